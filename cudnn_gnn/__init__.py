@@ -1,0 +1,35 @@
+"""cudnn-gnn: graph attention on cuDNN's GNN kernels, drop-in for PyTorch Geometric.
+
+The house has layers that import one way: the graph container (:mod:`cudnn_gnn.graph`) -> functional ops
+(:mod:`cudnn_gnn.ops`) -> backends (:mod:`cudnn_gnn.backends`: cuDNN adapter, pure-PyTorch reference) -> nn
+layers (:mod:`cudnn_gnn.layers`) -> datasets, examples and benchmarks. Layer and dataset names are re-exported
+here lazily, so ``import cudnn_gnn`` stays light and never probes the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from cudnn_gnn.backends import backend_info
+from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.ops import gat, gatv2, make_dropout_mask
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "GATConv": "cudnn_gnn.layers",
+    "GATv2Conv": "cudnn_gnn.layers",
+    "convert": "cudnn_gnn.layers",
+    "ToCscGraph": "cudnn_gnn.layers",
+    "graph_attention": "cudnn_gnn.ops",
+}
+
+__all__ = ["CscGraph", "gat", "gatv2", "make_dropout_mask", "backend_info", "__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cudnn_gnn' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

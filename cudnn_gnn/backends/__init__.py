@@ -1,0 +1,189 @@
+"""Backend discovery: which implementation runs an op, and why.
+
+Two backends implement every op with identical semantics:
+
+* ``"cudnn"``: cuDNN's GNN kernels (``cudnn.gnn``) through the adapter :mod:`cudnn_gnn.backends._cudnn`;
+  needs a CUDA GPU of compute capability >= 8.0, ``nvidia-cudnn-frontend >= 1.32`` and a loaded cuDNN
+  backend >= 9.28.
+* ``"reference"``: plain differentiable PyTorch (:mod:`cudnn_gnn.backends.reference`); any device.
+
+``backend="auto"`` picks cuDNN for CUDA tensors where it is available, else the reference, and warns once
+when a GPU tensor falls back. The probe is lazy (nothing runs at import) and cached.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from dataclasses import asdict, dataclass
+
+import torch
+
+__all__ = ["BackendInfo", "backend_info", "resolve_backend", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION"]
+
+MIN_CUDNN_VERSION = 92800  # cudnnGetVersion() encoding of 9.28.0
+MIN_FRONTEND_VERSION = (1, 32)
+MIN_SM = (8, 0)
+BACKENDS = ("auto", "cudnn", "reference")
+
+
+@dataclass(frozen=True)
+class BackendInfo:
+    """What this process can run, as ``python -m cudnn_gnn info`` prints it."""
+
+    torch_version: str
+    torch_cuda: str | None
+    cuda_available: bool
+    gpu_name: str | None
+    sm: tuple[int, int] | None
+    frontend_version: str | None
+    cudnn_backend_version: int | None
+    torch_cudnn_version: int | None
+    gnn_symbols: bool
+    sdpa_available: bool
+    auto_backend: str
+    reason: str | None
+    fix: str | None
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+    def __str__(self) -> str:
+        def ver(v: int | None) -> str:
+            return "-" if v is None else f"{v // 10000}.{v % 10000 // 100}.{v % 100} ({v})"
+
+        lines = [
+            f"torch               {self.torch_version} (CUDA {self.torch_cuda or 'none'})",
+            f"GPU                 {self.gpu_name or 'none'}" + (f", SM {self.sm[0]}.{self.sm[1]}" if self.sm else ""),
+            f"cudnn frontend      {self.frontend_version or 'not installed'}",
+            f"cuDNN (frontend)    {ver(self.cudnn_backend_version)}",
+            f"cuDNN (torch)       {ver(self.torch_cudnn_version)}",
+            f"GNN kernels         {'found' if self.gnn_symbols else 'missing'}",
+            f"cuDNN SDPA          {'available' if self.sdpa_available else 'unavailable'}",
+            f"backend='auto'      {self.auto_backend}",
+        ]
+        if self.reason:
+            lines.append(f"why not cudnn       {self.reason}")
+        if self.fix:
+            lines.append(f"fix                 {self.fix}")
+        return "\n".join(lines)
+
+
+def _cudnn_wheel() -> str:
+    major = (torch.version.cuda or "13").split(".")[0]
+    return f"nvidia-cudnn-cu{major}"
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> BackendInfo:
+    cuda = torch.cuda.is_available()
+    gpu_name = torch.cuda.get_device_name() if cuda else None
+    sm = torch.cuda.get_device_capability() if cuda else None
+    torch_cudnn = None
+    if cuda:
+        try:
+            torch_cudnn = torch.backends.cudnn.version()
+        except Exception:  # pragma: no cover - broken installs
+            torch_cudnn = None
+    frontend_version = backend_version = None
+    gnn = sdpa = False
+    frontend_error = None
+    try:
+        import cudnn  # type: ignore[import-not-found]
+
+        frontend_version = getattr(cudnn, "__version__", None)
+        gnn = all(hasattr(cudnn, s) for s in ("gnn_mha_gat_forward", "gnn_mha_gat_v2_forward"))
+        sdpa = hasattr(cudnn, "sdpa_torch")
+        if cuda:
+            try:
+                backend_version = int(cudnn.backend_version())
+            except Exception as e:  # libcudnn not loadable
+                frontend_error = str(e)
+    except Exception as e:  # not installed, or a broken install
+        frontend_error = f"{type(e).__name__}: {e}"
+
+    reason = fix = None
+    fe_tuple = tuple(int(p) for p in (frontend_version or "0.0").split(".")[:2] if p.isdigit())
+    wheel = _cudnn_wheel()
+    if not cuda:
+        reason = "no CUDA GPU visible to torch (CPU-only torch build or no driver)"
+        fix = "install a CUDA build of torch on a machine with an NVIDIA GPU (SM >= 8.0); the reference backend runs here"
+    elif sm is not None and sm < MIN_SM:
+        reason = f"GPU compute capability {sm[0]}.{sm[1]} < 8.0; the cuDNN GNN kernels need Ampere or newer"
+        fix = "none on this GPU: the reference backend is used"
+    elif frontend_version is None:
+        reason = f"nvidia-cudnn-frontend is not importable ({frontend_error})"
+        fix = 'pip install --no-deps "nvidia-cudnn-frontend>=1.32"'
+    elif fe_tuple < MIN_FRONTEND_VERSION or not gnn:
+        reason = f"nvidia-cudnn-frontend {frontend_version} lacks the GNN kernels (need >= 1.32)"
+        fix = 'pip install --no-deps -U "nvidia-cudnn-frontend>=1.32"'
+    elif backend_version is None:
+        reason = f"the cuDNN library could not be loaded by the frontend ({frontend_error})"
+        fix = f'pip install --no-deps "{wheel}>=9.28"'
+    elif backend_version < MIN_CUDNN_VERSION:
+        reason = (
+            f"the loaded cuDNN is {backend_version // 10000}.{backend_version % 10000 // 100}, the GNN kernels need >= 9.28 "
+            "(PyPI's torch pins an older nvidia-cudnn wheel)"
+        )
+        fix = (
+            f'pip install --no-deps -U "{wheel}>=9.28" (after torch; pip will warn that torch pins an older one), '
+            "or put a cuDNN >= 9.28 libcudnn.so.9 first with LD_PRELOAD"
+        )
+    auto = "cudnn" if reason is None else "reference"
+    return BackendInfo(
+        torch_version=torch.__version__,
+        torch_cuda=torch.version.cuda,
+        cuda_available=cuda,
+        gpu_name=gpu_name,
+        sm=sm,
+        frontend_version=frontend_version,
+        cudnn_backend_version=backend_version,
+        torch_cudnn_version=torch_cudnn,
+        gnn_symbols=gnn,
+        sdpa_available=sdpa and reason is None,
+        auto_backend=auto,
+        reason=reason,
+        fix=fix,
+    )
+
+
+def backend_info(refresh: bool = False) -> BackendInfo:
+    """Probe (once, cached) what this process can run. ``refresh=True`` probes again."""
+    if refresh:
+        _probe.cache_clear()
+    return _probe()
+
+
+_warned_fallback = False
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    """Map ``"auto" | "cudnn" | "reference"`` and a tensor device to the backend that runs.
+
+    Raises:
+        ValueError: ``backend`` is not one of the three names.
+        RuntimeError: ``backend="cudnn"`` was asked for but cannot run here; says why and the fix.
+    """
+    global _warned_fallback
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of 'auto', 'cudnn', 'reference', got {backend!r}")
+    if backend == "reference":
+        return "reference"
+    if device.type != "cuda":
+        if backend == "cudnn":
+            raise RuntimeError(f"backend='cudnn' needs CUDA tensors, got tensors on {device}; use backend='reference'")
+        return "reference"
+    info = backend_info()
+    if info.auto_backend == "cudnn":
+        return "cudnn"
+    if backend == "cudnn":
+        raise RuntimeError(f"backend='cudnn' is unavailable: {info.reason}. Fix: {info.fix}")
+    if not _warned_fallback:
+        _warned_fallback = True
+        warnings.warn(
+            f"cudnn_gnn: running the reference backend on {device} because {info.reason}. Fix: {info.fix}. "
+            "Run `python -m cudnn_gnn info` for details.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return "reference"

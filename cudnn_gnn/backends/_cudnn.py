@@ -1,0 +1,193 @@
+"""The one module that calls cuDNN's GNN kernels (``nvidia-cudnn-frontend`` >= 1.32, cuDNN >= 9.28).
+
+It registers two ops in our own ``torch.library`` namespace, ``cudnn_gnn::mha_gat_fwd`` and
+``cudnn_gnn::mha_gat_bwd``, serving GAT and GATv2 (flag ``v2``), with shape-only fake implementations and an
+explicit autograd formula, so ``torch.compile(fullgraph=True)`` traces through them. Their CUDA kernels hand
+the tensors to the frontend's own registered ops (``torch.ops.cudnn.gnn_mha_gat*``), which marshal them to
+the cuDNN C API. Everything here trusts its caller: :mod:`cudnn_gnn.ops` has validated shapes, dtypes,
+devices and sizes on the host, promoted indices to int64 where int32 would overflow inside the kernel, and
+routed the graphs cuDNN refuses (no edges) to the reference backend.
+
+The argument list is written once (``_GRAPH``, ``_INPUTS``, ``_KNOBS`` and :class:`GatCall`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import torch
+from torch import Tensor
+
+__all__ = ["GatCall", "mha_gat"]
+
+_GRAPH = "Tensor offsets, Tensor indices, Tensor? map_csc_to_coo, Tensor? csc_rev_offsets, Tensor? map_rev_to_coo, int num_src_nodes"
+_INPUTS = "Tensor x_src, Tensor x_dst, Tensor? edge_attr, Tensor attn_weights, Tensor? dropout_mask"
+_KNOBS = "bool v2, int heads, bool concat, str activation, float activation_alpha, bool deterministic, bool grad_fp32"
+
+
+class GatCall(NamedTuple):
+    """One kernel call's arguments, in schema order (graph, inputs, knobs)."""
+
+    offsets: Tensor
+    indices: Tensor
+    map_csc_to_coo: Tensor | None
+    csc_rev_offsets: Tensor | None
+    map_rev_to_coo: Tensor | None
+    num_src_nodes: int
+    x_src: Tensor
+    x_dst: Tensor
+    edge_attr: Tensor | None
+    attn_weights: Tensor
+    dropout_mask: Tensor | None  # [H, E] float32, COO order
+    v2: bool
+    heads: int
+    concat: bool
+    activation: str
+    activation_alpha: float
+    deterministic: bool
+    grad_fp32: bool
+
+
+_N_CALL = len(GatCall._fields)
+_lib = torch.library.Library("cudnn_gnn", "DEF")
+_lib.define(f"mha_gat_fwd({_GRAPH}, {_INPUTS}, {_KNOBS}, bool return_attention) -> (Tensor, Tensor, Tensor, Tensor)")
+_lib.define(
+    f"mha_gat_bwd(Tensor grad_out, Tensor? grad_attention, Tensor sm_scores, Tensor act_scores, "
+    f"{_GRAPH}, {_INPUTS}, {_KNOBS}) -> (Tensor, Tensor, Tensor, Tensor)"
+)
+
+
+@functools.lru_cache(maxsize=1)
+def _frontend() -> object:
+    """Import ``cudnn.gnn`` once; this registers the frontend's ``torch.ops.cudnn.gnn_*`` ops."""
+    import cudnn.gnn  # type: ignore[import-not-found]  # noqa: F401
+
+    return torch.ops.cudnn
+
+
+def _out_dim(c: GatCall) -> int:
+    d = c.x_src.shape[1]
+    return d if c.concat else d // c.heads
+
+
+def _grad_dtypes(c: GatCall) -> tuple[torch.dtype, torch.dtype]:
+    return (torch.float32, torch.float32) if c.grad_fp32 else (c.x_src.dtype, c.x_src.dtype)
+
+
+def _fwd_cuda(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    c = GatCall(*args[:_N_CALL])
+    return_attention = bool(args[_N_CALL])
+    ops = _frontend()
+    feat_dt, w_dt = _grad_dtypes(c)
+    common = (
+        c.offsets, c.indices, c.map_csc_to_coo, c.x_src, c.x_dst, c.edge_attr, c.attn_weights, c.dropout_mask,
+        c.num_src_nodes, c.heads, c.concat, c.activation, c.activation_alpha, return_attention,
+        c.csc_rev_offsets, c.map_rev_to_coo, c.deterministic,
+    )
+    if c.v2:
+        out, att, sm, act = ops.gnn_mha_gat_v2_fwd.default(*common, feat_dt)
+    else:
+        out, att, sm = ops.gnn_mha_gat_fwd.default(*common, feat_dt, w_dt)
+        act = sm.new_empty(0)
+    return out, att, sm, act
+
+
+def _fwd_fake(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    c = GatCall(*args[:_N_CALL])
+    return_attention = bool(args[_N_CALL])
+    e, h = c.indices.shape[0], c.heads
+    f32 = dict(device=c.x_src.device, dtype=torch.float32)
+    out = c.x_src.new_empty(c.offsets.shape[0] - 1, _out_dim(c))
+    att = torch.empty((h, e) if return_attention else (0,), **f32)
+    sm = torch.empty(2, h, e, **f32)
+    act = c.x_src.new_empty(e, c.x_src.shape[1]) if c.v2 else torch.empty(0, **f32)
+    return out, att, sm, act
+
+
+def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: object):
+    c = GatCall(*args)
+    ops = _frontend()
+    feat_dt, w_dt = _grad_dtypes(c)
+    head = (grad_out, grad_attention, c.offsets, c.indices, c.map_csc_to_coo, c.x_src, c.x_dst, c.edge_attr,
+            c.attn_weights, sm)
+    tail = (c.dropout_mask, c.num_src_nodes, c.heads, c.concat, c.activation, c.activation_alpha,
+            c.csc_rev_offsets, c.map_rev_to_coo, c.deterministic)
+    if c.v2:
+        gs, gd, ge, gw = ops.gnn_mha_gat_v2_bwd.default(*head, act, *tail, feat_dt)
+    else:
+        gs, gd, ge, gw = ops.gnn_mha_gat_bwd.default(*head, *tail, feat_dt, w_dt)
+    return gs, gd, ge, gw
+
+
+def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: object):
+    c = GatCall(*args)
+    feat_dt, w_dt = _grad_dtypes(c)
+    ge = (
+        torch.empty_like(c.edge_attr, dtype=feat_dt, memory_format=torch.contiguous_format)
+        if c.edge_attr is not None
+        else c.x_src.new_empty(0, dtype=feat_dt)
+    )
+    return (
+        torch.empty_like(c.x_src, dtype=feat_dt, memory_format=torch.contiguous_format),
+        torch.empty_like(c.x_dst, dtype=feat_dt, memory_format=torch.contiguous_format),
+        ge,
+        torch.empty_like(c.attn_weights, dtype=w_dt, memory_format=torch.contiguous_format),
+    )
+
+
+_lib.impl("mha_gat_fwd", _fwd_cuda, "CUDA")
+_lib.impl("mha_gat_bwd", _bwd_cuda, "CUDA")
+torch.library.register_fake("cudnn_gnn::mha_gat_fwd", _fwd_fake, lib=_lib)
+torch.library.register_fake("cudnn_gnn::mha_gat_bwd", _bwd_fake, lib=_lib)
+
+# Positions of the differentiable inputs inside the forward schema.
+_DIFF = {name: GatCall._fields.index(name) for name in ("x_src", "x_dst", "edge_attr", "attn_weights")}
+
+
+def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    _, att, sm, act = output
+    ctx.call = GatCall(*inputs[:_N_CALL])._replace(
+        offsets=None, indices=None, map_csc_to_coo=None, csc_rev_offsets=None, map_rev_to_coo=None,
+        x_src=None, x_dst=None, edge_attr=None, attn_weights=None, dropout_mask=None,
+    )
+    c = GatCall(*inputs[:_N_CALL])
+    ctx.return_attention = bool(inputs[_N_CALL])
+    ctx.save_for_backward(
+        c.offsets, c.indices, c.map_csc_to_coo, c.csc_rev_offsets, c.map_rev_to_coo,
+        c.x_src, c.x_dst, c.edge_attr, c.attn_weights, c.dropout_mask, sm, act,
+    )
+    ctx.mark_non_differentiable(sm, act)
+    if not ctx.return_attention:
+        ctx.mark_non_differentiable(att)
+
+
+def _backward(ctx, grad_out, grad_att, _grad_sm, _grad_act):  # type: ignore[no-untyped-def]
+    (offsets, indices, m, rev_o, rev_m, x_src, x_dst, edge_attr, w, mask, sm, act) = ctx.saved_tensors
+    c: GatCall = ctx.call._replace(
+        offsets=offsets, indices=indices, map_csc_to_coo=m, csc_rev_offsets=rev_o, map_rev_to_coo=rev_m,
+        x_src=x_src, x_dst=x_dst, edge_attr=edge_attr, attn_weights=w, dropout_mask=mask,
+    )
+    if grad_out is None:
+        grad_out = x_src.new_zeros(offsets.shape[0] - 1, _out_dim(c))
+    grad_out = grad_out.to(x_src.dtype).contiguous()
+    if not ctx.return_attention or grad_att is None:
+        grad_att = None
+    else:
+        grad_att = grad_att.to(torch.float32).contiguous()
+    gs, gd, ge, gw = torch.ops.cudnn_gnn.mha_gat_bwd(grad_out, grad_att, sm, act, *c)
+    grads: list[Tensor | None] = [None] * (_N_CALL + 1)
+    grads[_DIFF["x_src"]] = gs.to(x_src.dtype)
+    grads[_DIFF["x_dst"]] = gd.to(x_dst.dtype)
+    grads[_DIFF["edge_attr"]] = ge.to(edge_attr.dtype) if edge_attr is not None else None
+    grads[_DIFF["attn_weights"]] = gw.to(w.dtype)
+    return tuple(grads)
+
+
+torch.library.register_autograd("cudnn_gnn::mha_gat_fwd", _backward, setup_context=_setup_context, lib=_lib)
+
+
+def mha_gat(call: GatCall, return_attention: bool) -> tuple[Tensor, Tensor]:
+    """Run the kernel; returns ``(out [Nd, D or D/H], attention [H, E] fp32 or [0])``."""
+    out, att, _, _ = torch.ops.cudnn_gnn.mha_gat_fwd(*call, return_attention)
+    return out, att

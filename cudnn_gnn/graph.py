@@ -1,0 +1,390 @@
+"""The CSC graph container every op and layer of cudnn-gnn consumes.
+
+A :class:`CscGraph` holds a directed (possibly bipartite) graph in compressed sparse column form, that is,
+destination-major: the incoming edges of destination ``i`` are the CSC positions ``offsets[i]:offsets[i+1]``
+and their sources are ``indices[offsets[i]:offsets[i+1]]``. It also keeps ``map_csc_to_coo``, the caller's
+COO edge id of every CSC position, so that edge features, dropout masks and returned attention are always in
+the caller's own edge order.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn._validation import check_index, check_int, check_tensor
+
+__all__ = ["CscGraph", "INT32_MAX"]
+
+INT32_MAX = 2**31 - 1
+
+
+def _storage_index_dtype(*sizes: int) -> torch.dtype:
+    """int32 where every index and count fits, int64 otherwise."""
+    return torch.int32 if max(sizes, default=0) < INT32_MAX else torch.int64
+
+
+@dataclass(frozen=True, eq=False)
+class CscGraph:
+    """A graph in destination-major CSC form, with the CSC -> COO edge permutation kept.
+
+    Build one with :meth:`from_edge_index` (PyG COO), :meth:`from_data` (PyG ``Data``), :meth:`from_sparse`
+    (``torch.sparse`` CSC/CSR/COO, ``torch_sparse.SparseTensor``, PyG ``EdgeIndex``) or :meth:`from_csc`.
+    The object is immutable; conversions (:meth:`to`, :meth:`to_index_dtype`) return new graphs, and derived
+    structures (reverse CSC, the int64 copy, the per-edge destination) are built once and cached.
+
+    Attributes:
+        offsets: ``[num_dst_nodes + 1]`` int32/int64, non-decreasing, ``offsets[0] == 0``,
+            ``offsets[-1] == num_edges``.
+        indices: ``[num_edges]`` source node of each CSC edge, same dtype as ``offsets``.
+        num_src_nodes: number of source nodes (rows of ``x_src``).
+        map_csc_to_coo: ``[num_edges]`` COO edge id of each CSC position, or ``None`` when the caller's edge
+            order already is the CSC order.
+
+    Example:
+        >>> import torch
+        >>> from cudnn_gnn import CscGraph
+        >>> g = CscGraph.from_edge_index(torch.tensor([[0, 1, 2], [2, 0, 0]]), num_nodes=3)
+        >>> g.offsets.tolist(), g.indices.tolist(), g.map_csc_to_coo.tolist()
+        ([0, 2, 2, 3], [1, 2, 0], [1, 2, 0])
+    """
+
+    offsets: Tensor
+    indices: Tensor
+    num_src_nodes: int
+    map_csc_to_coo: Tensor | None = None
+    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    # ------------------------------------------------------------------ invariants (cheap, no host sync)
+    def __post_init__(self) -> None:
+        offsets = check_index("offsets", self.offsets)
+        indices = check_index("indices", self.indices)
+        check_int("num_src_nodes", self.num_src_nodes)
+        if offsets.dim() != 1 or offsets.numel() == 0:
+            raise ValueError(f"offsets must have shape (num_dst_nodes + 1,), got {tuple(offsets.shape)}")
+        if indices.dim() != 1:
+            raise ValueError(f"indices must have shape (num_edges,), got {tuple(indices.shape)}")
+        if indices.dtype != offsets.dtype:
+            raise TypeError(f"indices must have the dtype of offsets ({offsets.dtype}), got {indices.dtype}")
+        if indices.device != offsets.device:
+            raise ValueError(f"indices must be on the device of offsets ({offsets.device}), got {indices.device}")
+        if self.map_csc_to_coo is not None:
+            m = check_index("map_csc_to_coo", self.map_csc_to_coo)
+            if m.shape != indices.shape:
+                raise ValueError(f"map_csc_to_coo must have shape ({indices.numel()},), got {tuple(m.shape)}")
+            if m.dtype != offsets.dtype:
+                raise TypeError(f"map_csc_to_coo must have the dtype of offsets ({offsets.dtype}), got {m.dtype}")
+            if m.device != offsets.device:
+                raise ValueError(f"map_csc_to_coo must be on {offsets.device}, got {m.device}")
+        if indices.numel() > 0 and self.num_src_nodes == 0:
+            raise ValueError(f"num_src_nodes must be > 0 for a graph with edges, got {self.num_src_nodes}")
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def num_dst_nodes(self) -> int:
+        return self.offsets.numel() - 1
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.numel()
+
+    @property
+    def device(self) -> torch.device:
+        return self.offsets.device
+
+    @property
+    def index_dtype(self) -> torch.dtype:
+        return self.offsets.dtype
+
+    @property
+    def is_bipartite(self) -> bool:
+        """True when the source and destination node sets differ in size."""
+        return self.num_src_nodes != self.num_dst_nodes
+
+    def __repr__(self) -> str:
+        return (
+            f"CscGraph(num_src_nodes={self.num_src_nodes}, num_dst_nodes={self.num_dst_nodes}, "
+            f"num_edges={self.num_edges}, index_dtype={self.index_dtype}, device={self.device})"
+        )
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Caches are rebuilt on demand; they are not part of the pickled state.
+        return {"offsets": self.offsets, "indices": self.indices, "num_src_nodes": self.num_src_nodes,
+                "map_csc_to_coo": self.map_csc_to_coo}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)
+        object.__setattr__(self, "_cache", {})
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def from_csc(
+        cls,
+        offsets: Tensor,
+        indices: Tensor,
+        num_src_nodes: int,
+        map_csc_to_coo: Tensor | None = None,
+    ) -> CscGraph:
+        """Wrap existing CSC tensors (no copy). ``map_csc_to_coo=None`` means COO order is CSC order."""
+        return cls(offsets, indices, num_src_nodes, map_csc_to_coo)
+
+    @classmethod
+    def from_edge_index(
+        cls,
+        edge_index: Tensor,
+        num_nodes: int | None = None,
+        *,
+        size: tuple[int, int] | None = None,
+        index_dtype: torch.dtype | None = None,
+        validate: bool = True,
+    ) -> CscGraph:
+        """Convert PyG COO edges to CSC, keeping the CSC -> COO permutation.
+
+        Args:
+            edge_index: ``[2, E]`` int32/int64; row 0 holds sources, row 1 destinations (PyG's
+                ``source_to_target`` flow). Any edge order, duplicates and self-loops are kept as given.
+                A PyG ``EdgeIndex`` is accepted too; when it is already sorted by column the sort is skipped.
+            num_nodes: node count of a homogeneous graph (``num_src_nodes == num_dst_nodes``); inferred as
+                ``edge_index.max() + 1`` when neither it nor ``size`` is given (one host sync).
+            size: ``(num_src_nodes, num_dst_nodes)`` of a bipartite graph. Exclusive with ``num_nodes``.
+            index_dtype: int32 or int64 for the stored indices; default int32 where every count fits, else
+                int64. The ops promote to int64 on their own where the cuDNN kernels need it.
+            validate: check that every index is in range (one host sync). Turn off only for trusted input.
+
+        The sort is stable, so edges of one destination keep their COO order. Cost: one stable sort of ``E``
+        keys on the edges' device plus a histogram; no host sync unless sizes are inferred or ``validate``.
+        """
+        ei = check_tensor("edge_index", edge_index)
+        sorted_by_col = False
+        try:  # PyG EdgeIndex: take its sizes and sort state, then drop to a plain tensor
+            from torch_geometric import EdgeIndex
+
+            if isinstance(ei, EdgeIndex):
+                sparse_size = ei.sparse_size()
+                sorted_by_col = ei.sort_order is not None and str(ei.sort_order).endswith("col")
+                if size is None and num_nodes is None and None not in sparse_size:
+                    size = (int(sparse_size[0]), int(sparse_size[1]))
+                ei = ei.as_subclass(Tensor)
+        except ImportError:  # pragma: no cover - torch_geometric is a dependency
+            pass
+        check_index("edge_index", ei)
+        if ei.dim() != 2 or ei.shape[0] != 2:
+            raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
+        if num_nodes is not None and size is not None:
+            raise ValueError(f"num_nodes and size must not both be given, got num_nodes={num_nodes}, size={size}")
+        src, dst = ei[0], ei[1]
+        num_edges = ei.shape[1]
+        if size is not None:
+            if not (isinstance(size, (tuple, list)) and len(size) == 2):
+                raise TypeError(f"size must be a (num_src_nodes, num_dst_nodes) tuple, got {size!r}")
+            num_src, num_dst = check_int("size[0]", size[0]), check_int("size[1]", size[1])
+        elif num_nodes is not None:
+            num_src = num_dst = check_int("num_nodes", num_nodes)
+        else:
+            num_src = num_dst = int(ei.max()) + 1 if num_edges > 0 else 0
+        if validate and num_edges > 0:
+            lo, hi_src, hi_dst = torch.stack([ei.min(), src.max(), dst.max()]).tolist()
+            if lo < 0:
+                raise ValueError(f"edge_index must hold non-negative node ids, got minimum {lo}")
+            if hi_src >= num_src:
+                raise ValueError(f"edge_index[0] (sources) must be < num_src_nodes={num_src}, got maximum {hi_src}")
+            if hi_dst >= num_dst:
+                raise ValueError(f"edge_index[1] (destinations) must be < num_dst_nodes={num_dst}, got maximum {hi_dst}")
+        dtype = index_dtype or _storage_index_dtype(num_edges, num_src, num_dst)
+        if dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"index_dtype must be torch.int32 or torch.int64, got {dtype}")
+        if dtype == torch.int32 and max(num_edges, num_src, num_dst) >= INT32_MAX:
+            raise ValueError(
+                f"index_dtype must be torch.int64 for a graph of {num_edges} edges and "
+                f"{max(num_src, num_dst)} nodes, got torch.int32"
+            )
+        if sorted_by_col:
+            perm = None
+            sorted_dst = dst
+            indices = src.to(dtype)
+        else:
+            # Sorting 32-bit keys is about twice as fast as 64-bit ones on GPUs.
+            key = dst.to(torch.int32) if num_dst < INT32_MAX else dst
+            sorted_dst, perm = torch.sort(key, stable=True)
+            indices = src[perm].to(dtype)
+        counts = torch.bincount(sorted_dst, minlength=num_dst) if num_edges > 0 else dst.new_zeros(num_dst)
+        offsets = torch.zeros(num_dst + 1, dtype=dtype, device=ei.device)
+        offsets[1:] = counts.cumsum(0)
+        graph = cls(offsets, indices, num_src, None if perm is None else perm.to(dtype))
+        graph._cache["dst_index"] = sorted_dst.to(dtype)
+        return graph
+
+    @classmethod
+    def from_sparse(cls, adj: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:
+        """Build from a sparse adjacency whose entry ``(i, j)`` is the edge ``i -> j`` (PyG convention).
+
+        Accepts ``torch.sparse`` COO/CSR/CSC tensors, ``torch_sparse.SparseTensor`` (rows are destinations,
+        as PyG's ``adj_t``) and PyG ``EdgeIndex``. For ``torch.sparse`` layouts, rows are sources and columns
+        destinations, so a sparse CSC tensor is already our layout and is used without a sort; the COO edge
+        order is the tensor's own element order (row-major for CSR/COO, column-major for CSC).
+        """
+        try:
+            from torch_geometric import EdgeIndex
+
+            if isinstance(adj, EdgeIndex):
+                return cls.from_edge_index(adj, index_dtype=index_dtype)
+        except ImportError:  # pragma: no cover
+            pass
+        if type(adj).__name__ == "SparseTensor":  # torch_sparse.SparseTensor is adj_t: row = dst, col = src
+            rowptr, col, _ = adj.csr()
+            num_dst, num_src = adj.sparse_sizes()
+            dtype = index_dtype or _storage_index_dtype(col.numel(), num_src, num_dst)
+            return cls(rowptr.to(dtype), col.to(dtype), int(num_src))
+        t = check_tensor("adj", adj)
+        if t.layout == torch.sparse_csc:
+            num_src, num_dst = t.shape[0], t.shape[1]
+            dtype = index_dtype or _storage_index_dtype(t.row_indices().numel(), num_src, num_dst)
+            return cls(t.ccol_indices().to(dtype), t.row_indices().to(dtype), int(num_src))
+        if t.layout == torch.sparse_csr:
+            rowptr, col = t.crow_indices(), t.col_indices()
+            row = torch.repeat_interleave(torch.arange(t.shape[0], device=t.device), rowptr.diff(),
+                                          output_size=col.numel())
+            ei = torch.stack([row, col.to(row.dtype)])
+        elif t.layout == torch.sparse_coo:
+            ei = t.coalesce().indices()
+        else:
+            raise TypeError(f"adj must be a sparse tensor (COO, CSR or CSC), SparseTensor or EdgeIndex, got {t.layout}")
+        return cls.from_edge_index(ei, size=(int(t.shape[0]), int(t.shape[1])), index_dtype=index_dtype)
+
+    @classmethod
+    def from_data(cls, data: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:
+        """Build from a PyG ``Data`` (its ``edge_index`` or ``adj_t`` and ``num_nodes``)."""
+        if getattr(data, "csc_graph", None) is not None:
+            return data.csc_graph
+        if getattr(data, "edge_index", None) is not None:
+            return cls.from_edge_index(data.edge_index, num_nodes=int(data.num_nodes), index_dtype=index_dtype)
+        if getattr(data, "adj_t", None) is not None:
+            return cls.from_sparse(data.adj_t, index_dtype=index_dtype)
+        raise ValueError(f"data must have an edge_index or adj_t attribute, got keys {list(data.keys())}")
+
+    # ------------------------------------------------------------------ conversions
+    def to(self, device: torch.device | str) -> CscGraph:
+        """The same graph on ``device`` (``self`` if already there); caches are moved lazily."""
+        device = torch.device(device)
+        if device == self.device or (device.index is None and device.type == self.device.type):
+            return self
+        m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(device)
+        return CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m)
+
+    def to_index_dtype(self, dtype: torch.dtype) -> CscGraph:
+        """The same graph with int32 or int64 indices; the int64 copy of an int32 graph is cached."""
+        if dtype == self.index_dtype:
+            return self
+        if dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"dtype must be torch.int32 or torch.int64, got {dtype}")
+        key = f"as_{dtype}"
+        g = self._cache.get(key)
+        if g is None:
+            if dtype == torch.int32 and max(self.num_edges, self.num_src_nodes, self.num_dst_nodes) >= INT32_MAX:
+                raise ValueError(f"dtype must be torch.int64 for a graph of {self.num_edges} edges, got torch.int32")
+            m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(dtype)
+            g = CscGraph(self.offsets.to(dtype), self.indices.to(dtype), self.num_src_nodes, m)
+            for name in ("dst_index", "csc_rev_offsets", "map_rev_to_coo"):
+                if name in self._cache:
+                    g._cache[name] = self._cache[name].to(dtype)
+            self._cache[key] = g
+        return g
+
+    # ------------------------------------------------------------------ derived structures (cached)
+    @property
+    def dst_index(self) -> Tensor:
+        """``[num_edges]`` destination of each CSC edge (non-decreasing)."""
+        d = self._cache.get("dst_index")
+        if d is None:
+            d = torch.repeat_interleave(
+                torch.arange(self.num_dst_nodes, device=self.device, dtype=self.index_dtype),
+                self.offsets.diff(),
+                output_size=self.num_edges,
+            )
+            self._cache["dst_index"] = d
+        return d
+
+    @property
+    def edge_ids(self) -> Tensor:
+        """``[num_edges]`` COO edge id of each CSC position (``map_csc_to_coo`` or ``arange``)."""
+        if self.map_csc_to_coo is not None:
+            return self.map_csc_to_coo
+        ids = self._cache.get("edge_ids")
+        if ids is None:
+            ids = torch.arange(self.num_edges, device=self.device, dtype=self.index_dtype)
+            self._cache["edge_ids"] = ids
+        return ids
+
+    @property
+    def has_reverse_csc(self) -> bool:
+        return "csc_rev_offsets" in self._cache
+
+    @property
+    def csc_rev_offsets(self) -> Tensor | None:
+        """``[num_src_nodes + 1]`` source-major offsets, once :meth:`with_reverse_csc` has run."""
+        return self._cache.get("csc_rev_offsets")
+
+    @property
+    def map_rev_to_coo(self) -> Tensor | None:
+        """``[num_edges]`` COO edge id of each reverse-CSC position, once :meth:`with_reverse_csc` has run."""
+        return self._cache.get("map_rev_to_coo")
+
+    def with_reverse_csc(self) -> CscGraph:
+        """Build (once) the source-major reverse CSC the deterministic backward needs; returns ``self``.
+
+        Works on CPU and CUDA: one stable sort of the sources plus a histogram.
+        """
+        if not self.has_reverse_csc:
+            order = torch.sort(self.indices, stable=True)[1]
+            counts = torch.bincount(self.indices, minlength=self.num_src_nodes)
+            rev = torch.zeros(self.num_src_nodes + 1, dtype=self.index_dtype, device=self.device)
+            rev[1:] = counts.cumsum(0)
+            self._cache["map_rev_to_coo"] = self.edge_ids[order].to(self.index_dtype)
+            self._cache["csc_rev_offsets"] = rev
+        return self
+
+    def edge_index(self) -> Tensor:
+        """``[2, num_edges]`` int64 COO edges in the caller's original order (inverse of the conversion)."""
+        ei = torch.empty(2, self.num_edges, dtype=torch.long, device=self.device)
+        ids = self.edge_ids.long()
+        ei[0, ids] = self.indices.long()
+        ei[1, ids] = self.dst_index.long()
+        return ei
+
+    # ------------------------------------------------------------------ validation (O(E), host sync)
+    def validate(self) -> CscGraph:
+        """Check every value invariant; raises ValueError naming the first broken one. Returns ``self``.
+
+        Checks: ``offsets[0] == 0``, ``offsets`` non-decreasing, ``offsets[-1] == num_edges``, every source
+        index in ``[0, num_src_nodes)``, and ``map_csc_to_coo`` a permutation of ``[0, num_edges)``.
+        """
+        o, idx, e = self.offsets, self.indices, self.num_edges
+        first, last = int(o[0]), int(o[-1])
+        if first != 0:
+            raise ValueError(f"offsets[0] must be 0, got {first}")
+        if last != e:
+            raise ValueError(f"offsets[-1] must equal num_edges={e}, got {last}")
+        if o.numel() > 1 and bool((o.diff() < 0).any()):
+            bad = int(torch.nonzero(o.diff() < 0)[0, 0])
+            raise ValueError(f"offsets must be non-decreasing, got offsets[{bad}]={int(o[bad])} > offsets[{bad + 1}]={int(o[bad + 1])}")
+        if e > 0:
+            lo, hi = int(idx.min()), int(idx.max())
+            if lo < 0 or hi >= self.num_src_nodes:
+                raise ValueError(f"indices must be in [0, num_src_nodes={self.num_src_nodes}), got range [{lo}, {hi}]")
+        if self.map_csc_to_coo is not None and e > 0:
+            seen = torch.zeros(e, dtype=torch.bool, device=self.device)
+            m = self.map_csc_to_coo.long()
+            if int(m.min()) < 0 or int(m.max()) >= e:
+                raise ValueError(f"map_csc_to_coo must hold edge ids in [0, {e}), got range [{int(m.min())}, {int(m.max())}]")
+            seen[m] = True
+            if not bool(seen.all()):
+                raise ValueError("map_csc_to_coo must be a permutation of range(num_edges), got repeated edge ids")
+        return self
+
+    def replace(self, **changes: Any) -> CscGraph:
+        """A new graph with fields replaced (caches are not carried over)."""
+        return replace(self, **changes, _cache={})

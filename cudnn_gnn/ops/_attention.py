@@ -1,0 +1,192 @@
+"""Shared front half of :func:`cudnn_gnn.gat` and :func:`cudnn_gnn.gatv2`: host-side validation, the
+int32 guard, dropout-mask drawing, backend choice, and the COO-order layout of everything users see.
+
+Nothing here reads tensor values: no ``.item()``, ``.any()`` or host sync on the forward path.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn._validation import (
+    check_bool,
+    check_choice,
+    check_device,
+    check_float,
+    check_int,
+    check_probability,
+    check_shape,
+)
+from cudnn_gnn.backends import reference, resolve_backend
+from cudnn_gnn.graph import INT32_MAX, CscGraph
+
+__all__ = ["attention", "make_dropout_mask", "kernel_index_dtype", "GRAD_PRECISIONS"]
+
+GRAD_PRECISIONS = ("auto", "fp32", "input")
+
+# The cuDNN GNN kernels compute some element offsets in 32-bit arithmetic when the graph indices are int32.
+# Measured on an H200 (cuDNN 9.28.1, see tests/gpu/probe_int32_boundary.py and the README): N*D >= 2**31
+# (signed) and E*D past 2**32 crash with an illegal memory access that kills the CUDA context. We promote to
+# int64 one power of two below each boundary.
+NODE_ELEMS_LIMIT = 2**30
+EDGE_ELEMS_LIMIT = 2**31
+
+
+def kernel_index_dtype(graph: CscGraph, dim_node: int, dim_edge: int) -> torch.dtype:
+    """The index dtype the kernels must see for this graph and feature width (int64 past the int32 limits)."""
+    if graph.index_dtype == torch.int64:
+        return torch.int64
+    nodes = max(graph.num_src_nodes, graph.num_dst_nodes)
+    width = max(dim_node, dim_edge)
+    if nodes * width >= NODE_ELEMS_LIMIT or graph.num_edges * width >= EDGE_ELEMS_LIMIT:
+        return torch.int64
+    if graph.num_edges >= INT32_MAX:  # unreachable for int32 graphs; kept as the invariant
+        return torch.int64
+    return torch.int32
+
+
+def make_dropout_mask(
+    num_edges: int,
+    heads: int,
+    p: float,
+    *,
+    device: torch.device | str | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Draw inverted-dropout factors for attention coefficients.
+
+    Returns an ``[num_edges, heads]`` float32 tensor (COO edge order, PyG's attention layout) whose entries
+    are ``0`` with probability ``p`` and ``1 / (1 - p)`` otherwise. It is stored head-major (a transposed
+    view of an ``[heads, num_edges]`` buffer), which is the layout the cuDNN kernels read, so passing it as
+    ``dropout_mask`` costs no copy. Uses torch's RNG: ``torch.manual_seed`` (or ``generator``) makes it
+    reproducible.
+    """
+    check_int("num_edges", num_edges)
+    check_int("heads", heads, minimum=1)
+    p = check_probability("p", p)
+    keep = torch.rand(heads, num_edges, device=device, generator=generator) >= p
+    return (keep.to(torch.float32) * (1.0 / (1.0 - p))).t()
+
+
+def _split_features(graph: CscGraph, x: object) -> tuple[Tensor, Tensor]:
+    if isinstance(x, Tensor):
+        x_src = check_float("x", x)
+        check_shape("x", x_src, (graph.num_src_nodes, None), f"(num_src_nodes={graph.num_src_nodes}, dim)")
+        if graph.num_dst_nodes > graph.num_src_nodes:
+            raise ValueError(
+                f"x must be a (x_src, x_dst) tuple for a graph with more destinations ({graph.num_dst_nodes}) "
+                f"than sources ({graph.num_src_nodes}), got one tensor"
+            )
+        return x_src, x_src[: graph.num_dst_nodes]
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        x_src = check_float("x[0]", x[0])
+        x_dst = check_float("x[1]", x[1])
+        check_shape("x[0]", x_src, (graph.num_src_nodes, None), f"(num_src_nodes={graph.num_src_nodes}, dim)")
+        check_shape("x[1]", x_dst, (graph.num_dst_nodes, x_src.shape[1]),
+                    f"(num_dst_nodes={graph.num_dst_nodes}, {x_src.shape[1]})")
+        if x_dst.dtype != x_src.dtype:
+            raise TypeError(f"x[1] must have the dtype of x[0] ({x_src.dtype}), got {x_dst.dtype}")
+        return x_src, x_dst
+    raise TypeError(f"x must be a Tensor or a (x_src, x_dst) tuple of Tensors, got {type(x).__name__}")
+
+
+def attention(
+    *,
+    v2: bool,
+    graph: CscGraph,
+    x: Tensor | tuple[Tensor, Tensor],
+    attn_weights: Tensor,
+    heads: int,
+    edge_attr: Tensor | None,
+    concat: bool,
+    activation: str,
+    activation_alpha: float,
+    dropout: float,
+    training: bool,
+    dropout_mask: Tensor | None,
+    return_attention: bool,
+    deterministic: bool,
+    grad_precision: str,
+    backend: str,
+) -> Tensor | tuple[Tensor, Tensor]:
+    name = "gatv2" if v2 else "gat"
+    if not isinstance(graph, CscGraph):
+        raise TypeError(f"graph must be a cudnn_gnn.CscGraph, got {type(graph).__name__}")
+    x_src, x_dst = _split_features(graph, x)
+    check_device("x", x_src, graph.device)
+    check_device("x", x_dst, graph.device)
+    heads = check_int("heads", heads, minimum=1)
+    d = x_src.shape[1]
+    if d == 0 or d % heads != 0:
+        raise ValueError(f"x must have a feature dimension divisible by heads={heads}, got {d}")
+    e = graph.num_edges
+    de = 0
+    if edge_attr is not None:
+        check_float("edge_attr", edge_attr)
+        if v2:
+            check_shape("edge_attr", edge_attr, (e, d), f"(num_edges={e}, {d})")
+        else:
+            check_shape("edge_attr", edge_attr, (e, None), f"(num_edges={e}, dim_edge)")
+            if edge_attr.shape[1] == 0 or edge_attr.shape[1] % heads != 0:
+                raise ValueError(f"edge_attr must have a width divisible by heads={heads}, got {edge_attr.shape[1]}")
+        check_device("edge_attr", edge_attr, graph.device)
+        de = edge_attr.shape[1]
+    check_float("attn_weights", attn_weights)
+    n_w = d if v2 else 2 * d + de
+    layout = "(dim,)" if v2 else "(2 * dim + dim_edge,) = att_src | att_dst | att_edge"
+    check_shape("attn_weights", attn_weights, (n_w,), f"{layout} = ({n_w},)")
+    check_device("attn_weights", attn_weights, graph.device)
+    check_bool("concat", concat)
+    check_choice("activation", activation, reference.ACTIVATIONS)
+    if isinstance(activation_alpha, bool) or not isinstance(activation_alpha, (int, float)):
+        raise TypeError(f"activation_alpha must be a float, got {type(activation_alpha).__name__}")
+    p = check_probability("dropout", dropout)
+    check_bool("training", training)
+    check_bool("return_attention", return_attention)
+    check_bool("deterministic", deterministic)
+    check_choice("grad_precision", grad_precision, GRAD_PRECISIONS)
+    if dropout_mask is not None:
+        if p > 0.0 and training:
+            raise ValueError(f"dropout must be 0 when dropout_mask is given, got dropout={p}")
+        check_float("dropout_mask", dropout_mask)
+        check_shape("dropout_mask", dropout_mask, (e, heads), f"(num_edges={e}, heads={heads})")
+        check_device("dropout_mask", dropout_mask, graph.device)
+        if dropout_mask.requires_grad:
+            raise ValueError("dropout_mask must not require grad, got a tensor with requires_grad=True")
+    elif p > 0.0 and training:
+        dropout_mask = make_dropout_mask(e, heads, p, device=graph.device)
+
+    which = resolve_backend(backend, graph.device)
+    dtype = x_src.dtype
+    if which == "cudnn" and dtype == torch.float64:
+        if backend == "cudnn":
+            raise NotImplementedError(f"{name}: backend='cudnn' supports float32, float16 and bfloat16, got float64")
+        which = "reference"
+    if which == "cudnn" and e == 0:
+        which = "reference"  # cuDNN refuses a non-empty destination set with no edges; the answer is zeros
+
+    if which == "reference":
+        out, att = reference.mha_gat(
+            graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
+            activation_name=activation, activation_alpha=float(activation_alpha),
+        )
+        return (out, att) if return_attention else out
+
+    from cudnn_gnn.backends import _cudnn
+
+    g = graph.to_index_dtype(kernel_index_dtype(graph, d, de))
+    if deterministic:
+        g.with_reverse_csc()
+    grad_fp32 = grad_precision == "fp32" or (grad_precision == "auto" and dtype in (torch.float16, torch.bfloat16))
+    call = _cudnn.GatCall(
+        g.offsets, g.indices, g.map_csc_to_coo,
+        g.csc_rev_offsets if deterministic else None, g.map_rev_to_coo if deterministic else None,
+        g.num_src_nodes, x_src, x_dst,
+        None if edge_attr is None else edge_attr.to(dtype),
+        attn_weights.to(dtype),
+        None if dropout_mask is None else dropout_mask.t().to(torch.float32).contiguous(),
+        v2, heads, concat, activation, float(activation_alpha), deterministic, grad_fp32,
+    )
+    out, att = _cudnn.mha_gat(call, return_attention)
+    return (out, att.t()) if return_attention else out

@@ -1,0 +1,93 @@
+"""GAT attention (Velickovic et al., ICLR 2018) on a CSC graph."""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.ops._attention import attention
+
+__all__ = ["gat"]
+
+
+def gat(
+    graph: CscGraph,
+    x: Tensor | tuple[Tensor, Tensor],
+    attn_weights: Tensor,
+    *,
+    heads: int = 1,
+    edge_attr: Tensor | None = None,
+    concat: bool = True,
+    activation: str = "leaky_relu",
+    activation_alpha: float = 0.2,
+    dropout: float = 0.0,
+    training: bool = False,
+    dropout_mask: Tensor | None = None,
+    return_attention: bool = False,
+    deterministic: bool = False,
+    grad_precision: str = "auto",
+    backend: str = "auto",
+) -> Tensor | tuple[Tensor, Tensor]:
+    r"""Multi-head GAT attention over each destination's incoming edges.
+
+    For destination :math:`i`, head :math:`h` and incoming edge :math:`e = (j \to i)`:
+
+    .. math::
+        s_e^h = \sigma\big(a_{src}^h \cdot x_j^h + a_{dst}^h \cdot x_i^h + a_{edge}^h \cdot f_e^h\big),\quad
+        \alpha_e^h = \operatorname{softmax}_{e \in \mathcal{N}(i)}(s_e^h)\, m_e^h,\quad
+        out_i^h = \sum_{e=(j\to i)} \alpha_e^h x_j^h
+
+    with :math:`\sigma` the ``activation``, :math:`m` the dropout factors, heads concatenated (``concat``) or
+    averaged. Inputs are *projected* features (apply the linear layer first, as PyG's ``GATConv`` does).
+    Destinations without incoming edges get zeros.
+
+    Args:
+        graph: a :class:`~cudnn_gnn.CscGraph` on the device of ``x``.
+        x: ``[num_src_nodes, H*C]`` features (sources and, for the first ``num_dst_nodes`` rows, destinations),
+            or a tuple ``(x_src [num_src_nodes, H*C], x_dst [num_dst_nodes, H*C])`` for bipartite graphs.
+            float32, float16, bfloat16 (float64 on the reference backend).
+        attn_weights: ``[2*H*C + De]``: ``att_src [H, C]``, ``att_dst [H, C]`` and ``att_edge [H, De/H]``,
+            flattened and concatenated; cast to ``x``'s dtype.
+        heads: number of heads ``H``; ``H*C`` and ``De`` must be divisible by it.
+        edge_attr: ``[E, De]`` edge features in the caller's COO edge order; edge ``e``'s features are split
+            across heads as ``[H, De/H]``.
+        concat: ``[Nd, H*C]`` output if True, else the mean over heads ``[Nd, C]``.
+        activation: logit activation: ``"leaky_relu"`` (default), ``"linear"``, ``"relu"``, ``"sigmoid"``,
+            ``"tanh"``, ``"elu"`` or ``"scalar"`` (multiply by ``activation_alpha``).
+        activation_alpha: leaky slope, ELU alpha or scalar factor.
+        dropout: attention dropout probability, applied when ``training``; the op draws an inverted-dropout
+            mask with torch's RNG (``torch.manual_seed`` makes it reproducible; autograd reuses it).
+        training: whether ``dropout`` applies.
+        dropout_mask: explicit ``[E, H]`` float factors (COO order), e.g. from
+            :func:`~cudnn_gnn.make_dropout_mask`; exclusive with ``dropout > 0`` in training.
+        return_attention: also return ``alpha [E, H]`` float32 (post-softmax, post-dropout, COO order);
+            differentiable.
+        deterministic: bitwise-repeatable backward on cuDNN (builds and caches the graph's reverse CSC once,
+            and uses an ``[E, H*C]`` workspace). The reference backend is deterministic on CPU.
+        grad_precision: ``"auto"`` (default: float32 gradient arithmetic for float16/bfloat16 inputs, which
+            avoids cuDNN's slow half-precision atomic backward), ``"fp32"`` or ``"input"`` (gradients
+            computed in the input dtype). Returned gradients always have the inputs' dtypes.
+        backend: ``"auto"``, ``"cudnn"`` or ``"reference"`` (see :func:`cudnn_gnn.backend_info`).
+
+    Returns:
+        ``out`` or ``(out, alpha)``.
+
+    Raises:
+        TypeError / ValueError: a bad argument, named in the message, before any kernel runs.
+        RuntimeError: ``backend="cudnn"`` where cuDNN cannot run (the message says why and how to fix it).
+
+    Cost: the first cuDNN call per shape pays a plan build (milliseconds); int32 graphs whose sizes overflow
+    the kernels' 32-bit offsets are promoted to int64 once and cached on the graph.
+
+    Example:
+        >>> import torch, cudnn_gnn
+        >>> g = cudnn_gnn.CscGraph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+        >>> cudnn_gnn.gat(g, torch.randn(3, 8), torch.randn(16), heads=2).shape
+        torch.Size([3, 8])
+    """
+    return attention(
+        v2=False, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=concat,
+        activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
+        dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
+        grad_precision=grad_precision, backend=backend,
+    )

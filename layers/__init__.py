@@ -1,0 +1,3 @@
+"""PyG drop-in layers on the cuDNN ops (installed as ``cudnn_gnn.layers``)."""
+
+__all__: list[str] = []
