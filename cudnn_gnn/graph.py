@@ -370,7 +370,9 @@ class CscGraph:
             raise ValueError(f"offsets[-1] must equal num_edges={e}, got {last}")
         if o.numel() > 1 and bool((o.diff() < 0).any()):
             bad = int(torch.nonzero(o.diff() < 0)[0, 0])
-            raise ValueError(f"offsets must be non-decreasing, got offsets[{bad}]={int(o[bad])} > offsets[{bad + 1}]={int(o[bad + 1])}")
+            raise ValueError(
+                f"offsets must be non-decreasing, got offsets[{bad}]={int(o[bad])} > offsets[{bad + 1}]={int(o[bad + 1])}"
+            )
         if e > 0:
             lo, hi = int(idx.min()), int(idx.max())
             if lo < 0 or hi >= self.num_src_nodes:

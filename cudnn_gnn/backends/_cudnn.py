@@ -21,7 +21,10 @@ from torch import Tensor
 
 __all__ = ["GatCall", "mha_gat"]
 
-_GRAPH = "Tensor offsets, Tensor indices, Tensor? map_csc_to_coo, Tensor? csc_rev_offsets, Tensor? map_rev_to_coo, int num_src_nodes"
+_GRAPH = (
+    "Tensor offsets, Tensor indices, Tensor? map_csc_to_coo, Tensor? csc_rev_offsets, Tensor? map_rev_to_coo, "
+    "int num_src_nodes"
+)
 _INPUTS = "Tensor x_src, Tensor x_dst, Tensor? edge_attr, Tensor attn_weights, Tensor? dropout_mask"
 _KNOBS = "bool v2, int heads, bool concat, str activation, float activation_alpha, bool deterministic, bool grad_fp32"
 
