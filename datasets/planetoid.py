@@ -1,0 +1,118 @@
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) with the public split of Yang et al. (2016).
+
+Cora and CiteSeer ship with the package (``cudnn_gnn/datasets/data/planetoid/<Name>/raw``), so they load
+offline with no download and no write. PubMed is not bundled; pass ``root`` pointing at a copy laid out as
+PyG's ``Planetoid`` expects it. The raw pickles are parsed by PyG's own ``read_planetoid_data``, so the
+result is the same as ``torch_geometric.datasets.Planetoid(root, name)[0]`` built from the same files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from cudnn_gnn.datasets._io import as_path, package_data_dir, require_files
+from torch_geometric.data import Data
+
+__all__ = ["load_planetoid", "PLANETOID_NAMES"]
+
+#: Canonical dataset names, as PyG spells them (and as the ``<root>/<Name>/raw`` folder must be named).
+PLANETOID_NAMES = ("Cora", "CiteSeer", "PubMed")
+_BUNDLED = ("Cora", "CiteSeer")
+_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+_SPLITS = ("public", "full")
+
+
+def _raw_paths(raw_dir: Path, name: str) -> list[Path]:
+    return [raw_dir / f"ind.{name.lower()}.{suffix}" for suffix in _SUFFIXES]
+
+
+def load_planetoid(
+    name: str = "Cora",
+    root: str | os.PathLike[str] | None = None,
+    *,
+    split: str = "public",
+    normalize_features: bool = False,
+) -> Data:
+    """Load a Planetoid citation graph as one PyG ``Data`` object.
+
+    The graph is undirected (both directions stored), without self-loops, with the standard masks:
+
+    ======== ===== ====== ======== ======= ============================
+    name     nodes edges  features classes train / val / test (public)
+    ======== ===== ====== ======== ======= ============================
+    Cora     2708  10556  1433     7       140 / 500 / 1000
+    CiteSeer 3327  9104   3703     6       120 / 500 / 1000
+    PubMed   19717 88648  500      3       60 / 500 / 1000
+    ======== ===== ====== ======== ======= ============================
+
+    Args:
+        name: ``"Cora"``, ``"CiteSeer"`` or ``"PubMed"`` (case-insensitive).
+        root: ``None`` for the copy bundled with the package (Cora, CiteSeer), or a directory holding
+            ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}`` (PyG's layout). Nothing is
+            ever written under ``root`` or the package.
+        split: ``"public"`` (Planetoid's fixed 20 labels per class for training) or ``"full"`` (every node
+            outside validation and test is a training node), as in PyG's ``Planetoid``.
+        normalize_features: Row-normalise ``x`` to sum to one, as PyG's ``NormalizeFeatures`` transform and
+            the GAT paper (Velickovic et al., 2018) do.
+
+    Returns:
+        ``Data(x=[N, F] float32, edge_index=[2, E] int64, y=[N] int64, train_mask=[N], val_mask=[N],
+        test_mask=[N])`` with boolean masks.
+
+    Raises:
+        TypeError: ``name``, ``root``, ``split`` or ``normalize_features`` has the wrong type.
+        ValueError: ``name`` or ``split`` is not one of the accepted values.
+        FileNotFoundError: A raw file is missing (every missing file is named, with where to put it).
+
+    Example:
+        >>> data = load_planetoid("Cora", normalize_features=True)
+        >>> data.num_nodes, int(data.train_mask.sum())
+        (2708, 140)
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"`name` must be a str, got {type(name).__name__}")
+    canonical = {n.lower(): n for n in PLANETOID_NAMES}.get(name.lower())
+    if canonical is None:
+        raise ValueError(f"`name` must be one of {PLANETOID_NAMES} (case-insensitive), got {name!r}")
+    if not isinstance(split, str):
+        raise TypeError(f"`split` must be a str, got {type(split).__name__}")
+    if split not in _SPLITS:
+        raise ValueError(f"`split` must be one of {_SPLITS}, got {split!r}")
+    if not isinstance(normalize_features, bool):
+        raise TypeError(f"`normalize_features` must be a bool, got {type(normalize_features).__name__}")
+
+    if root is None:
+        if canonical not in _BUNDLED:
+            files = ",".join(_SUFFIXES)
+            raise FileNotFoundError(
+                f"`root` must be given for {canonical}, got None: only {_BUNDLED} ship with cudnn-gnn. Put the "
+                f"Planetoid raw files ind.{canonical.lower()}.{{{files}}} in <root>/{canonical}/raw/ "
+                "(from https://github.com/kimiyoung/planetoid/tree/master/data) and pass root=<root>."
+            )
+        raw_dir = package_data_dir() / "planetoid" / canonical / "raw"
+    else:
+        raw_dir = as_path(root, "root") / canonical / "raw"
+
+    require_files(
+        _raw_paths(raw_dir, canonical),
+        what=f"{canonical} raw files",
+        hint=(
+            f"Put the Planetoid files ind.{canonical.lower()}.* in {raw_dir} "
+            "(from https://github.com/kimiyoung/planetoid/tree/master/data); nothing is downloaded."
+        ),
+    )
+
+    # Local import: torch_geometric.io pulls in optional readers we do not need at package import time.
+    from torch_geometric.io import read_planetoid_data
+
+    data = read_planetoid_data(str(raw_dir), canonical.lower())
+    if split == "full":
+        train_mask = torch.ones_like(data.train_mask)
+        train_mask[data.val_mask | data.test_mask] = False
+        data.train_mask = train_mask
+    if normalize_features:
+        x = data.x - data.x.min()
+        data.x = x / x.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    return data
