@@ -1,0 +1,292 @@
+"""Global (full) multi-head attention among the nodes of each graph of a PyG batch, without padding.
+
+Graphs of a batch are packed back to back (PyG's layout: the nodes of graph ``b`` are rows
+``ptr[b]:ptr[b+1]``), which is the THD / varlen layout of FlashAttention and cuDNN: ``cu_seqlens == ptr``.
+
+Why not torch's cuDNN SDPA: on the project's H200 (torch 2.11 with cuDNN 9.28 preloaded), running
+``F.scaled_dot_product_attention`` on ``SDPBackend.CUDNN_ATTENTION`` once makes every later cuDNN GAT call in the
+process fail with ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE``, while the frontend's ``cudnn.sdpa_torch``
+and torch's flash / ``varlen_attn`` leave it working (``shared/device/README.md``, "What was measured there").
+So this module never selects ``SDPBackend.CUDNN_ATTENTION``: the cuDNN path is the frontend's, and every
+``F.scaled_dot_product_attention`` call here runs under ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION,
+MATH])``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from cudnn_gnn._validation import check_bool, check_float, check_index, check_int, check_probability
+from cudnn_gnn.backends import backend_info
+
+__all__ = ["graph_attention", "ATTENTION_BACKENDS"]
+
+ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "reference")
+_FLASH_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def graph_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    ptr: Tensor | None = None,
+    *,
+    batch: Tensor | None = None,
+    num_graphs: int | None = None,
+    max_num_nodes: int | None = None,
+    dropout: float = 0.0,
+    training: bool = False,
+    scale: float | None = None,
+    backend: str = "auto",
+    validate: bool = False,
+) -> Tensor:
+    r"""Multi-head softmax attention among the nodes of each graph of a batch (no mask across graphs).
+
+    .. math::
+        \mathrm{out}_i^h = \sum_{j \in G(i)} \mathrm{softmax}_j\big(s \, q_i^h \cdot k_j^h\big) \, v_j^h
+
+    where :math:`G(i)` is the graph of node :math:`i` and :math:`s` the scale. No causal mask.
+
+    Args:
+        q, k: ``[N, H, D]`` queries and keys; v: ``[N, H, Dv]``. One floating dtype, one device.
+        ptr: ``[B+1]`` int32/int64 node offsets of the graphs (``data.ptr`` of a PyG ``Batch``); repeated values
+            are empty graphs. Give ``ptr`` or ``batch``; with neither, all ``N`` nodes form one graph.
+        batch: ``[N]`` sorted graph index of each node (PyG's ``batch``). Turned into ``ptr`` on the device:
+            with ``num_graphs`` given, without a host sync; without it, one sync (empty graphs then vanish,
+            which does not change the result).
+        num_graphs: ``B``, used with ``batch``.
+        max_num_nodes: an upper bound on the nodes of one graph. The kernels need it on the host; without it
+            the op reads it from ``ptr`` (one device-to-host sync). Models pass it once per batch.
+        dropout: probability of zeroing an attention coefficient (training only), as in
+            ``nn.MultiheadAttention``. Neither cuDNN's SDPA nor ``varlen_attn`` has dropout: with
+            ``dropout > 0`` and ``training``, ``auto`` runs the ``flash`` backend's padded path.
+        training: apply ``dropout``.
+        scale: softmax scale, default ``1 / sqrt(D)``.
+        backend: ``"auto" | "cudnn" | "flash" | "reference"``.
+
+            * ``"cudnn"``: ``cudnn.sdpa_torch`` on packed ``[N, H, D]`` with ``cu_seqlens = ptr``
+              (:mod:`cudnn_gnn.backends._cudnn_sdpa`). fp16/bf16 kernel: float32/float64 inputs are cast to
+              bfloat16 inside and the output (and, through autograd, the gradients) cast back, so they carry
+              bf16 precision. Head size a multiple of 8, at most 128, ``Dv == D``. Plans are built by the
+              frontend per shape bucket (first call of a bucket: a JIT build, milliseconds to seconds); see
+              :func:`cudnn_gnn.backends._cudnn_sdpa.plan_cache_info`. Deterministic backward follows
+              ``torch.use_deterministic_algorithms``.
+            * ``"flash"``: torch's fused kernels. Without dropout, ``torch.nn.attention.varlen.varlen_attn``
+              (packed; fp32 cast to bf16 like cuDNN); with dropout, or where varlen is missing or does not fit,
+              padded ``F.scaled_dot_product_attention`` with a key-padding mask on flash / memory-efficient /
+              math kernels (any dtype).
+            * ``"reference"``: plain PyTorch math on graphs padded to ``max_num_nodes``: any device and dtype,
+              the test oracle; memory ``B * H * max_num_nodes**2``.
+            * ``"auto"``: CPU -> reference; CUDA -> cudnn when ``backend_info().sdpa_available`` and the call
+              fits it (no training dropout, head size), else flash.
+        validate: also check values (one host sync each): ``ptr`` starts at 0, never decreases and ends at ``N``;
+            ``batch`` is sorted and in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph.
+
+    Returns:
+        ``[N, H, Dv]`` in q's dtype.
+
+    Raises:
+        TypeError: a tensor argument is not a tensor or has the wrong dtype; a knob has the wrong type.
+        ValueError: shapes disagree, a value is out of range, or ``backend`` is unknown.
+        RuntimeError: ``backend="cudnn"`` or ``"flash"`` cannot run here (says why and the fix).
+        NotImplementedError: ``backend="cudnn"`` with training dropout or an unsupported head size.
+
+    Example:
+        >>> q = k = v = torch.randn(5, 2, 8)
+        >>> graph_attention(q, k, v, torch.tensor([0, 2, 5])).shape
+        torch.Size([5, 2, 8])
+    """
+    q = check_float("q", q)
+    k = check_float("k", k)
+    v = check_float("v", v)
+    if q.dim() != 3:
+        raise ValueError(f"q must have shape [N, H, D], got {tuple(q.shape)}")
+    n, h, d = q.shape
+    if tuple(k.shape) != (n, h, d):
+        raise ValueError(f"k must have shape {(n, h, d)} like q, got {tuple(k.shape)}")
+    if v.dim() != 3 or tuple(v.shape[:2]) != (n, h):
+        raise ValueError(f"v must have shape ({n}, {h}, Dv) like q, got {tuple(v.shape)}")
+    for name, t in (("k", k), ("v", v)):
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
+        if t.device != q.device:
+            raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
+    dropout = check_probability("dropout", dropout)
+    training = check_bool("training", training)
+    validate = check_bool("validate", validate)
+    if scale is None:
+        scale = 1.0 / math.sqrt(d) if d > 0 else 1.0
+    elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
+        raise TypeError(f"scale must be a float, got {type(scale).__name__}")
+    if num_graphs is not None:
+        check_int("num_graphs", num_graphs)
+    if max_num_nodes is not None:
+        check_int("max_num_nodes", max_num_nodes)
+    if not isinstance(backend, str) or backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, ATTENTION_BACKENDS))}, got {backend!r}")
+
+    ptr = _graph_offsets(n, q.device, ptr, batch, num_graphs, validate)
+    p_dropout = dropout if training else 0.0
+    chosen = _resolve(backend, q.device, d, v.shape[-1], p_dropout)
+    if n == 0:
+        return v * 0  # [0, H, Dv], connected to autograd
+    if ptr.numel() == 1:
+        raise ValueError(f"ptr must end at N={n}, got a batch of no graphs")
+    if max_num_nodes is None:
+        max_num_nodes = int((ptr[1:] - ptr[:-1]).max())  # the one host sync of the default forward
+    elif validate and int((ptr[1:] - ptr[:-1]).max()) > max_num_nodes:
+        raise ValueError(f"max_num_nodes must bound the nodes of every graph, got {max_num_nodes}")
+    max_num_nodes = max(max_num_nodes, 1)
+
+    if chosen == "cudnn":
+        from cudnn_gnn.backends import _cudnn_sdpa
+
+        return _cudnn_sdpa.sdpa_varlen(q, k, v, ptr, max_num_nodes, float(scale))
+    if chosen == "flash":
+        return _attention_torch_fused(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
+    return _attention_reference(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
+
+
+def _graph_offsets(
+    n: int, device: torch.device, ptr: Tensor | None, batch: Tensor | None, num_graphs: int | None, validate: bool
+) -> Tensor:
+    """``[B+1]`` int64 offsets on ``device`` from ``ptr``, ``batch`` or neither (one graph)."""
+    if ptr is not None and batch is not None:
+        raise ValueError("ptr and batch must not both be given, got both")
+    if ptr is not None:
+        ptr = check_index("ptr", ptr)
+        if ptr.dim() != 1 or ptr.numel() < 1:
+            raise ValueError(f"ptr must have shape [B+1] with B >= 0, got {tuple(ptr.shape)}")
+        if ptr.device != device:
+            raise ValueError(f"ptr must be on q's device {device}, got {ptr.device}")
+        if num_graphs is not None and ptr.numel() != num_graphs + 1:
+            raise ValueError(f"ptr must have num_graphs + 1 = {num_graphs + 1} entries, got {ptr.numel()}")
+        if validate:
+            p = ptr.tolist()
+            if p[0] != 0 or p[-1] != n or any(b < a for a, b in zip(p, p[1:])):
+                raise ValueError(f"ptr must start at 0, never decrease and end at N={n}, got {p[:8]}...")
+        return ptr.long()
+    if batch is None:
+        return torch.tensor([0, n], device=device)
+    batch = check_index("batch", batch)
+    if tuple(batch.shape) != (n,):
+        raise ValueError(f"batch must have shape [N] = ({n},), got {tuple(batch.shape)}")
+    if batch.device != device:
+        raise ValueError(f"batch must be on q's device {device}, got {batch.device}")
+    if validate and n > 0:
+        if bool((batch[1:] < batch[:-1]).any()) or int(batch[0]) < 0:
+            raise ValueError("batch must be sorted and non-negative (nodes of one graph contiguous), got unsorted")
+        if num_graphs is not None and int(batch[-1]) >= num_graphs:
+            raise ValueError(f"batch must be < num_graphs={num_graphs}, got {int(batch[-1])}")
+    if num_graphs is not None:
+        bounds = torch.arange(num_graphs + 1, device=device, dtype=batch.dtype)
+        return torch.searchsorted(batch, bounds).long()
+    if n == 0:
+        return torch.zeros(1, dtype=torch.long, device=device)
+    counts = torch.unique_consecutive(batch, return_counts=True)[1]
+    return F.pad(counts.cumsum(0), (1, 0))
+
+
+def _resolve(backend: str, device: torch.device, d: int, dv: int, p_dropout: float) -> str:
+    """The backend that runs (host-only; raises for explicit choices that cannot run)."""
+    if backend == "reference":
+        return "reference"
+    if device.type != "cuda":
+        if backend in ("cudnn", "flash"):
+            raise RuntimeError(f"backend={backend!r} needs CUDA tensors, got tensors on {device}; use backend='reference'")
+        return "reference"
+    if backend == "flash":
+        return "flash"
+    from cudnn_gnn.backends import _cudnn_sdpa
+
+    why_not = _cudnn_sdpa.supports(d, dv)
+    if p_dropout > 0:
+        why_not = "cudnn.sdpa_torch has no attention dropout"
+    if backend == "auto":
+        return "cudnn" if why_not is None and backend_info().sdpa_available else "flash"
+    info = backend_info()
+    if not info.sdpa_available:
+        raise RuntimeError(
+            f"backend='cudnn' is unavailable: {info.reason or 'cudnn.sdpa_torch missing'}. "
+            f"Fix: {info.fix or 'pip install --no-deps -U nvidia-cudnn-frontend>=1.32'}"
+        )
+    if why_not is not None:
+        raise NotImplementedError(f"backend='cudnn' cannot run this call: {why_not}; use backend='flash' or 'auto'")
+    return "cudnn"
+
+
+def _pad_index(ptr: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Graph id and position of each node, and the node count of each graph (device-side, no sync)."""
+    counts = ptr[1:] - ptr[:-1]
+    graph = torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts, output_size=n)
+    pos = torch.arange(n, device=ptr.device) - ptr[graph]
+    return graph, pos, counts
+
+
+def _to_padded(x: Tensor, graph: Tensor, pos: Tensor, b: int, s: int) -> Tensor:
+    """``[N, H, D]`` -> ``[B, H, S, D]`` with zeros past each graph's nodes (differentiable)."""
+    out = x.new_zeros(b, s, *x.shape[1:])
+    out = out.index_put((graph, pos), x)
+    return out.transpose(1, 2)
+
+
+def _attention_reference(q: Tensor, k: Tensor, v: Tensor, ptr: Tensor, s: int, scale: float, p: float) -> Tensor:
+    n = q.shape[0]
+    graph, pos, counts = _pad_index(ptr, n)
+    b = counts.numel()
+    qd, kd, vd = (_to_padded(x, graph, pos, b, s) for x in (q, k, v))
+    scores = torch.matmul(qd, kd.transpose(-1, -2)) * scale  # [B, H, S, S]
+    key_valid = torch.arange(s, device=q.device) < counts[:, None]  # [B, S]
+    # A finite fill, not -inf: padding rows of empty graphs stay NaN-free in forward and backward.
+    scores = scores.masked_fill(~key_valid[:, None, None, :], torch.finfo(scores.dtype).min)
+    attn = torch.softmax(scores, dim=-1)
+    if p > 0:
+        attn = F.dropout(attn, p=p, training=True)
+    out = torch.matmul(attn, vd)  # [B, H, S, Dv]
+    return out.transpose(1, 2)[graph, pos]
+
+
+def _varlen_attn():  # type: ignore[no-untyped-def]
+    """torch's ``varlen_attn`` if it exists and runs on flash (never on torch's cuDNN attention), else None."""
+    try:
+        from torch.nn.attention import varlen
+    except ImportError:
+        return None
+    fn = getattr(varlen, "varlen_attn", None)
+    route = getattr(varlen, "_should_use_cudnn", None)
+    if fn is None or (route is not None and torch.cuda.is_available() and route(torch.cuda.current_device())):
+        return None  # it would run SDPBackend.CUDNN_ATTENTION's kernel: see the module docstring
+    return fn
+
+
+def _attention_torch_fused(q: Tensor, k: Tensor, v: Tensor, ptr: Tensor, s: int, scale: float, p: float) -> Tensor:
+    d = q.shape[-1]
+    fn = _varlen_attn() if p == 0 else None
+    if fn is not None and d % 8 == 0 and d <= 256 and v.shape[-1] == d:
+        out_dtype = q.dtype
+        if q.dtype not in _FLASH_DTYPES:
+            q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
+        cu = ptr.to(torch.int32)
+        kwargs = {}
+        if "scale" in inspect.signature(fn).parameters:
+            kwargs["scale"] = scale
+        elif not math.isclose(scale * math.sqrt(d), 1.0):
+            q = q * (scale * math.sqrt(d))  # older varlen_attn has no scale= and uses 1/sqrt(D)
+        out = fn(q.contiguous(), k.contiguous(), v.contiguous(), cu, cu, s, s, **kwargs)
+        return out.to(out_dtype)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    n = q.shape[0]
+    graph, pos, counts = _pad_index(ptr, n)
+    b = counts.numel()
+    qd, kd, vd = (_to_padded(x, graph, pos, b, s) for x in (q, k, v))
+    mask = (torch.arange(s, device=q.device) < counts[:, None])[:, None, None, :]  # [B, 1, 1, S], True = attend
+    # Never SDPBackend.CUDNN_ATTENTION (module docstring).
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        out = F.scaled_dot_product_attention(qd, kd, vd, attn_mask=mask, dropout_p=p, scale=scale)
+    return out.transpose(1, 2)[graph, pos]

@@ -1,0 +1,331 @@
+"""CPU tests of :func:`cudnn_gnn.ops.graph_attention.graph_attention` and the cuDNN SDPA adapter (with a fake kernel)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from cudnn_gnn.backends import _cudnn_sdpa
+from cudnn_gnn.ops import graph_attention as ga_module
+from cudnn_gnn.ops.graph_attention import graph_attention
+
+# A labelled catalogue of batches, as node counts per graph (0 = an empty graph: a repeated ptr value).
+BATCHES = {
+    "one_graph": [7],
+    "ragged": [3, 1, 6, 2],
+    "single_nodes": [1, 1, 1],
+    "empty_graphs": [0, 4, 0, 0, 3, 0],
+    "one_big_many_small": [12, 1, 2, 1],
+}
+
+
+def _ptr(sizes: list[int]) -> torch.Tensor:
+    return torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], dtype=torch.long)
+
+
+def _qkv(n: int, h: int = 2, d: int = 8, dtype: torch.dtype = torch.float64, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(n, h, d, generator=g, dtype=dtype) for _ in range(3))
+
+
+def _dense_per_graph(q, k, v, sizes, scale=None):
+    """The oracle: plain softmax attention, one graph at a time."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    outs, start = [], 0
+    for n in sizes:
+        qs, ks, vs = (x[start : start + n].transpose(0, 1) for x in (q, k, v))  # [H, n, D]
+        attn = torch.softmax(qs @ ks.transpose(-1, -2) * scale, dim=-1)
+        outs.append((attn @ vs).transpose(0, 1))
+        start += n
+    return torch.cat(outs) if outs else q.new_zeros(0, *q.shape[1:])
+
+
+@pytest.mark.parametrize("name", list(BATCHES))
+def test_reference_matches_per_graph_softmax(name):
+    sizes = BATCHES[name]
+    q, k, v = _qkv(sum(sizes))
+    out = graph_attention(q, k, v, _ptr(sizes), backend="reference", validate=True)
+    torch.testing.assert_close(out, _dense_per_graph(q, k, v, sizes), rtol=1e-12, atol=1e-12)
+    assert out.dtype == torch.float64 and out.shape == q.shape
+
+
+def test_custom_scale_and_value_width():
+    sizes = [3, 5]
+    q, k, _ = _qkv(8)
+    v = torch.randn(8, 2, 5, dtype=torch.float64)
+    out = graph_attention(q, k, v, _ptr(sizes), scale=0.3)
+    torch.testing.assert_close(out, _dense_per_graph(q, k, v, sizes, scale=0.3))
+
+
+@pytest.mark.parametrize("name", ["ragged", "empty_graphs"])
+def test_gradcheck_reference(name):
+    sizes = BATCHES[name]
+    q, k, v = (x.requires_grad_() for x in _qkv(sum(sizes), h=2, d=3))
+    ptr = _ptr(sizes)
+    assert torch.autograd.gradcheck(lambda a, b, c: graph_attention(a, b, c, ptr, max_num_nodes=max(sizes)), (q, k, v))
+
+
+def test_gradients_match_per_graph():
+    sizes = BATCHES["empty_graphs"]
+    q, k, v = (x.requires_grad_() for x in _qkv(sum(sizes)))
+    w = torch.randn(sum(sizes), 2, 8, dtype=torch.float64)
+    got = torch.autograd.grad((graph_attention(q, k, v, _ptr(sizes)) * w).sum(), (q, k, v))
+    want = torch.autograd.grad((_dense_per_graph(q, k, v, sizes) * w).sum(), (q, k, v))
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g, e)
+
+
+@pytest.mark.parametrize("index_dtype", [torch.int32, torch.int64])
+def test_batch_equals_ptr(index_dtype):
+    sizes = BATCHES["empty_graphs"]
+    q, k, v = _qkv(sum(sizes))
+    ptr = _ptr(sizes).to(index_dtype)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes)).to(index_dtype)
+    want = graph_attention(q, k, v, ptr)
+    torch.testing.assert_close(graph_attention(q, k, v, batch=batch), want, rtol=0, atol=0)
+    torch.testing.assert_close(graph_attention(q, k, v, batch=batch, num_graphs=len(sizes)), want, rtol=0, atol=0)
+    torch.testing.assert_close(graph_attention(q, k, v, batch=batch, max_num_nodes=16), want)
+
+
+def test_no_ptr_means_one_graph():
+    q, k, v = _qkv(6)
+    torch.testing.assert_close(graph_attention(q, k, v), _dense_per_graph(q, k, v, [6]))
+
+
+def test_empty_input_keeps_autograd():
+    q, k, v = (x.requires_grad_() for x in _qkv(0))
+    out = graph_attention(q, k, v, torch.zeros(1, dtype=torch.long))
+    assert out.shape == (0, 2, 8)
+    out.sum().backward()
+    assert v.grad is not None and v.grad.shape == v.shape
+
+
+def test_non_contiguous_inputs():
+    sizes = [4, 3]
+    qkv = torch.randn(7, 3, 2, 8, dtype=torch.float64)
+    q, k, v = qkv.unbind(1)
+    assert not q.is_contiguous()
+    torch.testing.assert_close(graph_attention(q, k, v, _ptr(sizes)), _dense_per_graph(q, k, v, sizes))
+
+
+def test_dropout_reproducible_with_seed():
+    sizes = BATCHES["ragged"]
+    q, k, v = _qkv(sum(sizes))
+    ptr = _ptr(sizes)
+    torch.manual_seed(7)
+    a = graph_attention(q, k, v, ptr, dropout=0.5, training=True)
+    torch.manual_seed(7)
+    b = graph_attention(q, k, v, ptr, dropout=0.5, training=True)
+    torch.manual_seed(8)
+    c = graph_attention(q, k, v, ptr, dropout=0.5, training=True)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert not torch.allclose(a, c)
+    # Not training: dropout is off.
+    torch.testing.assert_close(graph_attention(q, k, v, ptr, dropout=0.5), _dense_per_graph(q, k, v, sizes))
+
+
+def test_dropout_is_unbiased_in_expectation():
+    sizes = [5]
+    q, k, v = _qkv(5)
+    torch.manual_seed(0)
+    mean = torch.stack([graph_attention(q, k, v, _ptr(sizes), dropout=0.3, training=True) for _ in range(1500)]).mean(0)
+    torch.testing.assert_close(mean, _dense_per_graph(q, k, v, sizes), rtol=0, atol=0.1)
+
+
+# ----------------------------------------------------------------------------------------------- errors
+
+
+def _err(exc, match, **overrides):
+    q, k, v = _qkv(5)
+    args = {"q": q, "k": k, "v": v, "ptr": _ptr([2, 3])}
+    args.update(overrides)
+    with pytest.raises(exc, match=match):
+        graph_attention(args.pop("q"), args.pop("k"), args.pop("v"), args.pop("ptr"), **args)
+
+
+def test_errors_name_the_argument():
+    q, k, v = _qkv(5)
+    _err(TypeError, "^q must be a torch.Tensor", q=q.tolist())
+    _err(TypeError, "^q must have a floating dtype", q=q.long())
+    _err(ValueError, r"^q must have shape \[N, H, D\]", q=q[:, 0])
+    _err(ValueError, "^k must have shape", k=k[:4])
+    _err(ValueError, "^v must have shape", v=v[:, :1])
+    _err(TypeError, "^k must have q's dtype", k=k.float())
+    _err(TypeError, "^ptr must have dtype int32 or int64", ptr=torch.tensor([0.0, 5.0]))
+    _err(ValueError, r"^ptr must have shape \[B\+1\]", ptr=torch.tensor([[0, 5]]))
+    _err(ValueError, "^ptr must have num_graphs", num_graphs=3)
+    _err(ValueError, "^ptr and batch must not both be given", batch=torch.zeros(5, dtype=torch.long))
+    _err(ValueError, r"^batch must have shape \[N\]", ptr=None, batch=torch.zeros(4, dtype=torch.long))
+    _err(TypeError, "^batch must have dtype", ptr=None, batch=torch.zeros(5))
+    _err(ValueError, r"^dropout must be in \[0, 1\)", dropout=1.0)
+    _err(TypeError, "^training must be a bool", training=1)
+    _err(TypeError, "^scale must be a float", scale="x")
+    _err(TypeError, "^max_num_nodes must be an int", max_num_nodes=2.0)
+    _err(ValueError, "^backend must be one of", backend="triton")
+    _err(RuntimeError, "backend='cudnn' needs CUDA tensors", backend="cudnn")
+    _err(RuntimeError, "backend='flash' needs CUDA tensors", backend="flash")
+
+
+def test_value_checks_behind_validate():
+    _err(ValueError, "^ptr must start at 0, never decrease and end at N", ptr=torch.tensor([0, 3, 2, 5]), validate=True)
+    _err(ValueError, "^ptr must start at 0, never decrease and end at N", ptr=torch.tensor([0, 2, 4]), validate=True)
+    _err(ValueError, "^max_num_nodes must bound", max_num_nodes=2, validate=True)
+    _err(ValueError, "^batch must be sorted", ptr=None, batch=torch.tensor([0, 1, 0, 1, 1]), validate=True)
+    _err(ValueError, "^batch must be < num_graphs", ptr=None, batch=torch.tensor([0, 0, 1, 1, 2]), num_graphs=2, validate=True)
+    _err(ValueError, "^ptr must end at N", ptr=torch.tensor([0]))
+
+
+# ----------------------------------------------------------------------------------------------- backend choice
+
+
+class _Info:
+    def __init__(self, sdpa: bool):
+        self.sdpa_available = sdpa
+        self.reason = None if sdpa else "the loaded cuDNN is 9.19"
+        self.fix = None if sdpa else "LD_PRELOAD a cuDNN >= 9.28"
+
+
+@pytest.mark.parametrize(
+    ("backend", "sdpa", "d", "p", "want"),
+    [
+        ("auto", True, 16, 0.0, "cudnn"),
+        ("auto", False, 16, 0.0, "flash"),
+        ("auto", True, 12, 0.0, "flash"),  # head size not a multiple of 8
+        ("auto", True, 16, 0.1, "flash"),  # training dropout
+        ("cudnn", True, 16, 0.0, "cudnn"),
+        ("flash", True, 16, 0.0, "flash"),
+        ("reference", True, 16, 0.0, "reference"),
+    ],
+)
+def test_resolution_on_cuda(monkeypatch, backend, sdpa, d, p, want):
+    monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(sdpa))
+    assert ga_module._resolve(backend, torch.device("cuda"), d, d, p) == want
+
+
+def test_explicit_cudnn_refusals(monkeypatch):
+    monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(False))
+    with pytest.raises(RuntimeError, match="backend='cudnn' is unavailable: the loaded cuDNN is 9.19. Fix: LD_PRELOAD"):
+        ga_module._resolve("cudnn", torch.device("cuda"), 16, 16, 0.0)
+    monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(True))
+    with pytest.raises(NotImplementedError, match="no attention dropout"):
+        ga_module._resolve("cudnn", torch.device("cuda"), 16, 16, 0.2)
+    with pytest.raises(NotImplementedError, match="multiple of 8"):
+        ga_module._resolve("cudnn", torch.device("cuda"), 20, 20, 0.0)
+
+
+def test_cpu_auto_is_reference():
+    assert ga_module._resolve("auto", torch.device("cpu"), 16, 16, 0.0) == "reference"
+
+
+# ----------------------------------------------------------------------------------------------- cuDNN adapter, faked
+
+
+class FakeSdpa:
+    """Stands in for ``cudnn.sdpa_torch`` on CPU: enforces its THD contract, computes with the reference, and
+    counts the frontend's plan builds the way its cache keys them (forward: B, max_seqlen, dtype, shapes, scale;
+    backward: also the token total rounded to 64)."""
+
+    def __init__(self):
+        self.compute = True  # False: shapes only (for counting builds fast)
+        self.calls = 0
+        self.fwd_keys: set = set()
+        self.bwd_keys: set = set()
+
+    def __call__(self, q, k, v, *, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, return_lse):
+        assert q.dtype in (torch.float16, torch.bfloat16), q.dtype
+        assert q.dim() == 3 and k.shape == q.shape and v.shape[:2] == q.shape[:2]
+        assert cu_seqlens_q.dtype == torch.int32 and cu_seqlens_kv is cu_seqlens_q
+        assert return_lse
+        lengths = cu_seqlens_q.diff()
+        assert int(lengths.max()) <= max_seqlen_q == max_seqlen_kv
+        assert int(cu_seqlens_q[-1]) <= q.shape[0] and q.shape[0] % 64 == 0
+        self.calls += 1
+        b = cu_seqlens_q.numel() - 1
+        self.fwd_keys.add((q.dtype, b, max_seqlen_q, q.shape[1:], scale))
+        self.bwd_keys.add((q.dtype, b, max_seqlen_q, -(-q.shape[0] // 64) * 64, q.shape[1:], scale))
+        t = int(cu_seqlens_q[-1])
+        if not self.compute:
+            return q.new_zeros(q.shape[0], q.shape[1], v.shape[2]), torch.empty(0)
+        out = ga_module._attention_reference(
+            q[:t].float(), k[:t].float(), v[:t].float(), cu_seqlens_q.long(), max_seqlen_q, scale, 0.0
+        )
+        out = torch.cat([out, out.new_full((q.shape[0] - t, *out.shape[1:]), float("nan"))]).to(q.dtype)
+        return out, torch.empty(0)
+
+
+@pytest.fixture
+def fake_sdpa(monkeypatch):
+    fake = FakeSdpa()
+    monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: fake)
+    _cudnn_sdpa.clear_plan_cache()
+    yield fake
+    _cudnn_sdpa.clear_plan_cache()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["ragged", "empty_graphs"])
+def test_cudnn_adapter_casts_pads_and_slices(fake_sdpa, dtype, name):
+    sizes = BATCHES[name]
+    q, k, v = (x.to(dtype).requires_grad_() for x in _qkv(sum(sizes), d=16))
+    out = _cudnn_sdpa.sdpa_varlen(q, k, v, _ptr(sizes), max(sizes), 0.25)
+    assert out.dtype == dtype and out.shape == q.shape
+    want = _dense_per_graph(q.double(), k.double(), v.double(), sizes, scale=0.25)
+    torch.testing.assert_close(out.double(), want, rtol=0.05, atol=0.03)
+    out.float().sum().backward()
+    assert q.grad is not None and q.grad.dtype == dtype and torch.isfinite(q.grad).all()
+
+
+def test_buckets():
+    assert [_cudnn_sdpa.bucket_seqlen(n) for n in (1, 16, 17, 100, 500)] == [16, 16, 32, 128, 512]
+    for t in (1, 64, 65, 100, 1000, 12_345, 33_000):
+        b = _cudnn_sdpa.bucket_tokens(t)
+        assert t <= b <= max(64, math.ceil(t * 1.125 / 64) * 64) and b % 64 == 0
+
+
+def test_ragged_epoch_builds_few_plans(fake_sdpa):
+    """One epoch of 60 ragged batches (128 graphs of 10-500 nodes, a smaller last batch): count plan builds."""
+    fake_sdpa.compute = False
+    g = torch.Generator().manual_seed(0)
+    q = torch.zeros(1, 1, 8)
+    for step in range(60):
+        b = 128 if step < 59 else 37
+        sizes = torch.randint(10, 501, (b,), generator=g)
+        ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
+        n = int(ptr[-1])
+        x = q.expand(n, 1, 8)
+        _cudnn_sdpa.sdpa_varlen(x, x, x, ptr, int(sizes.max()), 1.0)
+    info = _cudnn_sdpa.plan_cache_info()
+    assert fake_sdpa.calls == 60 and info.hits + info.misses == 60
+    assert len(fake_sdpa.fwd_keys) <= 3  # B in {128, 37}, max_seqlen bucket 512
+    assert len(fake_sdpa.bwd_keys) <= 8 and info.misses <= 8 and info.evictions == 0
+    # Without buckets every distinct (max_seqlen, round64(T)) pair would be a build:
+    g = torch.Generator().manual_seed(0)
+    raw = set()
+    for step in range(60):
+        sizes = torch.randint(10, 501, (128 if step < 59 else 37,), generator=g)
+        raw.add((int(sizes.max()), -(-int(sizes.sum()) // 64) * 64))
+    assert len(raw) > 40
+
+
+def test_ledger_is_a_bounded_lru():
+    ledger = _cudnn_sdpa.PlanLedger(maxsize=2)
+    assert ledger.touch(("a",)) and ledger.touch(("b",))
+    assert not ledger.touch(("a",))  # a is now most recent
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        assert ledger.touch(("c",))  # evicts b
+    assert any("shape buckets" in str(x.message) for x in w)
+    assert not ledger.touch(("a",)) and ledger.touch(("b",))
+    info = ledger.info()
+    assert (info.hits, info.misses, info.evictions, info.currsize, info.maxsize) == (2, 4, 2, 2, 2)
+    with pytest.raises(ValueError, match="maxsize must be >= 1"):
+        _cudnn_sdpa.PlanLedger(0)
+
+
+def test_supports():
+    assert _cudnn_sdpa.supports(64, 64) is None
+    assert "multiple of 8" in _cudnn_sdpa.supports(12, 12)
+    assert "differs" in _cudnn_sdpa.supports(16, 8)
