@@ -1,0 +1,391 @@
+"""OGB node property prediction datasets (ogbn-arxiv, -products, -proteins, -papers100M), read offline.
+
+The loader reads the on-disk layout that the ``ogb`` package leaves after its download, from a directory
+the user filled beforehand; it never downloads and never prompts::
+
+    <root>/ogbn_arxiv/raw/{edge,node-feat,node-label,num-node-list,num-edge-list}.csv.gz  (+ node_year.csv.gz)
+    <root>/ogbn_arxiv/split/time/{train,valid,test}.csv.gz
+    <root>/ogbn_products/raw/...           split/sales_ranking/...
+    <root>/ogbn_proteins/raw/...           (edge-feat.csv.gz, no node-feat; node_species.csv.gz)  split/species/...
+    <root>/ogbn_papers100M/raw/{data.npz,node-label.npz}                                  split/time/...
+
+Parsed arrays are cached as ``.npy`` files in ``<root>/<dir>/processed_cudnn_gnn/`` and reloaded without
+parsing while the raw files keep their size and modification time. ogbn-papers100M's arrays are streamed out of
+the ``.npz`` archives (never held in memory whole) and memory-mapped copy-on-write on load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from cudnn_gnn.datasets._io import as_path, read_csv_gz, require_files
+from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
+from cudnn_gnn.datasets._metrics import make_evaluator
+from torch_geometric.data import Data
+
+__all__ = ["load_ogbn", "ogb_evaluator", "add_inverse_edges", "CACHE_DIR_NAME"]
+
+#: Name of the cache folder created next to ``raw/`` and ``split/``.
+CACHE_DIR_NAME = "processed_cudnn_gnn"
+_CACHE_FORMAT = 1
+_SPLIT_PARTS = ("train", "valid", "test")
+
+
+def add_inverse_edges(edge_index: torch.Tensor, edge_attr: torch.Tensor | None = None):
+    """Add the reverse of every edge the way OGB does: edge ``i`` becomes rows ``2i`` (as given) and ``2i+1``
+    (reversed), and ``edge_attr`` rows are repeated to match.
+
+    Args:
+        edge_index: ``[2, E]`` integer tensor.
+        edge_attr: Optional ``[E, ...]`` tensor.
+
+    Returns:
+        ``(edge_index [2, 2E], edge_attr [2E, ...] or None)``.
+    """
+    out = torch.empty((2, 2 * edge_index.size(1)), dtype=edge_index.dtype, device=edge_index.device)
+    out[:, 0::2] = edge_index
+    out[0, 1::2] = edge_index[1]
+    out[1, 1::2] = edge_index[0]
+    if edge_attr is not None:
+        edge_attr = edge_attr.repeat_interleave(2, dim=0)
+    return out, edge_attr
+
+
+def _download_hint(meta: OgbnMeta, root: Path) -> str:
+    zip_name = meta.url.rsplit("/", 1)[-1]
+    folder = zip_name[: -len(".zip")]
+    return (
+        f"Nothing is downloaded at run time. Fetch {meta.url} yourself, unzip it in {root}, and rename the "
+        f"extracted folder {folder!r} to {meta.dir_name!r} (the layout the `ogb` package uses)."
+    )
+
+
+def _raw_files(meta: OgbnMeta, ds_dir: Path) -> list[Path]:
+    raw = ds_dir / "raw"
+    if meta.binary:
+        files = [raw / "data.npz", raw / "node-label.npz"]
+    else:
+        names = ["edge", "num-node-list", "num-edge-list", "node-label"]
+        if meta.num_features:
+            names.append("node-feat")
+        if meta.num_edge_features:
+            names.append("edge-feat")
+        files = [raw / f"{n}.csv.gz" for n in names]
+    files += [ds_dir / "split" / meta.split / f"{part}.csv.gz" for part in _SPLIT_PARTS]
+    return files
+
+
+def _optional_node_files(meta: OgbnMeta, ds_dir: Path) -> dict[str, Path]:
+    found = {}
+    for key in meta.additional_node_files:
+        for candidate in (key, key.removeprefix("node_")):  # ogb once shipped proteins' species.csv.gz
+            path = ds_dir / "raw" / f"{candidate}.csv.gz"
+            if path.is_file():
+                found[key] = path
+                break
+    return found
+
+
+def _stamp(paths: list[Path], ds_dir: Path) -> dict[str, list[int]]:
+    return {str(p.relative_to(ds_dir)): [p.stat().st_size, p.stat().st_mtime_ns] for p in paths}
+
+
+def _check(condition: bool, message: str) -> None:
+    if not condition:
+        raise ValueError(message)
+
+
+def _parse_csv_raw(meta: OgbnMeta, ds_dir: Path) -> dict[str, np.ndarray]:
+    """Parse the ``*.csv.gz`` layout into arrays (edges as stored, without inverse edges)."""
+    raw = ds_dir / "raw"
+    edge = read_csv_gz(raw / "edge.csv.gz", np.int64, ncols=2)
+    num_nodes_list = read_csv_gz(raw / "num-node-list.csv.gz", np.int64, ncols=1)[:, 0]
+    num_edges_list = read_csv_gz(raw / "num-edge-list.csv.gz", np.int64, ncols=1)[:, 0]
+    _check(len(num_nodes_list) == 1, f"`num-node-list.csv.gz` must hold one graph, got {len(num_nodes_list)} rows")
+    num_nodes = int(num_nodes_list[0])
+    _check(
+        int(num_edges_list.sum()) == len(edge),
+        f"`edge.csv.gz` must have num-edge-list's {int(num_edges_list.sum())} rows, got {len(edge)}",
+    )
+    if len(edge):
+        lo, hi = int(edge.min()), int(edge.max())
+        _check(lo >= 0 and hi < num_nodes, f"`edge.csv.gz` must index nodes in [0, {num_nodes}), got [{lo}, {hi}]")
+    arrays: dict[str, np.ndarray] = {
+        "num_nodes": np.array(num_nodes, dtype=np.int64),
+        "edge_index": np.ascontiguousarray(edge.T),
+    }
+    if meta.num_features:
+        x = read_csv_gz(raw / "node-feat.csv.gz", np.float32)
+        _check(x.shape[0] == num_nodes, f"`node-feat.csv.gz` must have {num_nodes} rows, got {x.shape[0]}")
+        arrays["x"] = x
+    if meta.num_edge_features:
+        edge_attr = read_csv_gz(raw / "edge-feat.csv.gz", np.float32)
+        _check(len(edge_attr) == len(edge), f"`edge-feat.csv.gz` must have {len(edge)} rows, got {len(edge_attr)}")
+        arrays["edge_attr"] = edge_attr
+    y = read_csv_gz(raw / "node-label.csv.gz", np.float32, ncols=meta.num_tasks)
+    _check(len(y) == num_nodes, f"`node-label.csv.gz` must have {num_nodes} rows, got {len(y)}")
+    arrays["y"] = y
+    for key, path in _optional_node_files(meta, ds_dir).items():
+        values = read_csv_gz(path, np.int64)
+        _check(len(values) == num_nodes, f"`{path.name}` must have {num_nodes} rows, got {len(values)}")
+        arrays[key] = values
+    arrays.update(_parse_split(meta, ds_dir, num_nodes))
+    return arrays
+
+
+def _parse_split(meta: OgbnMeta, ds_dir: Path, num_nodes: int) -> dict[str, np.ndarray]:
+    arrays = {}
+    for part in _SPLIT_PARTS:
+        path = ds_dir / "split" / meta.split / f"{part}.csv.gz"
+        idx = read_csv_gz(path, np.int64, ncols=1)[:, 0]
+        if len(idx):
+            lo, hi = int(idx.min()), int(idx.max())
+            _check(lo >= 0 and hi < num_nodes, f"`{path.name}` must index nodes in [0, {num_nodes}), got [{lo}, {hi}]")
+        arrays[f"{part}_idx"] = idx
+    return arrays
+
+
+def _extract_npz_member(archive: Path, member: str, target: Path) -> None:
+    """Copy ``<member>.npy`` out of an ``.npz`` archive to ``target`` by streaming (O(1) memory)."""
+    with zipfile.ZipFile(archive) as zf:
+        names = zf.namelist()
+        if f"{member}.npy" not in names:
+            raise ValueError(f"`{archive.name}` must contain {member!r}, got {sorted(n[:-4] for n in names)}")
+        tmp = target.with_suffix(".npy.tmp")
+        with zf.open(f"{member}.npy") as src, open(tmp, "wb") as dst:
+            shutil.copyfileobj(src, dst, length=16 << 20)
+        os.replace(tmp, target)
+
+
+def _binary_members(meta: OgbnMeta, ds_dir: Path) -> dict[str, tuple[Path, str]]:
+    raw = ds_dir / "raw"
+    with zipfile.ZipFile(raw / "data.npz") as zf:
+        present = {n[:-4] for n in zf.namelist()}
+    members = {"edge_index": (raw / "data.npz", "edge_index"), "y": (raw / "node-label.npz", "node_label")}
+    pairs = [("x", "node_feat"), ("num_nodes_list", "num_nodes_list")]
+    pairs += [(key, key) for key in meta.additional_node_files]
+    for ours, theirs in pairs:
+        if theirs in present:
+            members[ours] = (raw / "data.npz", theirs)
+    return members
+
+
+def _parse_binary_raw(meta: OgbnMeta, ds_dir: Path, out_dir: Path | None) -> dict[str, np.ndarray]:
+    """Read the ``data.npz`` layout. With ``out_dir``, stream every array to ``out_dir/<key>.npy`` and
+    memory-map it; without, load it into memory."""
+    arrays: dict[str, np.ndarray] = {}
+    for ours, (archive, member) in _binary_members(meta, ds_dir).items():
+        if out_dir is None:
+            with np.load(archive) as npz:
+                arrays[ours] = npz[member]
+        else:
+            _extract_npz_member(archive, member, out_dir / f"{ours}.npy")
+            arrays[ours] = np.load(out_dir / f"{ours}.npy", mmap_mode="c")
+    if "num_nodes_list" in arrays:
+        num_nodes = int(np.asarray(arrays.pop("num_nodes_list")).sum())
+        if out_dir is not None:
+            (out_dir / "num_nodes_list.npy").unlink()
+    else:
+        num_nodes = len(arrays["y"])
+    _check(len(arrays["y"]) == num_nodes, f"`node-label.npz` must have {num_nodes} rows, got {len(arrays['y'])}")
+    arrays["num_nodes"] = np.array(num_nodes, dtype=np.int64)
+    arrays["y"] = arrays["y"].reshape(num_nodes, -1) if arrays["y"].ndim == 1 else arrays["y"]
+    arrays.update(_parse_split(meta, ds_dir, num_nodes))
+    return arrays
+
+
+def _load_cache(cache_dir: Path, stamp: dict, mmap: bool) -> dict[str, np.ndarray] | None:
+    manifest = cache_dir / "manifest.json"
+    if not manifest.is_file():
+        return None
+    try:
+        info = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    if info.get("format") != _CACHE_FORMAT or info.get("sources") != stamp:
+        return None
+    arrays = {}
+    for key in info["arrays"]:
+        path = cache_dir / f"{key}.npy"
+        if not path.is_file():
+            return None
+        arrays[key] = np.load(path, mmap_mode="c" if mmap else None)
+    return arrays
+
+
+def _write_cache(cache_dir: Path, stamp: dict, arrays: dict[str, np.ndarray]) -> None:
+    for key, value in arrays.items():
+        if isinstance(value, np.memmap):  # already streamed into the cache by _parse_binary_raw
+            continue
+        tmp = cache_dir / f"{key}.tmp.npy"
+        np.save(tmp, value)
+        os.replace(tmp, cache_dir / f"{key}.npy")
+    info = {"format": _CACHE_FORMAT, "sources": stamp, "arrays": sorted(arrays)}
+    tmp = cache_dir / "manifest.json.tmp"
+    tmp.write_text(json.dumps(info, indent=1))
+    os.replace(tmp, cache_dir / "manifest.json")
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    # Memory maps are opened copy-on-write ("c"), so they are writable and torch does not warn; writes stay
+    # private to this process and never reach the file.
+    return torch.from_numpy(array) if isinstance(array, np.ndarray) and array.ndim else torch.as_tensor(array)
+
+
+def _to_data(meta: OgbnMeta, arrays: dict[str, np.ndarray]) -> Data:
+    num_nodes = int(arrays["num_nodes"])
+    edge_index = _tensor(arrays["edge_index"])
+    if edge_index.dtype != torch.int64:
+        edge_index = edge_index.to(torch.int64)
+    edge_attr = _tensor(arrays["edge_attr"]) if "edge_attr" in arrays else None
+    if meta.add_inverse_edge:
+        edge_index, edge_attr = add_inverse_edges(edge_index, edge_attr)
+    y = _tensor(arrays["y"])
+    if "classification" in meta.task_type and not bool(torch.isnan(y.float()).any()):
+        y = y.to(torch.long)  # as OGB: integer labels unless some are missing (NaN)
+    data = Data(num_nodes=num_nodes, edge_index=edge_index, y=y)
+    if "x" in arrays:
+        data.x = _tensor(arrays["x"])
+    if edge_attr is not None:
+        data.edge_attr = edge_attr
+    for key in meta.additional_node_files:
+        if key in arrays:
+            data[key] = _tensor(arrays[key])
+    for part in _SPLIT_PARTS:
+        data[f"{part}_idx"] = _tensor(arrays[f"{part}_idx"]).to(torch.long)
+    data.num_classes = meta.num_classes
+    data.num_tasks = meta.num_tasks
+    data.task_type = meta.task_type
+    data.eval_metric = meta.eval_metric
+    return data
+
+
+def load_ogbn(
+    name: str,
+    root: str | os.PathLike[str],
+    *,
+    cache: bool = True,
+    mmap: bool | None = None,
+) -> Data:
+    """Load an OGB node property prediction dataset from files already on disk.
+
+    ============== =========== =============== ========== ============================ =========================
+    name           nodes       ``edge_index``  ``x``      ``y``                        split (train/valid/test)
+    ============== =========== =============== ========== ============================ =========================
+    ogbn-arxiv     169,343     1,166,243 dir.  [N, 128]   [N, 1] int64, 40 classes     time
+    ogbn-products  2,449,029   123,718,280 (1) [N, 100]   [N, 1] int64, 47 classes     sales_ranking
+    ogbn-proteins  132,534     79,122,504 (1)  none (2)   [N, 112] int64 0/1 tasks     species
+    ogbn-papers100M 111,059,956 1,615,685,872  [N, 128]   [N, 1] float, NaN unlabeled  time
+    ============== =========== =============== ========== ============================ =========================
+
+    (1) ``add_inverse_edge``: each raw edge ``(u, v)`` is followed by ``(v, u)``, as in OGB's loaders. ogbn-arxiv
+    and papers100M are returned directed, as stored; symmetrise them yourself (e.g. ``to_undirected``) if wanted.
+    (2) ogbn-proteins has no node features; ``edge_attr`` is ``[E, 8]`` float32 and ``node_species`` ``[N, 1]``
+    (when the raw file is present). A common choice of ``x`` is the mean of the incoming ``edge_attr``.
+
+    Args:
+        name: ``"ogbn-arxiv"``, ``"ogbn-products"``, ``"ogbn-proteins"`` or ``"ogbn-papers100M"``
+            (case-insensitive; ``_`` accepted for ``-``).
+        root: Directory holding ``<name with - replaced by _>/raw`` and ``.../split`` (the ``ogb`` layout).
+        cache: Keep parsed arrays as ``.npy`` in ``<root>/<dir>/processed_cudnn_gnn/`` and reuse them while the raw
+            files are unchanged (size and mtime). If that folder cannot be written, a warning is issued and the
+            data is returned uncached.
+        mmap: Memory-map the cached arrays (copy-on-write) instead of reading them. Default: only for
+            ogbn-papers100M. Needs ``cache=True``.
+
+    Returns:
+        ``Data`` with ``num_nodes``, ``edge_index [2, E] int64``, ``y``, ``x`` (when the dataset has node features),
+        ``edge_attr`` (proteins), ``node_year``/``node_species`` ``[N, 1]`` when their raw files are present,
+        ``train_idx``/``valid_idx``/``test_idx`` ``[n] int64``, and the plain attributes ``num_classes``,
+        ``num_tasks``, ``task_type`` and ``eval_metric``.
+
+    Raises:
+        TypeError: An argument has the wrong type.
+        ValueError: Unknown ``name``; ``mmap=True`` with ``cache=False``; raw files inconsistent with each other.
+        FileNotFoundError: The dataset folder or a required file is missing (every missing path is named with
+            the OGB URL to fetch by hand).
+
+    Example:
+        >>> data = load_ogbn("ogbn-arxiv", "~/ogb")  # doctest: +SKIP
+        >>> data.x[data.train_idx].shape  # doctest: +SKIP
+        torch.Size([90941, 128])
+    """
+    meta = ogbn_meta(name)
+    root_path = as_path(root, "root")
+    if not isinstance(cache, bool):
+        raise TypeError(f"`cache` must be a bool, got {type(cache).__name__}")
+    if mmap is not None and not isinstance(mmap, bool):
+        raise TypeError(f"`mmap` must be a bool or None, got {type(mmap).__name__}")
+    use_mmap = meta.binary if mmap is None else mmap
+    if use_mmap and not cache:
+        if mmap:
+            raise ValueError("`mmap` must be False when `cache` is False (maps are made of cache files), got True")
+        use_mmap = False
+
+    ds_dir = root_path / meta.dir_name
+    if not ds_dir.is_dir():
+        raise FileNotFoundError(
+            f"`root` must hold the folder {meta.dir_name!r} for {meta.name}, got {str(root_path)!r} "
+            f"({ds_dir} does not exist). {_download_hint(meta, root_path)}"
+        )
+    required = _raw_files(meta, ds_dir)
+    require_files(required, what=f"{meta.name} files", hint=_download_hint(meta, root_path))
+    sources = required + list(_optional_node_files(meta, ds_dir).values())
+    stamp = _stamp(sources, ds_dir)
+
+    cache_dir = ds_dir / CACHE_DIR_NAME
+    if cache:
+        arrays = _load_cache(cache_dir, stamp, use_mmap)
+        if arrays is not None:
+            return _to_data(meta, arrays)
+        try:
+            cache_dir.mkdir(exist_ok=True)
+            (cache_dir / "manifest.json").unlink(missing_ok=True)  # invalid until rewritten
+        except OSError as exc:
+            warnings.warn(f"cannot write the cache {cache_dir} ({exc}); loading without cache", stacklevel=2)
+            cache = False
+            use_mmap = False
+
+    if meta.binary:
+        arrays = _parse_binary_raw(meta, ds_dir, cache_dir if cache else None)
+    else:
+        arrays = _parse_csv_raw(meta, ds_dir)
+    if cache:
+        try:
+            _write_cache(cache_dir, stamp, arrays)
+        except OSError as exc:
+            warnings.warn(f"cannot write the cache {cache_dir} ({exc}); data returned uncached", stacklevel=2)
+        else:
+            if use_mmap and not meta.binary:
+                reloaded = _load_cache(cache_dir, stamp, True)
+                arrays = reloaded if reloaded is not None else arrays
+    return _to_data(meta, arrays)
+
+
+def ogb_evaluator(name: str, *, backend: str = "auto") -> Any:
+    """Return an evaluator for an OGB node dataset with OGB's ``eval(input_dict)`` interface.
+
+    Args:
+        name: An ``ogbn-*`` name accepted by :func:`load_ogbn`.
+        backend: ``"auto"``: ``ogb.nodeproppred.Evaluator(name)`` when the optional ``ogb`` package is installed
+            (``pip install 'cudnn-gnn[ogb]'``), else the built-in one; ``"ogb"`` or ``"builtin"`` to force one.
+
+    Returns:
+        An object whose ``eval({"y_true": ..., "y_pred": ...})`` returns ``{"acc": ...}`` (arxiv, products,
+        papers100M: ``y_pred`` are class ids ``[n, 1]``) or ``{"rocauc": ...}`` (proteins: scores ``[n, 112]``,
+        ROC-AUC averaged over tasks that have both labels).
+
+    Raises:
+        ValueError: Unknown ``name`` or ``backend``.
+        RuntimeError: ``backend="ogb"`` and ``ogb`` is not installed.
+    """
+    meta = ogbn_meta(name)
+    return make_evaluator("ogb.nodeproppred", meta.name, meta.num_tasks, meta.eval_metric, backend)

@@ -1,0 +1,300 @@
+"""Tests for cudnn_gnn.datasets.ogb_node on tiny fake datasets written in OGB's exact on-disk layout."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from cudnn_gnn.datasets import load_ogbn, ogb_evaluator
+from cudnn_gnn.datasets import ogb_node
+from cudnn_gnn.datasets._metrics import BuiltinEvaluator, roc_auc
+
+EDGES = np.array([[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3], [0, 5]], dtype=np.int64)
+N = 6
+
+
+def _write_csv_gz(path: Path, array: np.ndarray, fmt: str = "%d") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    array = np.asarray(array)
+    array = array.reshape(len(array), -1)
+    with gzip.open(path, "wt") as f:
+        for row in array:
+            f.write(",".join(fmt % v for v in row) + "\n")
+
+
+def _write_split(ds: Path, split: str, parts=((0, 1), (2, 3), (4, 5))) -> None:
+    for name, idx in zip(("train", "valid", "test"), parts):
+        _write_csv_gz(ds / "split" / split / f"{name}.csv.gz", np.array(idx))
+
+
+def make_csv_dataset(root: Path, name: str) -> dict[str, np.ndarray]:
+    """Write a 6-node dataset for ``name`` in OGB's csv layout; return what was written."""
+    ds = root / name.replace("-", "_")
+    raw = ds / "raw"
+    rng = np.random.default_rng(0)
+    written = {"edge": EDGES}
+    _write_csv_gz(raw / "edge.csv.gz", EDGES)
+    _write_csv_gz(raw / "num-node-list.csv.gz", np.array([N]))
+    _write_csv_gz(raw / "num-edge-list.csv.gz", np.array([len(EDGES)]))
+    if name == "ogbn-proteins":
+        edge_feat = rng.random((len(EDGES), 8)).round(3)
+        _write_csv_gz(raw / "edge-feat.csv.gz", edge_feat, "%.3f")
+        labels = rng.integers(0, 2, (N, 112))
+        _write_csv_gz(raw / "node_species.csv.gz", np.array([3702, 3702, 4932, 4932, 6239, 6239]))
+        written["edge_feat"] = edge_feat
+        split = "species"
+    else:
+        width = 128 if name == "ogbn-arxiv" else 100
+        x = rng.standard_normal((N, width)).round(4)
+        _write_csv_gz(raw / "node-feat.csv.gz", x, "%.4f")
+        written["x"] = x
+        labels = rng.integers(0, 40, (N, 1))
+        split = "time" if name == "ogbn-arxiv" else "sales_ranking"
+        if name == "ogbn-arxiv":
+            _write_csv_gz(raw / "node_year.csv.gz", np.arange(2010, 2010 + N))
+    _write_csv_gz(raw / "node-label.csv.gz", labels)
+    written["y"] = labels
+    _write_split(ds, split)
+    return written
+
+
+def make_papers(root: Path) -> np.ndarray:
+    ds = root / "ogbn_papers100M"
+    raw = ds / "raw"
+    raw.mkdir(parents=True)
+    x = np.random.default_rng(1).standard_normal((N, 128)).astype(np.float32)
+    np.savez(
+        raw / "data.npz",
+        edge_index=EDGES.T.copy(),
+        node_feat=x,
+        node_year=np.arange(N).reshape(N, 1),
+        num_nodes_list=np.array([N]),
+        num_edges_list=np.array([len(EDGES)]),
+    )
+    y = np.array([[3], [7], [np.nan], [171], [np.nan], [0]], dtype=np.float32)
+    np.savez_compressed(raw / "node-label.npz", node_label=y)
+    _write_split(ds, "time", ((0, 1), (3,), (5,)))
+    return x
+
+
+def test_arxiv_shapes_and_values(tmp_path: Path) -> None:
+    written = make_csv_dataset(tmp_path, "ogbn-arxiv")
+    data = load_ogbn("ogbn-arxiv", tmp_path)
+    assert data.num_nodes == N
+    assert torch.equal(data.edge_index, torch.from_numpy(EDGES.T))  # directed, no inverse edges
+    assert data.x.dtype == torch.float32 and torch.allclose(data.x, torch.from_numpy(written["x"]).float())
+    assert data.y.dtype == torch.int64 and tuple(data.y.shape) == (N, 1)
+    assert torch.equal(data.y, torch.from_numpy(written["y"]))
+    assert data.train_idx.tolist() == [0, 1] and data.valid_idx.tolist() == [2, 3] and data.test_idx.tolist() == [4, 5]
+    assert data.node_year.view(-1).tolist() == list(range(2010, 2016))
+    assert (data.num_classes, data.num_tasks, data.eval_metric) == (40, 1, "acc")
+    assert "edge_attr" not in data
+
+
+def test_products_adds_inverse_edges_interleaved(tmp_path: Path) -> None:
+    make_csv_dataset(tmp_path, "ogbn-products")
+    data = load_ogbn("ogbn_PRODUCTS", tmp_path)
+    ei = data.edge_index
+    assert tuple(ei.shape) == (2, 2 * len(EDGES))
+    assert torch.equal(ei[:, 0::2], torch.from_numpy(EDGES.T))
+    assert torch.equal(ei[:, 1::2], torch.from_numpy(EDGES.T).flip(0))
+    assert data.x.shape == (N, 100) and data.num_classes == 47
+
+
+def test_proteins_edge_features_follow_edges(tmp_path: Path) -> None:
+    written = make_csv_dataset(tmp_path, "ogbn-proteins")
+    data = load_ogbn("ogbn-proteins", tmp_path)
+    assert "x" not in data
+    assert data.edge_attr.shape == (2 * len(EDGES), 8) and data.edge_attr.dtype == torch.float32
+    expected = torch.from_numpy(written["edge_feat"]).float()
+    assert torch.allclose(data.edge_attr[0::2], expected) and torch.allclose(data.edge_attr[1::2], expected)
+    assert data.y.shape == (N, 112) and data.y.dtype == torch.int64
+    assert data.node_species.view(-1).tolist()[:2] == [3702, 3702]
+    assert (data.num_tasks, data.eval_metric) == (112, "rocauc")
+
+
+def test_second_load_uses_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_csv_dataset(tmp_path, "ogbn-products")
+    first = load_ogbn("ogbn-products", tmp_path)
+    cache_dir = tmp_path / "ogbn_products" / ogb_node.CACHE_DIR_NAME
+    assert (cache_dir / "manifest.json").is_file()
+
+    def boom(*args, **kwargs):
+        raise AssertionError("parsed again")
+
+    monkeypatch.setattr(ogb_node, "_parse_csv_raw", boom)
+    second = load_ogbn("ogbn-products", tmp_path)
+    for key in ("edge_index", "x", "y", "train_idx", "valid_idx", "test_idx"):
+        assert torch.equal(first[key], second[key]), key
+
+    # A changed raw file invalidates the cache: the (patched) parser must run again.
+    label = tmp_path / "ogbn_products" / "raw" / "node-label.csv.gz"
+    _write_csv_gz(label, np.array([[1], [2], [3], [4], [5], [6], [7]])[:N])
+    os.utime(label, ns=(1, 1))
+    with pytest.raises(AssertionError, match="parsed again"):
+        load_ogbn("ogbn-products", tmp_path)
+
+
+def test_cache_false_writes_nothing(tmp_path: Path) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    load_ogbn("ogbn-arxiv", tmp_path, cache=False)
+    assert not (tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME).exists()
+    with pytest.raises(ValueError, match="`mmap`"):
+        load_ogbn("ogbn-arxiv", tmp_path, cache=False, mmap=True)
+
+
+def test_mmap_for_csv_dataset(tmp_path: Path) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    plain = load_ogbn("ogbn-arxiv", tmp_path)
+    mapped = load_ogbn("ogbn-arxiv", tmp_path, mmap=True)
+    assert torch.equal(plain.x, mapped.x)
+
+
+def test_papers100m_binary_layout_and_mmap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    x = make_papers(tmp_path)
+    data = load_ogbn("ogbn-papers100M", tmp_path)
+    assert torch.equal(data.edge_index, torch.from_numpy(EDGES.T))
+    assert torch.equal(data.x, torch.from_numpy(x))
+    assert data.y.dtype == torch.float32 and torch.isnan(data.y[[2, 4]]).all()
+    assert data.y[data.train_idx].view(-1).tolist() == [3.0, 7.0]
+    assert data.node_year.shape == (N, 1)
+    cache_dir = tmp_path / "ogbn_papers100M" / ogb_node.CACHE_DIR_NAME
+    assert (cache_dir / "edge_index.npy").is_file() and not (cache_dir / "num_nodes_list.npy").exists()
+
+    calls = []
+    real_load = np.load
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs.get("mmap_mode"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(ogb_node, "_parse_binary_raw", lambda *a, **k: (_ for _ in ()).throw(AssertionError("parsed")))
+    monkeypatch.setattr(ogb_node.np, "load", spy)
+    again = load_ogbn("ogbn-papers100M", tmp_path)
+    assert calls and all(mode == "c" for mode in calls)  # every cached array memory-mapped
+    again.x[0, 0] = 123.0  # copy-on-write: allowed, and the file stays unchanged
+    assert float(real_load(cache_dir / "x.npy")[0, 0]) == float(x[0, 0])
+
+
+def test_papers100m_without_cache(tmp_path: Path) -> None:
+    make_papers(tmp_path)
+    data = load_ogbn("ogbn-papers100M", tmp_path, cache=False)
+    assert data.num_nodes == N and not (tmp_path / "ogbn_papers100M" / ogb_node.CACHE_DIR_NAME).exists()
+
+
+def test_missing_dataset_dir_names_path_and_url(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="`root`") as info:
+        load_ogbn("ogbn-arxiv", tmp_path)
+    assert "ogbn_arxiv" in str(info.value) and "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip" in str(
+        info.value
+    )
+
+
+def test_missing_file_names_path_and_url(tmp_path: Path) -> None:
+    make_csv_dataset(tmp_path, "ogbn-proteins")
+    target = tmp_path / "ogbn_proteins" / "raw" / "edge-feat.csv.gz"
+    target.unlink()
+    (tmp_path / "ogbn_proteins" / "split" / "species" / "test.csv.gz").unlink()
+    with pytest.raises(FileNotFoundError) as info:
+        load_ogbn("ogbn-proteins", tmp_path)
+    message = str(info.value)
+    assert str(target) in message and "test.csv.gz" in message and "proteins.zip" in message
+
+
+def test_inconsistent_files_rejected(tmp_path: Path) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    _write_csv_gz(tmp_path / "ogbn_arxiv" / "raw" / "edge.csv.gz", np.array([[0, 1], [1, 9]] + [[0, 0]] * 5))
+    with pytest.raises(ValueError, match=r"`edge\.csv\.gz` must index nodes"):
+        load_ogbn("ogbn-arxiv", tmp_path)
+
+
+@pytest.mark.parametrize(
+    "args,kwargs,exc,arg",
+    [
+        (("ogbn-mag", "."), {}, ValueError, "`name`"),
+        ((None, "."), {}, TypeError, "`name`"),
+        (("ogbn-arxiv", 3), {}, TypeError, "`root`"),
+        (("ogbn-arxiv", "."), {"cache": "yes"}, TypeError, "`cache`"),
+        (("ogbn-arxiv", "."), {"mmap": 1}, TypeError, "`mmap`"),
+    ],
+)
+def test_argument_errors(args: tuple, kwargs: dict, exc: type, arg: str) -> None:
+    with pytest.raises(exc, match=arg):
+        load_ogbn(*args, **kwargs)
+
+
+# ---------------------------------------------------------------- evaluator
+
+
+def _pairwise_auc(y: np.ndarray, s: np.ndarray) -> float:
+    pos, neg = s[y == 1], s[y == 0]
+    diff = pos[:, None] - neg[None, :]
+    return float(((diff > 0) + 0.5 * (diff == 0)).mean())
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_roc_auc_matches_pairwise_definition(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, 60)
+    y[:2] = [0, 1]
+    s = rng.integers(0, 8, 60).astype(float)  # many ties
+    assert roc_auc(y, s) == pytest.approx(_pairwise_auc(y, s))
+
+
+def test_builtin_accuracy_and_rocauc() -> None:
+    ev = ogb_evaluator("ogbn-arxiv", backend="builtin")
+    y = torch.tensor([[1], [2], [3], [4]])
+    assert ev.eval({"y_true": y, "y_pred": torch.tensor([[1], [2], [0], [4]])}) == {"acc": 0.75}
+    prot = ogb_evaluator("ogbn-proteins", backend="builtin")
+    y_true = np.zeros((4, 112))
+    y_true[:2] = 1
+    y_pred = np.tile(np.array([[0.9], [0.8], [0.1], [0.2]]), (1, 112))
+    y_pred[:, 0] = [0.1, 0.2, 0.9, 0.8]  # task 0 perfectly wrong
+    y_true[:, 1] = 1  # task 1 has one class only: skipped
+    y_true[0, 2] = np.nan  # NaN ignored
+    result = prot.eval({"y_true": y_true, "y_pred": y_pred})
+    assert result == {"rocauc": pytest.approx(110 / 111)}
+
+
+def test_builtin_evaluator_errors() -> None:
+    ev = ogb_evaluator("ogbn-proteins", backend="builtin")
+    with pytest.raises(ValueError, match="`y_true`"):
+        ev.eval({"y_true": np.zeros((3, 2)), "y_pred": np.zeros((3, 2))})
+    with pytest.raises(ValueError, match="`y_pred`"):
+        ev.eval({"y_true": np.zeros((3, 112)), "y_pred": np.zeros((2, 112))})
+    with pytest.raises(ValueError, match="`y_true` must have both"):
+        ev.eval({"y_true": np.zeros((3, 112)), "y_pred": np.zeros((3, 112))})
+    with pytest.raises(TypeError, match="`input_dict`"):
+        ev.eval([1, 2])
+    with pytest.raises(ValueError, match="`backend`"):
+        ogb_evaluator("ogbn-arxiv", backend="sklearn")
+
+
+def test_evaluator_prefers_ogb_when_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    class FakeEvaluator:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+    ogb = types.ModuleType("ogb")
+    sub = types.ModuleType("ogb.nodeproppred")
+    sub.Evaluator = FakeEvaluator
+    monkeypatch.setitem(sys.modules, "ogb", ogb)
+    monkeypatch.setitem(sys.modules, "ogb.nodeproppred", sub)
+    ev = ogb_evaluator("ogbn_arxiv")
+    assert isinstance(ev, FakeEvaluator) and ev.name == "ogbn-arxiv"
+    assert isinstance(ogb_evaluator("ogbn-arxiv", backend="builtin"), BuiltinEvaluator)
+
+
+def test_evaluator_without_ogb(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "ogb", None)  # import fails
+    monkeypatch.setitem(sys.modules, "ogb.nodeproppred", None)
+    assert isinstance(ogb_evaluator("ogbn-arxiv"), BuiltinEvaluator)
+    with pytest.raises(RuntimeError, match=r"cudnn-gnn\[ogb\]"):
+        ogb_evaluator("ogbn-arxiv", backend="ogb")
