@@ -11,9 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from cudnn_gnn.datasets import load_ogbn, ogb_evaluator
-from cudnn_gnn.datasets import ogb_node
+from cudnn_gnn.datasets import load_ogbn, ogb_evaluator, ogb_node
 from cudnn_gnn.datasets._metrics import BuiltinEvaluator, roc_auc
 
 EDGES = np.array([[0, 1], [1, 2], [2, 0], [3, 4], [4, 5], [5, 3], [0, 5]], dtype=np.int64)
@@ -192,9 +190,7 @@ def test_papers100m_without_cache(tmp_path: Path) -> None:
 def test_missing_dataset_dir_names_path_and_url(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="`root`") as info:
         load_ogbn("ogbn-arxiv", tmp_path)
-    assert "ogbn_arxiv" in str(info.value) and "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip" in str(
-        info.value
-    )
+    assert "ogbn_arxiv" in str(info.value) and "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip" in str(info.value)
 
 
 def test_missing_file_names_path_and_url(tmp_path: Path) -> None:
