@@ -92,9 +92,9 @@ def mha_gat(
     xs = x_src.to(cdt).view(-1, h, c)
     xd = x_dst.to(cdt).view(-1, h, c)
     w = attn_weights.to(cdt)
-    e_csc = None if edge_attr is None else edge_attr.to(cdt).index_select(0, eid).view(n_edges, h, -1)
+    e_csc = None if edge_attr is None else edge_attr.to(cdt).index_select(0, eid).view(n_edges, h, edge_attr.shape[1] // h)
     if not v2:
-        a_src, a_dst, a_edge = w[:d].view(h, c), w[d : 2 * d].view(h, c), w[2 * d :].view(h, -1)
+        a_src, a_dst, a_edge = w[:d].view(h, c), w[d : 2 * d].view(h, c), w[2 * d :].view(h, (w.shape[0] - 2 * d) // h)
         logits = (xs * a_src).sum(-1).index_select(0, src) + (xd * a_dst).sum(-1).index_select(0, dst)
         if e_csc is not None:
             logits = logits + (e_csc * a_edge).sum(-1)

@@ -1,0 +1,47 @@
+"""Shared fixtures: index dtypes and a named catalogue of test graphs (STYLE practice 12)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+
+
+def _shuffled(ei: torch.Tensor, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return ei[:, torch.randperm(ei.shape[1], generator=g)]
+
+
+def _power_law(n: int, e: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    w = torch.arange(1, n + 1, dtype=torch.float64).pow(-1.2)
+    dst = torch.multinomial(w, e, replacement=True, generator=g)
+    src = torch.randint(0, n, (e,), generator=g)
+    return torch.stack([src, dst])
+
+
+# name -> (edge_index [2, E], num_src, num_dst)
+GRAPHS: dict[str, Callable[[], tuple[torch.Tensor, int, int]]] = {
+    "empty": lambda: (torch.empty(2, 0, dtype=torch.long), 4, 4),
+    "no_nodes": lambda: (torch.empty(2, 0, dtype=torch.long), 0, 0),
+    "single_edge": lambda: (torch.tensor([[1], [0]]), 2, 2),
+    "zero_in_degree": lambda: (torch.tensor([[0, 1, 2, 0], [1, 1, 3, 3]]), 5, 5),
+    "self_loops": lambda: (torch.tensor([[0, 1, 2, 2, 0], [0, 1, 2, 0, 1]]), 3, 3),
+    "multi_edges": lambda: (torch.tensor([[0, 0, 0, 1, 2, 2], [1, 1, 1, 0, 0, 0]]), 3, 3),
+    "bipartite": lambda: (torch.tensor([[0, 4, 2, 5, 1, 3, 6], [0, 1, 1, 2, 0, 2, 1]]), 7, 3),
+    "bipartite_more_dst": lambda: (torch.tensor([[0, 1, 0, 1], [0, 3, 4, 2]]), 2, 5),
+    "unsorted_coo": lambda: (_shuffled(torch.randint(0, 12, (2, 40), generator=torch.Generator().manual_seed(1))), 12, 12),
+    "power_law": lambda: (_shuffled(_power_law(30, 150)), 30, 30),
+}
+
+
+@pytest.fixture(params=sorted(GRAPHS))
+def graph_case(request: pytest.FixtureRequest) -> tuple[str, torch.Tensor, int, int]:
+    ei, ns, nd = GRAPHS[request.param]()
+    return request.param, ei, ns, nd
+
+
+@pytest.fixture(params=[torch.int32, torch.int64], ids=["int32", "int64"])
+def index_dtype(request: pytest.FixtureRequest) -> torch.dtype:
+    return request.param

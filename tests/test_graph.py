@@ -1,0 +1,170 @@
+"""CscGraph: construction from every input form, invariants, caches, errors."""
+
+from __future__ import annotations
+
+import io
+import pickle
+
+import pytest
+import torch
+
+from cudnn_gnn import CscGraph
+
+
+def _check_csc(g: CscGraph, ei: torch.Tensor, ns: int, nd: int) -> None:
+    assert (g.num_src_nodes, g.num_dst_nodes, g.num_edges) == (ns, nd, ei.shape[1])
+    g.validate()
+    dst = g.dst_index.long()
+    ids = g.edge_ids.long()
+    # every CSC position is the COO edge it maps to
+    assert torch.equal(g.indices.long(), ei[0, ids])
+    assert torch.equal(dst, ei[1, ids])
+    # destination-major and stable: within one destination, COO ids increase
+    assert bool((dst.diff() >= 0).all()) if dst.numel() > 1 else True
+    same = dst[1:] == dst[:-1]
+    assert bool((ids[1:][same] > ids[:-1][same]).all())
+    assert torch.equal(g.offsets.long(), torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ei[1], minlength=nd).cumsum(0)]))
+    assert torch.equal(g.edge_index(), ei)
+
+
+def test_from_edge_index_catalogue(graph_case, index_dtype):
+    name, ei, ns, nd = graph_case
+    g = CscGraph.from_edge_index(ei, size=(ns, nd), index_dtype=index_dtype)
+    assert g.index_dtype == index_dtype
+    _check_csc(g, ei, ns, nd)
+
+
+def test_default_index_dtype_is_int32_and_num_nodes_inferred():
+    ei = torch.tensor([[0, 3], [1, 2]])
+    g = CscGraph.from_edge_index(ei)
+    assert g.index_dtype == torch.int32
+    assert g.num_src_nodes == g.num_dst_nodes == 4
+
+
+def test_int32_edge_index_input():
+    ei = torch.tensor([[2, 0, 1], [0, 0, 2]], dtype=torch.int32)
+    _check_csc(CscGraph.from_edge_index(ei, num_nodes=3), ei.long(), 3, 3)
+
+
+def test_reverse_csc_is_source_major_and_cached(graph_case):
+    _, ei, ns, nd = graph_case
+    g = CscGraph.from_edge_index(ei, size=(ns, nd))
+    assert not g.has_reverse_csc and g.csc_rev_offsets is None
+    assert g.with_reverse_csc() is g
+    rev_o, rev_m = g.csc_rev_offsets, g.map_rev_to_coo
+    assert rev_o.shape == (ns + 1,) and rev_m.shape == (ei.shape[1],)
+    assert torch.equal(rev_o.long(), torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ei[0], minlength=ns).cumsum(0)]))
+    src_of_rev = ei[0, rev_m.long()]
+    assert bool((src_of_rev.diff() >= 0).all()) if src_of_rev.numel() > 1 else True
+    assert sorted(rev_m.tolist()) == list(range(ei.shape[1]))
+    g.with_reverse_csc()
+    assert g.csc_rev_offsets is rev_o  # built once
+
+
+def test_to_index_dtype_is_cached_and_equal():
+    ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])
+    g = CscGraph.from_edge_index(ei)
+    g64 = g.to_index_dtype(torch.int64)
+    assert g64.index_dtype == torch.int64 and g.to_index_dtype(torch.int64) is g64
+    assert torch.equal(g64.offsets, g.offsets.long()) and torch.equal(g64.map_csc_to_coo, g.map_csc_to_coo.long())
+    assert g.to_index_dtype(torch.int32) is g
+
+
+def test_pickle_and_torch_save_round_trip():
+    ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])
+    g = CscGraph.from_edge_index(ei).with_reverse_csc()
+    for loaded in (pickle.loads(pickle.dumps(g)), _torch_roundtrip(g)):
+        assert torch.equal(loaded.offsets, g.offsets) and torch.equal(loaded.indices, g.indices)
+        assert torch.equal(loaded.map_csc_to_coo, g.map_csc_to_coo) and loaded.num_src_nodes == g.num_src_nodes
+        assert torch.equal(loaded.edge_index(), ei)
+
+
+def _torch_roundtrip(g: CscGraph) -> CscGraph:
+    buf = io.BytesIO()
+    torch.save(g, buf)
+    buf.seek(0)
+    return torch.load(buf, weights_only=False)
+
+
+def test_immutable():
+    g = CscGraph.from_edge_index(torch.tensor([[0], [1]]))
+    with pytest.raises(AttributeError):
+        g.num_src_nodes = 5  # type: ignore[misc]
+
+
+def test_to_same_device_is_identity():
+    g = CscGraph.from_edge_index(torch.tensor([[0], [1]]))
+    assert g.to("cpu") is g
+
+
+@pytest.mark.parametrize("layout", ["coo", "csr", "csc"])
+def test_from_torch_sparse(layout):
+    ei = torch.tensor([[0, 2, 1, 2, 3], [1, 1, 3, 0, 0]])
+    adj = torch.sparse_coo_tensor(ei, torch.ones(5), (4, 4)).coalesce()
+    if layout == "csr":
+        adj = adj.to_sparse_csr()
+    elif layout == "csc":
+        adj = adj.to_sparse_csc()
+    g = CscGraph.from_sparse(adj)
+    # the same edge set, each edge (i -> j) once
+    got = sorted(map(tuple, g.edge_index().t().tolist()))
+    assert got == sorted(map(tuple, ei.t().tolist()))
+    g.validate()
+
+
+def test_from_pyg_edge_index_and_data():
+    from torch_geometric import EdgeIndex
+    from torch_geometric.data import Data
+
+    ei = torch.tensor([[0, 2, 1, 2, 3], [1, 1, 3, 0, 0]])
+    e = EdgeIndex(ei, sparse_size=(4, 4))
+    _check_csc(CscGraph.from_edge_index(e), ei, 4, 4)
+    sorted_e = e.sort_by("col")[0]
+    g = CscGraph.from_edge_index(sorted_e)
+    assert g.map_csc_to_coo is None  # already CSC order: no permutation kept
+    _check_csc(g, sorted_e.as_subclass(torch.Tensor), 4, 4)
+    d = Data(edge_index=ei, num_nodes=6)
+    assert CscGraph.from_data(d).num_dst_nodes == 6
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, match",
+    [
+        (dict(edge_index=[[0], [1]]), TypeError, "edge_index must be a torch.Tensor"),
+        (dict(edge_index=torch.tensor([[0.0], [1.0]])), TypeError, "edge_index must have dtype int32 or int64"),
+        (dict(edge_index=torch.tensor([0, 1])), ValueError, r"edge_index must have shape \(2, num_edges\)"),
+        (dict(edge_index=torch.tensor([[0], [-1]]), num_nodes=2), ValueError, "non-negative"),
+        (dict(edge_index=torch.tensor([[5], [1]]), num_nodes=3), ValueError, r"edge_index\[0\] \(sources\) must be < "),
+        (dict(edge_index=torch.tensor([[0], [3]]), size=(4, 2)), ValueError, r"edge_index\[1\] \(destinations\) must be <"),
+        (dict(edge_index=torch.tensor([[0], [1]]), num_nodes=2, size=(2, 2)), ValueError, "num_nodes and size"),
+        (dict(edge_index=torch.tensor([[0], [1]]), num_nodes=-1), ValueError, "num_nodes must be >= 0"),
+        (dict(edge_index=torch.tensor([[0], [1]]), index_dtype=torch.int16), TypeError, "index_dtype must be"),
+    ],
+)
+def test_from_edge_index_errors(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        CscGraph.from_edge_index(**kwargs)
+
+
+def test_validate_catches_corruption():
+    g = CscGraph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]))
+    with pytest.raises(ValueError, match="indices must be in"):
+        CscGraph(g.offsets, torch.tensor([0, 1, 9], dtype=torch.int32), 3, g.map_csc_to_coo).validate()
+    with pytest.raises(ValueError, match="offsets must be non-decreasing"):
+        CscGraph(torch.tensor([0, 2, 1, 3], dtype=torch.int32), g.indices, 3).validate()
+    with pytest.raises(ValueError, match=r"offsets\[-1\] must equal num_edges"):
+        CscGraph(torch.tensor([0, 1, 1, 2], dtype=torch.int32), g.indices, 3).validate()
+    with pytest.raises(ValueError, match="map_csc_to_coo must be a permutation"):
+        CscGraph(g.offsets, g.indices, 3, torch.tensor([0, 0, 1], dtype=torch.int32)).validate()
+
+
+def test_constructor_invariants():
+    o = torch.tensor([0, 1], dtype=torch.int32)
+    with pytest.raises(TypeError, match="indices must have the dtype of offsets"):
+        CscGraph(o, torch.tensor([0], dtype=torch.int64), 1)
+    with pytest.raises(ValueError, match="offsets must have shape"):
+        CscGraph(torch.tensor([], dtype=torch.int32), torch.tensor([], dtype=torch.int32), 1)
+    with pytest.raises(ValueError, match="map_csc_to_coo must have shape"):
+        CscGraph(o, torch.tensor([0], dtype=torch.int32), 1, torch.tensor([0, 1], dtype=torch.int32))
+    with pytest.raises(ValueError, match="num_src_nodes must be > 0"):
+        CscGraph(o, torch.tensor([0], dtype=torch.int32), 0)
