@@ -1,3 +1,14 @@
 """PyG drop-in layers on the cuDNN ops (installed as ``cudnn_gnn.layers``)."""
 
-__all__: list[str] = []
+from .convert import convert, to_pyg
+from .gat_conv import GATConv
+from .gatv2_conv import GATv2Conv
+from .transforms import ToCscGraph
+
+__all__: list[str] = [
+    "GATConv",
+    "GATv2Conv",
+    "convert",
+    "to_pyg",
+    "ToCscGraph",
+]

@@ -1,0 +1,125 @@
+"""Swap PyG's ``GATConv``/``GATv2Conv`` inside a built model for ours (:func:`convert`) and back (:func:`to_pyg`)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.parameter import UninitializedParameter
+
+from cudnn_gnn._validation import check_bool
+
+from ._common import check_knobs
+from .gat_conv import GATConv
+from .gatv2_conv import GATv2Conv
+
+__all__ = ["convert", "to_pyg"]
+
+_GAT_ARGS = ("in_channels", "out_channels", "heads", "concat", "negative_slope", "dropout", "add_self_loops",
+             "edge_dim", "fill_value", "residual")
+_V2_ARGS = (*_GAT_ARGS, "share_weights")
+
+
+def _pairs() -> list[tuple[type, type, tuple[str, ...]]]:
+    from torch_geometric.nn import GATConv as PygGATConv
+    from torch_geometric.nn import GATv2Conv as PygGATv2Conv
+
+    return [(PygGATConv, GATConv, _GAT_ARGS), (PygGATv2Conv, GATv2Conv, _V2_ARGS)]
+
+
+def _rebuild(name: str, old: nn.Module, new_cls: type, args: tuple[str, ...], knobs: dict[str, Any]) -> nn.Module:
+    where = name or "model"
+    for p in old.parameters():
+        if isinstance(p, UninitializedParameter):
+            raise ValueError(
+                f"{where} ({type(old).__name__}) must have initialised parameters to be converted, got a lazy "
+                "(in_channels=-1) module that has not run yet; run one forward pass first"
+            )
+    if getattr(old, "aggr", "add") != "add" or getattr(old, "flow", "source_to_target") != "source_to_target":
+        raise NotImplementedError(
+            f"{where} must use aggr='add' and flow='source_to_target' to be converted, got "
+            f"aggr={old.aggr!r}, flow={old.flow!r}"
+        )
+    kwargs = {a: getattr(old, a) for a in args}
+    kwargs["bias"] = old.bias is not None
+    ref = next(iter(old.parameters()), None)
+    with torch.device("meta"):  # no init work: every tensor is overwritten by the state_dict below
+        new = new_cls(**kwargs, **knobs)
+    new = new.to_empty(device=ref.device if ref is not None else "cpu")
+    if ref is not None:
+        new = new.to(ref.dtype)
+    new.load_state_dict(old.state_dict(), strict=True)
+    new.train(old.training)
+    return new
+
+
+def _swap(model: nn.Module, table: dict[type, tuple[type, tuple[str, ...]]], knobs: dict[str, Any],
+          inplace: bool) -> nn.Module:
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    check_bool("inplace", inplace)
+    if not inplace:
+        model = copy.deepcopy(model)
+    done: dict[int, nn.Module] = {}  # a module shared under two names stays shared
+
+    def new_for(name: str, m: nn.Module) -> nn.Module | None:
+        hit = table.get(type(m))
+        if hit is None:
+            return None
+        if id(m) not in done:
+            done[id(m)] = _rebuild(name, m, hit[0], hit[1], knobs)
+        return done[id(m)]
+
+    root = new_for("", model)
+    if root is not None:
+        return root
+    for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
+        for child_name, child in list(parent.named_children()):
+            full = f"{parent_name}.{child_name}" if parent_name else child_name
+            new = new_for(full, child)
+            if new is not None:
+                setattr(parent, child_name, new)
+    return model
+
+
+def convert(
+    model: nn.Module,
+    *,
+    backend: str = "auto",
+    deterministic: bool = False,
+    grad_precision: str = "auto",
+    cache_graph: bool = True,
+    inplace: bool = False,
+) -> nn.Module:
+    """Replace every PyG ``GATConv`` / ``GATv2Conv`` in ``model`` by cudnn_gnn's, weights carried over.
+
+    Only modules whose type is exactly PyG's class are replaced (a subclass may override the math). The new
+    layers get the old ones' hyperparameters, parameters (``load_state_dict(strict=True)``), device, dtype and
+    train/eval mode, plus the given knobs. Returns the converted model: a deep copy unless ``inplace``; a
+    model that *is* a conv comes back as the new conv.
+
+    Raises:
+        ValueError: a lazy layer (``in_channels=-1``) has not run yet, so it has no weights to carry.
+        NotImplementedError: a layer uses ``aggr`` other than ``'add'`` or ``flow='target_to_source'``.
+
+    Example:
+        >>> import torch, cudnn_gnn
+        >>> from torch_geometric.nn import GAT
+        >>> model = cudnn_gnn.convert(GAT(8, 16, num_layers=2, out_channels=3))
+        >>> model(torch.randn(4, 8), torch.tensor([[0, 1, 2], [1, 2, 3]])).shape
+        torch.Size([4, 3])
+    """
+    check_knobs(backend, deterministic, grad_precision, cache_graph)
+    knobs = {"backend": backend, "deterministic": deterministic, "grad_precision": grad_precision,
+             "cache_graph": cache_graph}
+    table = {pyg: (ours, args) for pyg, ours, args in _pairs()}
+    return _swap(model, table, knobs, inplace)
+
+
+def to_pyg(model: nn.Module, *, inplace: bool = False) -> nn.Module:
+    """The reverse of :func:`convert`: our ``GATConv`` / ``GATv2Conv`` back to PyG's (for export, TorchScript,
+    explainers or machines without cudnn_gnn). Same rules and return as :func:`convert`."""
+    table = {ours: (pyg, args) for pyg, ours, args in _pairs()}
+    return _swap(model, table, {}, inplace)

@@ -1,0 +1,251 @@
+"""``GATConv``: PyG's graph attention layer on :func:`cudnn_gnn.gat`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+from torch.nn import Parameter
+from torch_geometric.nn.conv import MessagePassing
+from torch_geometric.nn.dense.linear import Linear
+from torch_geometric.nn.inits import glorot, zeros
+
+from cudnn_gnn.ops.gat import gat
+
+from ._common import (
+    check_knobs,
+    check_message_passing_kwargs,
+    check_node_features,
+    finish,
+    graph_sizes,
+    is_sparse_form,
+)
+from ._graph_cache import loop_edge_attr, resolve
+
+__all__ = ["GATConv"]
+
+
+class GATConv(MessagePassing):
+    r"""The graph attention operator of `"Graph Attention Networks" <https://arxiv.org/abs/1710.10903>`_
+    (Velickovic et al., ICLR 2018), a drop-in for :class:`torch_geometric.nn.GATConv` (PyG 2.8) that runs
+    the attention on cuDNN's GNN kernels (or the reference backend on CPU).
+
+    .. math::
+        \mathbf{x}^{\prime}_i = \sum_{j \in \mathcal{N}(i) \cup \{ i \}} \alpha_{i,j}\mathbf{\Theta}_s\mathbf{x}_{j},
+        \qquad
+        \alpha_{i,j} = \operatorname{softmax}_j\Big(\mathrm{LeakyReLU}\big(\mathbf{a}_s^{\top}\mathbf{\Theta}_s
+        \mathbf{x}_j + \mathbf{a}_t^{\top}\mathbf{\Theta}_t\mathbf{x}_i + \mathbf{a}_e^{\top}\mathbf{\Theta}_e
+        \mathbf{e}_{j,i}\big)\Big)
+
+    per head, heads concatenated or averaged, then the optional residual ``res(x_dst)`` and ``bias`` added.
+
+    Constructor, parameters (names, shapes, initialisation), ``reset_parameters()``, ``__repr__``, forward
+    signature and return values are PyG's, so ``load_state_dict(pyg_conv.state_dict(), strict=True)`` works
+    both ways. Self-loops are removed and then appended at the end (``fill_value`` gives their edge
+    features), as PyG does.
+
+    Args:
+        in_channels: input size, a ``(src, dst)`` tuple for bipartite graphs, or ``-1`` (lazy).
+        out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim, fill_value, bias,
+            residual, **kwargs: as in PyG (``aggr`` must stay ``'add'`` and ``flow`` ``'source_to_target'``).
+        backend: ``"auto"`` (cuDNN on CUDA where available, else the reference), ``"cudnn"`` or ``"reference"``.
+        deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once).
+        grad_precision: ``"auto"`` (float32 gradient arithmetic for half inputs), ``"fp32"`` or ``"input"``.
+        cache_graph: keep the CSC form of a raw ``edge_index`` between forwards (keyed by the tensor's identity
+            and version). Off: convert on every forward.
+
+    Shapes:
+        - **input:** node features ``(|V|, F_in)`` or ``((|V_s|, F_s), (|V_t|, F_t))`` (``x_dst`` may be None);
+          ``edge_index`` ``(2, |E|)`` (Tensor or EdgeIndex), a ``SparseTensor`` / torch sparse CSR or CSC
+          ``adj_t`` (rows are destinations), or a :class:`~cudnn_gnn.CscGraph`; edge features ``(|E|, D)``
+          *(optional)* in the caller's edge order.
+        - **output:** ``(|V_t|, H * F_out)`` (``concat``) or ``(|V_t|, F_out)``. With
+          ``return_attention_weights=True``: ``(out, (edge_index, alpha))``, ``edge_index`` ``(2, |E'|)`` in
+          PyG's order (self-loops appended) and ``alpha`` ``(|E'|, H)``; for sparse inputs the sparse forms PyG
+          returns.
+
+    Example:
+        >>> import torch
+        >>> from cudnn_gnn import GATConv
+        >>> conv = GATConv(16, 8, heads=2)
+        >>> conv(torch.randn(4, 16), torch.tensor([[0, 1, 2], [1, 2, 3]])).shape
+        torch.Size([4, 16])
+    """
+
+    def __init__(
+        self,
+        in_channels: int | tuple[int, int],
+        out_channels: int,
+        heads: int = 1,
+        concat: bool = True,
+        negative_slope: float = 0.2,
+        dropout: float = 0.0,
+        add_self_loops: bool = True,
+        edge_dim: int | None = None,
+        fill_value: float | Tensor | str = "mean",
+        bias: bool = True,
+        residual: bool = False,
+        *,
+        backend: str = "auto",
+        deterministic: bool = False,
+        grad_precision: str = "auto",
+        cache_graph: bool = True,
+        **kwargs: Any,
+    ) -> None:
+        kwargs.setdefault("aggr", "add")
+        check_message_passing_kwargs(type(self).__name__, kwargs)
+        check_knobs(backend, deterministic, grad_precision, cache_graph)
+        super().__init__(node_dim=0, **kwargs)
+
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.heads = heads
+        self.concat = concat
+        self.negative_slope = negative_slope
+        self.dropout = dropout
+        self.add_self_loops = add_self_loops
+        self.edge_dim = edge_dim
+        self.fill_value = fill_value
+        self.residual = residual
+        self.backend = backend
+        self.deterministic = deterministic
+        self.grad_precision = grad_precision
+        self.cache_graph = cache_graph
+
+        self.lin = self.lin_src = self.lin_dst = None
+        if isinstance(in_channels, int):
+            self.lin = Linear(in_channels, heads * out_channels, bias=False, weight_initializer="glorot")
+        else:
+            self.lin_src = Linear(in_channels[0], heads * out_channels, False, weight_initializer="glorot")
+            self.lin_dst = Linear(in_channels[1], heads * out_channels, False, weight_initializer="glorot")
+
+        self.att_src = Parameter(torch.empty(1, heads, out_channels))
+        self.att_dst = Parameter(torch.empty(1, heads, out_channels))
+
+        if edge_dim is not None:
+            self.lin_edge = Linear(edge_dim, heads * out_channels, bias=False, weight_initializer="glorot")
+            self.att_edge = Parameter(torch.empty(1, heads, out_channels))
+        else:
+            self.lin_edge = None
+            self.register_parameter("att_edge", None)
+
+        total_out_channels = out_channels * (heads if concat else 1)
+        if residual:
+            self.res = Linear(
+                in_channels if isinstance(in_channels, int) else in_channels[1],
+                total_out_channels,
+                bias=False,
+                weight_initializer="glorot",
+            )
+        else:
+            self.register_parameter("res", None)
+
+        if bias:
+            self.bias = Parameter(torch.empty(total_out_channels))
+        else:
+            self.register_parameter("bias", None)
+
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        for lin in (self.lin, self.lin_src, self.lin_dst, self.lin_edge, self.res):
+            if lin is not None:
+                lin.reset_parameters()
+        glorot(self.att_src)
+        glorot(self.att_dst)
+        glorot(self.att_edge)
+        zeros(self.bias)
+
+    def forward(  # type: ignore[override]
+        self,
+        x: Tensor | tuple[Tensor, Tensor | None],
+        edge_index: Any,
+        edge_attr: Tensor | None = None,
+        size: tuple[int, int] | None = None,
+        return_attention_weights: bool | None = None,
+    ) -> Any:
+        """Same arguments and returns as PyG's ``GATConv.forward``; ``edge_index`` may also be a CscGraph.
+
+        As in PyG 2.8, attention is returned when ``return_attention_weights`` is truthy (``False`` returns
+        ``out`` only).
+        """
+        if getattr(self, "_explain", None):
+            raise NotImplementedError("explain must be off for cudnn_gnn's GATConv; convert with to_pyg() to explain")
+        H, C = self.heads, self.out_channels
+        res: Tensor | None = None
+        x_dst: Tensor | None
+        if isinstance(x, Tensor):
+            check_node_features("x", x)
+            if self.res is not None:
+                res = self.res(x)
+            if self.lin is not None:
+                x_src = x_dst = self.lin(x)
+            else:
+                x_src, x_dst = self.lin_src(x), self.lin_dst(x)
+        elif isinstance(x, (tuple, list)) and len(x) == 2:
+            x_src, x_dst = check_node_features("x[0]", x[0]), x[1]
+            if x_dst is not None:
+                check_node_features("x[1]", x_dst)
+                if self.res is not None:
+                    res = self.res(x_dst)
+            lin_s = self.lin if self.lin is not None else self.lin_src
+            lin_d = self.lin if self.lin is not None else self.lin_dst
+            x_src = lin_s(x_src)
+            x_dst = None if x_dst is None else lin_d(x_dst)
+        else:
+            raise TypeError(f"x must be a Tensor or an (x_src, x_dst) tuple, got {type(x).__name__}")
+
+        num_src = x_src.size(0)
+        _, g_dst = graph_sizes(edge_index)
+        if size is not None:
+            if not (isinstance(size, (tuple, list)) and len(size) == 2):
+                raise TypeError(f"size must be a (num_src_nodes, num_dst_nodes) tuple, got {size!r}")
+            if size[0] is not None and size[0] != num_src:
+                raise ValueError(f"size[0] must equal the number of source nodes in x ({num_src}), got {size[0]}")
+        if x_dst is not None:
+            num_dst = x_dst.size(0)
+        elif size is not None and size[1] is not None:
+            num_dst = size[1]
+        else:
+            num_dst = g_dst if g_dst is not None else num_src
+
+        num_loops: int | None = None
+        if self.add_self_loops:
+            if is_sparse_form(edge_index) and edge_attr is not None and self.edge_dim is not None:
+                raise NotImplementedError(
+                    "edge_attr must be None with add_self_loops=True when edge_index is a sparse tensor (as in PyG), "
+                    "got edge features; pass a [2, E] edge_index or a CscGraph instead"
+                )
+            num_loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
+            if size is not None:
+                num_loops = min(size)
+
+        plan = resolve(edge_index, num_src=num_src, num_dst=num_dst, num_loops=num_loops, device=x_src.device,
+                       cache=self.cache_graph)
+        x_dst_full = x_src.new_zeros(plan.num_dst, H * C) if x_dst is None else x_dst
+        if plan.pad_dst:
+            x_dst_full = torch.cat([x_dst_full, x_dst_full.new_zeros(1, H * C)])
+
+        ea: Tensor | None = None
+        if edge_attr is not None and self.lin_edge is not None:
+            ea = loop_edge_attr(plan, edge_attr, self.fill_value)
+            if ea.dim() == 1:
+                ea = ea.view(-1, 1)
+            ea = self.lin_edge(ea)
+        att_dst = self.att_dst if x_dst is not None else torch.zeros_like(self.att_dst)
+        parts = [self.att_src.reshape(-1), att_dst.reshape(-1)]
+        if ea is not None:
+            parts.append(self.att_edge.reshape(-1))
+        want = bool(return_attention_weights)
+        result = gat(
+            plan.graph, (x_src, x_dst_full), torch.cat(parts), heads=H, edge_attr=ea, concat=self.concat,
+            activation="leaky_relu", activation_alpha=self.negative_slope, dropout=self.dropout,
+            training=self.training, return_attention=want, deterministic=self.deterministic,
+            grad_precision=self.grad_precision, backend=self.backend,
+        )
+        return finish(plan, result, res, self.bias, want, torch.promote_types(x_src.dtype, self.att_src.dtype))
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
