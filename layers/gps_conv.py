@@ -1,0 +1,162 @@
+"""GPS graph transformer layer whose global attention runs on packed graphs (cuDNN SDPA), drop-in for PyG's."""
+
+from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
+
+import inspect
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn import Dropout, Linear, Module, MultiheadAttention, Sequential
+from torch_geometric.nn.inits import reset
+from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
+
+from cudnn_gnn._validation import check_choice, check_int, check_probability
+from cudnn_gnn.layers.graph_transformer import check_packed_mha, packed_mha
+from cudnn_gnn.ops.graph_attention import ATTENTION_BACKENDS
+
+__all__ = ["GPSConv"]
+
+
+class GPSConv(Module):
+    r"""The GPS layer from `"Recipe for a General, Powerful, Scalable Graph Transformer"
+    <https://arxiv.org/abs/2205.12454>`_ (Rampášek et al., 2022), as ``torch_geometric.nn.GPSConv``, with the
+    global attention computed on the packed batch instead of a padded one.
+
+    .. math::
+        h_L &= \mathrm{Norm}_1\big(x + \mathrm{Dropout}(\mathrm{MPNN}(x, A))\big) \\
+        h_G &= \mathrm{Norm}_2\big(x + \mathrm{Dropout}(\mathrm{MHA}_G(x))\big) \\
+        out &= \mathrm{Norm}_3\big(h + \mathrm{MLP}(h)\big), \quad h = h_L + h_G
+
+    :math:`\mathrm{MHA}_G` is ``self.attn`` (a ``torch.nn.MultiheadAttention``, so its parameters are PyG's)
+    applied among the nodes of each graph through :func:`cudnn_gnn.ops.graph_attention.graph_attention`: PyG pads
+    every graph to the largest with ``to_dense_batch`` (memory and time ``B * max_n**2``); here graphs are packed
+    (``sum n_b**2``) and, on a GPU with cuDNN >= 9.28, run on cuDNN's SDPA. Same constructor, parameter names and
+    shapes, ``reset_parameters`` and ``__repr__`` as PyG 2.8, so ``load_state_dict(pyg_gps.state_dict(),
+    strict=True)`` works and outputs match with equal weights (up to the attention backend's precision: cuDNN
+    runs fp32 inputs in bf16).
+
+    Args:
+        channels: feature size ``C``.
+        conv: the local message passing layer (any ``MessagePassing``, e.g. ``cudnn_gnn.layers.GATConv``), or
+            None for a pure transformer.
+        heads: attention heads (``C`` must be divisible by it).
+        dropout: dropout of the intermediate embeddings (attention coefficients use ``attn_kwargs['dropout']``).
+        act, act_kwargs: the MLP's activation (PyG's resolver).
+        norm, norm_kwargs: the three normalizations (PyG's resolver, ``"batch_norm"`` by default).
+        attn_type: ``"multihead"``; ``"performer"`` raises NotImplementedError (use PyG's GPSConv for it).
+        attn_kwargs: passed to ``torch.nn.MultiheadAttention`` (``dropout``, ``bias``).
+        attention_backend: ``"auto" | "cudnn" | "flash" | "reference"`` (keyword only).
+
+    Shapes:
+        - input: ``x`` ``[N, C]``, ``edge_index`` ``[2, E]`` or a sparse adjacency, ``batch`` ``[N]`` (sorted)
+        - output: ``[N, C]``
+    """
+
+    def __init__(
+        self,
+        channels: int,
+        conv: Module | None,
+        heads: int = 1,
+        dropout: float = 0.0,
+        act: str = "relu",
+        act_kwargs: dict[str, Any] | None = None,
+        norm: str | None = "batch_norm",
+        norm_kwargs: dict[str, Any] | None = None,
+        attn_type: str = "multihead",
+        attn_kwargs: dict[str, Any] | None = None,
+        *,
+        attention_backend: str = "auto",
+    ) -> None:
+        super().__init__()
+        check_int("channels", channels, minimum=1)
+        check_int("heads", heads, minimum=1)
+        check_probability("dropout", dropout)
+        check_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
+        if attn_type == "performer":
+            raise NotImplementedError(
+                "attn_type='performer' is not implemented by cudnn_gnn.layers.GPSConv (its packed path is exact "
+                "softmax attention); use torch_geometric.nn.GPSConv for Performer attention"
+            )
+        if attn_type != "multihead":
+            raise ValueError(f"attn_type must be 'multihead', got {attn_type!r}")
+        if channels % heads:
+            raise ValueError(f"channels must be divisible by heads={heads}, got {channels}")
+
+        self.channels = channels
+        self.conv = conv
+        self.heads = heads
+        self.dropout = dropout
+        self.attn_type = attn_type
+        self.attention_backend = attention_backend
+
+        self.attn = MultiheadAttention(channels, heads, batch_first=True, **(attn_kwargs or {}))
+        check_packed_mha(self.attn)
+
+        self.mlp = Sequential(
+            Linear(channels, channels * 2),
+            activation_resolver(act, **(act_kwargs or {})),
+            Dropout(dropout),
+            Linear(channels * 2, channels),
+            Dropout(dropout),
+        )
+        norm_kwargs = norm_kwargs or {}
+        self.norm1 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm2 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm3 = normalization_resolver(norm, channels, **norm_kwargs)
+        self.norm_with_batch = self.norm1 is not None and "batch" in inspect.signature(self.norm1.forward).parameters
+
+    def reset_parameters(self) -> None:
+        """Resets all learnable parameters of the module."""
+        if self.conv is not None:
+            self.conv.reset_parameters()
+        self.attn._reset_parameters()
+        reset(self.mlp)
+        for norm in (self.norm1, self.norm2, self.norm3):
+            if norm is not None:
+                norm.reset_parameters()
+
+    def _norm(self, norm: Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
+        if norm is None:
+            return h
+        return norm(h, batch=batch) if self.norm_with_batch else norm(h)
+
+    def forward(
+        self,
+        x: Tensor,
+        edge_index: Any,
+        batch: Tensor | None = None,
+        *,
+        ptr: Tensor | None = None,
+        max_num_nodes: int | None = None,
+        **kwargs: Any,
+    ) -> Tensor:
+        """Runs the layer. ``kwargs`` go to ``conv`` (e.g. ``edge_attr``). ``ptr`` (PyG's ``data.ptr``) and
+        ``max_num_nodes``, given once per batch, spare the attention its host syncs; ``batch`` still feeds
+        normalizations that take it."""
+        hs = []
+        if self.conv is not None:  # local message passing
+            h = self.conv(x, edge_index, **kwargs)
+            h = F.dropout(h, p=self.dropout, training=self.training)
+            hs.append(self._norm(self.norm1, h + x, batch))
+
+        # Global attention within each graph, on the packed batch.
+        h = packed_mha(
+            self.attn,
+            x,
+            ptr=ptr,
+            batch=batch,
+            num_graphs=None,
+            max_num_nodes=max_num_nodes,
+            training=self.training,
+            backend=self.attention_backend,
+        )
+        h = F.dropout(h, p=self.dropout, training=self.training)
+        hs.append(self._norm(self.norm2, h + x, batch))
+
+        out = hs[0] if len(hs) == 1 else hs[0] + hs[1]
+        out = out + self.mlp(out)
+        return self._norm(self.norm3, out, batch)
+
+    def __repr__(self) -> str:
+        return f"{self.__class__.__name__}({self.channels}, conv={self.conv}, heads={self.heads}, attn_type={self.attn_type})"

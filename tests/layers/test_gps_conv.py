@@ -1,0 +1,153 @@
+"""GPSConv parity with PyG's GPSConv (same state_dict), and GraphTransformerBlock parity with
+``torch.nn.TransformerEncoderLayer`` applied per graph."""
+
+from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
+
+import pytest
+import torch
+import torch_geometric.nn as pyg_nn
+from torch.nn import Linear, ReLU, Sequential
+
+from cudnn_gnn.layers.gps_conv import GPSConv
+from cudnn_gnn.layers.graph_transformer import GraphTransformerBlock
+
+C, HEADS = 16, 4
+
+
+def _batch(sizes, seed=0, edge_dim=None):
+    """A PyG-style batch: random edges inside each graph (self-loops allowed), sorted ``batch``, ``ptr``."""
+    g = torch.Generator().manual_seed(seed)
+    n = sum(sizes)
+    x = torch.randn(n, C, generator=g, dtype=torch.float64)
+    edges, start = [], 0
+    for s in sizes:
+        if s:
+            e = torch.randint(0, s, (2, 3 * s), generator=g) + start
+            edges.append(e)
+        start += s
+    edge_index = torch.cat(edges, 1) if edges else torch.zeros(2, 0, dtype=torch.long)
+    batch = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()])
+    edge_attr = None if edge_dim is None else torch.randn(edge_index.shape[1], edge_dim, generator=g, dtype=torch.float64)
+    return x, edge_index, batch, ptr, edge_attr
+
+
+def _local_conv(kind):
+    if kind == "gat":
+        return pyg_nn.GATConv(C, C // HEADS, heads=HEADS)
+    if kind == "gine":
+        return pyg_nn.GINEConv(Sequential(Linear(C, C), ReLU(), Linear(C, C)), edge_dim=4)
+    return None
+
+
+def _pair(kind, **kw):
+    torch.manual_seed(0)
+    pyg = pyg_nn.GPSConv(C, _local_conv(kind), heads=HEADS, **kw).double()
+    ours = GPSConv(C, _local_conv(kind), heads=HEADS, attention_backend="reference", **kw).double()
+    ours.load_state_dict(pyg.state_dict(), strict=True)
+    return pyg, ours
+
+
+def _grads(module):
+    return {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("kind", ["gat", "gine", None])
+@pytest.mark.parametrize("train", [False, True])
+@pytest.mark.parametrize("norm", ["batch_norm", "layer_norm", None])
+def test_gps_parity_with_pyg(kind, train, norm):
+    pyg, ours = _pair(kind, norm=norm)
+    assert set(pyg.state_dict()) == set(ours.state_dict())
+    x, edge_index, batch, ptr, edge_attr = _batch([5, 1, 9, 3], edge_dim=4 if kind == "gine" else None)
+    kwargs = {"edge_attr": edge_attr} if kind == "gine" else {}
+    pyg.train(train)
+    ours.train(train)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want = pyg(xa, edge_index, batch, **kwargs)
+    got = ours(xb, edge_index, batch, **kwargs)
+    torch.testing.assert_close(got, want)
+    w = torch.randn_like(want)
+    (want * w).sum().backward()
+    (got * w).sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad)
+    gp, go = _grads(pyg), _grads(ours)
+    assert gp.keys() == go.keys()
+    for name in gp:
+        torch.testing.assert_close(go[name], gp[name], msg=name)
+    if train and norm == "batch_norm":  # running statistics move alike
+        for (na, a), (_, b) in zip(pyg.named_buffers(), ours.named_buffers()):
+            torch.testing.assert_close(b, a, msg=na)
+
+
+def test_gps_ptr_and_max_num_nodes_and_no_batch():
+    pyg, ours = _pair("gat")
+    pyg.eval()
+    ours.eval()
+    x, edge_index, batch, ptr, _ = _batch([4, 7, 2])
+    want = pyg(x, edge_index, batch)
+    torch.testing.assert_close(ours(x, edge_index, batch, ptr=ptr, max_num_nodes=7), want)
+    x1, e1, _, _, _ = _batch([6])
+    torch.testing.assert_close(ours(x1, e1), pyg(x1, e1))
+
+
+def test_gps_attention_dropout_runs_and_is_seeded():
+    _, ours = _pair("gat", attn_kwargs={"dropout": 0.5}, dropout=0.1)
+    ours.train()
+    x, edge_index, batch, ptr, _ = _batch([4, 7, 2])
+    torch.manual_seed(1)
+    a = ours(x, edge_index, batch)
+    torch.manual_seed(1)
+    b = ours(x, edge_index, batch)
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_gps_repr_reset_and_errors():
+    pyg, ours = _pair("gat")
+    assert repr(ours).replace("GPSConv", "X") == repr(pyg).replace("GPSConv", "X")
+    ours.reset_parameters()
+    with pytest.raises(NotImplementedError, match="attn_type='performer' is not implemented"):
+        GPSConv(C, None, heads=2, attn_type="performer")
+    with pytest.raises(ValueError, match="^attn_type must be 'multihead', got 'bigbird'"):
+        GPSConv(C, None, attn_type="bigbird")
+    with pytest.raises(ValueError, match="^channels must be divisible by heads=3"):
+        GPSConv(C, None, heads=3)
+    with pytest.raises(ValueError, match="^attention_backend must be one of"):
+        GPSConv(C, None, attention_backend="xformers")
+    with pytest.raises(NotImplementedError, match="add_bias_kv"):
+        GPSConv(C, None, attn_kwargs={"add_bias_kv": True})
+
+
+# ----------------------------------------------------------------------------------------------- transformer block
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_block_equals_torch_encoder_layer_per_graph(norm_first, activation):
+    torch.manual_seed(0)
+    ref = torch.nn.TransformerEncoderLayer(
+        C, HEADS, dim_feedforward=24, dropout=0.0, activation=activation, batch_first=True, norm_first=norm_first
+    ).double()
+    block = GraphTransformerBlock(C, HEADS, dim_feedforward=24, activation=activation, norm_first=norm_first).double()
+    block.load_state_dict(ref.state_dict(), strict=True)
+    sizes = [3, 1, 0, 6]
+    x, _, batch, ptr, _ = _batch(sizes)
+    xa, xb = x.clone().requires_grad_(), x.clone().requires_grad_()
+    want = torch.cat([ref(xa[ptr[i] : ptr[i + 1]][None])[0] for i in range(len(sizes)) if sizes[i]])
+    got = block(xb, batch)
+    torch.testing.assert_close(got, want)
+    torch.testing.assert_close(block(x, ptr=ptr, max_num_nodes=6), want.detach())
+    want.sum().backward()
+    got.sum().backward()
+    torch.testing.assert_close(xb.grad, xa.grad)
+    for (n, p), (_, r) in zip(block.named_parameters(), ref.named_parameters()):
+        torch.testing.assert_close(p.grad, r.grad, msg=n)
+
+
+def test_block_errors_and_repr():
+    with pytest.raises(ValueError, match="^channels must be divisible by heads=3"):
+        GraphTransformerBlock(16, 3)
+    with pytest.raises(ValueError, match="^activation must be one of"):
+        GraphTransformerBlock(16, 2, activation="tanh")
+    with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\)"):
+        GraphTransformerBlock(16, 2, dropout=1.5)
+    assert "GraphTransformerBlock(16, heads=2" in repr(GraphTransformerBlock(16, 2))
