@@ -64,6 +64,7 @@ def is_sparse_form(edge_index: Any) -> bool:
 
 def finish(
     plan: GraphPlan,
+    edge_index: Any,
     result: Tensor | tuple[Tensor, Tensor],
     res: Tensor | None,
     bias: Tensor | None,
@@ -80,5 +81,5 @@ def finish(
         out = out + bias
     if alpha is None:
         return out
-    second = attention_result(plan, alpha.to(alpha_dtype))
+    second = attention_result(plan, alpha.to(alpha_dtype), edge_index)
     return out, second

@@ -53,7 +53,9 @@ class GraphPlan:
             reductions, ``num_loops`` (a discarded slot) for self-loops and destinations without a loop.
         keep: static plans only: ``[E + num_loops]`` bool, which of the graph's COO edges PyG has.
         form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_tensor", "csc_graph".
-        source: the caller's object (for the returned attention's form).
+        source: the structure PyG returns attention on when it is not the caller's own object (the
+            self-loop form of a sparse input); None otherwise. Plans never hold the caller's tensor, so a
+            cache entry dies with it.
     """
 
     graph: CscGraph
@@ -162,8 +164,8 @@ def _build(edge_index: Any, num_src: int, num_dst: int, num_loops: int | None, s
     if isinstance(edge_index, CscGraph):
         g = edge_index
         if num_loops is None and not static:
-            return GraphPlan(g, g.num_dst_nodes, form="csc_graph", source=g)
-        return make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", g)
+            return GraphPlan(g, g.num_dst_nodes, form="csc_graph")
+        return make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
     if _is_sparse_tensor(edge_index):
         return _sparse_tensor_plan(edge_index, num_loops)
     if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):
@@ -173,7 +175,7 @@ def _build(edge_index: Any, num_src: int, num_dst: int, num_loops: int | None, s
             rowptr, col = edge_index.crow_indices(), edge_index.col_indices()
             dtype = _index_dtype(col.numel(), n_src, n_dst)
             graph = CscGraph.from_csc(rowptr.to(dtype), col.to(dtype), n_src).validate()
-            return GraphPlan(graph, n_dst, form=form, source=edge_index)
+            return GraphPlan(graph, n_dst, form=form)
         if form == "csr" and num_loops is not None and not static:
             from torch_geometric.utils import add_self_loops, remove_self_loops
 
@@ -181,7 +183,7 @@ def _build(edge_index: Any, num_src: int, num_dst: int, num_loops: int | None, s
             plan = _build(adj, num_src, num_dst, None, False)
             plan.num_loops, plan.source = min(n_src, n_dst), adj
             return plan
-        return make(_sparse_to_coo(edge_index), n_src, n_dst, num_loops, form, edge_index)
+        return make(_sparse_to_coo(edge_index), n_src, n_dst, num_loops, form, None)
     if isinstance(edge_index, Tensor):
         if edge_index.layout != torch.strided:
             raise ValueError(f"edge_index must be a sparse CSR or CSC tensor when sparse, got layout {edge_index.layout}")
@@ -190,7 +192,7 @@ def _build(edge_index: Any, num_src: int, num_dst: int, num_loops: int | None, s
         from torch_geometric import EdgeIndex
 
         form = "edge_index" if isinstance(edge_index, EdgeIndex) else "coo"
-        return make(ei, num_src, num_dst, num_loops, form, edge_index)
+        return make(ei, num_src, num_dst, num_loops, form, None)
     raise TypeError(f"edge_index must be {FORMS}, got {type(edge_index).__name__}")
 
 
@@ -280,7 +282,7 @@ def resolve(
             if plan is not None:
                 return plan
             if num_loops is None:
-                return GraphPlan(edge_index, edge_index.num_dst_nodes, form="csc_graph", source=edge_index)
+                return GraphPlan(edge_index, edge_index.num_dst_nodes, form="csc_graph")
         return _build(edge_index, num_src, num_dst, num_loops, static=True)
     if isinstance(edge_index, CscGraph):
         key = (_PLAN_KEY, num_loops)
@@ -347,11 +349,11 @@ def loop_edge_attr(plan: GraphPlan, edge_attr: Tensor, fill_value: Any) -> Tenso
     return torch.cat([base, loop_attr], dim=0)
 
 
-def attention_result(plan: GraphPlan, alpha: Tensor) -> Any:
+def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
     """PyG's second return value for ``return_attention_weights``: ``(edge_index, alpha)``, or the sparse
-    forms for sparse inputs, in PyG's edge order (self-loops appended last)."""
+    forms for sparse inputs, in PyG's edge order (self-loops appended last). ``edge_index`` is the caller's."""
     if plan.keep is not None:  # static plan: the graph also holds redirected self-loops
-        src = plan.source if not isinstance(plan.source, CscGraph) else plan.source.edge_index()
+        src = edge_index if not isinstance(edge_index, CscGraph) else edge_index.edge_index()
         ei = _sparse_to_coo(src) if plan.form in ("csr", "csc") else _plain(src)
         ar = _loops(plan.num_loops, ei)
         full = torch.cat([ei, torch.stack([ar, ar])], dim=1)
@@ -361,7 +363,7 @@ def attention_result(plan: GraphPlan, alpha: Tensor) -> Any:
     if plan.form == "csr":
         from torch_geometric.utils.sparse import set_sparse_value
 
-        return set_sparse_value(plan.source, alpha), alpha
+        return set_sparse_value(edge_index if plan.source is None else plan.source, alpha), alpha
     if plan.form == "csc":
         ei = plan._returned.get("ei")
         if ei is None:
@@ -374,18 +376,18 @@ def attention_result(plan: GraphPlan, alpha: Tensor) -> Any:
         a = alpha.index_select(0, perm)
         adj = torch.sparse_csc_tensor(ccol, ei[1, perm], a, size=(num_dst, num_src, *alpha.shape[1:]))
         return adj, a
+    if plan.form != "csc_graph" and plan.loop_index is None:
+        return edge_index, alpha
     ei = plan._returned.get("ei")
     if ei is None:
-        ei = plan._returned["ei"] = _returned_edge_index(plan)
+        ei = plan._returned["ei"] = _returned_edge_index(plan, edge_index)
     return ei, alpha
 
 
-def _returned_edge_index(plan: GraphPlan) -> Tensor:
+def _returned_edge_index(plan: GraphPlan, edge_index: Any) -> Tensor:
     if plan.form == "csc_graph":
         return plan.graph.edge_index()
-    if plan.loop_index is None:
-        return plan.source
     from torch_geometric.utils import add_self_loops, remove_self_loops
 
     # PyG's own functions, so the returned type (Tensor or EdgeIndex, sizes, flags) is exactly PyG's.
-    return add_self_loops(remove_self_loops(plan.source)[0], num_nodes=plan.num_loops)[0]
+    return add_self_loops(remove_self_loops(edge_index)[0], num_nodes=plan.num_loops)[0]

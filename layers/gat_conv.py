@@ -245,7 +245,7 @@ class GATConv(MessagePassing):
             training=self.training, return_attention=want, deterministic=self.deterministic,
             grad_precision=self.grad_precision, backend=self.backend,
         )
-        return finish(plan, result, res, self.bias, want, torch.promote_types(x_src.dtype, self.att_src.dtype))
+        return finish(plan, edge_index, result, res, self.bias, want, torch.promote_types(x_src.dtype, self.att_src.dtype))
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -185,7 +185,7 @@ class GATv2Conv(MessagePassing):
             training=self.training, return_attention=want, deterministic=self.deterministic,
             grad_precision=self.grad_precision, backend=self.backend,
         )
-        return finish(plan, result, res, self.bias, want, torch.promote_types(x_l.dtype, self.att.dtype))
+        return finish(plan, edge_index, result, res, self.bias, want, torch.promote_types(x_l.dtype, self.att.dtype))
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"
