@@ -1,0 +1,209 @@
+"""Timing, peak-memory, error-capture and JSON helpers shared by the benchmark scripts.
+
+Timing: ``warmup`` untimed calls, then ``repeats`` timed calls. On CUDA each call is bracketed by
+``torch.cuda.Event(enable_timing=True)`` records on the current stream and the device is synchronised after each
+call (outside the bracket), so a time is the GPU time from the first to the last kernel of that call, including
+any idle gap our host code leaves between kernels. On CPU (``--quick`` smoke runs) ``time.perf_counter`` is used
+and the figures mean nothing.
+
+Memory: :func:`peak_memory` runs one extra call after the timed ones and reports
+``torch.cuda.max_memory_allocated() - torch.cuda.memory_allocated()`` measured from just before that call, so
+everything that already existed (inputs, graph and its caches, parameters, the upstream gradient) is *not*
+counted; activations kept for backward, workspaces, the output and the parameter gradients are.
+"""
+
+from __future__ import annotations
+
+import datetime
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+__all__ = [
+    "is_oom",
+    "is_fatal",
+    "free_memory",
+    "synchronize",
+    "time_fn",
+    "peak_memory",
+    "percentile",
+    "environment",
+    "write_json",
+]
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for torch's OOM error and for allocator failures reported as plain RuntimeErrors (cuDNN, cuBLAS)."""
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
+    )
+
+
+def is_fatal(exc: BaseException) -> bool:
+    """True for errors after which the CUDA context is unusable (every later CUDA call would fail too)."""
+    text = str(exc)
+    return any(s in text for s in ("illegal memory access", "device-side assert", "unspecified launch failure",
+                                   "CUDA error: an illegal instruction"))
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def free_memory(device: torch.device | None = None) -> None:
+    """Collect garbage and hand cached blocks back, so one case's leftovers do not count against the next."""
+    gc.collect()
+    if device is not None and device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile, ``q`` in [0, 100]."""
+    xs = sorted(values)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q / 100.0
+    lo = int(k)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def time_fn(
+    fn: Callable[[], Any],
+    *,
+    device: torch.device,
+    warmup: int,
+    repeats: int,
+    pre: Callable[[], None] | None = None,
+) -> dict[str, Any]:
+    """Median/p10/p90 milliseconds of ``fn()`` over ``repeats`` calls after ``warmup`` calls.
+
+    ``pre`` (e.g. dropping parameter gradients) runs before each call, outside the timed bracket. The result of
+    ``fn`` is dropped immediately. Also returns ``first_call_ms``, the wall time of the first warm-up call
+    (plan builds, ``torch.compile``), measured with a device sync.
+    """
+    first_ms = float("nan")
+    for i in range(max(warmup, 1)):
+        if pre is not None:
+            pre()
+        t0 = time.perf_counter()
+        fn()
+        synchronize(device)
+        if i == 0:
+            first_ms = (time.perf_counter() - t0) * 1e3
+    times: list[float] = []
+    if device.type == "cuda":
+        for _ in range(repeats):
+            if pre is not None:
+                pre()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize(device)
+            times.append(start.elapsed_time(end))
+    else:
+        for _ in range(repeats):
+            if pre is not None:
+                pre()
+            t0 = time.perf_counter()
+            fn()
+            times.append((time.perf_counter() - t0) * 1e3)
+    return {
+        "median_ms": statistics.median(times) if times else float("nan"),
+        "p10_ms": percentile(times, 10),
+        "p90_ms": percentile(times, 90),
+        "first_call_ms": first_ms,
+        "repeats": len(times),
+    }
+
+
+def peak_memory(fn: Callable[[], Any], *, device: torch.device, pre: Callable[[], None] | None = None) -> int | None:
+    """Bytes allocated at the peak of one ``fn()`` call above what was allocated just before it (None on CPU)."""
+    if device.type != "cuda":
+        return None
+    if pre is not None:
+        pre()
+    gc.collect()
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    base = torch.cuda.memory_allocated(device)
+    fn()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device) - base)
+
+
+def _version(module: str) -> str | None:
+    try:
+        mod = __import__(module)
+        return str(getattr(mod, "__version__", "unknown"))
+    except Exception:  # noqa: BLE001 - a missing or broken package is simply reported as absent
+        return None
+
+
+def environment(device: torch.device) -> dict[str, Any]:
+    """GPU, torch, CUDA, cuDNN (backend loaded by the frontend and torch's own), frontend, PyG versions, date."""
+    env: dict[str, Any] = {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "torch_geometric": _version("torch_geometric"),
+        "cudnn_gnn": _version("cudnn_gnn"),
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+        "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32) if device.type == "cuda" else None,
+        "ld_preload": os.environ.get("LD_PRELOAD"),
+        "argv": sys.argv,
+    }
+    try:
+        import cudnn_gnn
+
+        info = cudnn_gnn.backend_info()
+        env["backend_info"] = {k: (list(v) if isinstance(v, tuple) else v) for k, v in info.as_dict().items()}
+        env["cudnn_backend_version"] = info.cudnn_backend_version
+        env["cudnn_frontend"] = info.frontend_version
+        env["torch_cudnn_version"] = info.torch_cudnn_version
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal for a benchmark
+        env["backend_info_error"] = f"{type(exc).__name__}: {exc}"
+    return env
+
+
+def _clean(obj: Any) -> Any:
+    """JSON-safe copy: NaN/inf become None, tuples become lists, unknown objects their str()."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {str(k): _clean(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_clean(v) for v in obj]
+    if obj is None or isinstance(obj, (int, str, bool)):
+        return obj
+    return str(obj)
+
+
+def write_json(path: str, payload: dict[str, Any]) -> None:
+    """Write strict JSON (no NaN), creating the folder; written to a temporary name first, then renamed."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    tmp = f"{path}.tmp"
+    with open(tmp, "w") as f:
+        json.dump(_clean(payload), f, indent=1, allow_nan=False)
+        f.write("\n")
+    os.replace(tmp, path)
