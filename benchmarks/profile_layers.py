@@ -1,0 +1,188 @@
+"""Where the time goes: torch.profiler on one arxiv-shape case, cuDNN GNN kernels against everything else.
+
+Runs ``--steps`` profiled steps of one case from ``bench_layers.py`` (default: arxiv shape, GAT, fp32,
+forward+backward, our layer if ``cudnn_gnn.layers`` provides it, else the op-level ``Linear + cudnn_gnn.gat``
+model) after warm-up, then prints
+
+* the top kernels by self CUDA time, each with its class;
+* total self CUDA time split into ``cudnn gnn kernels`` and ``other``, with ``other`` broken down into glue
+  kernels launched inside our ops (casts, fills, index copies), the linear layers, and the rest;
+* the step time from CUDA events, and the gap between it and the summed kernel time (GPU idle: host overhead,
+  launch latency, syncs);
+* the achieved bandwidth of the cuDNN kernels under a simple traffic model (see :func:`traffic_model`) against
+  the H200's ~4.3 TB/s measured copy bandwidth.
+
+Kernel classes: a CUDA kernel is attributed to the innermost PyTorch op that launched it (kineto's correlation
+id), then up that op's parents. It is a ``cudnn gnn`` kernel when that chain holds a ``cudnn_gnn::``/``cudnn::``
+op and the kernel is not one of PyTorch's own (``at::native`` etc.), or, when the launch could not be attributed,
+when its name matches ``--cudnn-pattern``. Check the printed kernel names once on the device and adjust the
+pattern if cuDNN's kernel names are not caught.
+
+Usage::
+
+    python benchmarks/profile_layers.py [--layer GAT|GATv2] [--dtype fp32|bf16] [--pass fwd|fwd+bwd]
+        [--impl layer_cudnn|cudnn|cudnn_det|pyg|...] [--steps 5] [--out profile.json] [--trace trace.json]
+    python benchmarks/profile_layers.py --quick      # CPU smoke test (reference backend, CPU ops only)
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+import torch
+from torch.autograd import DeviceType
+from torch.profiler import ProfilerActivity, profile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import bench_layers as bl  # noqa: E402
+from _common import environment, synchronize, time_fn, write_json  # noqa: E402
+
+H200_COPY_BW = 4.3e12  # bytes/s, measured device-to-device copy bandwidth (issue 5)
+OUR_OPS = re.compile(r"^(cudnn_gnn::|cudnn::)")
+TORCH_KERNEL = re.compile(
+    r"at::native|at::cuda|at_cuda_detail|cub::|^void at::|elementwise|reduce_kernel|memset|memcpy", re.I
+)
+LINEAR_OPS = re.compile(r"^aten::(linear|addmm|mm|matmul|bmm)")
+
+
+def classify(kernel: Any, cpu_by_id: dict[int, Any], pattern: re.Pattern[str]) -> str:
+    """``cudnn gnn`` / ``glue in our ops`` / ``linear`` / ``other`` for one device event."""
+    op = cpu_by_id.get(getattr(kernel, "linked_correlation_id", 0))
+    chain = []
+    while op is not None:
+        chain.append(op.name)
+        op = op.cpu_parent
+    in_ours = any(OUR_OPS.match(n) for n in chain)
+    if in_ours:
+        return "glue in our ops" if TORCH_KERNEL.search(kernel.name) else "cudnn gnn"
+    if not chain and pattern.search(kernel.name):
+        return "cudnn gnn"
+    if any(LINEAR_OPS.match(n) for n in chain) or re.search(r"gemm|cutlass|xmma|sm90_", kernel.name, re.I):
+        return "linear"
+    return "other"
+
+
+def traffic_model(inp: bl.Inputs, layer: str, dtype: str, pass_: str) -> dict[str, float]:
+    """Bytes the GNN kernels must move at least, per step (a lower bound; gathers that miss cache move more).
+
+    Forward: read ``x`` once (``N*D``), write ``out`` (``N*D``), read the CSC graph (offsets, indices and the
+    CSC -> COO map: ``E*(idx+idx) + N*idx``) and write the attention ``[H, E]`` fp32; GATv2 also writes its
+    ``[E, D]`` activation buffer. Backward: about twice the forward (read ``x``, ``out`` grads, attention; write
+    ``x`` grads). A second, gather-bound figure counts ``E*D`` element reads (no reuse of ``x`` rows).
+    """
+    n, e = inp.graph.num_nodes, inp.graph.num_edges
+    d = inp.preset.heads * inp.preset.channels
+    h = inp.preset.heads
+    s = 4 if dtype == "fp32" else 2
+    idx = 4 if inp.csc.index_dtype == torch.int32 else 8
+    fwd = 2 * n * d * s + e * 2 * idx + n * idx + 4 * e * h + (e * d * s if layer == "GATv2" else 0)
+    gather = e * d * s + n * d * s + e * 2 * idx
+    mult = 3.0 if pass_ == "fwd+bwd" else 1.0
+    return {"min_bytes": fwd * mult, "gather_bytes": gather * mult}
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--preset", default=None, help="bench_layers preset (default arxiv; quick: tiny)")
+    ap.add_argument("--layer", default="GAT", choices=bl.LAYERS)
+    ap.add_argument("--dtype", default="fp32", choices=sorted(bl.DTYPES))
+    ap.add_argument("--pass", dest="pass_", default="fwd+bwd", choices=bl.PASSES)
+    ap.add_argument("--impl", default=None, help="default: layer_cudnn if available, else cudnn (quick: reference)")
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--top", type=int, default=20)
+    ap.add_argument("--cudnn-pattern", default=r"cudnn|gnn|mha_?gat", help="regex for unattributed cuDNN kernels")
+    ap.add_argument("--out", default=None, help="JSON path (default profile_layers.json)")
+    ap.add_argument("--trace", default=None, help="also export a Chrome trace here")
+    ap.add_argument("--quick", action="store_true", help="CPU smoke test")
+    ap.add_argument("--device", default=None)
+    ap.add_argument("--no-ogbn", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu"))
+    preset = bl.resolve_presets([args.preset or ("tiny" if args.quick else "arxiv")], args.quick)[0]
+    impl = args.impl or ("reference" if device.type == "cpu" else ("layer_cudnn" if bl.layer_classes() else "cudnn"))
+
+    inp, _ = bl.build_inputs(preset, device, argparse.Namespace(seed=args.seed, no_ogbn=args.no_ogbn))
+    model, graph_arg, kind = bl.build_model(impl, args.layer, inp, args.seed)
+    fn, pre = bl.make_step(model, graph_arg, inp, args.dtype, args.pass_)
+    timing = time_fn(fn, device=device, warmup=3, repeats=max(args.steps, 3), pre=pre)
+    print(f"# profile: {preset.name} ({inp.graph.num_nodes:,} nodes, {inp.graph.num_edges:,} edges), {args.layer}, "
+          f"{impl} (graph input: {kind}), {args.dtype}, {args.pass_}: median step {timing['median_ms']:.3f} ms", flush=True)
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(args.steps):
+            if pre is not None:
+                pre()
+            fn()
+        synchronize(device)
+    if args.trace:
+        prof.export_chrome_trace(args.trace)
+
+    events = prof.events()
+    cpu_by_id = {e.id: e for e in events if e.device_type == DeviceType.CPU}
+    kernels = [e for e in events if e.device_type == DeviceType.CUDA]
+    pattern = re.compile(args.cudnn_pattern, re.I)
+    per_kernel: dict[str, dict[str, Any]] = {}
+    per_class: dict[str, float] = {}
+    for k in kernels:
+        us = k.time_range.end - k.time_range.start
+        cls = classify(k, cpu_by_id, pattern)
+        row = per_kernel.setdefault(k.name, {"kernel": k.name, "class": cls, "calls": 0, "self_cuda_us": 0.0})
+        row["calls"] += 1
+        row["self_cuda_us"] += us
+        per_class[cls] = per_class.get(cls, 0.0) + us
+    total_us = sum(per_class.values())
+    steps = max(args.steps, 1)
+    top = sorted(per_kernel.values(), key=lambda r: -r["self_cuda_us"])[: args.top]
+    result: dict[str, Any] = {
+        "schema": "cudnn-gnn/profile_layers/1", "quick": args.quick, "environment": environment(device),
+        "case": {"preset": preset.name, "layer": args.layer, "impl": impl, "dtype": args.dtype, "pass": args.pass_,
+                 "graph_input": kind, "num_nodes": inp.graph.num_nodes, "num_edges": inp.graph.num_edges,
+                 "steps": steps, "graph_source": inp.graph.source},
+        "step_ms_cuda_events": timing,
+        "top_kernels": top,
+        "per_class_us_per_step": {k: v / steps for k, v in per_class.items()},
+    }
+    if kernels:
+        cudnn_us = per_class.get("cudnn gnn", 0.0) / steps
+        other_us = (total_us / steps) - cudnn_us
+        step_us = timing["median_ms"] * 1e3
+        result["split_us_per_step"] = {"cudnn gnn kernels": cudnn_us, "other": other_us, "total_kernel": total_us / steps,
+                                       "step (cuda events)": step_us, "gpu idle in step": max(step_us - total_us / steps, 0)}
+        print("\n| kernel | class | calls/step | self CUDA us/step | share |\n|---|---|---:|---:|---:|")
+        for r in top:
+            name = r["kernel"] if len(r["kernel"]) <= 90 else r["kernel"][:87] + "..."
+            print(f"| `{name}` | {r['class']} | {r['calls'] / steps:g} | {r['self_cuda_us'] / steps:,.1f} "
+                  f"| {100 * r['self_cuda_us'] / total_us:.1f}% |")
+        print("\n| split | us/step | share of kernel time |\n|---|---:|---:|")
+        print(f"| cudnn gnn kernels | {cudnn_us:,.1f} | {100 * cudnn_us * steps / total_us:.1f}% |")
+        print(f"| other | {other_us:,.1f} | {100 * other_us * steps / total_us:.1f}% |")
+        for cls in ("glue in our ops", "linear", "other"):
+            if cls in per_class:
+                print(f"| &nbsp;&nbsp;of which {cls} | {per_class[cls] / steps:,.1f} | {100 * per_class[cls] / total_us:.1f}% |")
+        print(f"| total kernel time | {total_us / steps:,.1f} | 100% |")
+        idle = max(step_us - total_us / steps, 0)
+        print(f"| step time (CUDA events, median) | {step_us:,.1f} | GPU idle in step: {idle:,.1f} us |")
+        if cudnn_us > 0 and impl not in ("pyg", "pyg_compile", "reference", "layer_reference"):
+            model_bytes = traffic_model(inp, args.layer, args.dtype, args.pass_)
+            bw = {k: v / (cudnn_us * 1e-6) for k, v in model_bytes.items()}
+            result["cudnn_bandwidth"] = {**model_bytes, **{f"{k}_per_s": v for k, v in bw.items()},
+                                         "h200_copy_bytes_per_s": H200_COPY_BW}
+            print(f"\ncuDNN kernels' achieved bandwidth (traffic_model): lower bound {bw['min_bytes'] / 1e12:.2f} TB/s, "
+                  f"gather-bound {bw['gather_bytes'] / 1e12:.2f} TB/s, against ~{H200_COPY_BW / 1e12:.1f} TB/s copy")
+    else:
+        table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top)
+        print(table)
+        result["cpu_table"] = table
+    write_json(args.out or "profile_layers.json", result)
+    return result
+
+
+if __name__ == "__main__":
+    main()
