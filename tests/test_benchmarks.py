@@ -1,0 +1,96 @@
+"""CPU smoke tests of the benchmark scripts' ``--quick`` modes (scripts, not tests of speed: no timing claims)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BENCH = os.path.join(ROOT, "benchmarks")
+
+
+def _run(script: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # the smoke test must not touch a GPU even where one exists
+    return subprocess.run([sys.executable, os.path.join(BENCH, script), *args], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=timeout)
+
+
+def test_bench_layers_quick_writes_valid_json(tmp_path) -> None:
+    out, md = tmp_path / "bench.json", tmp_path / "bench.md"
+    t0 = time.perf_counter()
+    proc = _run("bench_layers.py", "--quick", "--out", str(out))
+    elapsed = time.perf_counter() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert elapsed < 60, f"--quick took {elapsed:.0f} s; it must stay well under 30 s on a 2-core CI box"
+    payload = json.loads(out.read_text())  # strict JSON: NaN would not parse back as a number here
+    assert payload["quick"] is True
+    env = payload["environment"]
+    for key in ("torch", "torch_geometric", "date", "device"):
+        assert env[key] is not None, key
+    recs = payload["records"]
+    fields = {"preset", "layer", "impl", "dtype", "pass", "median_ms", "p10_ms", "p90_ms", "peak_mem_bytes", "status",
+              "num_nodes", "num_edges", "heads", "channels"}
+    assert recs and all(fields <= set(r) for r in recs)
+    assert {r["preset"] for r in recs} == {"tiny", "tiny-edge"}
+    assert {r["layer"] for r in recs} == {"GAT", "GATv2"} and {r["pass"] for r in recs} == {"fwd", "fwd+bwd"}
+    by_impl = {}
+    for r in recs:
+        by_impl.setdefault(r["impl"], []).append(r)
+    for impl in ("pyg", "reference"):
+        assert by_impl[impl] and all(r["status"] == "ok" for r in by_impl[impl]), by_impl.get(impl)
+    for r in by_impl.get("layer_reference", []):
+        assert r["status"] in ("ok", "unavailable"), r
+    # Same weights and inputs: every forward agrees with PyG's.
+    checked = [r for r in recs if r["pass"] == "fwd" and r["impl"] != "pyg" and r["status"] == "ok"]
+    assert checked and all(r.get("check") == "ok" for r in checked), checked
+    assert len(payload["summary"]) == 8  # 2 presets x 2 layers x 1 dtype x 2 passes
+    assert all(row["speedup_vs_pyg"] is not None for row in payload["summary"])
+    assert "| preset | layer |" in md.read_text()
+    assert {c["impl"] for c in payload["conversion"]} == {"cudnn_gnn.CscGraph.from_edge_index",
+                                                          "pyg.EdgeIndex.sort_by('col')"}
+
+
+def test_plot_writes_png(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    sys.path.insert(0, BENCH)
+    try:
+        from plot import plot
+    finally:
+        sys.path.remove(BENCH)
+    row = {"preset": "p", "layer": "GAT", "dtype": "fp32", "pass": "fwd+bwd", "speedup_vs_pyg": 2.0,
+           "mem_ratio_pyg_over_ours": 3.0, "pyg_status": "ok", "ours_status": "ok", "ours_ms": 1.0, "ours_mem": 1}
+    oom = {**row, "preset": "big", "speedup_vs_pyg": None, "mem_ratio_pyg_over_ours": None, "pyg_status": "oom"}
+    path = tmp_path / "p.png"
+    plot({"summary": [row, oom, {**row, "pass": "fwd"}], "environment": {}}, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_power_law_generator_is_exact_and_seeded() -> None:
+    sys.path.insert(0, BENCH)
+    try:
+        from _graphs import power_law_edge_index
+    finally:
+        sys.path.remove(BENCH)
+    a = power_law_edge_index(1000, 10_001, exponent=0.6, seed=3)
+    b = power_law_edge_index(1000, 10_001, exponent=0.6, seed=3)
+    assert a.shape == (2, 10_001) and a.dtype.is_signed and bool((a == b).all())
+    assert int(a.min()) >= 0 and int(a.max()) < 1000
+    half = 10_001 // 2
+    assert bool((a[:, half : 2 * half] == a[:, :half].flip(0)).all())  # symmetric pairs
+    deg = a[1].bincount(minlength=1000)
+    assert int(deg.max()) > 5 * float(deg.float().mean())  # heavy-tailed
+
+
+def test_bench_conversion_and_profile_quick(tmp_path) -> None:
+    proc = _run("bench_conversion.py", "--quick", "--out", str(tmp_path / "conv.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    conv = json.loads((tmp_path / "conv.json").read_text())
+    assert all(r["status"] == "ok" for r in conv["records"]), conv["records"]
+    proc = _run("profile_layers.py", "--quick", "--steps", "2", "--out", str(tmp_path / "prof.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert json.loads((tmp_path / "prof.json").read_text())["case"]["impl"] == "reference"
