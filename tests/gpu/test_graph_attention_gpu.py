@@ -147,7 +147,7 @@ def test_cudnn_plans_are_reused_across_a_ragged_epoch():
         graph_attention(q, q, q, _ptr(sizes), backend="cudnn").sum().backward()
     info = _cudnn_sdpa.plan_cache_info()
     built = len(torch_op._graph_cache) - before
-    assert info.misses <= 8 and info.evictions == 0, info
+    assert info.misses <= 10 and info.evictions == 0, info
     assert built <= 2 * info.misses, (built, info)
 
 
