@@ -28,7 +28,7 @@ def check_knobs(backend: str, deterministic: bool, grad_precision: str, cache_gr
 def check_message_passing_kwargs(name: str, kwargs: dict[str, Any]) -> None:
     """Refuse the ``MessagePassing`` options that change the math our op computes."""
     aggr = kwargs.get("aggr", "add")
-    if aggr != "add":
+    if aggr not in ("add", "sum"):
         raise NotImplementedError(f"aggr must be 'add' for {name} on the cuDNN ops (PyG's default), got {aggr!r}")
     flow = kwargs.get("flow", "source_to_target")
     if flow != "source_to_target":

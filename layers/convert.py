@@ -5,7 +5,6 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-import torch
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
@@ -37,7 +36,7 @@ def _rebuild(name: str, old: nn.Module, new_cls: type, args: tuple[str, ...], kn
                 f"{where} ({type(old).__name__}) must have initialised parameters to be converted, got a lazy "
                 "(in_channels=-1) module that has not run yet; run one forward pass first"
             )
-    if getattr(old, "aggr", "add") != "add" or getattr(old, "flow", "source_to_target") != "source_to_target":
+    if getattr(old, "aggr", "add") not in ("add", "sum") or getattr(old, "flow", "source_to_target") != "source_to_target":
         raise NotImplementedError(
             f"{where} must use aggr='add' and flow='source_to_target' to be converted, got "
             f"aggr={old.aggr!r}, flow={old.flow!r}"
@@ -45,11 +44,9 @@ def _rebuild(name: str, old: nn.Module, new_cls: type, args: tuple[str, ...], kn
     kwargs = {a: getattr(old, a) for a in args}
     kwargs["bias"] = old.bias is not None
     ref = next(iter(old.parameters()), None)
-    with torch.device("meta"):  # no init work: every tensor is overwritten by the state_dict below
-        new = new_cls(**kwargs, **knobs)
-    new = new.to_empty(device=ref.device if ref is not None else "cpu")
+    new = new_cls(**kwargs, **knobs)  # a lazy (-1) layer stays lazy; PyG's Linear materialises on load
     if ref is not None:
-        new = new.to(ref.dtype)
+        new = new.to(device=ref.device, dtype=ref.dtype)
     new.load_state_dict(old.state_dict(), strict=True)
     new.train(old.training)
     return new
