@@ -1,0 +1,157 @@
+"""Tests for cudnn_gnn.datasets.synthetic: OGB-shaped power-law graphs and degree statistics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from cudnn_gnn.datasets import degree_stats, synthetic_ogbn
+from cudnn_gnn.datasets import synthetic as synthetic_module
+from cudnn_gnn.datasets._meta import OGBN_META
+
+SCALE = 0.001
+
+
+@pytest.mark.parametrize("name", sorted(OGBN_META))
+def test_shapes_follow_the_dataset(name: str) -> None:
+    meta = OGBN_META[name]
+    data = synthetic_ogbn(name, scale=SCALE)
+    n = round(meta.num_nodes * SCALE)
+    raw = round(meta.num_raw_edges * SCALE)
+    assert data.num_nodes == n
+    assert data.edge_index.shape == (2, raw * (2 if meta.add_inverse_edge else 1))
+    assert data.edge_index.dtype == torch.int64
+    assert int(data.edge_index.min()) >= 0 and int(data.edge_index.max()) < n
+    assert not bool((data.edge_index[0] == data.edge_index[1]).any())
+    assert data.x.shape == (n, meta.num_features or 8) and data.x.dtype == torch.float32
+    assert data.y.shape == (n, meta.num_tasks)
+    assert (data.num_classes, data.num_tasks, data.eval_metric) == (meta.num_classes, meta.num_tasks, meta.eval_metric)
+    parts = torch.cat([data.train_idx, data.valid_idx, data.test_idx])
+    assert len(parts.unique()) == len(parts) <= n
+    expected_train = round(meta.split_sizes[0] * n / meta.num_nodes)
+    assert abs(len(data.train_idx) - expected_train) <= 1
+    if meta.add_inverse_edge:
+        assert torch.equal(data.edge_index[:, 1::2], data.edge_index[:, 0::2].flip(0))
+    if meta.num_edge_features:
+        assert data.edge_attr.shape == (data.edge_index.size(1), 8)
+        assert float(data.edge_attr.min()) > 0 and float(data.edge_attr.max()) < 1
+    else:
+        assert "edge_attr" not in data
+
+
+def test_label_types() -> None:
+    arxiv = synthetic_ogbn("ogbn-arxiv", scale=SCALE)
+    assert arxiv.y.dtype == torch.int64 and int(arxiv.y.max()) < 40 and len(arxiv.y.unique()) > 5
+    proteins = synthetic_ogbn("ogbn-proteins", scale=SCALE)
+    assert set(proteins.y.unique().tolist()) == {0, 1}
+    papers = synthetic_ogbn("ogbn-papers100M", scale=SCALE)
+    labelled = torch.cat([papers.train_idx, papers.valid_idx, papers.test_idx])
+    assert papers.y.dtype == torch.float32 and not torch.isnan(papers.y[labelled]).any()
+    assert int(torch.isnan(papers.y).sum()) == papers.num_nodes - len(labelled)
+
+
+def test_seeded_and_reproducible() -> None:
+    a = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=3)
+    b = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=3)
+    c = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=4)
+    for key in ("edge_index", "x", "y", "train_idx"):
+        assert torch.equal(a[key], b[key]), key
+    assert not torch.equal(a.edge_index, c.edge_index)
+
+
+def test_num_features_override() -> None:
+    assert synthetic_ogbn("ogbn-products", scale=SCALE, num_features=7).x.shape[1] == 7
+    assert "x" not in synthetic_ogbn("ogbn-products", scale=SCALE, num_features=0)
+
+
+def test_power_law_degrees() -> None:
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.1)
+    stats = degree_stats(data.edge_index, data.num_nodes)
+    assert stats["mean"] == pytest.approx(1_166_243 / 169_343, rel=0.01)
+    assert stats["max"] > 20 * stats["median"]  # heavy tail
+    gamma = synthetic_module.SYNTHETIC_DEGREE_MODEL["ogbn-arxiv"].gamma_in
+    assert abs(stats["power_law_exponent"] - gamma) < 0.3
+
+
+def test_labels_are_learnable() -> None:
+    torch.manual_seed(0)
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.02)
+    src, dst = data.edge_index
+    agg = torch.zeros_like(data.x).index_add_(0, dst, data.x[src])
+    agg = agg / torch.bincount(dst, minlength=data.num_nodes).clamp(min=1).unsqueeze(1)
+    feats = torch.cat([data.x, agg], dim=1)
+    model = torch.nn.Linear(feats.size(1), 40)
+    opt = torch.optim.Adam(model.parameters(), lr=0.05)
+    y = data.y.view(-1)
+    losses = []
+    for _ in range(60):
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(feats[data.train_idx]), y[data.train_idx])
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.6 * losses[0]
+    pred = model(feats[data.test_idx]).argmax(dim=1)
+    majority = float((y[data.test_idx] == y[data.train_idx].mode().values).float().mean())
+    assert float((pred == y[data.test_idx]).float().mean()) > majority + 0.1
+
+
+def test_memory_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(synthetic_module, "MEMORY_WARN_BYTES", 1000)
+    with pytest.warns(UserWarning, match="GiB"):
+        synthetic_ogbn("ogbn-arxiv", scale=SCALE)
+
+
+@pytest.mark.parametrize(
+    "kwargs,exc,arg",
+    [
+        ({"name": "ogbn-mag"}, ValueError, "`name`"),
+        ({"scale": 0.0}, ValueError, "`scale`"),
+        ({"scale": float("nan")}, ValueError, "`scale`"),
+        ({"scale": True}, TypeError, "`scale`"),
+        ({"seed": 1.5}, TypeError, "`seed`"),
+        ({"num_features": -1}, ValueError, "`num_features`"),
+        ({"num_features": "8"}, TypeError, "`num_features`"),
+    ],
+)
+def test_argument_errors(kwargs: dict, exc: type, arg: str) -> None:
+    kwargs = {"name": "ogbn-arxiv", "scale": SCALE, **kwargs}
+    with pytest.raises(exc, match=arg):
+        synthetic_ogbn(kwargs.pop("name"), **kwargs)
+
+
+# ---------------------------------------------------------------- degree_stats
+
+
+def test_degree_stats_on_a_star() -> None:
+    # 5 leaves point at node 0; node 1 points at node 2. In-degrees: [5, 0, 1, 0, 0, 0].
+    edge_index = torch.tensor([[1, 2, 3, 4, 5, 1], [0, 0, 0, 0, 0, 2]])
+    stats = degree_stats(edge_index, 6, xmin=1)
+    assert stats["mean"] == 1.0 and stats["median"] == 0.0 and stats["max"] == 5.0
+    assert stats["frac_zero_in"] == pytest.approx(4 / 6)
+    assert stats["power_law_exponent"] == pytest.approx(1 + 2 / (math.log(5 / 0.5) + math.log(1 / 0.5)))
+
+
+def test_degree_stats_recovers_a_known_exponent() -> None:
+    rng = np.random.default_rng(0)
+    # Continuous Pareto(gamma=2.5) on [9.5, inf) rounded to integers >= 10: the model behind the estimator.
+    degrees = np.floor(9.5 * (1 - rng.random(50_000)) ** (-1 / 1.5) + 0.5).astype(np.int64)
+    dst = torch.from_numpy(np.repeat(np.arange(len(degrees)), degrees))
+    stats = degree_stats(torch.stack([torch.zeros_like(dst), dst]), len(degrees), xmin=10)
+    assert abs(stats["power_law_exponent"] - 2.5) < 0.05
+
+
+def test_degree_stats_errors() -> None:
+    good = torch.tensor([[0], [1]])
+    with pytest.raises(TypeError, match="`edge_index`"):
+        degree_stats(good.float(), 2)
+    with pytest.raises(ValueError, match="`edge_index`"):
+        degree_stats(torch.zeros(3, 2, dtype=torch.long), 2)
+    with pytest.raises(ValueError, match="`edge_index`"):
+        degree_stats(good, 1)
+    with pytest.raises(ValueError, match="`xmin`"):
+        degree_stats(good, 2, xmin=0)
+    with pytest.raises(TypeError, match="`num_nodes`"):
+        degree_stats(good, 2.0)
