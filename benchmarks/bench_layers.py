@@ -18,9 +18,10 @@ What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) 
                    the PyG layer's ``state_dict`` loaded, when ``cudnn_gnn.layers`` provides them.
 
 Honesty rules: every implementation gets the same ``x``, edges, ``edge_attr``, weights (copied from the PyG
-layer) and upstream gradient; PyG's forward output is the oracle and every other forward is checked against it
-(``max_abs_diff_vs_pyg``). ``add_self_loops=False`` everywhere (PyG's ``torch.compile`` path needs it, and all
-implementations then see exactly the same edge list; the synthetic graphs are used as generated). Our
+layer) and upstream gradient; PyG's fp32 forward output is the oracle and every other forward is checked against
+it (``max_abs_diff_vs_pyg_fp32``; low precision is judged against PyG's own low-precision error).
+``add_self_loops=False`` everywhere (PyG's ``torch.compile`` path needs it, and all implementations then see exactly the
+same edge list; the synthetic graphs are used as generated). Our
 ``CscGraph`` is built once per preset before any timing, as a training loop would, and its conversion time is
 reported separately (``conversion`` block); nothing else is prepared for our implementation outside the timed
 call. ``fwd`` runs under ``torch.no_grad()`` (inference); ``fwd+bwd`` runs the forward with autograd and
@@ -130,7 +131,8 @@ PRESETS: dict[str, Preset] = {
         "products3", GraphSpec(2_449_029, 123_718_280, exponent=0.5, ogbn="ogbn-products"), 100,
         ((64, 4, True), (64, 4, True), (47, 4, False)),
         "ogbn-products shape, full graph, a 3-layer model (100 -> 4x64 -> 4x64 -> 47 classes, heads averaged in "
-        "the last layer, ELU between): one training step (forward+backward, no optimizer) in bf16.",
+        "the last layer, ELU between; PyG's ogbn_products_gat example has the same structure with 128 per head): "
+        "one training step (forward+backward, no optimizer) in bf16.",
         layers=("GAT",), passes=("fwd+bwd",), impls=("pyg", "cudnn", "layer_cudnn"), warmup=1, repeats=3,
         conv_repeats=1,
     ),
@@ -155,10 +157,10 @@ def sweep_presets() -> list[Preset]:
 QUICK_PRESETS: dict[str, Preset] = {
     "tiny": Preset("tiny", GraphSpec(300, 2_400, exponent=0.5), 16, ((8, 4, True),),
                    "CPU smoke test: 300 nodes, 2,400 edges, 16 -> 4 heads x 8",
-                   impls=("pyg", "reference", "layer_reference"), warmup=1, repeats=2, conv_repeats=2),
+                   impls=("pyg", "pyg_compile", "reference", "layer_reference"), warmup=1, repeats=2, conv_repeats=2),
     "tiny-edge": Preset("tiny-edge", GraphSpec(200, 1_600, edge_dim=4, exponent=0.5), 12, ((4, 2, True),),
                         "CPU smoke test with 4-dim edge features: 200 nodes, 1,600 edges, 12 -> 2 heads x 4",
-                        impls=("pyg", "reference", "layer_reference"), warmup=1, repeats=2, conv_repeats=2),
+                        impls=("pyg", "pyg_compile", "reference", "layer_reference"), warmup=1, repeats=2, conv_repeats=2),
 }
 DEFAULT_PRESETS = ("cora", "arxiv", "proteins", "sweep", "products", "products3")
 
@@ -327,7 +329,7 @@ class Inputs:
     csc: cudnn_gnn.CscGraph
     grad: Tensor  # upstream gradient, fp32, cast once per output dtype
     device: torch.device
-    refs: dict[tuple[str, str], Tensor] = field(default_factory=dict)  # (layer, dtype) -> PyG fwd output
+    refs: dict[tuple[str, ...], Tensor] = field(default_factory=dict)  # PyG fp32 outputs, PyG low-precision errors
 
 
 def build_model(impl: str, layer: str, inp: Inputs, seed: int) -> tuple[nn.Module, Any, str]:
@@ -437,24 +439,38 @@ def _short(exc: BaseException) -> str:
     return text if len(text) < 1500 else text[:1500] + " ..."
 
 
-REF_MAX_ELEMS = 2**28  # keep PyG's forward output as the oracle only up to 1 GiB of fp32
-TOL = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2}  # max |diff| relative to max |ref|
+REF_MAX_ELEMS = 2**28  # keep PyG's fp32 forward output as the oracle only up to 1 GiB
+TOL = {"fp32": 1e-3, "bf16": 5e-2, "fp16": 1e-2}  # max |diff| relative to max(1, max |ref|)
 
 
 def check_output(inp: Inputs, rec: dict[str, Any], out: Tensor) -> None:
-    key = (rec["layer"], rec["dtype"])
-    if rec["impl"] == "pyg":
+    """Compare a forward output with PyG's fp32 output (same weights and inputs).
+
+    fp32: ``check == "ok"`` when the max abs difference is within ``TOL["fp32"]`` (relative to the output's
+    scale). bf16/fp16: judged against the error of PyG's own same-precision path (practice 13): ok when within
+    ``max(2 x PyG's error, TOL[dtype] x scale)``; PyG's low-precision records carry their own error too.
+    """
+    layer, dtype = rec["layer"], rec["dtype"]
+    if rec["impl"] == "pyg" and dtype == "fp32":
         if out.numel() <= REF_MAX_ELEMS:
-            inp.refs[key] = out.detach().float()
+            inp.refs[(layer, "fp32")] = out.detach().float()
         return
-    ref = inp.refs.get(key)
+    ref = inp.refs.get((layer, "fp32"))
     if ref is None:
         return
     diff = (out.float() - ref).abs().max().item() if ref.numel() else 0.0
-    scale = ref.abs().max().item() if ref.numel() else 0.0
-    rec["max_abs_diff_vs_pyg"] = diff
+    scale = max(ref.abs().max().item() if ref.numel() else 0.0, 1.0)
+    rec["max_abs_diff_vs_pyg_fp32"] = diff
     rec["ref_max_abs"] = scale
-    rec["check"] = "ok" if diff <= TOL[rec["dtype"]] * max(scale, 1.0) else "MISMATCH"
+    bound = TOL[dtype] * scale
+    if rec["impl"] == "pyg":  # PyG's own low-precision error: the yardstick for ours
+        inp.refs[(layer, dtype, "pyg_err")] = torch.tensor(diff)
+        rec["check"] = "ok"
+        return
+    pyg_err = inp.refs.get((layer, dtype, "pyg_err"))
+    if dtype != "fp32" and pyg_err is not None:
+        bound = max(bound, 2.0 * float(pyg_err))
+    rec["check"] = "ok" if diff <= bound else "MISMATCH"
 
 
 def time_conversion(inp: Inputs, repeats: int) -> list[dict[str, Any]]:
@@ -583,6 +599,14 @@ def markdown_table(rows: list[dict[str, Any]], conversions: list[dict[str, Any]]
         lines += ["", "| preset | graph conversion | edges | median ms |", "|---|---|---:|---:|"]
         for c in conversions:
             lines.append(f"| {c['preset']} | {c['impl']} | {c['num_edges']:,} | {_fmt_ms(c)} |")
+    lines += [
+        "",
+        "ms: median over the repeats (CUDA events, after warm-up); ours: cudnn-gnn (`layer_cudnn` = "
+        "`cudnn_gnn.layers.*Conv`, `cudnn` = Linear + `cudnn_gnn.gat/gatv2` op), deterministic=False; ours det.: "
+        "deterministic=True. Speed-up and memory columns are PyG / ours (> 1: cudnn-gnn faster / leaner). "
+        "Peak MiB: memory allocated at the peak of one call above what existed before it (inputs, graph, "
+        "parameters not counted). OOM: torch.cuda.OutOfMemoryError on this GPU.",
+    ]
     if not timing_claims:
         lines.insert(0, "_--quick smoke run on CPU: the figures below are not timing claims._\n")
     return "\n".join(lines)
@@ -684,9 +708,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                         free_memory(device)
                         records.append(rec)
                         mem = "" if rec.get("peak_mem_bytes") is None else f"{rec['peak_mem_bytes'] / MiB:10,.0f} MiB"
-                        chk = f" diff={rec['max_abs_diff_vs_pyg']:.1e} {rec['check']}" if "check" in rec else ""
+                        chk = f" diff={rec['max_abs_diff_vs_pyg_fp32']:.1e} {rec['check']}" if "check" in rec else ""
                         err = f"  {rec['error'][:160]}" if rec.get("error") else ""
-                        print(f"   {layer:6s} {dtype:5s} {pass_:8s} {impl:16s} {_fmt_ms(rec):>10} ms {mem}{chk}{err}",
+                        unit = " ms" if rec["status"] == "ok" else "   "
+                        print(f"   {layer:6s} {dtype:5s} {pass_:8s} {impl:16s} {_fmt_ms(rec):>10}{unit} {mem}{chk}{err}",
                               flush=True)
         del inp
         free_memory(device)
@@ -694,6 +719,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # Write what we have after every preset: a later crash still leaves valid JSON behind.
         payload = _payload(env, preset_info, records, conversions, quick, time.perf_counter() - t_run)
         write_json(out_path, payload)
+        os.makedirs(os.path.dirname(os.path.abspath(md_path)), exist_ok=True)
+        with open(md_path, "w") as f:
+            f.write(payload["summary_markdown"] + "\n")
 
     payload = _payload(env, preset_info, records, conversions, quick, time.perf_counter() - t_run)
     write_json(out_path, payload)
