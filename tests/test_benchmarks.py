@@ -45,7 +45,7 @@ def test_bench_layers_quick_writes_valid_json(tmp_path) -> None:
         assert by_impl[impl] and all(r["status"] == "ok" for r in by_impl[impl]), by_impl.get(impl)
     for r in by_impl.get("layer_reference", []):
         assert r["status"] in ("ok", "unavailable"), r
-    # Same weights and inputs: every forward agrees with PyG's.
+    # Same weights and inputs: every forward agrees with PyG's fp32 forward.
     checked = [r for r in recs if r["pass"] == "fwd" and r["impl"] != "pyg" and r["status"] == "ok"]
     assert checked and all(r.get("check") == "ok" for r in checked), checked
     assert len(payload["summary"]) == 8  # 2 presets x 2 layers x 1 dtype x 2 passes
@@ -94,3 +94,33 @@ def test_bench_conversion_and_profile_quick(tmp_path) -> None:
     proc = _run("profile_layers.py", "--quick", "--steps", "2", "--out", str(tmp_path / "prof.json"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert json.loads((tmp_path / "prof.json").read_text())["case"]["impl"] == "reference"
+
+
+def test_summary_reports_oom_and_ratios() -> None:
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_layers as bl
+        from _common import is_oom
+    finally:
+        sys.path.remove(BENCH)
+    assert is_oom(torch_oom()) and not is_oom(ValueError("x"))
+    base = {"preset": "p", "layer": "GAT", "dtype": "bf16", "pass": "fwd+bwd", "num_nodes": 1, "num_edges": 1}
+    recs = [
+        {**base, "impl": "pyg", "status": "oom", "median_ms": None, "peak_mem_bytes": None, "error": "OOM"},
+        {**base, "impl": "cudnn", "status": "ok", "median_ms": 10.0, "peak_mem_bytes": 2**20},
+        {**base, "impl": "layer_cudnn", "status": "error", "median_ms": None, "peak_mem_bytes": None, "error": "boom"},
+        {**base, "pass": "fwd", "impl": "pyg", "status": "ok", "median_ms": 6.0, "peak_mem_bytes": 3 * 2**20},
+        {**base, "pass": "fwd", "impl": "layer_cudnn", "status": "ok", "median_ms": 2.0, "peak_mem_bytes": 2**20},
+    ]
+    rows = {r["pass"]: r for r in bl.summarize(recs)}
+    assert rows["fwd+bwd"]["ours_impl"] == "cudnn" and rows["fwd+bwd"]["speedup_vs_pyg"] is None
+    assert rows["fwd+bwd"]["pyg_status"] == "oom"
+    assert rows["fwd"]["speedup_vs_pyg"] == 3.0 and rows["fwd"]["mem_ratio_pyg_over_ours"] == 3.0
+    md = bl.markdown_table(bl.summarize(recs), [], timing_claims=True)
+    assert "| OOM |" in md and "3.00x" in md
+
+
+def torch_oom() -> BaseException:
+    import torch
+
+    return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
