@@ -620,7 +620,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--md", default=None, help="markdown table path (default: the JSON path with .md)")
     ap.add_argument("--plot", default=None, help="also write this PNG (benchmarks/plot.py)")
     ap.add_argument("--presets", default=None,
-                    help=f"comma list (default {','.join(DEFAULT_PRESETS)}; also products3; quick: tiny,tiny-edge)")
+                    help=f"comma list (default {','.join(DEFAULT_PRESETS)}; quick: tiny,tiny-edge)")
     ap.add_argument("--dtypes", default=None, help="comma list of fp32, bf16, fp16 (default fp32,bf16; quick: fp32)")
     ap.add_argument("--layers", default="GAT,GATv2", help="comma list of GAT, GATv2")
     ap.add_argument("--impls", default=None, help="comma list restricting each preset's implementations")
