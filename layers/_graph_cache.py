@@ -72,7 +72,7 @@ class GraphPlan:
 
 # ---------------------------------------------------------------------------------------------- builders
 def _index_dtype(*sizes: int) -> torch.dtype:
-    return torch.int32 if max(sizes, default=0) < INT32_MAX else torch.int64
+    return torch.int32 if max(0, *sizes) < INT32_MAX else torch.int64
 
 
 def _static_csc(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> CscGraph:

@@ -206,3 +206,19 @@ def test_converted_three_layer_gat_trains_like_pyg_on_cora() -> None:
     # fp32 atomics differ in summation order, so the curves drift slowly; they must stay together.
     assert float((lo - lp).abs().max()) < 2e-2, (lp[::20].tolist(), lo[::20].tolist())
     assert abs(acc_o - acc_p) < 0.02
+
+
+@pytest.mark.skipif(DRY_RUN, reason="host-sync detection needs CUDA")
+@pytest.mark.parametrize("kind", ["gat", "gatv2"])
+def test_cached_forward_backward_has_no_host_sync(kind: str) -> None:
+    ei = _graph(200, 200, 1500, seed=13)
+    ea = torch.randn(ei.shape[1], 4, device=DEV)
+    _, ours = _pair(kind, 16, 8, heads=2, edge_dim=4)
+    x = torch.randn(200, 16, device=DEV)
+    ours(x, ei, ea).sum().backward()  # first call converts (and may sync) once, and builds cuDNN plans
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        ours(x, ei, ea).sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -60,3 +60,30 @@ def test_compiled_attention_weights_with_csc_graph() -> None:
     torch.testing.assert_close(out, ref_out)
     assert torch.equal(ei_out, ref_ei)
     torch.testing.assert_close(alpha, ref_alpha)
+
+
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+def test_compiled_attention_weights_with_raw_edge_index(cls: type) -> None:
+    """The static self-loop plan drops the redirected loops from the returned attention (a boolean mask)."""
+    ei, n = _graph()
+    conv = cls(6, 4, heads=2, edge_dim=3)
+    x, ea = torch.randn(n, 6), torch.randn(ei.shape[1], 3)
+    ref_out, (ref_ei, ref_alpha) = conv(x, ei, ea, return_attention_weights=True)
+    compiled, _ = _compiled(conv)
+    out, (ei_out, alpha) = compiled(x, ei, ea, return_attention_weights=True)
+    assert sum(counters["graph_break"].values()) == 0
+    torch.testing.assert_close(out, ref_out)
+    assert torch.equal(ei_out, ref_ei)
+    torch.testing.assert_close(alpha, ref_alpha)
+
+
+def test_changing_graph_sizes_recompile_dynamic_without_breaks() -> None:
+    conv = GATConv(6, 4, heads=2)
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(conv, backend="eager")
+    for n, e in ((9, 30), (12, 50), (15, 70)):  # the second size makes dynamo go dynamic (SymInt sizes)
+        ei = torch.randint(0, n, (2, e), generator=torch.Generator().manual_seed(n))
+        x = torch.randn(n, 6)
+        torch.testing.assert_close(compiled(x, ei), conv(x, ei))
+    assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
