@@ -13,7 +13,7 @@ from typing import Any
 
 from cudnn_gnn.backends import backend_info
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops import gat, gatv2, make_dropout_mask
+from cudnn_gnn.ops import gat, gatv2, graph_attention, make_dropout_mask
 
 __version__ = "0.1.0"
 
@@ -21,11 +21,13 @@ _LAZY = {
     "GATConv": "cudnn_gnn.layers",
     "GATv2Conv": "cudnn_gnn.layers",
     "convert": "cudnn_gnn.layers",
+    "to_pyg": "cudnn_gnn.layers",
     "ToCscGraph": "cudnn_gnn.layers",
-    "graph_attention": "cudnn_gnn.ops",
+    "GPSConv": "cudnn_gnn.layers",
+    "GraphTransformerBlock": "cudnn_gnn.layers",
 }
 
-__all__ = ["CscGraph", "gat", "gatv2", "make_dropout_mask", "backend_info", "__version__", *_LAZY]
+__all__ = ["CscGraph", "gat", "gatv2", "graph_attention", "make_dropout_mask", "backend_info", "__version__", *_LAZY]
 
 
 def __getattr__(name: str) -> Any:

@@ -219,41 +219,43 @@ class CscGraph:
         return graph
 
     @classmethod
-    def from_sparse(cls, adj: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:
-        """Build from a sparse adjacency whose entry ``(i, j)`` is the edge ``i -> j`` (PyG convention).
+    def from_sparse(cls, adj_t: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:
+        """Build from a sparse adjacency in PyG's ``adj_t`` convention: entry ``(i, j)`` is the edge ``j -> i``.
 
-        Accepts ``torch.sparse`` COO/CSR/CSC tensors, ``torch_sparse.SparseTensor`` (rows are destinations,
-        as PyG's ``adj_t``) and PyG ``EdgeIndex``. For ``torch.sparse`` layouts, rows are sources and columns
-        destinations, so a sparse CSC tensor is already our layout and is used without a sort; the COO edge
-        order is the tensor's own element order (row-major for CSR/COO, column-major for CSC).
+        This is how PyG's ``MessagePassing`` reads every sparse ``edge_index`` (rows are destinations, columns
+        sources), so a ``torch.sparse_csr`` ``adj_t`` *is* our CSC layout and is wrapped without a sort.
+        Accepts ``torch.sparse`` CSR/CSC/COO tensors, ``torch_sparse.SparseTensor`` and, as a convenience, a
+        PyG ``EdgeIndex`` (which is COO ``[2, E]``, handled by :meth:`from_edge_index`). The caller's edge
+        order is the sparse tensor's own element order (row-major for CSR/COO, column-major for CSC).
         """
         try:
             from torch_geometric import EdgeIndex
 
-            if isinstance(adj, EdgeIndex):
-                return cls.from_edge_index(adj, index_dtype=index_dtype)
+            if isinstance(adj_t, EdgeIndex):
+                return cls.from_edge_index(adj_t, index_dtype=index_dtype)
         except ImportError:  # pragma: no cover
             pass
-        if type(adj).__name__ == "SparseTensor":  # torch_sparse.SparseTensor is adj_t: row = dst, col = src
-            rowptr, col, _ = adj.csr()
-            num_dst, num_src = adj.sparse_sizes()
+        if type(adj_t).__name__ == "SparseTensor":  # torch_sparse.SparseTensor
+            rowptr, col, _ = adj_t.csr()
+            num_dst, num_src = adj_t.sparse_sizes()
             dtype = index_dtype or _storage_index_dtype(col.numel(), num_src, num_dst)
             return cls(rowptr.to(dtype), col.to(dtype), int(num_src))
-        t = check_tensor("adj", adj)
-        if t.layout == torch.sparse_csc:
-            num_src, num_dst = t.shape[0], t.shape[1]
-            dtype = index_dtype or _storage_index_dtype(t.row_indices().numel(), num_src, num_dst)
-            return cls(t.ccol_indices().to(dtype), t.row_indices().to(dtype), int(num_src))
+        t = check_tensor("adj_t", adj_t)
+        num_dst, num_src = int(t.shape[0]), int(t.shape[1])
         if t.layout == torch.sparse_csr:
             rowptr, col = t.crow_indices(), t.col_indices()
-            row = torch.repeat_interleave(torch.arange(t.shape[0], device=t.device), rowptr.diff(),
-                                          output_size=col.numel())
-            ei = torch.stack([row, col.to(row.dtype)])
+            dtype = index_dtype or _storage_index_dtype(col.numel(), num_src, num_dst)
+            return cls(rowptr.to(dtype), col.to(dtype), num_src)
+        if t.layout == torch.sparse_csc:
+            colptr, row = t.ccol_indices(), t.row_indices()
+            col = torch.repeat_interleave(torch.arange(num_src, device=t.device), colptr.diff(), output_size=row.numel())
+            ei = torch.stack([col, row.to(col.dtype)])
         elif t.layout == torch.sparse_coo:
-            ei = t.coalesce().indices()
+            idx = t.coalesce().indices()
+            ei = torch.stack([idx[1], idx[0]])
         else:
-            raise TypeError(f"adj must be a sparse tensor (COO, CSR or CSC), SparseTensor or EdgeIndex, got {t.layout}")
-        return cls.from_edge_index(ei, size=(int(t.shape[0]), int(t.shape[1])), index_dtype=index_dtype)
+            raise TypeError(f"adj_t must be a sparse tensor (CSR, CSC or COO), SparseTensor or EdgeIndex, got {t.layout}")
+        return cls.from_edge_index(ei, size=(num_src, num_dst), index_dtype=index_dtype)
 
     @classmethod
     def from_data(cls, data: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:

@@ -15,11 +15,12 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch_geometric.data import Data
+
 from cudnn_gnn.datasets._io import as_path, package_data_dir, read_csv_gz, require_files
 from cudnn_gnn.datasets._meta import OgbgMeta, ogbg_meta
 from cudnn_gnn.datasets._metrics import make_evaluator
 from cudnn_gnn.datasets.ogb_node import add_inverse_edges
-from torch_geometric.data import Data
 
 __all__ = ["OgbgDataset", "load_ogbg", "ogbg_evaluator", "OGB_ROOT_ENV"]
 

@@ -26,10 +26,11 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch_geometric.data import Data
+
 from cudnn_gnn.datasets._io import as_path, read_csv_gz, require_files
 from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
 from cudnn_gnn.datasets._metrics import make_evaluator
-from torch_geometric.data import Data
 
 __all__ = ["load_ogbn", "ogb_evaluator", "add_inverse_edges", "CACHE_DIR_NAME"]
 

@@ -12,8 +12,9 @@ import os
 from pathlib import Path
 
 import torch
-from cudnn_gnn.datasets._io import as_path, package_data_dir, require_files
 from torch_geometric.data import Data
+
+from cudnn_gnn.datasets._io import as_path, package_data_dir, require_files
 
 __all__ = ["load_planetoid", "PLANETOID_NAMES"]
 

@@ -26,9 +26,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch_geometric.data import Data
+
 from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
 from cudnn_gnn.datasets.ogb_node import add_inverse_edges
-from torch_geometric.data import Data
 
 __all__ = ["synthetic_ogbn", "degree_stats", "SYNTHETIC_DEGREE_MODEL", "MEMORY_WARN_BYTES"]
 

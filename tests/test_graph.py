@@ -23,7 +23,8 @@ def _check_csc(g: CscGraph, ei: torch.Tensor, ns: int, nd: int) -> None:
     assert bool((dst.diff() >= 0).all()) if dst.numel() > 1 else True
     same = dst[1:] == dst[:-1]
     assert bool((ids[1:][same] > ids[:-1][same]).all())
-    assert torch.equal(g.offsets.long(), torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ei[1], minlength=nd).cumsum(0)]))
+    expected = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(ei[1], minlength=nd).cumsum(0)])
+    assert torch.equal(g.offsets.long(), expected)
     assert torch.equal(g.edge_index(), ei)
 
 
@@ -98,17 +99,20 @@ def test_to_same_device_is_identity():
 
 
 @pytest.mark.parametrize("layout", ["coo", "csr", "csc"])
-def test_from_torch_sparse(layout):
+def test_from_torch_sparse_adj_t(layout):
+    """Sparse inputs follow PyG's adj_t convention: entry (i, j) is the edge j -> i."""
     ei = torch.tensor([[0, 2, 1, 2, 3], [1, 1, 3, 0, 0]])
-    adj = torch.sparse_coo_tensor(ei, torch.ones(5), (4, 4)).coalesce()
+    adj_t = torch.sparse_coo_tensor(ei.flip(0), torch.ones(5), (4, 6)).coalesce()  # 6 sources, 4 destinations
     if layout == "csr":
-        adj = adj.to_sparse_csr()
+        adj_t = adj_t.to_sparse_csr()
     elif layout == "csc":
-        adj = adj.to_sparse_csc()
-    g = CscGraph.from_sparse(adj)
-    # the same edge set, each edge (i -> j) once
+        adj_t = adj_t.to_sparse_csc()
+    g = CscGraph.from_sparse(adj_t)
+    assert (g.num_src_nodes, g.num_dst_nodes) == (6, 4)
     got = sorted(map(tuple, g.edge_index().t().tolist()))
     assert got == sorted(map(tuple, ei.t().tolist()))
+    if layout == "csr":  # CSR adj_t is our CSC layout: wrapped, not sorted
+        assert g.map_csc_to_coo is None and torch.equal(g.offsets.long(), adj_t.crow_indices())
     g.validate()
 
 

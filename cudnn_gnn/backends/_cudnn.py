@@ -78,6 +78,22 @@ def _grad_dtypes(c: GatCall) -> tuple[torch.dtype, torch.dtype]:
     return (torch.float32, torch.float32) if c.grad_fp32 else (c.x_src.dtype, c.x_src.dtype)
 
 
+def _dst_with_edges(c: GatCall) -> Tensor:
+    """``[Nd, 1]`` bool: destinations with at least one incoming edge."""
+    return (c.offsets[1:] > c.offsets[:-1]).unsqueeze(1)
+
+
+def _src_with_edges(c: GatCall) -> Tensor:
+    """``[Ns, 1]`` bool: sources with at least one outgoing edge."""
+    mask = torch.zeros(c.num_src_nodes, dtype=torch.bool, device=c.indices.device)
+    return mask.index_fill_(0, c.indices.long(), True).unsqueeze(1)
+
+
+# The kernels leave the rows of nodes without edges unwritten (output rows of destinations without incoming
+# edges, gradient rows of sources without outgoing ones): they hold whatever the caching allocator handed out.
+# We define them as zero, as PyG does, with one elementwise select (no host sync).
+
+
 def _fwd_cuda(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     c = GatCall(*args[:_N_CALL])
     return_attention = bool(args[_N_CALL])
@@ -93,6 +109,7 @@ def _fwd_cuda(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     else:
         out, att, sm = ops.gnn_mha_gat_fwd.default(*common, feat_dt, w_dt)
         act = sm.new_empty(0)
+    out = torch.where(_dst_with_edges(c), out, 0)
     return out, att, sm, act
 
 
@@ -120,7 +137,7 @@ def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: 
         gs, gd, ge, gw = ops.gnn_mha_gat_v2_bwd.default(*head, act, *tail, feat_dt)
     else:
         gs, gd, ge, gw = ops.gnn_mha_gat_bwd.default(*head, *tail, feat_dt, w_dt)
-    return gs, gd, ge, gw
+    return torch.where(_src_with_edges(c), gs, 0), torch.where(_dst_with_edges(c), gd, 0), ge, gw
 
 
 def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: object):

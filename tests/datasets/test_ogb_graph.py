@@ -11,11 +11,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch_geometric.loader import DataLoader
+
 from cudnn_gnn.datasets import load_ogbg, ogbg_evaluator
 from cudnn_gnn.datasets._io import package_data_dir
 from cudnn_gnn.datasets._metrics import BuiltinEvaluator
 from cudnn_gnn.datasets.ogb_graph import OGB_ROOT_ENV
-from torch_geometric.loader import DataLoader
 
 EXPECTED = {
     # name: (graphs, atoms, raw bonds, task type, metric)

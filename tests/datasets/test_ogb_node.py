@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+
 from cudnn_gnn.datasets import load_ogbn, ogb_evaluator, ogb_node
 from cudnn_gnn.datasets._metrics import BuiltinEvaluator, roc_auc
 

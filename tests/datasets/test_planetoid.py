@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch_geometric.transforms as T
+from torch_geometric.datasets import Planetoid
+
 from cudnn_gnn.datasets import load_planetoid
 from cudnn_gnn.datasets._io import package_data_dir
-from torch_geometric.datasets import Planetoid
 
 EXPECTED = {
     # name: (nodes, directed edges, features, classes, train, val, test)

@@ -7,6 +7,7 @@ import math
 import numpy as np
 import pytest
 import torch
+
 from cudnn_gnn.datasets import degree_stats, synthetic_ogbn
 from cudnn_gnn.datasets import synthetic as synthetic_module
 from cudnn_gnn.datasets._meta import OGBN_META

@@ -13,11 +13,11 @@ import os
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from cudnn_gnn.layers import GATConv, GATv2Conv, convert
 from torch import Tensor
 
 import cudnn_gnn
 from cudnn_gnn import CscGraph
+from cudnn_gnn.layers import GATConv, GATv2Conv, convert
 
 pytestmark = pytest.mark.gpu
 

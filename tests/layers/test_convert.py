@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from cudnn_gnn.layers import GATConv, GATv2Conv, convert, to_pyg
 from torch import nn
 
 import cudnn_gnn
+from cudnn_gnn.layers import GATConv, GATv2Conv, convert, to_pyg
 
 
 def _graph() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

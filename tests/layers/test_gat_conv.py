@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from cudnn_gnn.layers import GATConv, _graph_cache
 from torch import Tensor
 from torch_geometric import EdgeIndex
 from torch_geometric.typing import WITH_TORCH_SPARSE
@@ -20,6 +19,7 @@ from torch_geometric.utils import to_torch_csc_tensor, to_torch_csr_tensor
 
 import cudnn_gnn
 from cudnn_gnn import CscGraph
+from cudnn_gnn.layers import GATConv, _graph_cache
 
 DT = torch.float64
 TOL = {"rtol": 1e-9, "atol": 1e-10}

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
-from cudnn_gnn.layers import GATv2Conv
 from torch import Tensor
 from torch_geometric import EdgeIndex
 from torch_geometric.utils import to_torch_csr_tensor
 
 from cudnn_gnn import CscGraph
+from cudnn_gnn.layers import GATv2Conv
 
 from .test_gat_conv import DT, GRAPHS, _gen, features, make_pair, run_parity
 

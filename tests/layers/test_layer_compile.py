@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from cudnn_gnn.layers import GATConv, GATv2Conv, ToCscGraph
 from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 from torch_geometric.data import Data
+
+from cudnn_gnn.layers import GATConv, GATv2Conv, ToCscGraph
 
 
 def _graph() -> tuple[torch.Tensor, int]:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cudnn_gnn import CscGraph, gat, gatv2
-from cudnn_gnn.ops._attention import EDGE_ELEMS_LIMIT, NODE_ELEMS_LIMIT, kernel_index_dtype
+from cudnn_gnn.ops._attention import NODE_ELEMS_LIMIT, kernel_index_dtype
 
 EI = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
 G = CscGraph.from_edge_index(EI, num_nodes=4)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 
@@ -9,8 +10,10 @@ import pytest
 import torch
 
 from cudnn_gnn.backends import _cudnn_sdpa
-from cudnn_gnn.ops import graph_attention as ga_module
 from cudnn_gnn.ops.graph_attention import graph_attention
+
+# the module itself: `cudnn_gnn.ops.graph_attention` as an attribute is the re-exported function
+ga_module = importlib.import_module("cudnn_gnn.ops.graph_attention")
 
 # A labelled catalogue of batches, as node counts per graph (0 = an empty graph: a repeated ptr value).
 BATCHES = {

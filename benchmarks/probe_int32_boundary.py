@@ -1,0 +1,81 @@
+"""Find where cuDNN's GNN kernels stop being safe with int32 graph indices (run on a GPU).
+
+Each case calls the raw frontend (``cudnn.gnn.mha_gat`` / ``mha_gat_v2``, bypassing cudnn-gnn's guard) with
+int32 indices in a fresh subprocess, forward and backward, because an illegal memory access kills the whole
+CUDA context. Prints one JSON record per case; ``--out`` writes them all. The guard in
+``cudnn_gnn/ops/_attention.py`` (NODE_ELEMS_LIMIT, EDGE_ELEMS_LIMIT) is set from these results with a margin.
+
+    python benchmarks/probe_int32_boundary.py --out probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+CHILD = r"""
+import sys, torch, cudnn.gnn as cg
+import cudnn_gnn
+n, d, e, v2, det = (int(a) for a in sys.argv[1:6])
+i = torch.arange(e, device='cuda')
+ei = torch.stack([(i * 7 + 3) % n, i % n])
+g = cudnn_gnn.CscGraph.from_edge_index(ei, num_nodes=n, index_dtype=torch.int32, validate=False)
+fg = cg.CscGraph(offsets=g.offsets, indices=g.indices, num_src_nodes=n, map_csc_to_coo=g.map_csc_to_coo)
+if det:
+    fg = fg.with_reverse_csc()
+x = torch.randn(n, d, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+w = torch.randn(d if v2 else 2 * d, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+if v2:
+    out = cg.mha_gat_v2(fg, x, w, num_heads=4, deterministic=bool(det), high_precision_grad=True)
+else:
+    out = cg.mha_gat(fg, x, w, num_heads=4, deterministic=bool(det), high_precision_dgrad=True, high_precision_wgrad=True)
+out.float().sum().backward()
+torch.cuda.synchronize()
+print("OK")
+"""
+
+D = 256
+CASES = [
+    # (label, nodes, edges, v2, deterministic)
+    ("N*D=2^31-2^16", 2**23 - 256, 2_000_000, 0, 0),
+    ("N*D=2^31+2^16", 2**23 + 256, 2_000_000, 0, 0),
+    ("N*D=1.5*2^30", 3 * 2**21, 2_000_000, 0, 0),
+    ("E*D=2^31+2^20", 200_000, 2**23 + 4096, 0, 0),
+    ("E*D=2^32-2^20", 200_000, 2**24 - 4096, 0, 0),
+    ("E*D=2^32+2^20", 200_000, 2**24 + 4096, 0, 0),
+    ("v2 E*D=2^31+2^20", 200_000, 2**23 + 4096, 1, 0),
+    ("v2 E*D=2^32-2^20", 200_000, 2**24 - 4096, 1, 0),
+    ("det E*D=2^31+2^20", 200_000, 2**23 + 4096, 0, 1),
+    ("det E*D=2^32-2^20", 200_000, 2**24 - 4096, 0, 1),
+]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--timeout", type=float, default=120)
+    args = ap.parse_args()
+    records = []
+    for label, n, e, v2, det in CASES:
+        t0 = time.time()
+        try:
+            r = subprocess.run([sys.executable, "-c", CHILD, str(n), str(D), str(e), str(v2), str(det)],
+                               capture_output=True, text=True, timeout=args.timeout)
+            ok = r.returncode == 0 and "OK" in r.stdout
+            err = "" if ok else (r.stderr.strip().splitlines() or ["?"])[-1][:300]
+        except subprocess.TimeoutExpired:
+            ok, err = False, "timeout"
+        rec = dict(case=label, nodes=n, edges=e, dim=D, v2=bool(v2), deterministic=bool(det),
+                   node_elems=n * D, edge_elems=e * D, ok=ok, error=err, seconds=round(time.time() - t0, 1))
+        print(json.dumps(rec), flush=True)
+        records.append(rec)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(records, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+"""``python -m cudnn_gnn train``: the GAT paper's transductive setup on Cora (default), CiteSeer or PubMed.
+
+Velickovic et al., *Graph Attention Networks*, ICLR 2018 (arXiv:1710.10903), section 3.3: two GAT layers, the
+first with 8 heads of 8 features and ELU, the second with 1 head (8 averaged heads on PubMed) and
+``concat=False``; dropout 0.6 on each layer's input and on the attention coefficients; Adam, learning rate 0.005
+(0.01 on PubMed), L2 weight decay 5e-4 (0.001 on PubMed); row-normalised features. Early stopping as in the
+authors' code: stop when neither validation loss nor validation accuracy has improved for ``patience`` (100)
+epochs, and report the test accuracy of the last epoch at which both improved.
+
+    python -m cudnn_gnn train                                 # Cora, our GATConv, CPU or GPU
+    python -m cudnn_gnn train --dataset CiteSeer --model pyg-gat --seed 3 --json out.json
+    python -m cudnn_gnn train --device cuda --backend cudnn --precision bf16
+
+``--model gat|gatv2`` are :class:`cudnn_gnn.layers.GATConv` / ``GATv2Conv``; ``pyg-gat|pyg-gatv2`` are PyG's
+own layers, trained by the same code with the same seed (their initial weights are identical: same
+parameters, same initialisers, same order). :func:`train_planetoid` is the importable form (it returns a dict);
+``examples/gat_cora.py`` runs it over seeds and models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+__all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "build_gat", "main", "run_config", "train_planetoid"]
+
+MODELS = ("gat", "gatv2", "pyg-gat", "pyg-gatv2")
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+# The GAT paper's transductive hyperparameters per dataset (section 3.3).
+DATASET_PRESETS: dict[str, dict[str, Any]] = {
+    "Cora": {"out_heads": 1, "lr": 0.005, "weight_decay": 5e-4},
+    "CiteSeer": {"out_heads": 1, "lr": 0.005, "weight_decay": 5e-4},
+    "PubMed": {"out_heads": 8, "lr": 0.01, "weight_decay": 1e-3},
+}
+
+
+@dataclass
+class TrainConfig:
+    """One training run (every field has a ``--flag`` of the same name)."""
+
+    dataset: str = "Cora"
+    model: str = "gat"
+    backend: str = "auto"
+    device: str = "auto"
+    precision: str = "fp32"
+    seed: int = 0
+    epochs: int = 1000
+    patience: int = 100
+    hidden: int = 8
+    heads: int = 8
+    out_heads: int | None = None  # None: the dataset preset
+    dropout: float = 0.6
+    lr: float | None = None
+    weight_decay: float | None = None
+    data_root: str | None = None
+    threads: int = 0  # torch.set_num_threads (0: leave as is)
+    progress: bool = True
+
+
+def conv_class(model: str) -> tuple[type, dict[str, Any]]:
+    """The layer class for ``model`` and the extra keyword arguments only our layers take."""
+    if model in ("gat", "gatv2"):
+        from cudnn_gnn.layers import GATConv, GATv2Conv
+
+        return (GATConv if model == "gat" else GATv2Conv), {"backend_kw": True}
+    if model in ("pyg-gat", "pyg-gatv2"):
+        from torch_geometric.nn import GATConv, GATv2Conv
+
+        return (GATConv if model == "pyg-gat" else GATv2Conv), {}
+    raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+
+
+class GAT(nn.Module):
+    """The paper's two-layer GAT. ``conv`` is our GATConv/GATv2Conv or PyG's (same constructor)."""
+
+    def __init__(self, conv: type, in_channels: int, num_classes: int, *, hidden: int, heads: int, out_heads: int,
+                 dropout: float, conv_kwargs: dict[str, Any]) -> None:
+        super().__init__()
+        self.dropout = dropout
+        self.conv1 = conv(in_channels, hidden, heads=heads, dropout=dropout, **conv_kwargs)
+        self.conv2 = conv(hidden * heads, num_classes, heads=out_heads, concat=False, dropout=dropout, **conv_kwargs)
+
+    def forward(self, x: Tensor, edge_index: Any) -> Tensor:
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = F.elu(self.conv1(x, edge_index))
+        x = F.dropout(x, p=self.dropout, training=self.training)
+        return self.conv2(x, edge_index)
+
+
+def build_gat(model: str, in_channels: int, num_classes: int, *, hidden: int = 8, heads: int = 8, out_heads: int = 1,
+              dropout: float = 0.6, backend: str = "auto") -> GAT:
+    """Build the paper's GAT with ``model`` in :data:`MODELS` (``backend`` applies to our layers only)."""
+    conv, extra = conv_class(model)
+    kwargs = {"backend": backend} if extra.get("backend_kw") else {}
+    return GAT(conv, in_channels, num_classes, hidden=hidden, heads=heads, out_heads=out_heads, dropout=dropout,
+               conv_kwargs=kwargs)
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    """``torch.autocast`` for bf16/fp16 (CUDA, or CPU), nothing for fp32."""
+    dtype = PRECISIONS[precision]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)  # also seeds every CUDA device
+
+
+def _progress(total: int, desc: str, enabled: bool) -> Any:
+    try:
+        from tqdm import tqdm
+    except ImportError:  # tqdm is optional: no bar
+        return None
+    return tqdm(total=total, desc=desc, disable=not enabled, leave=False, dynamic_ncols=True)
+
+
+def _epochs(bar: Any, epochs: int) -> Iterator[int]:
+    for epoch in range(1, epochs + 1):
+        yield epoch
+        if bar is not None:
+            bar.update(1)
+
+
+def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
+    """Train one model with the paper's setup and early stopping; returns the result as a dict.
+
+    Args:
+        cfg: The run's settings.
+        data: A preloaded ``Data`` (row-normalised features, public split) to skip loading; default: load
+            ``cfg.dataset`` with :func:`cudnn_gnn.datasets.load_planetoid`.
+
+    Returns:
+        ``{"test_acc", "val_acc", "val_loss", "best_epoch", "epochs_run", "seconds", "sec_per_epoch", "params",
+        "peak_memory_bytes" (CUDA only, else None), **config}``.
+    """
+    if cfg.model not in MODELS:
+        raise ValueError(f"model must be one of {MODELS}, got {cfg.model!r}")
+    if cfg.precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {cfg.precision!r}")
+    if cfg.dataset not in DATASET_PRESETS:
+        raise ValueError(f"dataset must be one of {tuple(DATASET_PRESETS)}, got {cfg.dataset!r}")
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    preset = DATASET_PRESETS[cfg.dataset]
+    out_heads = preset["out_heads"] if cfg.out_heads is None else cfg.out_heads
+    lr = preset["lr"] if cfg.lr is None else cfg.lr
+    weight_decay = preset["weight_decay"] if cfg.weight_decay is None else cfg.weight_decay
+    device = resolve_device(cfg.device)
+
+    if data is None:
+        from cudnn_gnn.datasets import load_planetoid
+
+        data = load_planetoid(cfg.dataset, cfg.data_root, normalize_features=True)
+    data = data.to(device)
+    ours = not cfg.model.startswith("pyg-")
+    edge_index: Any = data.edge_index
+    if ours:  # convert once: CSC plus the self-loop form, kept on the graph (no per-forward conversion)
+        from torch_geometric.data import Data
+
+        from cudnn_gnn.layers import ToCscGraph
+
+        edge_index = ToCscGraph()(Data(edge_index=data.edge_index, num_nodes=data.num_nodes)).csc_graph
+
+    seed_everything(cfg.seed)
+    num_classes = int(data.y.max()) + 1
+    model = build_gat(cfg.model, data.num_features, num_classes, hidden=cfg.hidden, heads=cfg.heads,
+                      out_heads=out_heads, dropout=cfg.dropout, backend=cfg.backend).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
+    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" and device.type == "cuda" else None
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    masks = (data.train_mask, data.val_mask, data.test_mask)
+
+    best_acc, best_loss = -1.0, float("inf")  # running maxima/minima (the authors' vacc_mx / vlss_mn)
+    chosen = {"best_epoch": 0, "val_acc": 0.0, "val_loss": float("inf"), "test_acc": 0.0}
+    bad, epoch = 0, 0
+    bar = _progress(cfg.epochs, f"{cfg.dataset} {cfg.model} seed {cfg.seed}", cfg.progress)
+    t0 = time.perf_counter()
+    for epoch in _epochs(bar, cfg.epochs):
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        with autocast(device, cfg.precision):
+            out = model(data.x, edge_index)
+        loss = F.cross_entropy(out[masks[0]].float(), data.y[masks[0]])
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+
+        model.eval()
+        with torch.no_grad(), autocast(device, cfg.precision):
+            logits = model(data.x, edge_index).float()
+        val_loss = float(F.cross_entropy(logits[masks[1]], data.y[masks[1]]))
+        pred = logits.argmax(dim=-1)
+        val_acc, test_acc = (float((pred[m] == data.y[m]).float().mean()) for m in masks[1:])
+
+        if val_acc >= best_acc or val_loss <= best_loss:
+            if val_acc >= best_acc and val_loss <= best_loss:
+                chosen = {"best_epoch": epoch, "val_acc": val_acc, "val_loss": val_loss, "test_acc": test_acc}
+            best_acc, best_loss = max(val_acc, best_acc), min(val_loss, best_loss)
+            bad = 0
+        else:
+            bad += 1
+        if bar is not None:
+            bar.set_postfix(loss=f"{float(loss):.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
+        if bad >= cfg.patience:
+            break
+    seconds = time.perf_counter() - t0
+    if bar is not None:
+        bar.close()
+    return {
+        **asdict(cfg),
+        "out_heads": out_heads,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "device": str(device),
+        **chosen,
+        "epochs_run": epoch,
+        "seconds": seconds,
+        "sec_per_epoch": seconds / max(epoch, 1),
+        "params": sum(p.numel() for p in model.parameters()),
+        "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
+    }
+
+
+def run_config(config: dict[str, Any]) -> dict[str, Any]:
+    """:func:`train_planetoid` from a plain dict (a picklable entry point for process pools)."""
+    return train_planetoid(TrainConfig(**config))
+
+
+def add_arguments(ap: argparse.ArgumentParser) -> None:
+    """The flags shared by ``python -m cudnn_gnn train`` and ``examples/gat_cora.py``."""
+    ap.add_argument("--dataset", choices=tuple(DATASET_PRESETS), default="Cora",
+                    help="Cora and CiteSeer ship with the package; PubMed needs --data-root")
+    ap.add_argument("--data-root", default=None, help="folder holding <Name>/raw/ind.<name>.* (needed for PubMed)")
+    ap.add_argument("--backend", choices=("auto", "cudnn", "reference"), default="auto",
+                    help="attention backend of our layers (ignored by pyg-* models)")
+    ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
+    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
+    ap.add_argument("--epochs", type=int, default=1000, help="at most this many epochs (early stopping ends sooner)")
+    ap.add_argument("--patience", type=int, default=100, help="early-stopping patience (val loss and val acc)")
+    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def format_result(res: dict[str, Any]) -> str:
+    return (f"{res['dataset']} {res['model']} seed {res['seed']}: test accuracy {100 * res['test_acc']:.2f}% "
+            f"(val acc {100 * res['val_acc']:.2f}% at epoch {res['best_epoch']}, {res['epochs_run']} epochs, "
+            f"{res['seconds']:.1f} s on {res['device']})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m cudnn_gnn train [options]``; prints a final ``test accuracy`` line and returns 0."""
+    ap = argparse.ArgumentParser(prog="python -m cudnn_gnn train", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--model", choices=MODELS, default="gat",
+                    help="gat/gatv2: cudnn_gnn's layers; pyg-gat/pyg-gatv2: PyG's, same training")
+    ap.add_argument("--seed", type=int, default=0)
+    add_arguments(ap)
+    ap.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.dataset == "PubMed" and args.data_root is None:
+        ap.error("--dataset PubMed needs --data-root (PubMed is not bundled; see cudnn_gnn/datasets/README.md)")
+
+    cfg = TrainConfig(dataset=args.dataset, model=args.model, backend=args.backend, device=args.device,
+                      precision=args.precision, seed=args.seed, epochs=args.epochs, patience=args.patience,
+                      data_root=args.data_root, threads=args.threads, progress=not args.no_progress)
+    device = resolve_device(cfg.device)
+    backend = args.backend if not args.model.startswith("pyg-") else "PyG's message passing"
+    print(f"GAT paper setup on {cfg.dataset}: model {cfg.model} ({backend}), device {device}, precision {cfg.precision}, "
+          f"seed {cfg.seed}, up to {cfg.epochs} epochs, patience {cfg.patience}")
+    res = train_planetoid(cfg)
+    if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        with open(args.json, "w") as f:
+            json.dump(res, f, indent=1)
+    print(f"final: {format_result(res)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,280 @@
+"""cuDNN backend vs the reference backend on a GPU: outputs, attention and every gradient.
+
+Runs only where ``cudnn_gnn.backend_info().auto_backend == "cudnn"`` (CUDA, SM >= 8.0, cuDNN >= 9.28,
+nvidia-cudnn-frontend >= 1.32). Low precision is judged against the float64 reference by relative norm error.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import cudnn_gnn
+from cudnn_gnn import CscGraph, gat, gatv2, make_dropout_mask
+from cudnn_gnn.backends.reference import ACTIVATIONS
+
+pytestmark = pytest.mark.gpu
+
+
+def _skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU"
+    info = cudnn_gnn.backend_info()
+    return None if info.auto_backend == "cudnn" else f"cuDNN backend unavailable: {info.reason}"
+
+
+if (_reason := _skip_reason()) is not None:
+    pytest.skip(_reason, allow_module_level=True)
+
+DEV = torch.device("cuda")
+OPS = {"gat": (gat, False), "gatv2": (gatv2, True)}
+TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 4e-3}
+
+
+@pytest.fixture(autouse=True)
+def _poison_allocator():
+    """Leave NaN in the caching allocator's free blocks before each test: an output element the kernels
+    forget to write then shows up as NaN instead of a lucky zero."""
+    for mb in (1, 4, 16, 64, 256):
+        t = torch.full((mb * 2**18,), float("nan"), device="cuda")
+        del t
+    yield
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    assert not torch.isnan(a).any(), "NaN: an element was left unwritten"
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def _graph(n_src, n_dst, e, seed, zero_deg=True):
+    g = torch.Generator().manual_seed(seed)
+    dst = torch.randint(0, n_dst, (e,), generator=g)
+    if zero_deg and n_dst > 4:
+        dst = dst.clamp(min=2)  # destinations 0 and 1 have no incoming edges
+    src = torch.randint(0, n_src, (e,), generator=g)
+    return torch.stack([src, dst]).to(DEV)
+
+
+def _run(fn, v2, graph, xs, xd, w, edge, heads, dtype, *, backend, bipartite, **kw):
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (xs, xd, w)]
+    e_leaf = None if edge is None else edge.detach().to(dtype).requires_grad_()
+    x = (leaves[0], leaves[1]) if bipartite else leaves[0]
+    out, att = fn(graph, x, leaves[2], heads=heads, edge_attr=e_leaf, return_attention=True, backend=backend, **kw)
+    torch.manual_seed(0)
+    go = torch.randn_like(out, dtype=torch.float32)
+    ga = torch.randn_like(att, dtype=torch.float32)
+    ((out.float() * go).sum() + (att.float() * ga).sum()).backward()
+    grads = [t.grad for t in leaves if t.grad is not None] + ([] if e_leaf is None else [e_leaf.grad])
+    return out, att, grads
+
+
+# Each distinct configuration costs a first-call kernel build in cuDNN, so the grid is a covering list, not a
+# full product: every op x dtype x index dtype x edge features x bipartite x concat value appears at least once.
+CASES = [
+    # op, dtype, index dtype, edge features, bipartite, concat
+    ("gat", torch.float32, torch.int32, False, False, True),
+    ("gat", torch.float32, torch.int64, True, True, False),
+    ("gat", torch.bfloat16, torch.int32, True, False, True),
+    ("gat", torch.float16, torch.int64, False, True, True),
+    ("gatv2", torch.float32, torch.int32, True, False, True),
+    ("gatv2", torch.float32, torch.int64, False, True, False),
+    ("gatv2", torch.bfloat16, torch.int64, False, False, False),
+    ("gatv2", torch.float16, torch.int32, True, True, True),
+]
+
+
+@pytest.mark.parametrize("op, dtype, index_dtype, with_edge, bipartite, concat", CASES,
+                         ids=[f"{c[0]}-{str(c[1])[6:]}-{str(c[2])[6:]}-{'edge' if c[3] else 'noedge'}-"
+                              f"{'bip' if c[4] else 'homo'}-{'concat' if c[5] else 'mean'}" for c in CASES])
+def test_cudnn_matches_reference(op, dtype, index_dtype, with_edge, bipartite, concat):
+    fn, v2 = OPS[op]
+    heads, c = 4, 16
+    d = heads * c
+    ns, nd, e = (300, 120, 2000) if bipartite else (200, 200, 2000)
+    ei = _graph(ns, nd, e, seed=hash((op, with_edge, bipartite)) % 1000)
+    g = CscGraph.from_edge_index(ei, size=(ns, nd), index_dtype=index_dtype)
+    gen = torch.Generator(device=DEV).manual_seed(1)
+    xs = torch.randn(ns, d, device=DEV, generator=gen)
+    xd = torch.randn(nd, d, device=DEV, generator=gen) if bipartite else xs[:nd]
+    de = d if v2 else 2 * heads
+    w = torch.randn(d if v2 else 2 * d + (de if with_edge else 0), device=DEV, generator=gen) * 0.3
+    edge = torch.randn(e, de, device=DEV, generator=gen) if with_edge else None
+    kw = dict(concat=concat, bipartite=bipartite)
+    ref = _run(fn, v2, g, xs.double(), xd.double(), w.double(), None if edge is None else edge.double(), heads,
+               torch.float64, backend="reference", **kw)
+    got = _run(fn, v2, g, xs, xd, w, edge, heads, dtype, backend="cudnn", **kw)
+    assert got[0].dtype == dtype and got[1].dtype == torch.float32 and got[1].shape == (e, heads)
+    tol = TOL[dtype]
+    assert _rel(got[0], ref[0]) < tol, "output"
+    assert _rel(got[1], ref[1]) < tol, "attention"
+    assert len(got[2]) == len(ref[2])
+    for i, (a, b) in enumerate(zip(got[2], ref[2])):
+        assert a.dtype == dtype
+        assert _rel(a, b) < 3 * tol, f"grad {i}"
+    assert torch.all(got[0][:2] == 0) if not bipartite else True  # zero in-degree rows
+
+
+@pytest.mark.parametrize("op, activation", [("gat", a) for a in ACTIVATIONS] + [("gatv2", "elu"), ("gatv2", "scalar")])
+def test_every_activation(op, activation):
+    fn, v2 = OPS[op]
+    ei = _graph(150, 150, 1500, seed=3)
+    g = CscGraph.from_edge_index(ei, num_nodes=150)
+    d = 64
+    xs = torch.randn(150, d, device=DEV)
+    w = torch.randn(d if v2 else 2 * d, device=DEV) * 0.3
+    kw = dict(heads=4, activation=activation, activation_alpha=0.7, bipartite=False, concat=True)
+    ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), None, dtype=torch.float64, backend="reference", **kw)
+    got = _run(fn, v2, g, xs, xs, w, None, dtype=torch.float32, backend="cudnn", **kw)
+    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+        assert _rel(a, b) < 1e-4
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_dropout_mask_and_drawn_dropout(op):
+    fn, v2 = OPS[op]
+    ei = _graph(100, 100, 1200, seed=4)
+    g = CscGraph.from_edge_index(ei, num_nodes=100)
+    xs = torch.randn(100, 64, device=DEV)
+    w = torch.randn(64 if v2 else 128, device=DEV) * 0.3
+    mask = make_dropout_mask(1200, 4, 0.4, device=DEV)
+    kw = dict(heads=4, bipartite=False, concat=True, dropout_mask=mask)
+    ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), None, dtype=torch.float64, backend="reference",
+               **{**kw, "dropout_mask": mask.double()})
+    got = _run(fn, v2, g, xs, xs, w, None, dtype=torch.float32, backend="cudnn", **kw)
+    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+        assert _rel(a, b) < 1e-4
+    torch.manual_seed(11)
+    a = fn(g, xs, w, heads=4, dropout=0.4, training=True, backend="cudnn")
+    torch.manual_seed(11)
+    b = fn(g, xs, w, heads=4, dropout=0.4, training=True, backend="cudnn")
+    torch.manual_seed(11)
+    m = make_dropout_mask(1200, 4, 0.4, device=DEV)
+    assert torch.equal(a, b)
+    torch.testing.assert_close(a, fn(g, xs, w, heads=4, dropout_mask=m, backend="reference"), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("op, dtype", [("gat", torch.float32), ("gatv2", torch.bfloat16)], ids=["gat-fp32", "gatv2-bf16"])
+def test_deterministic_backward_is_bitwise_repeatable(op, dtype):
+    fn, v2 = OPS[op]
+    ei = _graph(3000, 3000, 60000, seed=5)
+    g = CscGraph.from_edge_index(ei, num_nodes=3000)
+    xs = torch.randn(3000, 64, device=DEV)
+    w = torch.randn(64 if v2 else 128, device=DEV) * 0.3
+    runs = [_run(fn, v2, g, xs, xs, w, None, 4, dtype, backend="cudnn", bipartite=False, concat=True,
+                 deterministic=True) for _ in range(3)]
+    for other in runs[1:]:
+        for a, b in zip(runs[0][2], other[2]):
+            assert torch.equal(a, b)
+    assert g.has_reverse_csc
+
+
+@pytest.mark.parametrize("op, grad_precision", [("gat", "fp32"), ("gat", "input"), ("gatv2", "input")])
+def test_grad_precision_choices_are_correct(op, grad_precision):
+    fn, v2 = OPS[op]
+    ei = _graph(500, 500, 5000, seed=6)
+    g = CscGraph.from_edge_index(ei, num_nodes=500)
+    xs = torch.randn(500, 64, device=DEV)
+    w = torch.randn(64 if v2 else 128, device=DEV) * 0.3
+    kw = dict(heads=4, bipartite=False, concat=True)
+    ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), None, dtype=torch.float64, backend="reference", **kw)
+    got = _run(fn, v2, g, xs, xs, w, None, dtype=torch.bfloat16, backend="cudnn", grad_precision=grad_precision, **kw)
+    for a, b in zip(got[2], ref[2]):
+        assert _rel(a, b) < 6e-2
+
+
+def test_edge_less_graph_on_cuda_gives_zeros():
+    g = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), num_nodes=5)
+    x = torch.randn(5, 8, device=DEV, requires_grad=True)
+    out = gat(g, x, torch.randn(16, device=DEV), heads=2, backend="cudnn")
+    assert torch.equal(out, torch.zeros(5, 8, device=DEV))
+    out.sum().backward()
+    assert torch.equal(x.grad, torch.zeros_like(x))
+
+
+def test_permuted_edges_give_permuted_attention():
+    ei = _graph(400, 400, 4000, seed=7)
+    perm = torch.randperm(4000, device=DEV)
+    xs = torch.randn(400, 64, device=DEV)
+    w = torch.randn(128 + 8, device=DEV)
+    edge = torch.randn(4000, 8, device=DEV)
+    o1, a1 = gat(CscGraph.from_edge_index(ei, num_nodes=400), xs, w, heads=4, edge_attr=edge, return_attention=True)
+    o2, a2 = gat(CscGraph.from_edge_index(ei[:, perm], num_nodes=400), xs, w, heads=4, edge_attr=edge[perm],
+                 return_attention=True)
+    torch.testing.assert_close(o1, o2, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(a1[perm], a2, atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_opcheck(v2):
+    from cudnn_gnn.backends import _cudnn
+
+    ei = _graph(50, 50, 400, seed=8)
+    g = CscGraph.from_edge_index(ei, num_nodes=50)
+    x = torch.randn(50, 64, device=DEV, requires_grad=True)
+    w = torch.randn(64 if v2 else 128, device=DEV, requires_grad=True)
+    call = _cudnn.GatCall(g.offsets, g.indices, g.map_csc_to_coo, None, None, 50, x, x, None, w, None,
+                          v2, 4, True, "leaky_relu", 0.2, False, False)
+    torch.library.opcheck(torch.ops.cudnn_gnn.mha_gat_fwd.default, (*call, True),
+                          test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_compile_fullgraph_cudnn(op):
+    fn, v2 = OPS[op]
+    torch._dynamo.reset()
+    ei = _graph(300, 300, 3000, seed=9)
+    g = CscGraph.from_edge_index(ei, num_nodes=300)
+    lin = torch.nn.Linear(16, 64).to(DEV)
+    w = torch.randn(64 if v2 else 128, device=DEV, requires_grad=True)
+    x = torch.randn(300, 16, device=DEV)
+
+    def f(x):
+        return fn(g, lin(x), w, heads=4, backend="cudnn").relu().sum()
+
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    cnt = CompileCounterWithBackend("inductor")
+    compiled = torch.compile(f, backend=cnt, fullgraph=True)
+    a = compiled(x)
+    a.backward()
+    gw = w.grad.clone()
+    w.grad = None
+    b = f(x)
+    b.backward()
+    torch.testing.assert_close(a, b, atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(gw, w.grad, atol=1e-3, rtol=1e-4)
+    assert cnt.frame_count == 1
+
+
+PROBE = r"""
+import sys, torch, cudnn_gnn
+n, d, e, v2 = (int(a) for a in sys.argv[1:5])
+g = cudnn_gnn.CscGraph.from_edge_index(torch.stack([torch.arange(e, device='cuda') % n,
+                                                    (torch.arange(e, device='cuda') * 7 + 1) % n]), num_nodes=n)
+assert g.index_dtype == torch.int32
+x = torch.randn(n, d, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+w = torch.randn(d if v2 else 2 * d, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+out = (cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat)(g, x, w, heads=4, backend='cudnn')
+out.float().sum().backward()
+torch.cuda.synchronize()
+print('OK', g.to_index_dtype(torch.int64) is not None)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n, d, e", [(8_500_000, 256, 1_000_000), (2_450_000, 256, 61_000_000)],
+                         ids=["N*D>=2^31", "products-61M-edges"])
+def test_int32_graph_that_crashed_raw_kernels_runs_promoted(n, d, e):
+    """Shapes that crashed cuDNN with int32 indices (illegal address, see the device README) run: the op
+    promotes to int64 before launch. In a subprocess, so a crash cannot poison this process's CUDA context."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 60 * 2**30:
+        pytest.skip("needs ~60 GiB of free GPU memory")
+    r = subprocess.run([sys.executable, "-c", PROBE, str(n), str(d), str(e), "0"], capture_output=True, text=True,
+                       timeout=300, env=os.environ.copy())
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
