@@ -229,7 +229,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         else:
             bad += 1
         if bar is not None:
-            bar.set_postfix(loss=f"{float(loss):.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
+            bar.set_postfix(loss=f"{loss.item():.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
         if bad >= cfg.patience:
             break
     seconds = time.perf_counter() - t0
