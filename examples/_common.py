@@ -1,0 +1,402 @@
+"""Helpers shared by the example scripts (not part of the package; the scripts import it from their folder).
+
+Seeds and reporting (OGB's rule: mean and standard deviation over runs with different seeds, plus the number of
+parameters), JSON-lines logs of per-epoch time and peak memory, the GAT used by the OGB scripts, the choice
+between our layers and PyG's, full-batch and neighbour-sampled training loops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
+MODELS = ("gat", "pyg-gat")
+
+
+# ----------------------------------------------------------------------------------------------- arguments
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``"0-9"`` -> 0..9, ``"0,3,7"`` -> [0, 3, 7], ``"4"`` -> [4] (ranges and lists may be mixed)."""
+    seeds: list[int] = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "-" in part[1:]:
+            lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
+            if int(hi) < int(lo):
+                raise argparse.ArgumentTypeError(f"seed range must be increasing, got {part!r}")
+            seeds.extend(range(int(lo), int(hi) + 1))
+        else:
+            seeds.append(int(part))
+    if not seeds:
+        raise argparse.ArgumentTypeError(f"seeds must name at least one seed, got {text!r}")
+    return seeds
+
+
+def add_common_arguments(ap: argparse.ArgumentParser, *, epochs: int, runs: int = 1, eval_every: int = 1) -> None:
+    """Flags every OGB script has."""
+    src = ap.add_mutually_exclusive_group()
+    src.add_argument("--data-root", default=None, help="folder with the OGB download (<root>/ogbn_<name>/raw, split)")
+    src.add_argument("--synthetic", action="store_true", help="an OGB-shaped seeded power-law graph (the default)")
+    ap.add_argument("--scale", type=float, default=1.0, help="--synthetic: fraction of the real node and edge counts")
+    ap.add_argument("--model", choices=MODELS, default="gat", help="gat: cudnn_gnn.layers.GATConv; pyg-gat: PyG's")
+    ap.add_argument("--backend", choices=("auto", "cudnn", "reference"), default="auto",
+                    help="attention backend of our layers (ignored by pyg-gat)")
+    ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
+    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
+    ap.add_argument("--epochs", type=int, default=epochs, help="epochs per run (0: the mode's default)" if not epochs else None)
+    ap.add_argument("--eval-every", type=int, default=eval_every, help="evaluate every N epochs (and after the last)")
+    ap.add_argument("--seeds", type=parse_seeds, default=None, help="e.g. 0-9; default: 0..runs-1")
+    ap.add_argument("--runs", type=int, default=runs, help="number of seeds when --seeds is not given")
+    ap.add_argument("--log", metavar="PATH", default=None, help="JSON lines: one per epoch (time, memory, metrics)")
+    ap.add_argument("--json", metavar="PATH", default=None, help="the summary as JSON")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def seeds_of(args: argparse.Namespace) -> list[int]:
+    return list(args.seeds) if args.seeds is not None else list(range(args.runs))
+
+
+# ----------------------------------------------------------------------------------------------- runtime
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
+    dtype = PRECISIONS[precision]
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None, desc: str = "",
+             enabled: bool = True) -> Any:
+    """A tqdm bar (or the bare iterable when tqdm is missing or the bar is disabled)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _NoBar(iterable)
+    return tqdm(iterable, total=total, desc=desc, disable=not enabled, leave=False, dynamic_ncols=True)
+
+
+class _NoBar:
+    def __init__(self, iterable: Iterable[Any] | None) -> None:
+        self.iterable = iterable
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.iterable or ())
+
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix(self, **kwargs: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def peak_bytes(device: torch.device) -> int | None:
+    return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
+
+
+def is_oom(err: BaseException) -> bool:
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+class JsonLines:
+    """Append-only JSON-lines log (no-op without a path)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.file = None
+        if path:
+            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+            self.file = open(path, "a")  # noqa: SIM115 - closed in close()
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.file is not None:
+            self.file.write(json.dumps(record) + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def write_json(path: str | None, obj: Any) -> None:
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=1)
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample standard deviation (ddof=1, as OGB's ``Logger``; 0 for one value)."""
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    if not finite:
+        return float("nan"), float("nan")
+    return statistics.fmean(finite), (statistics.stdev(finite) if len(finite) > 1 else 0.0)
+
+
+def count_params(model: nn.Module) -> int:
+    return sum(p.numel() for p in model.parameters())
+
+
+# ----------------------------------------------------------------------------------------------- data
+
+
+def load_node_data(name: str, args: argparse.Namespace, device: torch.device) -> Any:
+    """``load_ogbn(name, --data-root)`` or ``synthetic_ogbn(name, scale=--scale)`` (the default)."""
+    from cudnn_gnn.datasets import load_ogbn, synthetic_ogbn
+
+    if args.data_root:
+        return load_ogbn(name, args.data_root)
+    gen_device = device if device.type == "cuda" else torch.device("cpu")
+    return synthetic_ogbn(name, scale=args.scale, seed=0, device=gen_device)
+
+
+def describe(data: Any, name: str, args: argparse.Namespace) -> str:
+    src = f"from {args.data_root}" if args.data_root else f"synthetic, scale {args.scale:g}"
+    feats = data.x.size(1) if getattr(data, "x", None) is not None else 0
+    extra = f", edge features {data.edge_attr.size(1)}" if getattr(data, "edge_attr", None) is not None else ""
+    return (f"{name} ({src}): {data.num_nodes:,} nodes, {data.edge_index.size(1):,} edges, {feats} features{extra}, "
+            f"train/valid/test {data.train_idx.numel():,}/{data.valid_idx.numel():,}/{data.test_idx.numel():,}")
+
+
+# ----------------------------------------------------------------------------------------------- model
+
+
+def gat_conv(model: str) -> tuple[type, dict[str, Any]]:
+    """(layer class, extra kwargs) for ``--model``: our GATConv gets ``backend``; PyG's none."""
+    if model == "gat":
+        from cudnn_gnn.layers import GATConv
+
+        return GATConv, {"backend_kw": True}
+    if model == "pyg-gat":
+        from torch_geometric.nn import GATConv
+
+        return GATConv, {}
+    raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+
+
+class OgbGAT(nn.Module):
+    """The GAT of the DGL/PyG OGB examples: ``layers`` GATConv with a residual linear map, batch norm
+    (optional), activation and dropout between layers; the last layer averages ``out_heads`` heads.
+
+    Every conv is ``GATConv(in, hidden, heads, residual=True, dropout=attn_drop, edge_dim=edge_dim)`` of the
+    class ``--model`` picks, so our model and PyG's have the same parameters and initialisation.
+    ``forward`` also takes the per-hop node/edge counts of a ``NeighborLoader`` batch and then runs layer
+    ``l`` on the bipartite block it needs (sources: nodes within ``L - l`` hops; targets: within ``L - l - 1``),
+    which is PyG's ``trim_to_layer`` written out.
+    """
+
+    def __init__(self, model: str, in_channels: int, hidden: int, out_channels: int, *, layers: int, heads: int,
+                 out_heads: int = 1, dropout: float = 0.5, input_drop: float = 0.0, attn_drop: float = 0.0,
+                 norm: bool = True, activation: str = "relu", edge_dim: int | None = None, backend: str = "auto") -> None:
+        super().__init__()
+        conv, extra = gat_conv(model)
+        kw: dict[str, Any] = {"backend": backend} if extra.get("backend_kw") else {}
+        self.convs = nn.ModuleList()
+        self.norms = nn.ModuleList()
+        for i in range(layers):
+            last = i == layers - 1
+            c_in = in_channels if i == 0 else hidden * heads
+            self.convs.append(conv(c_in, out_channels if last else hidden, heads=out_heads if last else heads,
+                                   concat=not last, dropout=attn_drop, edge_dim=edge_dim, residual=True, **kw))
+            if not last:
+                self.norms.append(nn.BatchNorm1d(hidden * heads) if norm else nn.Identity())
+        self.dropout, self.input_drop = dropout, input_drop
+        self.act = {"relu": F.relu, "elu": F.elu}[activation]
+
+    def layer(self, i: int, x: Any, edge_index: Tensor, edge_attr: Tensor | None = None,
+              size: tuple[int, int] | None = None) -> Tensor:
+        """Layer ``i`` alone (conv, then norm, activation and dropout unless it is the last)."""
+        h = self.convs[i](x, edge_index, edge_attr, size=size)
+        if i < len(self.convs) - 1:
+            h = self.act(self.norms[i](h))
+            h = F.dropout(h, p=self.dropout, training=self.training)
+        return h
+
+    def forward(self, x: Tensor, edge_index: Any, edge_attr: Tensor | None = None,
+                num_sampled_nodes: list[int] | None = None, num_sampled_edges: list[int] | None = None) -> Tensor:
+        x = F.dropout(x, p=self.input_drop, training=self.training)
+        L = len(self.convs)
+        for i in range(L):
+            if num_sampled_nodes is None:
+                x = self.layer(i, x, edge_index, edge_attr)
+                continue
+            hops = L - i  # this layer feeds nodes within hops-1 hops of the seeds from nodes within hops
+            n_src = sum(num_sampled_nodes[: hops + 1])
+            n_dst = sum(num_sampled_nodes[:hops])
+            n_edge = sum(num_sampled_edges[:hops])
+            ea = None if edge_attr is None else edge_attr[:n_edge]
+            x = x[:n_src]
+            x = self.layer(i, (x, x[:n_dst]), edge_index[:, :n_edge], ea, size=(n_src, n_dst))
+        return x
+
+
+# ----------------------------------------------------------------------------------------------- sampling
+
+
+def require_sampler() -> None:
+    """PyG's ``NeighborLoader`` samples with ``pyg-lib`` or ``torch-sparse``; say how to get one if neither."""
+    import torch_geometric.typing as pyg_typing
+
+    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
+        ver = torch.__version__.split("+")[0]
+        cuda = torch.version.cuda
+        tag = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+        raise RuntimeError(
+            "--sampled needs pyg-lib or torch-sparse for PyG's NeighborLoader, and neither is installed; "
+            f"install one with: pip install pyg-lib -f https://data.pyg.org/whl/torch-{ver}+{tag}.html "
+            "(or: pip install torch-sparse -f the same URL)"
+        )
+
+
+def neighbor_loader(graph: Any, input_nodes: Tensor | None, fanout: list[int], batch_size: int, shuffle: bool,
+                    num_workers: int = 0) -> Any:
+    """PyG's ``NeighborLoader`` over the CPU graph structure ``graph`` (``edge_index``, optional ``edge_attr``)."""
+    require_sampler()
+    from torch_geometric.loader import NeighborLoader
+
+    return NeighborLoader(graph, num_neighbors=fanout, input_nodes=input_nodes, batch_size=batch_size,
+                          shuffle=shuffle, num_workers=num_workers, persistent_workers=num_workers > 0)
+
+
+@torch.no_grad()
+def layerwise_inference(model: OgbGAT, x: Tensor, loader: Any, device: torch.device, precision: str,
+                        show: bool) -> Tensor:
+    """All nodes' outputs, one layer at a time over full 1-hop neighbourhoods (PyG's ``inference``)."""
+    model.eval()
+    h = x
+    for i in range(len(model.convs)):
+        outs = []
+        for batch in progress(loader, desc=f"inference layer {i + 1}", enabled=show):
+            n_id = batch.n_id.to(device)
+            ea = batch.edge_attr.to(device) if getattr(batch, "edge_attr", None) is not None else None
+            n_dst = batch.batch_size
+            xs = h[n_id]
+            with autocast(device, precision):
+                out = model.layer(i, (xs, xs[:n_dst]), batch.edge_index.to(device), ea, size=(xs.size(0), n_dst))
+            outs.append(out.float())
+        h = torch.cat(outs)  # an unshuffled loader over all nodes yields the seeds 0..N-1 in order
+    return h
+
+
+# ----------------------------------------------------------------------------------------------- reporting
+
+
+def summarize(name: str, model_name: str, metric: str, runs: list[dict[str, Any]], params: int) -> dict[str, Any]:
+    """OGB-style summary: mean +- std of the best-valid run results, and #params."""
+    vm, vs = mean_std([r["valid"] for r in runs])
+    tm, ts = mean_std([r["test"] for r in runs])
+    times = [r["sec_per_epoch"] for r in runs if r.get("sec_per_epoch") is not None]
+    peaks = [r["peak_memory_bytes"] for r in runs if r.get("peak_memory_bytes") is not None]
+    return {"dataset": name, "model": model_name, "metric": metric, "runs": len(runs), "params": params,
+            "valid_mean": vm, "valid_std": vs, "test_mean": tm, "test_std": ts,
+            "sec_per_epoch": statistics.fmean(times) if times else None,
+            "peak_memory_bytes": max(peaks) if peaks else None, "oom": any(r.get("oom") for r in runs),
+            "per_run": runs}
+
+
+def print_summary(s: dict[str, Any]) -> None:
+    if s.get("oom") and not math.isfinite(s["test_mean"]):
+        print(f"final: {s['dataset']} {s['model']}: out of memory, #params {s['params']:,}")
+        return
+    mem = f", peak {s['peak_memory_bytes'] / 2**30:.2f} GiB" if s.get("peak_memory_bytes") else ""
+    epoch = f", {s['sec_per_epoch']:.3f} s/epoch" if s.get("sec_per_epoch") is not None else ""
+    print(f"final: {s['dataset']} {s['model']} over {s['runs']} run(s): valid {s['metric']} "
+          f"{100 * s['valid_mean']:.2f} ± {100 * s['valid_std']:.2f}, test {100 * s['test_mean']:.2f} ± "
+          f"{100 * s['test_std']:.2f}, #params {s['params']:,}{epoch}{mem}")
+
+
+def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, label: str,
+                 step: Callable[[int], float], evaluate: Callable[[], tuple[float, float, float]],
+                 log: JsonLines, higher_better: bool = True) -> dict[str, Any]:
+    """The epoch loop every OGB script shares: time and peak memory per epoch (JSON lines), evaluation every
+    ``--eval-every`` epochs, the test score at the best valid score. A CUDA out-of-memory error ends the run
+    and is reported (``{"oom": True, "error": ...}``) instead of raised, so a baseline that does not fit is a
+    result, not a crash."""
+    best = {"epoch": 0, "train": float("nan"), "valid": -math.inf if higher_better else math.inf, "test": float("nan")}
+    times: list[float] = []
+    peaks: list[int] = []
+    bar = progress(total=args.epochs, desc=f"{label} seed {seed}", enabled=not args.no_progress)
+    try:
+        _epoch_loop(args, device, seed, step, evaluate, log, higher_better, best, times, peaks, bar)
+    except RuntimeError as err:  # torch.OutOfMemoryError is one
+        if not is_oom(err):
+            raise
+        bar.close()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        message = str(err).splitlines()[0]
+        log.write({"seed": seed, "model": args.model, "oom": True, "error": message})
+        return {"seed": seed, "oom": True, "error": message, "epoch": 0, "valid": float("nan"), "test": float("nan"),
+                "sec_per_epoch": None, "peak_memory_bytes": None}
+    bar.close()
+    # Epoch 1 carries one-off costs (cuDNN plan building, allocator warm-up): leave it out when there are more.
+    steady = times[1:] if len(times) > 1 else times
+    return {"seed": seed, **best, "sec_per_epoch": statistics.fmean(steady), "peak_memory_bytes": max(peaks, default=None)}
+
+
+def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step: Callable[[int], float],
+                evaluate: Callable[[], tuple[float, float, float]], log: JsonLines, higher_better: bool,
+                best: dict[str, Any], times: list[float], peaks: list[int], bar: Any) -> None:
+    for epoch in range(1, args.epochs + 1):
+        reset_peak(device)
+        sync(device)
+        t0 = time.perf_counter()
+        loss = step(epoch)
+        sync(device)
+        dt = time.perf_counter() - t0
+        times.append(dt)
+        epoch_peak = peak_bytes(device)  # of the training step alone
+        record: dict[str, Any] = {"seed": seed, "model": args.model, "epoch": epoch, "loss": loss, "epoch_seconds": dt,
+                                  "peak_memory_bytes": epoch_peak}
+        if epoch_peak is not None:
+            peaks.append(epoch_peak)
+        if epoch % args.eval_every == 0 or epoch == args.epochs:
+            train_s, valid_s, test_s = evaluate()
+            record.update(train=train_s, valid=valid_s, test=test_s)
+            if (valid_s > best["valid"]) if higher_better else (valid_s < best["valid"]):
+                best.update(epoch=epoch, train=train_s, valid=valid_s, test=test_s)
+            bar.set_postfix(loss=f"{loss:.4f}", valid=f"{valid_s:.4f}", test=f"{test_s:.4f}")
+        log.write(record)
+        bar.update(1)
+
