@@ -1,0 +1,199 @@
+"""CPU smoke tests of the example scripts and of ``python -m cudnn_gnn train`` (each a few seconds).
+
+The scripts are run in-process through their ``main(argv)`` on tiny synthetic graphs with tiny models; they
+check the plumbing (arguments, data, models, loops, logs, summaries), not accuracy. ``--sampled`` needs pyg-lib
+or torch-sparse: without them the test checks the error names the pip command, and the trimmed bipartite
+mini-batch path is driven by a small pure-torch stand-in for ``NeighborLoader`` instead.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+TINY = ["--device", "cpu", "--no-progress", "--epochs", "2", "--eval-every", "1"]
+
+
+@pytest.fixture
+def load(monkeypatch):
+    """Import ``examples/<name>.py`` as a module (its folder on sys.path for ``_common``)."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+
+    def _load(name: str):
+        spec = importlib.util.spec_from_file_location(f"example_{name}", EXAMPLES / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    yield _load
+    sys.modules.pop("_common", None)
+
+
+def _check_summary(res, metric, runs=1):
+    assert res["metric"] == metric and res["runs"] == runs and res["params"] > 0 and not res["oom"]
+    assert math.isfinite(res["test_mean"]) and math.isfinite(res["valid_mean"])
+    assert all(math.isfinite(r["sec_per_epoch"]) for r in res["per_run"])
+
+
+def test_main_job_prints_final_accuracy(capsys, tmp_path):
+    from cudnn_gnn.apps.train import main
+
+    out_json = tmp_path / "res.json"
+    assert main(["--epochs", "3", "--device", "cpu", "--no-progress", "--json", str(out_json)]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert lines[-1].startswith("final: Cora gat seed 0: test accuracy ") and "%" in lines[-1]
+    res = json.loads(out_json.read_text())
+    assert res["epochs_run"] == 3 and 0.0 <= res["test_acc"] <= 1.0 and res["model"] == "gat"
+
+
+def test_main_job_pyg_baseline_same_initial_weights():
+    from cudnn_gnn.apps.train import build_gat
+
+    torch.manual_seed(0)
+    ours = build_gat("gat", 20, 3)
+    torch.manual_seed(0)
+    pyg = build_gat("pyg-gat", 20, 3)
+    theirs = pyg.state_dict()
+    assert ours.state_dict().keys() == theirs.keys()
+    assert all(torch.equal(v, theirs[k]) for k, v in ours.state_dict().items())
+
+
+def test_main_job_bf16_citeseer_gatv2(capsys):
+    from cudnn_gnn.apps.train import main
+
+    assert main(["--dataset", "CiteSeer", "--model", "gatv2", "--precision", "bf16", "--epochs", "2",
+                 "--device", "cpu", "--no-progress"]) == 0
+    assert "final: CiteSeer gatv2 seed 0" in capsys.readouterr().out
+
+
+def test_main_job_pubmed_needs_root():
+    from cudnn_gnn.apps.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--dataset", "PubMed"])
+
+
+def test_gat_cora_two_models_two_seeds(load, tmp_path):
+    out = tmp_path / "gat_cora.json"
+    res = load("gat_cora").main(["--seeds", "0-1", "--epochs", "2", "--device", "cpu", "--no-progress",
+                                 "--json", str(out)])
+    assert set(res["summary"]) == {"gat", "pyg-gat"} and len(res["runs"]) == 4
+    assert json.loads(out.read_text())["seeds"] == [0, 1]
+
+
+def test_parse_seeds(load):
+    load("ogbn_arxiv")
+    common = sys.modules["_common"]
+    assert common.parse_seeds("0-3") == [0, 1, 2, 3]
+    assert common.parse_seeds("0,2,5-6") == [0, 2, 5, 6]
+    with pytest.raises(Exception, match="increasing"):
+        common.parse_seeds("5-1")
+
+
+@pytest.mark.parametrize("model", ["gat", "pyg-gat"])
+def test_ogbn_arxiv(load, tmp_path, model):
+    log = tmp_path / "arxiv.jsonl"
+    res = load("ogbn_arxiv").main(["--synthetic", "--scale", "0.002", *TINY, "--model", model, "--hidden", "16",
+                                   "--heads", "2", "--use-labels", "--runs", "2", "--log", str(log)])
+    _check_summary(res, "acc", runs=2)
+    records = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(records) == 4 and {"epoch_seconds", "peak_memory_bytes", "valid"} <= records[0].keys()
+
+
+def test_ogbn_products_full_batch(load, tmp_path):
+    res = load("ogbn_products").main(["--synthetic", "--scale", "0.0005", *TINY, "--hidden", "16", "--heads", "2",
+                                      "--precision", "bf16", "--json", str(tmp_path / "p.json")])
+    _check_summary(res, "acc")
+    assert json.loads((tmp_path / "p.json").read_text())["sampled"] is False
+
+
+def test_ogbn_proteins_edge_features(load):
+    res = load("ogbn_proteins").main(["--synthetic", "--scale", "0.0002", *TINY, "--hidden", "8", "--heads", "2",
+                                      "--layers", "2"])
+    _check_summary(res, "rocauc")
+
+
+def test_ogbn_proteins_pyg_same_params(load):
+    res = load("ogbn_proteins").main(["--synthetic", "--scale", "0.0002", *TINY, "--hidden", "8", "--heads", "2",
+                                      "--layers", "2", "--model", "pyg-gat", "--epochs", "1"])
+    _check_summary(res, "rocauc")
+
+
+def _fake_neighbor_loader(graph, input_nodes, fanout, batch_size, shuffle, num_workers=0):
+    """A pure-torch stand-in for PyG's NeighborLoader (first ``k`` in-neighbours per node and hop), laying
+    batches out as pyg-lib does: seeds first, then each hop's new nodes; edges grouped by hop; per-hop counts."""
+    ei, n = graph.edge_index, graph.num_nodes
+    order = torch.argsort(ei[1], stable=True)
+    src_sorted, dst_sorted = ei[0, order], ei[1, order]
+    ptr = torch.zeros(n + 1, dtype=torch.long)
+    ptr[1:] = torch.cumsum(torch.bincount(dst_sorted, minlength=n), 0)
+    seeds_all = torch.arange(n) if input_nodes is None else input_nodes
+    batches = []
+    for start in range(0, seeds_all.numel(), batch_size):
+        seeds = seeds_all[start : start + batch_size].tolist()
+        local = {v: i for i, v in enumerate(seeds)}
+        n_id, rows, cols, nodes_per_hop, edges_per_hop = list(seeds), [], [], [len(seeds)], []
+        frontier = seeds
+        for k in fanout:
+            new, count = [], 0
+            for v in frontier:
+                nbrs = src_sorted[ptr[v] : ptr[v + 1]].tolist()
+                for u in nbrs if k < 0 else nbrs[:k]:
+                    if u not in local:
+                        local[u] = len(n_id)
+                        n_id.append(u)
+                        new.append(u)
+                    rows.append(local[u])
+                    cols.append(local[v])
+                    count += 1
+            nodes_per_hop.append(len(new))
+            edges_per_hop.append(count)
+            frontier = new
+        batches.append(SimpleNamespace(n_id=torch.tensor(n_id), edge_index=torch.tensor([rows, cols]).view(2, -1),
+                                       batch_size=len(seeds), num_sampled_nodes=nodes_per_hop,
+                                       num_sampled_edges=edges_per_hop))
+    return batches
+
+
+def test_ogbn_products_sampled_needs_a_sampler(load):
+    import torch_geometric.typing as pyg_typing
+
+    if pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE:
+        pytest.skip("a sampler is installed (pyg-lib or torch-sparse)")
+    with pytest.raises(RuntimeError, match="pip install pyg-lib"):
+        load("ogbn_products").main(["--synthetic", "--scale", "0.0005", *TINY, "--sampled"])
+
+
+@pytest.mark.parametrize("model", ["gat", "pyg-gat"])
+def test_ogbn_products_sampled_bipartite_blocks(load, monkeypatch, model):
+    products = load("ogbn_products")
+    monkeypatch.setattr(products, "require_sampler", lambda: None)
+    monkeypatch.setattr(products, "neighbor_loader", _fake_neighbor_loader)
+    res = products.main(["--synthetic", "--scale", "0.0003", *TINY, "--sampled", "--model", model, "--hidden", "8",
+                         "--heads", "2", "--fanout", "3,2,2", "--batch-size", "64", "--eval-batch-size", "256"])
+    _check_summary(res, "acc")
+
+
+def test_trimmed_forward_matches_full_subgraph(load):
+    """Layer-by-layer bipartite blocks give the seeds the same outputs as running on the whole subgraph."""
+    load("ogbn_products")
+    common = sys.modules["_common"]
+    from cudnn_gnn.datasets import synthetic_ogbn
+
+    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=1)
+    batch = _fake_neighbor_loader(data, torch.arange(20), [3, 2, 2], 20, False)[0]
+    torch.manual_seed(0)
+    model = common.OgbGAT("gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False,
+                          activation="elu").eval()
+    x = data.x[batch.n_id]
+    full = model(x, batch.edge_index)[: batch.batch_size]
+    trimmed = model(x, batch.edge_index, None, batch.num_sampled_nodes, batch.num_sampled_edges)
+    torch.testing.assert_close(trimmed, full, atol=1e-5, rtol=1e-5)
