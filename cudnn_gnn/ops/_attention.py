@@ -189,4 +189,5 @@ def attention(
         v2, heads, concat, activation, float(activation_alpha), deterministic, grad_fp32,
     )
     out, att = _cudnn.mha_gat(call, return_attention)
-    return (out, att.t()) if return_attention else out
+    # [H, E] -> PyG's [E, H], contiguous like PyG's (a view would surprise .view() callers)
+    return (out, att.t().contiguous()) if return_attention else out

@@ -65,9 +65,9 @@ def _run(fn, v2, graph, xs, xd, w, edge, heads, dtype, *, backend, bipartite, **
     e_leaf = None if edge is None else edge.detach().to(dtype).requires_grad_()
     x = (leaves[0], leaves[1]) if bipartite else leaves[0]
     out, att = fn(graph, x, leaves[2], heads=heads, edge_attr=e_leaf, return_attention=True, backend=backend, **kw)
-    torch.manual_seed(0)
-    go = torch.randn_like(out, dtype=torch.float32)
-    ga = torch.randn_like(att, dtype=torch.float32)
+    gen = torch.Generator(device=out.device).manual_seed(0)  # same cotangents for every backend, by shape
+    go = torch.randn(out.shape, device=out.device, generator=gen)
+    ga = torch.randn(att.shape, device=att.device, generator=gen)
     ((out.float() * go).sum() + (att.float() * ga).sum()).backward()
     grads = [t.grad for t in leaves if t.grad is not None] + ([] if e_leaf is None else [e_leaf.grad])
     return out, att, grads
