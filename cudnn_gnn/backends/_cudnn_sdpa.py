@@ -19,22 +19,22 @@ frontend source (nvidia-cudnn-frontend 1.32, ``cudnn/sdpa/fwd/torch_op.py``):
 
 What this adapter adds on top:
 
-* **Shape buckets.** ``max_seqlen`` is rounded up to a power of two (at least 16) and the token total T is padded
-  with zero rows up to one of 8 steps per octave (at least 64), so a ragged epoch maps to a handful of keys. Rows
-  past ``cu_seqlens[-1]`` belong to no sequence: the kernel never reads or writes them, we slice them away, and
-  their gradients are discarded. The cost is at most 12.5% extra rows copied (once per call, next to an
-  O(sum n_b^2) kernel) and up to 2x in the grid's sequence dimension, whose empty tiles exit at once.
+* **Sequence buckets.** ``max_seqlen`` is rounded up to a power of two (at least 16), so the forward key changes
+  only when the longest graph crosses a power of two. The token total T is *not* padded: the frontend's backward
+  re-pads the softmax statistics by ``cu_seqlens`` and indexes out of bounds for rows past ``cu_seqlens[-1]``
+  (a device-side assert, measured on the H200 with cuDNN 9.28.1 / frontend 1.32), so T must equal
+  ``cu_seqlens[-1]``. The backward key therefore follows round64(T).
 * **A bounded LRU ledger** (:class:`PlanLedger`) of the bucket keys sent to the frontend: it counts plan builds
   (a miss is one forward graph, plus one backward graph when gradients flow) and keeps at most
   ``maxsize = 64`` keys, so while it reports no evictions the frontend holds at most 2 x 64 = 128 of our graphs
   and its FIFO never evicts a plan we still use. An eviction in the ledger means the workload churns more
   shapes than the frontend can keep; we warn once. We do not touch the frontend's private cache.
 
-Builds per epoch: with a fixed batch size, #forward builds = #(max_seqlen bucket, T bucket) pairs seen, and the
-same number of backward builds. For 512 molecules of ~25 nodes (T ~ 12.8k +- 3%, max_seqlen < 64) that is 1-3 of
-each; for 128 graphs of 10-500 nodes (T ~ 33k +- 5%, max_seqlen in 257..500) it is 2-4; the last, smaller
-batch of an epoch adds one more. Without buckets it is one per distinct (max_seqlen, round64(T)) pair: tens to
-hundreds.
+Builds per epoch: with a fixed batch size, #forward builds = #max_seqlen buckets seen (1-2 for a dataset of
+similar graphs, plus one for the smaller last batch) and #backward builds = #distinct (max_seqlen bucket,
+round64(T)) pairs: for 128 graphs of 10-500 nodes, T ~ 33k +- 5% spans ~50 multiples of 64, so most training
+steps of the first epoch build a backward plan (milliseconds each) and later epochs reuse them while they fit
+the frontend's 128-entry cache.
 """
 
 from __future__ import annotations
@@ -46,14 +46,13 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 __all__ = [
     "PlanCacheInfo",
     "PlanLedger",
     "bucket_seqlen",
-    "bucket_tokens",
+    "round64",
     "clear_plan_cache",
     "plan_cache_info",
     "sdpa_varlen",
@@ -62,8 +61,6 @@ __all__ = [
 
 KERNEL_DTYPES = (torch.float16, torch.bfloat16)
 MIN_SEQLEN_BUCKET = 16
-MIN_TOKEN_BUCKET = 64
-TOKEN_STEPS_PER_OCTAVE = 8
 MAX_HEAD_DIM = 128  # conservative: the forward serves 256 on SM90, the varlen backward is only sure to 128
 FRONTEND_CACHE_SIZE = 128  # cudnn/sdpa/fwd/torch_op.py: _GRAPH_CACHE_MAX
 
@@ -76,12 +73,9 @@ def bucket_seqlen(n: int) -> int:
     return b
 
 
-def bucket_tokens(t: int) -> int:
-    """Round a token total up to one of 8 steps per octave (<= 12.5% padding), at least 64."""
-    if t <= MIN_TOKEN_BUCKET:
-        return MIN_TOKEN_BUCKET
-    step = max(MIN_TOKEN_BUCKET, (1 << (t.bit_length() - 1)) // TOKEN_STEPS_PER_OCTAVE)
-    return -(-t // step) * step
+def round64(t: int) -> int:
+    """The frontend's backward-plan rounding of a token total."""
+    return -(-t // 64) * 64
 
 
 class PlanCacheInfo(NamedTuple):
@@ -202,14 +196,10 @@ def sdpa_varlen(
         q, k, v = q.to(compute_dtype), k.to(compute_dtype), v.to(compute_dtype)
     t, h, d = q.shape
     seq_bucket = bucket_seqlen(max_seqlen)
-    t_bucket = bucket_tokens(t)
-    if t_bucket != t:
-        # Rows past cu_seqlens[-1] belong to no sequence: the kernel never reads them.
-        pad = (0, 0, 0, 0, 0, t_bucket - t)
-        q, k, v = F.pad(q, pad), F.pad(k, pad), F.pad(v, pad)
-    else:
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-    key = (q.dtype, cu_seqlens.numel() - 1, seq_bucket, t_bucket, h, d, float(scale), q.device)
+    # No padding of the token total: the frontend's backward re-pads the log-sum-exp by cu_seqlens and indexes
+    # out of bounds for rows past cu_seqlens[-1] (device-side assert on the H200, cuDNN 9.28.1, frontend 1.32).
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    key = (q.dtype, cu_seqlens.numel() - 1, seq_bucket, round64(t), h, d, float(scale), q.device)
     _LEDGER.touch(key)
     cu = cu_seqlens.to(torch.int32)
     out, _ = _kernel()(
@@ -223,4 +213,4 @@ def sdpa_varlen(
         max_seqlen_kv=seq_bucket,
         return_lse=True,  # needed for autograd; also keeps training and eval on one forward plan
     )
-    return out[:t].to(out_dtype)
+    return out.to(out_dtype)

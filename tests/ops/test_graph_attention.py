@@ -194,7 +194,7 @@ class _Info:
 @pytest.mark.parametrize(
     ("backend", "sdpa", "d", "p", "want"),
     [
-        ("auto", True, 16, 0.0, "cudnn"),
+        ("auto", True, 16, 0.0, "flash"),  # cuDNN SDPA is opt-in: it breaks later cuDNN GAT calls (H200)
         ("auto", False, 16, 0.0, "flash"),
         ("auto", True, 12, 0.0, "flash"),  # head size not a multiple of 8
         ("auto", True, 16, 0.1, "flash"),  # training dropout
@@ -244,7 +244,8 @@ class FakeSdpa:
         assert return_lse
         lengths = cu_seqlens_q.diff()
         assert int(lengths.max()) <= max_seqlen_q == max_seqlen_kv
-        assert int(cu_seqlens_q[-1]) <= q.shape[0] and q.shape[0] % 64 == 0
+        # No rows past cu_seqlens[-1]: the frontend's backward indexes out of bounds on them (H200, device assert).
+        assert int(cu_seqlens_q[-1]) == q.shape[0]
         self.calls += 1
         b = cu_seqlens_q.numel() - 1
         self.fwd_keys.add((q.dtype, b, max_seqlen_q, q.shape[1:], scale))
@@ -283,9 +284,7 @@ def test_cudnn_adapter_casts_pads_and_slices(fake_sdpa, dtype, name):
 
 def test_buckets():
     assert [_cudnn_sdpa.bucket_seqlen(n) for n in (1, 16, 17, 100, 500)] == [16, 16, 32, 128, 512]
-    for t in (1, 64, 65, 100, 1000, 12_345, 33_000):
-        b = _cudnn_sdpa.bucket_tokens(t)
-        assert t <= b <= max(64, math.ceil(t * 1.125 / 64) * 64) and b % 64 == 0
+    assert [_cudnn_sdpa.round64(t) for t in (1, 64, 65, 12_345)] == [64, 64, 128, 12_352]
 
 
 def test_ragged_epoch_builds_few_plans(fake_sdpa):
@@ -303,14 +302,15 @@ def test_ragged_epoch_builds_few_plans(fake_sdpa):
     info = _cudnn_sdpa.plan_cache_info()
     assert fake_sdpa.calls == 60 and info.hits + info.misses == 60
     assert len(fake_sdpa.fwd_keys) <= 3  # B in {128, 37}, max_seqlen bucket 512
-    assert len(fake_sdpa.bwd_keys) <= 8 and info.misses <= 8 and info.evictions == 0
-    # Without buckets every distinct (max_seqlen, round64(T)) pair would be a build:
+    # Backward plans follow round64(T) (T cannot be padded, see the adapter): the ledger counts exactly those.
+    assert info.misses == len(fake_sdpa.bwd_keys) and info.evictions == 0
+    # Without the max_seqlen bucket every distinct (max_seqlen, round64(T)) pair would be a build:
     g = torch.Generator().manual_seed(0)
     raw = set()
     for step in range(60):
         sizes = torch.randint(10, 501, (128 if step < 59 else 37,), generator=g)
         raw.add((int(sizes.max()), -(-int(sizes.sum()) // 64) * 64))
-    assert len(raw) > 40
+    assert len(raw) >= len(fake_sdpa.bwd_keys)
 
 
 def test_ledger_is_a_bounded_lru():
