@@ -32,7 +32,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import environment, free_memory, is_oom, peak_memory, time_fn, write_json  # noqa: E402
+from _bench_common import environment, free_memory, is_oom, peak_memory, time_fn, write_json  # noqa: E402
 from _graphs import GraphSpec, make_graph  # noqa: E402
 
 import cudnn_gnn  # noqa: E402

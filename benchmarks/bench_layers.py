@@ -53,7 +53,7 @@ from torch import Tensor, nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _common import environment, free_memory, is_fatal, is_oom, peak_memory, synchronize, time_fn, write_json  # noqa: E402
+from _bench_common import environment, free_memory, is_fatal, is_oom, peak_memory, synchronize, time_fn, write_json  # noqa: E402
 from _graphs import BenchGraph, GraphSpec, make_graph  # noqa: E402
 
 import cudnn_gnn  # noqa: E402

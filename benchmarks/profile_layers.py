@@ -40,7 +40,7 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_layers as bl  # noqa: E402
-from _common import environment, synchronize, time_fn, write_json  # noqa: E402
+from _bench_common import environment, synchronize, time_fn, write_json  # noqa: E402
 
 H200_COPY_BW = 4.3e12  # bytes/s, measured device-to-device copy bandwidth (issue 5)
 OUR_OPS = re.compile(r"^(cudnn_gnn::|cudnn::)")

@@ -100,7 +100,7 @@ def test_summary_reports_oom_and_ratios() -> None:
     sys.path.insert(0, BENCH)
     try:
         import bench_layers as bl
-        from _common import is_oom
+        from _bench_common import is_oom
     finally:
         sys.path.remove(BENCH)
     assert is_oom(torch_oom()) and not is_oom(ValueError("x"))
