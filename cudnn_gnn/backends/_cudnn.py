@@ -156,8 +156,54 @@ def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: 
     )
 
 
+# CPU kernels: the kernels' contract emulated with the reference math, so that the op's schema, fake
+# implementations and autograd formula are exercised by `torch.library.opcheck` in CI (no GPU there). They are
+# never selected by `backend=...` (CPU tensors run the plain reference backend).
+
+
+def _reference_call(c: GatCall, x_src: Tensor, x_dst: Tensor, w: Tensor, edge: Tensor | None):
+    from cudnn_gnn.backends import reference
+    from cudnn_gnn.graph import CscGraph
+
+    graph = CscGraph(c.offsets, c.indices, c.num_src_nodes, c.map_csc_to_coo)
+    mask = None if c.dropout_mask is None else c.dropout_mask.t()
+    return reference.mha_gat(graph, x_src, x_dst, w, edge, mask, v2=c.v2, heads=c.heads, concat=c.concat,
+                             activation_name=c.activation, activation_alpha=c.activation_alpha)
+
+
+def _fwd_cpu(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    c = GatCall(*args[:_N_CALL])
+    return_attention = bool(args[_N_CALL])
+    with torch.no_grad():
+        out, att = _reference_call(c, c.x_src, c.x_dst, c.attn_weights, c.edge_attr)
+    att = att.t().float()
+    sm = torch.stack([att, att])  # stands in for the kernels' softmax statistics (unused by the CPU backward)
+    act = c.x_src.new_zeros(c.indices.shape[0], c.x_src.shape[1]) if c.v2 else sm.new_empty(0)
+    return out, att.contiguous() if return_attention else att.new_empty(0), sm, act
+
+
+def _bwd_cpu(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: object):
+    c = GatCall(*args)
+    feat_dt, w_dt = _grad_dtypes(c)
+    leaves = [t.detach().requires_grad_() for t in (c.x_src, c.x_dst, c.attn_weights)]
+    edge = None if c.edge_attr is None else c.edge_attr.detach().requires_grad_()
+    with torch.enable_grad():
+        out, att = _reference_call(c, *leaves, edge)
+        outs, cots = [out], [grad_out]
+        if grad_attention is not None:
+            outs.append(att.t())
+            cots.append(grad_attention.to(att.dtype))
+        inputs = leaves + ([edge] if edge is not None else [])
+        grads = torch.autograd.grad(outs, inputs, cots, allow_unused=True, materialize_grads=True)
+    gs, gd, gw = grads[0], grads[1], grads[2]
+    ge = grads[3] if edge is not None else c.x_src.new_empty(0)
+    return gs.to(feat_dt), gd.to(feat_dt), ge.to(feat_dt), gw.to(w_dt)
+
+
 _lib.impl("mha_gat_fwd", _fwd_cuda, "CUDA")
 _lib.impl("mha_gat_bwd", _bwd_cuda, "CUDA")
+_lib.impl("mha_gat_fwd", _fwd_cpu, "CPU")
+_lib.impl("mha_gat_bwd", _bwd_cpu, "CPU")
 torch.library.register_fake("cudnn_gnn::mha_gat_fwd", _fwd_fake, lib=_lib)
 torch.library.register_fake("cudnn_gnn::mha_gat_bwd", _bwd_fake, lib=_lib)
 
