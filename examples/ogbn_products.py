@@ -17,7 +17,7 @@ averaged heads; Adam lr 0.001. DGL's sampled GAT on products reports 78.26 +- 0.
 
     # H200: ours full batch, bf16, real size; then PyG at the largest scale it fits
     python examples/ogbn_products.py --synthetic --scale 1 --precision bf16 --epochs 5 --log products.jsonl
-    python examples/ogbn_products.py --synthetic --scale 0.25 --precision bf16 --epochs 5 --model pyg-gat
+    python examples/ogbn_products.py --synthetic --scale 0.1 --precision bf16 --epochs 5 --model pyg-gat
     python examples/ogbn_products.py --data-root ~/ogb --runs 10 --sampled --device cuda
     python examples/ogbn_products.py --synthetic --scale 0.001 --epochs 2 --device cpu            # smoke
 """
