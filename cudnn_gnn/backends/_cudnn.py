@@ -211,31 +211,27 @@ torch.library.register_fake("cudnn_gnn::mha_gat_bwd", _bwd_fake, lib=_lib)
 _DIFF = {name: GatCall._fields.index(name) for name in ("x_src", "x_dst", "edge_attr", "attn_weights")}
 
 
+_TENSORS = ("offsets", "indices", "map_csc_to_coo", "csc_rev_offsets", "map_rev_to_coo",
+            "x_src", "x_dst", "edge_attr", "attn_weights", "dropout_mask")
+
+
 def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     _, att, sm, act = output
-    ctx.call = GatCall(*inputs[:_N_CALL])._replace(
-        offsets=None, indices=None, map_csc_to_coo=None, csc_rev_offsets=None, map_rev_to_coo=None,
-        x_src=None, x_dst=None, edge_attr=None, attn_weights=None, dropout_mask=None,
-    )
     c = GatCall(*inputs[:_N_CALL])
+    ctx.call = c._replace(**dict.fromkeys(_TENSORS))  # the non-tensor fields; tensors go through save_for_backward
     ctx.return_attention = bool(inputs[_N_CALL])
-    ctx.save_for_backward(
-        c.offsets, c.indices, c.map_csc_to_coo, c.csc_rev_offsets, c.map_rev_to_coo,
-        c.x_src, c.x_dst, c.edge_attr, c.attn_weights, c.dropout_mask, sm, act,
-    )
+    ctx.save_for_backward(*(getattr(c, name) for name in _TENSORS), sm, act)
     ctx.mark_non_differentiable(sm, act)
     if not ctx.return_attention:
         ctx.mark_non_differentiable(att)
 
 
 def _backward(ctx, grad_out, grad_att, _grad_sm, _grad_act):  # type: ignore[no-untyped-def]
-    (offsets, indices, m, rev_o, rev_m, x_src, x_dst, edge_attr, w, mask, sm, act) = ctx.saved_tensors
-    c: GatCall = ctx.call._replace(
-        offsets=offsets, indices=indices, map_csc_to_coo=m, csc_rev_offsets=rev_o, map_rev_to_coo=rev_m,
-        x_src=x_src, x_dst=x_dst, edge_attr=edge_attr, attn_weights=w, dropout_mask=mask,
-    )
+    *tensors, sm, act = ctx.saved_tensors
+    c: GatCall = ctx.call._replace(**dict(zip(_TENSORS, tensors)))
+    x_src, x_dst, edge_attr, w = c.x_src, c.x_dst, c.edge_attr, c.attn_weights
     if grad_out is None:
-        grad_out = x_src.new_zeros(offsets.shape[0] - 1, _out_dim(c))
+        grad_out = x_src.new_zeros(c.offsets.shape[0] - 1, _out_dim(c))
     grad_out = grad_out.to(x_src.dtype).contiguous()
     if not ctx.return_attention or grad_att is None:
         grad_att = None

@@ -19,7 +19,7 @@ from cudnn_gnn._validation import (
     check_shape,
 )
 from cudnn_gnn.backends import reference, resolve_backend
-from cudnn_gnn.graph import INT32_MAX, CscGraph
+from cudnn_gnn.graph import CscGraph
 
 __all__ = ["attention", "make_dropout_mask", "kernel_index_dtype", "GRAD_PRECISIONS"]
 
@@ -40,8 +40,6 @@ def kernel_index_dtype(graph: CscGraph, dim_node: int, dim_edge: int) -> torch.d
     nodes = max(graph.num_src_nodes, graph.num_dst_nodes)
     width = max(dim_node, dim_edge)
     if nodes * width >= NODE_ELEMS_LIMIT or graph.num_edges * width >= EDGE_ELEMS_LIMIT:
-        return torch.int64
-    if graph.num_edges >= INT32_MAX:  # unreachable for int32 graphs; kept as the invariant
         return torch.int64
     return torch.int32
 
