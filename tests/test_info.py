@@ -1,0 +1,89 @@
+"""`python -m cudnn_gnn info` / backend_info(): what a user gets and the command that gets them more."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import types
+
+import pytest
+import torch
+
+from cudnn_gnn import backends
+
+
+@pytest.fixture
+def fake_env(monkeypatch):
+    """Pretend to be a GPU machine with a chosen frontend and cuDNN version."""
+
+    monkeypatch.setattr(backends, "_warned_fallback", False)
+
+    def make(*, sm=(9, 0), frontend="1.32.0", backend_version=92801, gnn=True):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "NVIDIA H200")
+        monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a: sm)
+        monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91900)
+        if frontend is None:
+            monkeypatch.setitem(sys.modules, "cudnn", None)  # import fails
+        else:
+            mod = types.ModuleType("cudnn")
+            mod.__version__ = frontend
+            mod.backend_version = lambda: backend_version
+            if gnn:
+                mod.gnn_mha_gat_forward = mod.gnn_mha_gat_v2_forward = object()
+            mod.sdpa_torch = object()
+            monkeypatch.setitem(sys.modules, "cudnn", mod)
+        return backends.backend_info(refresh=True)
+
+    yield make
+    backends._probe.cache_clear()
+
+
+def test_gpu_with_cudnn_928_picks_cudnn(fake_env):
+    info = fake_env()
+    assert info.auto_backend == "cudnn" and info.reason is None and info.sdpa_available
+    assert "backend='auto'      cudnn" in str(info)
+
+
+def test_gpu_with_torchs_older_cudnn_says_why_and_how(fake_env):
+    info = fake_env(backend_version=92600)
+    assert info.auto_backend == "reference"
+    assert "9.26" in info.reason and ">= 9.28" in info.reason
+    major = (torch.version.cuda or "13").split(".")[0]
+    assert f'nvidia-cudnn-cu{major}>=9.28' in info.fix and "LD_PRELOAD" in info.fix
+
+
+def test_gpu_without_frontend(fake_env):
+    info = fake_env(frontend=None)
+    assert info.auto_backend == "reference" and "not importable" in info.reason
+    assert 'pip install --no-deps "nvidia-cudnn-frontend>=1.32"' == info.fix
+
+
+def test_old_frontend_and_old_gpu(fake_env):
+    assert "lacks the GNN kernels" in fake_env(frontend="1.16.0", gnn=False).reason
+    info = fake_env(sm=(7, 5))
+    assert "compute capability 7.5" in info.reason and info.auto_backend == "reference"
+
+
+def test_auto_on_gpu_without_cudnn_warns_once(fake_env):
+    fake_env(backend_version=92600)
+    dev = torch.device("cuda")
+    with pytest.warns(RuntimeWarning, match="reference backend .* because the loaded cuDNN is 9.26"):
+        assert backends.resolve_backend("auto", dev) == "reference"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert backends.resolve_backend("auto", dev) == "reference"  # once only
+    with pytest.raises(RuntimeError, match="backend='cudnn' is unavailable: the loaded cuDNN is 9.26.*Fix: pip install"):
+        backends.resolve_backend("cudnn", dev)
+
+
+def test_cli_info_runs_and_explains():
+    r = subprocess.run([sys.executable, "-m", "cudnn_gnn", "info"], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "backend='auto'" in r.stdout
+    if not torch.cuda.is_available():
+        assert "why not cudnn       no CUDA GPU" in r.stdout and "fix" in r.stdout
+    r = subprocess.run([sys.executable, "-m", "cudnn_gnn", "info", "--json"], capture_output=True, text=True, timeout=120)
+    assert '"auto_backend"' in r.stdout
