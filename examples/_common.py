@@ -8,17 +8,14 @@ between our layers and PyG's, full-batch and neighbour-sampled training loops.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
-import random
 import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -76,23 +73,8 @@ def seeds_of(args: argparse.Namespace) -> list[int]:
 # ----------------------------------------------------------------------------------------------- runtime
 
 
-def resolve_device(device: str) -> torch.device:
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager[Any]:
-    dtype = PRECISIONS[precision]
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+# One implementation for the CLI and the scripts.
+from cudnn_gnn.apps.train import autocast, optimizer_step, resolve_device, seed_everything  # noqa: E402, F401
 
 
 def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None, desc: str = "",

@@ -32,6 +32,7 @@ from _common import (
     count_params,
     describe,
     load_node_data,
+    optimizer_step,
     print_summary,
     resolve_device,
     seed_everything,
@@ -122,13 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with autocast(device, args.precision):
                 out = model(feats, graph)
             loss = log_ce(out[train_idx], y[train_idx])
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
+            optimizer_step(loss, opt, scaler)
             return loss.item()
 
         @torch.no_grad()

@@ -40,6 +40,7 @@ from _common import (
     layerwise_inference,
     load_node_data,
     neighbor_loader,
+    optimizer_step,
     print_summary,
     progress,
     require_sampler,
@@ -123,13 +124,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         scaler = torch.amp.GradScaler("cuda") if args.precision == "fp16" and device.type == "cuda" else None
 
         def backward(loss: Tensor, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> None:
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
+            optimizer_step(loss, opt, scaler)
 
         def step_full(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt) -> float:
             model.train()

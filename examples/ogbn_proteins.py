@@ -36,6 +36,7 @@ from _common import (
     count_params,
     describe,
     load_node_data,
+    optimizer_step,
     print_summary,
     resolve_device,
     seed_everything,
@@ -115,13 +116,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             with autocast(device, args.precision):
                 out = model(x, graph, edge_attr)
             loss = F.binary_cross_entropy_with_logits(out[split["train"]].float(), y[split["train"]])
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-            else:
-                loss.backward()
-                opt.step()
+            optimizer_step(loss, opt, scaler)
             return loss.item()
 
         @torch.no_grad()

@@ -130,6 +130,17 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def optimizer_step(loss: Tensor, opt: torch.optim.Optimizer, scaler: Any = None) -> None:
+    """Backward and step, through a ``GradScaler`` when one is given (float16 autocast)."""
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+    else:
+        loss.backward()
+        opt.step()
+
+
 def _progress(total: int, desc: str, enabled: bool) -> Any:
     try:
         from tqdm import tqdm
@@ -206,13 +217,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         with autocast(device, cfg.precision):
             out = model(data.x, edge_index)
         loss = F.cross_entropy(out[masks[0]].float(), data.y[masks[0]])
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        optimizer_step(loss, opt, scaler)
 
         model.eval()
         with torch.no_grad(), autocast(device, cfg.precision):
