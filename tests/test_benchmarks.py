@@ -124,3 +124,15 @@ def torch_oom() -> BaseException:
     import torch
 
     return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
+
+
+def test_epoch_conversion_quick_counts_one_conversion_per_training_run(tmp_path):
+    """A static edge_index is converted once per training run with caching, every layer call without."""
+    out = tmp_path / "conv_epoch.json"
+    r = subprocess.run([sys.executable, os.path.join(BENCH, "bench_epoch_conversion.py"), "--quick", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    recs = {x["mode"]: x for x in json.loads(out.read_text())["records"]}
+    assert recs["cached"]["conversions"] == 1
+    assert recs["uncached"]["conversions"] == 2 * recs["uncached"]["epochs"]  # two layers, every epoch
+    assert recs["csc_graph"]["conversions"] <= 2  # the transform's plan, built once
