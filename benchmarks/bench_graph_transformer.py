@@ -21,12 +21,13 @@ from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from typing import Any
+
+import os
 
 import torch
 import torch_geometric.nn as pyg_nn
@@ -35,6 +36,9 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import cudnn_gnn
 from cudnn_gnn.backends import _cudnn_sdpa
 from cudnn_gnn.layers.gps_conv import GPSConv
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import peak_memory, time_fn  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     "ragged": {"graphs": 128, "min_nodes": 10, "max_nodes": 500, "channels": 128, "heads": 4, "edges_per_node": 4},
@@ -75,28 +79,10 @@ def make_layers(p: dict[str, Any], variant: str, device: torch.device, dtype: to
 
 
 def time_it(fn: Callable[[], Any], device: torch.device, warmup: int, reps: int) -> tuple[float, float | None]:
-    """(median ms, peak MiB above the memory allocated before the call)."""
-    for _ in range(warmup):
-        fn()
-    if device.type != "cuda":
-        t = []
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            fn()
-            t.append((time.perf_counter() - t0) * 1e3)
-        return statistics.median(t), None
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times), (torch.cuda.max_memory_allocated() - base) / 2**20
+    """(median ms, peak MiB of one call above the memory allocated before it; None on CPU)."""
+    median = time_fn(fn, device=device, warmup=warmup, repeats=reps)["median_ms"]
+    peak = peak_memory(fn, device=device)
+    return median, None if peak is None else peak / 2**20
 
 
 def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device, warmup: int, reps: int) -> dict[str, Any]:

@@ -11,25 +11,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
+import os
+import sys
 
 import torch
 
 import cudnn_gnn
 
-
-def _time(fn, warmup=3, reps=10):
-    for _ in range(warmup):
-        fn()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _bench_common import time_fn, write_json  # noqa: E402
 
 
 def main() -> None:
@@ -66,14 +56,13 @@ def main() -> None:
                             out.float().sum().backward()
 
                         torch.cuda.reset_peak_memory_stats()
-                        ms = _time(step)
+                        ms = time_fn(step, device=dev, warmup=3, repeats=10)["median_ms"]
                         rec = dict(op=op_name, dtype=dtype, grad_precision=gp, deterministic=det, index=idx,
                                    fwd_bwd_ms=round(ms, 3), peak_gb=round(torch.cuda.max_memory_allocated() / 2**30, 2))
                         print(json.dumps(rec), flush=True)
                         records.append(rec)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(records, f, indent=1)
+        write_json(args.out, {"records": records})
 
 
 if __name__ == "__main__":
