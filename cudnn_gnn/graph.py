@@ -56,7 +56,7 @@ class CscGraph:
     indices: Tensor
     num_src_nodes: int
     map_csc_to_coo: Tensor | None = None
-    _cache: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ invariants (cheap, no host sync)
     def __post_init__(self) -> None:

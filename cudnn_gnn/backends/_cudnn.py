@@ -14,7 +14,7 @@ The argument list is written once (``_GRAPH``, ``_INPUTS``, ``_KNOBS`` and :clas
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -62,7 +62,7 @@ _lib.define(
 
 
 @functools.lru_cache(maxsize=1)
-def _frontend() -> object:
+def _frontend() -> Any:
     """Import ``cudnn.gnn`` once; this registers the frontend's ``torch.ops.cudnn.gnn_*`` ops."""
     import cudnn.gnn  # type: ignore[import-not-found]  # noqa: F401
 
@@ -94,7 +94,7 @@ def _src_with_edges(c: GatCall) -> Tensor:
 # We define them as zero, as PyG does, with one elementwise select (no host sync).
 
 
-def _fwd_cuda(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _fwd_cuda(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     c = GatCall(*args[:_N_CALL])
     return_attention = bool(args[_N_CALL])
     ops = _frontend()
@@ -113,11 +113,11 @@ def _fwd_cuda(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return out, att, sm, act
 
 
-def _fwd_fake(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     c = GatCall(*args[:_N_CALL])
     return_attention = bool(args[_N_CALL])
     e, h = c.indices.shape[0], c.heads
-    f32 = dict(device=c.x_src.device, dtype=torch.float32)
+    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     out = c.x_src.new_empty(c.offsets.shape[0] - 1, _out_dim(c))
     att = torch.empty((h, e) if return_attention else (0,), **f32)
     sm = torch.empty(2, h, e, **f32)
@@ -125,7 +125,7 @@ def _fwd_fake(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return out, att, sm, act
 
 
-def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: object):
+def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: Any):
     c = GatCall(*args)
     ops = _frontend()
     feat_dt, w_dt = _grad_dtypes(c)
@@ -140,7 +140,7 @@ def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: 
     return torch.where(_src_with_edges(c), gs, 0), torch.where(_dst_with_edges(c), gd, 0), ge, gw
 
 
-def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: object):
+def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: Any):
     c = GatCall(*args)
     feat_dt, w_dt = _grad_dtypes(c)
     ge = (
@@ -171,7 +171,7 @@ def _reference_call(c: GatCall, x_src: Tensor, x_dst: Tensor, w: Tensor, edge: T
                              activation_name=c.activation, activation_alpha=c.activation_alpha)
 
 
-def _fwd_cpu(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _fwd_cpu(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     c = GatCall(*args[:_N_CALL])
     return_attention = bool(args[_N_CALL])
     with torch.no_grad():
@@ -182,13 +182,13 @@ def _fwd_cpu(*args: object) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return out, att.contiguous() if return_attention else att.new_empty(0), sm, act
 
 
-def _bwd_cpu(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: object):
+def _bwd_cpu(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: Any):
     c = GatCall(*args)
     feat_dt, w_dt = _grad_dtypes(c)
     leaves = [t.detach().requires_grad_() for t in (c.x_src, c.x_dst, c.attn_weights)]
     edge = None if c.edge_attr is None else c.edge_attr.detach().requires_grad_()
     with torch.enable_grad():
-        out, att = _reference_call(c, *leaves, edge)
+        out, att = _reference_call(c, leaves[0], leaves[1], leaves[2], edge)
         outs, cots = [out], [grad_out]
         if grad_attention is not None:
             outs.append(att.t())
@@ -218,7 +218,8 @@ _TENSORS = ("offsets", "indices", "map_csc_to_coo", "csc_rev_offsets", "map_rev_
 def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     _, att, sm, act = output
     c = GatCall(*inputs[:_N_CALL])
-    ctx.call = c._replace(**dict.fromkeys(_TENSORS))  # the non-tensor fields; tensors go through save_for_backward
+    blank: dict[str, Any] = dict.fromkeys(_TENSORS)
+    ctx.call = c._replace(**blank)  # the non-tensor fields; tensors go through save_for_backward
     ctx.return_attention = bool(inputs[_N_CALL])
     ctx.save_for_backward(*(getattr(c, name) for name in _TENSORS), sm, act)
     ctx.mark_non_differentiable(sm, act)
