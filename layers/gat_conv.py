@@ -113,7 +113,9 @@ class GATConv(MessagePassing):
         self.grad_precision = grad_precision
         self.cache_graph = cache_graph
 
-        self.lin = self.lin_src = self.lin_dst = None
+        self.lin: Linear | None = None
+        self.lin_src: Linear | None = None
+        self.lin_dst: Linear | None = None
         if isinstance(in_channels, int):
             self.lin = Linear(in_channels, heads * out_channels, bias=False, weight_initializer="glorot")
         else:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch.nn.functional as F
@@ -13,7 +14,7 @@ from cudnn_gnn.ops.graph_attention import ATTENTION_BACKENDS, graph_attention
 
 __all__ = ["GraphTransformerBlock"]
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F.gelu}
 
 
 def check_packed_mha(attn: MultiheadAttention) -> None:
