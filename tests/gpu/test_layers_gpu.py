@@ -15,25 +15,17 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 
-import cudnn_gnn
 from cudnn_gnn import CscGraph
 from cudnn_gnn.layers import GATConv, GATv2Conv, convert
+
+from ._requirements import cudnn_skip_reason
 
 pytestmark = pytest.mark.gpu
 
 DRY_RUN = os.environ.get("CUDNN_GNN_GPU_TESTS_ON_CPU") == "1"
 
 
-def _skip_reason() -> str | None:
-    if DRY_RUN:
-        return None
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU"
-    info = cudnn_gnn.backend_info()
-    return None if info.auto_backend == "cudnn" else f"cuDNN backend unavailable: {info.reason}"
-
-
-if (_reason := _skip_reason()) is not None:
+if not DRY_RUN and (_reason := cudnn_skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
 
 DEV = torch.device("cpu" if DRY_RUN else "cuda")

@@ -13,21 +13,15 @@ import sys
 import pytest
 import torch
 
-import cudnn_gnn
 from cudnn_gnn import CscGraph, gat, gatv2, make_dropout_mask
 from cudnn_gnn.backends.reference import ACTIVATIONS
+
+from ._requirements import cudnn_skip_reason
 
 pytestmark = pytest.mark.gpu
 
 
-def _skip_reason() -> str | None:
-    if not torch.cuda.is_available():
-        return "needs a CUDA GPU"
-    info = cudnn_gnn.backend_info()
-    return None if info.auto_backend == "cudnn" else f"cuDNN backend unavailable: {info.reason}"
-
-
-if (_reason := _skip_reason()) is not None:
+if (_reason := cudnn_skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
 
 DEV = torch.device("cuda")
