@@ -77,6 +77,17 @@ def seeds_of(args: argparse.Namespace) -> list[int]:
 from cudnn_gnn.apps.train import autocast, optimizer_step, resolve_device, seed_everything  # noqa: E402, F401
 
 
+def report_seed(seed: int, res: dict[str, Any], valid: str, test: str) -> bool:
+    """Print one seed's result line; returns True when that run ran out of memory (stop the remaining seeds)."""
+    if res.get("oom"):
+        print(f"seed {seed}: out of memory ({res['error']})")
+        return True
+    peak = f", peak {res['peak_memory_bytes'] / 2**30:.2f} GiB" if res.get("peak_memory_bytes") else ""
+    print(f"seed {seed}: best {valid} {res['valid']:.4f} at epoch {res['epoch']}, {test} {res['test']:.4f}, "
+          f"{res['sec_per_epoch']:.3f} s/epoch{peak}")
+    return False
+
+
 def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None, desc: str = "",
              enabled: bool = True) -> Any:
     """A tqdm bar (or the bare iterable when tqdm is missing or the bar is disabled)."""

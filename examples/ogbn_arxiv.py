@@ -34,6 +34,7 @@ from _common import (
     load_node_data,
     optimizer_step,
     print_summary,
+    report_seed,
     resolve_device,
     seed_everything,
     seeds_of,
@@ -137,11 +138,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", step=step,
                            evaluate=evaluate, log=log)
         runs.append(res)
-        if res.get("oom"):
-            print(f"seed {seed}: out of memory ({res['error']})")
+        if report_seed(seed, res, "valid acc", "test acc"):
             break
-        print(f"seed {seed}: best valid acc {res['valid']:.4f} at epoch {res['epoch']}, test acc {res['test']:.4f}, "
-              f"{res['sec_per_epoch']:.3f} s/epoch")
     log.close()
     summary = summarize(NAME, args.model, "acc", runs, params)
     summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,

@@ -43,6 +43,7 @@ from _common import (
     optimizer_step,
     print_summary,
     progress,
+    report_seed,
     require_sampler,
     resolve_device,
     seed_everything,
@@ -169,12 +170,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            step=step_sampled if args.sampled else step_full, evaluate=evaluate, log=log)
         runs.append(res)
         del model, opt
-        if res.get("oom"):
-            print(f"seed {seed}: out of memory ({res['error']})")
+        if report_seed(seed, res, "valid acc", "test acc"):
             break
-        print(f"seed {seed}: best valid acc {res['valid']:.4f} at epoch {res['epoch']}, test acc {res['test']:.4f}, "
-              f"{res['sec_per_epoch']:.3f} s/epoch" + (f", peak {res['peak_memory_bytes'] / 2**30:.2f} GiB"
-                                                       if res.get("peak_memory_bytes") else ""))
     log.close()
     summary = summarize(NAME, args.model, "acc", runs, params)
     summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,

@@ -38,6 +38,7 @@ from _common import (
     load_node_data,
     optimizer_step,
     print_summary,
+    report_seed,
     resolve_device,
     seed_everything,
     seeds_of,
@@ -132,12 +133,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                            evaluate=evaluate, log=log)
         runs.append(res)
         del model, opt
-        if res.get("oom"):
-            print(f"seed {seed}: out of memory ({res['error']})")
+        if report_seed(seed, res, "valid ROC-AUC", "test"):
             break
-        print(f"seed {seed}: best valid ROC-AUC {res['valid']:.4f} at epoch {res['epoch']}, test {res['test']:.4f}, "
-              f"{res['sec_per_epoch']:.3f} s/epoch" + (f", peak {res['peak_memory_bytes'] / 2**30:.2f} GiB"
-                                                       if res.get("peak_memory_bytes") else ""))
     log.close()
     summary = summarize(NAME, args.model, "rocauc", runs, params)
     summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,
