@@ -45,3 +45,37 @@ def graph_case(request: pytest.FixtureRequest) -> tuple[str, torch.Tensor, int, 
 @pytest.fixture(params=[torch.int32, torch.int64], ids=["int32", "int64"])
 def index_dtype(request: pytest.FixtureRequest) -> torch.dtype:
     return request.param
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--shard", default=None, metavar="I/N",
+        help="run shard I of N (0-based) of the collected tests, to spread cuDNN's first-call kernel builds "
+             "(single-threaded, 40-120 s each) over N processes; tests marked slow all go to shard 0, the rest "
+             "round-robin over the other shards. tests/gpu/run_shards.py drives this.")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    spec = config.getoption("--shard")
+    if spec is None:
+        return
+    try:
+        index, count = (int(s) for s in spec.split("/"))
+    except ValueError:
+        raise pytest.UsageError(f"--shard must be I/N with integers 0 <= I < N, got {spec!r}") from None
+    if not 0 <= index < count:
+        raise pytest.UsageError(f"--shard must be I/N with integers 0 <= I < N, got {spec!r}")
+    keep, drop = [], []
+    fast = [it for it in items if it.get_closest_marker("slow") is None]
+    position = {id(it): k for k, it in enumerate(fast)}
+    for it in items:
+        if count == 1:
+            shard = 0
+        elif id(it) not in position:
+            shard = 0
+        else:
+            shard = 1 + position[id(it)] % (count - 1)
+        (keep if shard == index else drop).append(it)
+    items[:] = keep
+    if drop:
+        config.hook.pytest_deselected(items=drop)

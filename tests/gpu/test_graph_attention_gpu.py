@@ -238,15 +238,33 @@ def test_mixed_gat_and_cudnn_sdpa_in_one_process():
             torch.cuda.synchronize()
             return via, bool(torch.isfinite(x.grad).all())
 
-        via, ok1 = gat_step()
+        def libs():
+            with open("/proc/self/maps") as f:
+                return sorted({ln.split()[-1] for ln in f if "libcudnn" in ln})
+
+        errors = {}
+
+        def stage(name, fn):
+            try:
+                return fn()
+            except Exception as e:  # report which stage failed and what cuDNN said, with the mapped libraries
+                errors[name] = f"{type(e).__name__}: {e}"[:600]
+                return None
+
+        via, ok1 = stage("gat_first", gat_step) or (None, False)
         sizes = [17, 250, 3, 64, 1, 120] * 8
         ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], device=dev)
-        q = torch.randn(sum(sizes), 4, 32, device=dev, dtype=torch.bfloat16, requires_grad=True)
-        o = graph_attention(q, q, q, ptr, backend="cudnn")
-        o.float().square().sum().backward()
-        torch.cuda.synchronize()
-        ok2 = bool(torch.isfinite(q.grad).all())
-        _, ok3 = gat_step()
+
+        def sdpa_step():
+            q = torch.randn(sum(sizes), 4, 32, device=dev, dtype=torch.bfloat16, requires_grad=True)
+            o = graph_attention(q, q, q, ptr, backend="cudnn")
+            o.float().square().sum().backward()
+            torch.cuda.synchronize()
+            return bool(torch.isfinite(q.grad).all())
+
+        ok2 = bool(stage("sdpa_fwd_bwd", sdpa_step))
+        libs_after_sdpa = libs()
+        _, ok3 = stage("gat_after_sdpa", gat_step) or (None, False)
 
         # A few training steps of a GPS model: local GAT (ours if importable) + cuDNN global attention.
         from cudnn_gnn.layers.gps_conv import GPSConv
@@ -264,24 +282,29 @@ def test_mixed_gat_and_cudnn_sdpa_in_one_process():
         dst = ptr[batch[src]] + torch.randint(0, 10**6, src.shape, device=dev) % torch.tensor(sizes, device=dev)[batch[src]]
         edge_index = torch.stack([src, dst])
         losses = []
-        for _ in range(5):
-            x = torch.randn(sum(sizes), 64, device=dev)
-            for layer in model:
-                x = layer(x, edge_index, batch, ptr=ptr, max_num_nodes=max(sizes))
-            loss = x.square().mean()
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            losses.append(float(loss))
-        torch.cuda.synchronize()
-        _, ok4 = gat_step()
+
+        def train():
+            for _ in range(5):
+                x = torch.randn(sum(sizes), 64, device=dev)
+                for layer in model:
+                    x = layer(x, edge_index, batch, ptr=ptr, max_num_nodes=max(sizes))
+                loss = x.square().mean()
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+                losses.append(float(loss))
+            torch.cuda.synchronize()
+
+        stage("gps_training", train)
+        _, ok4 = stage("gat_after_training", gat_step) or (None, False)
         print(json.dumps({"via": via, "local": local, "ok": [ok1, ok2, ok3, ok4], "losses": losses,
+                          "errors": errors, "libs_after_sdpa": libs_after_sdpa,
                           "plans": _cudnn_sdpa.plan_cache_info()._asdict()}))
         """
     )
-    print(res)
-    assert all(res["ok"]), res
-    assert all(torch.isfinite(torch.tensor(res["losses"]))), res
+    print(json.dumps(res, indent=1))
+    assert not res["errors"] and all(res["ok"]), res
+    assert len(res["losses"]) == 5 and all(torch.isfinite(torch.tensor(res["losses"]))), res
 
 
 def test_torch_cudnn_attention_diagnosis():
