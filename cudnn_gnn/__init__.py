@@ -13,7 +13,7 @@ from typing import Any
 
 from cudnn_gnn.backends import backend_info
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops import gat, gatv2, graph_attention, make_dropout_mask
+from cudnn_gnn.ops import gat, gatv2, graph_attention, make_dropout_mask, precompile
 
 __version__ = "0.1.0"
 
@@ -27,7 +27,9 @@ _LAZY = {
     "GraphTransformerBlock": "cudnn_gnn.layers",
 }
 
-__all__ = ["CscGraph", "gat", "gatv2", "graph_attention", "make_dropout_mask", "backend_info", "__version__", *_LAZY]
+__all__ = [
+    "CscGraph", "gat", "gatv2", "graph_attention", "make_dropout_mask", "precompile", "backend_info", "__version__", *_LAZY,
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -87,3 +87,21 @@ def test_cli_info_runs_and_explains():
         assert "why not cudnn       no CUDA GPU" in r.stdout and "fix" in r.stdout
     r = subprocess.run([sys.executable, "-m", "cudnn_gnn", "info", "--json"], capture_output=True, text=True, timeout=120)
     assert '"auto_backend"' in r.stdout
+
+
+def test_backend_choice_is_a_constant_under_compile():
+    """The probe runs once at trace time (import, device queries) and its answer is a constant of the graph. On
+    CPU this checks the value; the graph break it prevents (a fresh process probing under compile stopped at
+    ``torch.cuda.get_device_name``) shows on a GPU, in tests/gpu's compile tests run in fresh shard processes."""
+    from cudnn_gnn.backends import _auto_picks_cudnn, _probe
+
+    _probe.cache_clear()
+    torch._dynamo.reset()
+
+    @torch.compile(fullgraph=True, backend="eager")
+    def f(x: torch.Tensor) -> torch.Tensor:
+        return x + 1 if _auto_picks_cudnn() else x - 1
+
+    x = torch.zeros(2)
+    picks = backends.backend_info().auto_backend == "cudnn"
+    assert torch.equal(f(x), x + 1 if picks else x - 1)

@@ -157,6 +157,13 @@ def backend_info(refresh: bool = False) -> BackendInfo:
 _warned_fallback = False
 
 
+@torch.compiler.assume_constant_result
+def _auto_picks_cudnn() -> bool:
+    """``backend_info().auto_backend == "cudnn"``, read as a constant under ``torch.compile``: the probe (an
+    import, device queries) runs once at trace time instead of breaking the graph."""
+    return backend_info().auto_backend == "cudnn"
+
+
 def resolve_backend(backend: str, device: torch.device) -> str:
     """Map ``"auto" | "cudnn" | "reference"`` and a tensor device to the backend that runs.
 
@@ -173,9 +180,9 @@ def resolve_backend(backend: str, device: torch.device) -> str:
         if backend == "cudnn":
             raise RuntimeError(f"backend='cudnn' needs CUDA tensors, got tensors on {device}; use backend='reference'")
         return "reference"
-    info = backend_info()
-    if info.auto_backend == "cudnn":
+    if _auto_picks_cudnn():
         return "cudnn"
+    info = backend_info()
     if backend == "cudnn":
         raise RuntimeError(f"backend='cudnn' is unavailable: {info.reason}. Fix: {info.fix}")
     if not _warned_fallback:

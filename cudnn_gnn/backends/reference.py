@@ -24,7 +24,8 @@ ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "elu", "scalar", "leaky_relu
 
 
 def activation(x: Tensor, name: str, alpha: float) -> Tensor:
-    """The logit activations cuDNN supports; ``alpha`` is the ELU alpha, leaky slope or scalar factor."""
+    """The logit activations cuDNN supports; ``alpha`` is the leaky slope or the scalar factor. ELU is cuDNN's:
+    ``exp(x) - 1`` below zero, with alpha fixed at 1."""
     if name == "leaky_relu":
         return F.leaky_relu(x, alpha)
     if name == "linear":
@@ -36,7 +37,7 @@ def activation(x: Tensor, name: str, alpha: float) -> Tensor:
     if name == "tanh":
         return torch.tanh(x)
     if name == "elu":
-        return F.elu(x, alpha)
+        return F.elu(x, 1.0)
     if name == "scalar":
         return x * alpha
     raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}")

@@ -44,6 +44,26 @@ def kernel_index_dtype(graph: CscGraph, dim_node: int, dim_edge: int) -> torch.d
     return torch.int32
 
 
+ALPHA_DEFAULTS = {"leaky_relu": 0.2, "scalar": 1.0}  # activations that take a parameter, and its default
+
+
+def resolve_activation_alpha(activation: str, alpha: float | None) -> float:
+    """The parameter the kernels get for ``activation``: the default for ``None``; only leaky_relu (slope) and
+    scalar (factor) take one. cuDNN's ELU is ``exp(x) - 1`` for ``x < 0`` (alpha fixed at 1), so
+    ``activation_alpha`` other than 1 with ``"elu"`` is refused rather than silently ignored."""
+    if alpha is None:
+        return ALPHA_DEFAULTS.get(activation, 1.0 if activation == "elu" else 0.0)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"activation_alpha must be a float or None, got {type(alpha).__name__}")
+    if activation == "elu" and float(alpha) != 1.0:
+        raise ValueError(f"activation_alpha must be None or 1.0 for activation='elu' (cuDNN's ELU is exp(x) - 1 for "
+                         f"x < 0, with alpha fixed at 1), got {alpha}")
+    if activation not in ALPHA_DEFAULTS and activation != "elu":
+        raise ValueError(f"activation_alpha must be None for activation={activation!r}, which takes no parameter, "
+                         f"got {alpha}")
+    return float(alpha)
+
+
 def make_dropout_mask(
     num_edges: int,
     heads: int,
@@ -99,7 +119,7 @@ def attention(
     edge_attr: Tensor | None,
     concat: bool,
     activation: str,
-    activation_alpha: float,
+    activation_alpha: float | None,
     dropout: float,
     training: bool,
     dropout_mask: Tensor | None,
@@ -137,8 +157,7 @@ def attention(
     check_device("attn_weights", attn_weights, graph.device)
     check_bool("concat", concat)
     check_choice("activation", activation, reference.ACTIVATIONS)
-    if isinstance(activation_alpha, bool) or not isinstance(activation_alpha, (int, float)):
-        raise TypeError(f"activation_alpha must be a float, got {type(activation_alpha).__name__}")
+    activation_alpha = resolve_activation_alpha(activation, activation_alpha)
     p = check_probability("dropout", dropout)
     check_bool("training", training)
     check_bool("return_attention", return_attention)

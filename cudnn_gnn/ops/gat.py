@@ -19,7 +19,7 @@ def gat(
     edge_attr: Tensor | None = None,
     concat: bool = True,
     activation: str = "leaky_relu",
-    activation_alpha: float = 0.2,
+    activation_alpha: float | None = None,
     dropout: float = 0.0,
     training: bool = False,
     dropout_mask: Tensor | None = None,
@@ -54,7 +54,8 @@ def gat(
         concat: ``[Nd, H*C]`` output if True, else the mean over heads ``[Nd, C]``.
         activation: logit activation: ``"leaky_relu"`` (default), ``"linear"``, ``"relu"``, ``"sigmoid"``,
             ``"tanh"``, ``"elu"`` or ``"scalar"`` (multiply by ``activation_alpha``).
-        activation_alpha: leaky slope, ELU alpha or scalar factor.
+        activation_alpha: the leaky_relu slope (default 0.2) or the scalar factor (default 1.0); ``None``
+            gives the default. The other activations take none (cuDNN's ELU is ``exp(x) - 1`` below 0, alpha 1).
         dropout: attention dropout probability, applied when ``training``; the op draws an inverted-dropout
             mask with torch's RNG (``torch.manual_seed`` makes it reproducible; autograd reuses it).
         training: whether ``dropout`` applies.

@@ -19,7 +19,7 @@ def gatv2(
     edge_attr: Tensor | None = None,
     concat: bool = True,
     activation: str = "leaky_relu",
-    activation_alpha: float = 0.2,
+    activation_alpha: float | None = None,
     dropout: float = 0.0,
     training: bool = False,
     dropout_mask: Tensor | None = None,

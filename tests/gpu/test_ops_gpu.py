@@ -103,14 +103,22 @@ def test_cudnn_matches_reference(op, dtype, index_dtype, with_edge, bipartite, c
     ref = _run(fn, v2, g, xs.double(), xd.double(), w.double(), None if edge is None else edge.double(), heads,
                torch.float64, backend="reference", **kw)
     got = _run(fn, v2, g, xs, xd, w, edge, heads, dtype, backend="cudnn", **kw)
+    # Low precision is judged against the error of the same-precision reference path (inputs rounded to the
+    # dtype, fp32 arithmetic): the rounding of the inputs alone moves some gradients by ~1% in fp16.
+    same = None if dtype == torch.float32 else _run(fn, v2, g, xs, xd, w, edge, heads, dtype, backend="reference", **kw)
     assert got[0].dtype == dtype and got[1].dtype == torch.float32 and got[1].shape == (e, heads)
+
+    def check(what, a, b, tol, lp=None):
+        bound = tol if lp is None else max(tol, 3 * _rel(lp, b))
+        assert _rel(a, b) < bound, f"{what}: {_rel(a, b):.2e} >= {bound:.2e}"
+
     tol = TOL[dtype]
-    assert _rel(got[0], ref[0]) < tol, "output"
-    assert _rel(got[1], ref[1]) < tol, "attention"
+    check("output", got[0], ref[0], tol, None if same is None else same[0])
+    check("attention", got[1], ref[1], tol, None if same is None else same[1])
     assert len(got[2]) == len(ref[2])
     for i, (a, b) in enumerate(zip(got[2], ref[2])):
         assert a.dtype == dtype
-        assert _rel(a, b) < 3 * tol, f"grad {i}"
+        check(f"grad {i}", a, b, 3 * tol, None if same is None else same[2][i])
     assert torch.all(got[0][:2] == 0) if not bipartite else True  # zero in-degree rows
 
 
@@ -122,7 +130,8 @@ def test_every_activation(op, activation):
     d = 64
     xs = torch.randn(150, d, device=DEV)
     w = torch.randn(d if v2 else 2 * d, device=DEV) * 0.3
-    kw = dict(heads=4, activation=activation, activation_alpha=0.7, bipartite=False, concat=True)
+    alpha = 0.7 if activation in ("leaky_relu", "scalar") else None  # ELU's alpha is fixed at 1 in cuDNN
+    kw = dict(heads=4, activation=activation, activation_alpha=alpha, bipartite=False, concat=True)
     ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), None, dtype=torch.float64, backend="reference", **kw)
     got = _run(fn, v2, g, xs, xs, w, None, dtype=torch.float32, backend="cudnn", **kw)
     for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
@@ -273,3 +282,24 @@ def test_int32_graph_that_crashed_raw_kernels_runs_promoted(n, d, e):
     r = subprocess.run([sys.executable, "-c", PROBE, str(n), str(d), str(e), "0"], capture_output=True, text=True,
                        timeout=300, env=os.environ.copy())
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr[-2000:]
+
+
+def test_precompile_builds_what_later_calls_use():
+    """After cudnn_gnn.precompile, calls with other graphs, heads and widths find their kernels (no build)."""
+    import time
+
+    import cudnn_gnn
+
+    built = cudnn_gnn.precompile(("gat", "gatv2"), (torch.float32, torch.bfloat16))
+    assert list(built) == ["gat/float32", "gat/bfloat16", "gatv2/float32", "gatv2/bfloat16"]
+    ei = _graph(5000, 5000, 50000, seed=12)
+    g = CscGraph.from_edge_index(ei, num_nodes=5000)
+    for op, (fn, v2) in OPS.items():
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(5000, 96, device=DEV, dtype=dtype, requires_grad=True)
+            w = torch.randn(96 if v2 else 192, device=DEV, dtype=dtype, requires_grad=True)
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fn(g, x, w, heads=3, backend="cudnn").float().sum().backward()
+            torch.cuda.synchronize()
+            assert time.perf_counter() - t0 < 5.0, (op, dtype, time.perf_counter() - t0)

@@ -22,7 +22,7 @@ def act(v: float, name: str, a: float) -> float:
     if name == "tanh":
         return math.tanh(v)
     if name == "elu":
-        return v if v > 0 else a * (math.exp(v) - 1.0)
+        return v if v > 0 else math.exp(v) - 1.0  # cuDNN's ELU: alpha fixed at 1
     if name == "scalar":
         return a * v
     raise AssertionError(name)

@@ -1,0 +1,103 @@
+"""Build cuDNN's GAT/GATv2 kernels ahead of time, several at once.
+
+cuDNN 9.28 compiles each GNN kernel on its first call in a process (NVRTC, then the driver's JIT, whose cache in
+``~/.nv/ComputeCache`` lets later processes on the same machine skip most of it). Measured on an H200: a GAT forward
+kernel ~19 s, its backward ~62 s, a GATv2 or bf16 forward ~10 s. The kernel depends on the op, the dtype and the
+direction, not on the graph, the heads or the feature width (``benchmarks/probe_jit.py``). The builds release the
+GIL, so building in threads overlaps them: a model that needs four kernels waits for the slowest, not the sum.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+
+from cudnn_gnn._validation import check_bool
+from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.ops.gat import gat
+from cudnn_gnn.ops.gatv2 import gatv2
+
+__all__ = ["precompile"]
+
+_OPS = {"gat": gat, "gatv2": gatv2}
+_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def precompile(
+    ops: Iterable[str] = ("gat", "gatv2"),
+    dtypes: Iterable[torch.dtype] = (torch.float32, torch.bfloat16),
+    *,
+    backward: bool = True,
+    deterministic: bool = False,
+    device: torch.device | str | None = None,
+    backend: str = "cudnn",
+    max_workers: int | None = None,
+) -> dict[str, float]:
+    """Run every ``op x dtype`` once on a tiny graph, in parallel threads, so that later calls find their kernels.
+
+    Call it once at start-up (before timing, before the first training step); it costs about as long as the
+    slowest kernel build instead of the sum of all of them. What a call builds is what the same call of
+    :func:`~cudnn_gnn.gat` / :func:`~cudnn_gnn.gatv2` uses: forward (with or without returned attention),
+    and with ``backward`` the backward with the default ``grad_precision`` (float32 gradient arithmetic for
+    half inputs), deterministic or not as ``deterministic`` says.
+
+    Args:
+        ops: any of ``"gat"``, ``"gatv2"``.
+        dtypes: any of ``torch.float32``, ``torch.float16``, ``torch.bfloat16``.
+        backward: also build the backward kernels.
+        deterministic: build the deterministic backward (the one ``deterministic=True`` runs) instead.
+        device: the CUDA device (default: the current one).
+        backend: ``"cudnn"`` (default) or ``"reference"`` (runs the same calls on the reference backend; for tests).
+        max_workers: threads (default: one per ``op x dtype``).
+
+    Returns:
+        seconds per ``"op/dtype"`` (forward and, with ``backward``, backward), in the order given.
+
+    Raises:
+        ValueError: an unknown op or dtype, or an empty selection.
+        RuntimeError: ``backend="cudnn"`` cannot run here (says why and the fix).
+    """
+    ops = list(ops)
+    dtypes = list(dtypes)
+    for op in ops:
+        if op not in _OPS:
+            raise ValueError(f"ops must name 'gat' or 'gatv2', got {op!r}")
+    for dt in dtypes:
+        if dt not in _DTYPES:
+            raise ValueError(f"dtypes must be float32, float16 or bfloat16, got {dt}")
+    if not ops or not dtypes:
+        raise ValueError(f"ops and dtypes must not be empty, got ops={ops}, dtypes={dtypes}")
+    check_bool("backward", backward)
+    check_bool("deterministic", deterministic)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if backend == "cudnn" else torch.device("cpu")
+    device = torch.device(device)
+    # A ring of 16 nodes with self-loops: every destination has in-edges, 2 heads x 8 features, 2 edge features.
+    n = 16
+    ring = torch.arange(n, device=device)
+    ei = torch.stack([torch.cat([ring, ring]), torch.cat([(ring + 1) % n, ring])])
+    graph = CscGraph.from_edge_index(ei, num_nodes=n)
+    if deterministic:
+        graph.with_reverse_csc()
+
+    def build(op: str, dtype: torch.dtype) -> float:
+        fn = _OPS[op]
+        heads, d = 2, 16
+        x = torch.randn(n, d, device=device, dtype=dtype, requires_grad=backward)
+        w = torch.randn(d if op == "gatv2" else 2 * d, device=device, dtype=dtype, requires_grad=backward)
+        t0 = time.perf_counter()
+        with torch.set_grad_enabled(backward):
+            out = fn(graph, x, w, heads=heads, deterministic=deterministic, backend=backend)
+            if backward:
+                out.float().sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        return time.perf_counter() - t0
+
+    jobs = [(op, dt) for op in ops for dt in dtypes]
+    with ThreadPoolExecutor(max_workers=max_workers or len(jobs), thread_name_prefix="cudnn_gnn-precompile") as pool:
+        futures = {f"{op}/{str(dt).removeprefix('torch.')}": pool.submit(build, op, dt) for op, dt in jobs}
+        return {key: f.result() for key, f in futures.items()}

@@ -1,0 +1,36 @@
+"""cudnn_gnn.precompile: the calls it makes, its errors; the cuDNN builds themselves are checked in tests/gpu."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import cudnn_gnn
+
+
+def test_runs_every_op_and_dtype_in_threads_on_the_reference_backend():
+    got = cudnn_gnn.precompile(("gat", "gatv2"), (torch.float32, torch.bfloat16), backend="reference", device="cpu")
+    assert list(got) == ["gat/float32", "gat/bfloat16", "gatv2/float32", "gatv2/bfloat16"]
+    assert all(isinstance(s, float) and s >= 0 for s in got.values())
+
+
+def test_deterministic_forward_only():
+    got = cudnn_gnn.precompile(["gat"], [torch.float16], backward=False, deterministic=True, backend="reference",
+                               device="cpu")
+    assert list(got) == ["gat/float16"]
+
+
+@pytest.mark.parametrize(("kwargs", "exc", "match"), [
+    (dict(ops=["gcn"]), ValueError, "ops must name 'gat' or 'gatv2', got 'gcn'"),
+    (dict(dtypes=[torch.float64]), ValueError, "dtypes must be float32, float16 or bfloat16, got torch.float64"),
+    (dict(ops=[]), ValueError, "ops and dtypes must not be empty"),
+    (dict(backward=1), TypeError, "backward must be a bool"),
+])
+def test_bad_arguments(kwargs, exc, match):
+    with pytest.raises(exc, match=match):
+        cudnn_gnn.precompile(**{"backend": "reference", "device": "cpu", **kwargs})
+
+
+def test_cudnn_on_cpu_says_why():
+    with pytest.raises(RuntimeError, match="backend='cudnn' needs CUDA tensors"):
+        cudnn_gnn.precompile(["gat"], [torch.float32], device="cpu")
