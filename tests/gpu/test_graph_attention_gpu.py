@@ -43,9 +43,10 @@ SIZES = {
 }
 
 
-def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double(), b.double()
-    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+def _rel(a: torch.Tensor, b: torch.Tensor, floor: float = 1e-12) -> float:
+    """Relative norm error; ``floor`` bounds the denominator where the exact answer is (nearly) zero."""
+    a, b = a.detach().double(), b.detach().double()
+    return float((a - b).norm() / b.norm().clamp_min(floor))
 
 
 def _ptr(sizes):
@@ -74,9 +75,12 @@ def _check_against_reference(backend, sizes, h, d, dtype):
     low, low_g = _fwd_bwd(q, k, v, go, ptr, dtype, backend="reference")  # same-precision torch math
     got, got_g = _fwd_bwd(q, k, v, go, ptr, dtype, backend=backend, max_num_nodes=max(sizes))
     assert got.dtype == dtype and got.shape == (sum(sizes), h, d)
+    # dq and dk are exactly zero for one-node graphs (softmax over one key has no gradient), where kernels leave
+    # rounding noise: errors are measured relative to the size of dv (the same products, not cancelled) there.
+    floor = 1e-3 * float(want_g[2].norm())
     for name, a, lo, b in zip(("out", "dq", "dk", "dv"), (got, *got_g), (low, *low_g), (want, *want_g)):
         assert torch.isfinite(a).all(), name
-        err, base = _rel(a, b), _rel(lo, b)
+        err, base = _rel(a, b, floor), _rel(lo, b, floor)
         assert err <= max(TOL[dtype], 3 * base), f"{backend} {dtype} {name}: rel err {err:.2e} (torch {dtype}: {base:.2e})"
 
 
@@ -89,14 +93,16 @@ def _edges_within(sizes, per_node=4):
     return torch.stack([src, dst])
 
 
-def _subprocess(code: str, timeout: int = 300) -> dict:
-    """Run ``code`` in a fresh interpreter (crash isolation); it prints one JSON line last."""
+def _subprocess(code: str, timeout: int = 300, env: dict[str, str] | None = None) -> dict:
+    """Run ``code`` in a fresh interpreter (crash isolation); it prints one JSON line last. The result carries
+    the last lines of its stderr under ``"stderr"``."""
     proc = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout, env=os.environ.copy()
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     assert proc.returncode == 0 and lines, f"rc={proc.returncode}\nstdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1])
+    return {**json.loads(lines[-1]), "stderr": proc.stderr[-4000:]}
 
 
 # ----------------------------------------------------------------------------------------------- cuDNN SDPA
@@ -121,7 +127,7 @@ def test_cudnn_canary_in_subprocess():
         print(json.dumps(out))
         """
     )
-    for name, (err, finite) in res.items():
+    for name, (err, finite) in ((k, v) for k, v in res.items() if k != "stderr"):
         assert err < TOL[torch.bfloat16] and finite, (name, err, finite)
 
 
@@ -141,13 +147,18 @@ def test_cudnn_plans_are_reused_across_a_ragged_epoch():
     _cudnn_sdpa.clear_plan_cache()
     before = len(torch_op._graph_cache)
     g = torch.Generator().manual_seed(0)
-    for _ in range(30):
-        sizes = torch.randint(10, 201, (32,), generator=g).tolist()
-        q = torch.randn(sum(sizes), 4, 32, device=DEV, dtype=torch.bfloat16, requires_grad=True)
-        graph_attention(q, q, q, _ptr(sizes), backend="cudnn").sum().backward()
+    epoch = [torch.randint(10, 201, (32,), generator=g).tolist() for _ in range(30)]
+    keys = {(_cudnn_sdpa.bucket_seqlen(max(s)), _cudnn_sdpa.round64(sum(s))) for s in epoch}
+    for _ in range(2):
+        for sizes in epoch:
+            q = torch.randn(sum(sizes), 4, 32, device=DEV, dtype=torch.bfloat16, requires_grad=True)
+            graph_attention(q, q, q, _ptr(sizes), backend="cudnn").sum().backward()
+        if _ == 0:
+            first = _cudnn_sdpa.plan_cache_info()
     info = _cudnn_sdpa.plan_cache_info()
     built = len(torch_op._graph_cache) - before
-    assert info.misses <= 10 and info.evictions == 0, info
+    # One build per distinct (max_seqlen bucket, round64(T)) key in the first epoch, none in the second.
+    assert first.misses == len(keys) and info.misses == first.misses and info.evictions == 0, (len(keys), first, info)
     assert built <= 2 * info.misses, (built, info)
 
 
@@ -300,7 +311,8 @@ def test_mixed_gat_and_cudnn_sdpa_in_one_process():
         print(json.dumps({"via": via, "local": local, "ok": [ok1, ok2, ok3, ok4], "losses": losses,
                           "errors": errors, "libs_after_sdpa": libs_after_sdpa,
                           "plans": _cudnn_sdpa.plan_cache_info()._asdict()}))
-        """
+        """,
+        env={"CUDNN_LOGERR_DBG": "1", "CUDNN_LOGWARN_DBG": "1", "CUDNN_LOGDEST_DBG": "stderr"},  # cuDNN's own why
     )
     print(json.dumps(res, indent=1))
     assert not res["errors"] and all(res["ok"]), res

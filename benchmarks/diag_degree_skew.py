@@ -1,0 +1,100 @@
+"""Is the cuDNN GAT time set by the graph's degree skew? Same sizes, uniform vs power-law edges, one run.
+
+Times Linear(128 -> 256) + GAT (8 heads x 32) forward and forward+backward (CUDA events, median) on two graphs of
+the ogbn-arxiv size (169,343 nodes, ~2.3M edges): uniform random edges, and the power-law graph the layer
+benchmark uses (``cudnn_gnn.datasets.synthetic_ogbn("ogbn-arxiv")``, symmetrised). For each graph: PyG's
+``GATConv``, ``cudnn_gnn.gat`` (CSC->COO map passed, as always), and the frontend's ``cudnn.gnn.mha_gat`` on the
+same CSC without the map (the call the device README timed), plus the largest in- and out-degrees.
+
+    python benchmarks/diag_degree_skew.py --out skew.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _bench_common import environment, time_fn  # noqa: E402
+
+import cudnn_gnn  # noqa: E402
+from cudnn_gnn.datasets import synthetic_ogbn  # noqa: E402
+
+N, E, HEADS, C, IN = 169_343, 2_315_598, 8, 32, 128
+
+
+def graphs(device: torch.device) -> dict[str, torch.Tensor]:
+    g = torch.Generator(device=device).manual_seed(0)
+    uniform = torch.randint(0, N, (2, E), device=device, generator=g)
+    data = synthetic_ogbn("ogbn-arxiv", seed=0, device=device)
+    from torch_geometric.utils import to_undirected
+
+    return {"uniform": uniform, "power_law": to_undirected(data.edge_index, num_nodes=data.num_nodes)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default="diag_degree_skew.json")
+    ap.add_argument("--repeats", type=int, default=10)
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    import cudnn  # type: ignore[import-not-found]
+    import torch_geometric.nn as pyg_nn
+
+    cudnn_gnn.precompile(["gat"], [torch.float32])
+    result: dict[str, Any] = {"environment": environment(dev), "cases": []}
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(IN, HEADS * C).to(dev)
+    w = (torch.randn(2 * HEADS * C, device=dev) * 0.1).requires_grad_()
+    for name, ei in graphs(dev).items():
+        result["cases"].extend(measure(name, ei, lin, w, cudnn, pyg_nn, args.repeats, dev, result, args.out))
+
+
+def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, cudnn: Any, pyg_nn: Any, repeats: int,
+            dev: torch.device, result: dict[str, Any], out: str) -> list[dict[str, Any]]:
+    n = int(ei.max()) + 1
+    x = torch.randn(n, IN, device=dev)
+    g = cudnn_gnn.CscGraph.from_edge_index(ei, num_nodes=n)
+    indeg = torch.bincount(ei[1], minlength=n)
+    outdeg = torch.bincount(ei[0], minlength=n)
+    raw_graph = cudnn.gnn.CscGraph(g.offsets, g.indices, n)
+    pyg = pyg_nn.GATConv(IN, C, heads=HEADS, add_self_loops=False).to(dev)
+    grad = torch.randn(n, HEADS * C, device=dev)
+    impls = {
+        "pyg": lambda: pyg(x, ei),
+        "cudnn_gnn.gat": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn"),
+        "cudnn.gnn.mha_gat (no map)": lambda: cudnn.gnn.mha_gat(raw_graph, lin(x), w, num_heads=HEADS),
+    }
+    recs = []
+    for impl, fn in impls.items():
+        for pass_ in ("fwd", "fwd+bwd"):
+            def step(fn=fn, pass_=pass_):
+                if pass_ == "fwd":
+                    with torch.no_grad():
+                        return fn()
+                fn().backward(grad)
+                return None
+
+            rec: dict[str, Any] = {"graph": name, "impl": impl, "pass": pass_, "num_nodes": n,
+                                   "num_edges": int(ei.shape[1]), "max_in_degree": int(indeg.max()),
+                                   "max_out_degree": int(outdeg.max())}
+            try:
+                rec.update(time_fn(step, device=dev, warmup=2, repeats=repeats))
+            except Exception as exc:  # noqa: BLE001 - record and go on
+                rec["error"] = f"{type(exc).__name__}: {exc}"[:500]
+            recs.append(rec)
+            print(f"{name:9s} {impl:28s} {pass_:8s} {rec.get('median_ms', float('nan')):9.2f} ms  "
+                  f"max in/out degree {rec['max_in_degree']}/{rec['max_out_degree']} {rec.get('error', '')}", flush=True)
+            with open(out, "w") as f:
+                json.dump({**result, "cases": result["cases"] + recs}, f, indent=1)
+    return recs
+
+
+if __name__ == "__main__":
+    main()
