@@ -13,9 +13,9 @@ model) after warm-up, then prints
   the H200's ~4.3 TB/s measured copy bandwidth.
 
 Kernel classes: a CUDA kernel is attributed to the innermost PyTorch op that launched it (kineto's correlation
-id), then up that op's parents. It is a ``cudnn gnn`` kernel when that chain holds a ``cudnn_gnn::``/``cudnn::``
-op and the kernel is not one of PyTorch's own (``at::native`` etc.), or, when the launch could not be attributed,
-when its name matches ``--cudnn-pattern``. Check the printed kernel names once on the device and adjust the
+id), then up that op's parents. It is a ``cudnn gnn`` kernel when its name matches ``--cudnn-pattern`` and is not one of
+PyTorch's own (``at::native`` etc.), or when that chain holds a ``cudnn_gnn::``/``cudnn::`` op and the kernel is
+not one of PyTorch's own. Check the printed kernel names once on the device and adjust the
 pattern if cuDNN's kernel names are not caught.
 
 Usage::
@@ -57,11 +57,12 @@ def classify(kernel: Any, cpu_by_id: dict[int, Any], pattern: re.Pattern[str]) -
     while op is not None:
         chain.append(op.name)
         op = op.cpu_parent
-    in_ours = any(OUR_OPS.match(n) for n in chain)
-    if in_ours:
-        return "glue in our ops" if TORCH_KERNEL.search(kernel.name) else "cudnn gnn"
-    if not chain and pattern.search(kernel.name):
+    # By name first: on the H200 the cuDNN GNN kernels (launched through the driver API, named like
+    # cudnn_mha_gat_bwd_fp32_fp32_fp32_i32_v1_ker8_nd) came back attributed to no op of ours.
+    if pattern.search(kernel.name) and not TORCH_KERNEL.search(kernel.name):
         return "cudnn gnn"
+    if any(OUR_OPS.match(n) for n in chain):
+        return "glue in our ops" if TORCH_KERNEL.search(kernel.name) else "cudnn gnn"
     if any(LINEAR_OPS.match(n) for n in chain) or re.search(r"gemm|cutlass|xmma|sm90_", kernel.name, re.I):
         return "linear"
     return "other"
