@@ -72,7 +72,12 @@ def finish(
     alpha_dtype: torch.dtype,
 ) -> Any:
     """Drop the dummy row, add residual and bias, and shape the attention return as PyG does."""
-    out, alpha = result if want_attention else (result, None)
+    out: Tensor
+    alpha: Tensor | None
+    if isinstance(result, tuple):
+        out, alpha = result
+    else:
+        out, alpha = result, None
     if plan.pad_dst:
         out = out[: plan.num_dst]
     if res is not None:

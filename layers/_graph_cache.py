@@ -115,12 +115,13 @@ def eager_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, fo
         graph = CscGraph.from_edge_index(ei, size=(num_src, num_dst))
         return GraphPlan(graph, num_dst, form=form, source=source)
     src, dst = ei[0], ei[1]
-    kept: Tensor | None = torch.nonzero(src != dst).view(-1)
+    keep = torch.nonzero(src != dst).view(-1)
+    kept: Tensor | None = keep
     base = ei
-    if kept.numel() == src.numel():
+    if keep.numel() == src.numel():
         kept = None
     else:
-        base = ei.index_select(1, kept)
+        base = ei.index_select(1, keep)
     ar = _loops(num_loops, ei)
     final = torch.cat([base, torch.stack([ar, ar])], dim=1)
     graph = CscGraph.from_edge_index(final, size=(num_src, num_dst))
@@ -257,12 +258,14 @@ def clear_cache() -> None:
 
 def _fingerprint(t: Any) -> tuple:
     if isinstance(t, Tensor):
+        parts: tuple[Tensor, ...]
         if t.layout == torch.sparse_csr:
             parts = (t.crow_indices(), t.col_indices())
         elif t.layout == torch.sparse_csc:
             parts = (t.ccol_indices(), t.row_indices())
         else:
-            parts = (getattr(t, "_data", None) if type(t) is not Tensor and hasattr(t, "_data") else t,)
+            data: Tensor = t._data if type(t) is not Tensor and hasattr(t, "_data") else t  # EdgeIndex wraps _data
+            parts = (data,)
         out: list[Any] = [id(t), t.layout, tuple(t.shape), t.device]
         for p in parts:
             out += [p._version, p.data_ptr(), tuple(p.stride()), p.dtype]
@@ -365,9 +368,8 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
 
         return set_sparse_value(edge_index if plan.source is None else plan.source, alpha), alpha
     if plan.form == "csc":
-        ei = plan._returned.get("ei")
-        if ei is None:
-            ei = plan._returned["ei"] = plan.graph.edge_index()
+        cached = plan._returned.get("ei")
+        ei = cached if cached is not None else plan._returned.setdefault("ei", plan.graph.edge_index())
         num_dst, num_src = plan.num_dst, plan.graph.num_src_nodes
         perm = torch.sort(ei[0] * max(num_dst, 1) + ei[1], stable=True)[1]
         counts = torch.bincount(ei[0], minlength=num_src)
@@ -378,9 +380,8 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
         return adj, a
     if plan.form != "csc_graph" and plan.loop_index is None:
         return edge_index, alpha
-    ei = plan._returned.get("ei")
-    if ei is None:
-        ei = plan._returned["ei"] = _returned_edge_index(plan, edge_index)
+    cached = plan._returned.get("ei")
+    ei = cached if cached is not None else plan._returned.setdefault("ei", _returned_edge_index(plan, edge_index))
     return ei, alpha
 
 

@@ -160,6 +160,14 @@ class GATConv(MessagePassing):
         glorot(self.att_edge)
         zeros(self.bias)
 
+    def _projections(self) -> tuple[Linear, Linear]:
+        """``(source, destination)`` projections: ``lin`` for both, or ``lin_src`` / ``lin_dst``."""
+        if self.lin is not None:
+            return self.lin, self.lin
+        if self.lin_src is None or self.lin_dst is None:  # not reachable: __init__ builds one or the other
+            raise RuntimeError("GATConv has neither lin nor lin_src and lin_dst")
+        return self.lin_src, self.lin_dst
+
     def forward(  # type: ignore[override]
         self,
         x: Tensor | tuple[Tensor, Tensor | None],
@@ -182,18 +190,16 @@ class GATConv(MessagePassing):
             check_node_features("x", x)
             if self.res is not None:
                 res = self.res(x)
-            if self.lin is not None:
-                x_src = x_dst = self.lin(x)
-            else:
-                x_src, x_dst = self.lin_src(x), self.lin_dst(x)
+            lin_s, lin_d = self._projections()
+            x_src = lin_s(x)
+            x_dst = x_src if lin_d is lin_s else lin_d(x)
         elif isinstance(x, (tuple, list)) and len(x) == 2:
             x_src, x_dst = check_node_features("x[0]", x[0]), x[1]
             if x_dst is not None:
                 check_node_features("x[1]", x_dst)
                 if self.res is not None:
                     res = self.res(x_dst)
-            lin_s = self.lin if self.lin is not None else self.lin_src
-            lin_d = self.lin if self.lin is not None else self.lin_dst
+            lin_s, lin_d = self._projections()
             x_src = lin_s(x_src)
             x_dst = None if x_dst is None else lin_d(x_dst)
         else:

@@ -90,7 +90,7 @@ class GPSConv(Module):
         self.attn_type = attn_type
         self.attention_backend = attention_backend
 
-        self.attn = MultiheadAttention(channels, heads, batch_first=True, **(attn_kwargs or {}))
+        self.attn: MultiheadAttention = MultiheadAttention(channels, heads, batch_first=True, **(attn_kwargs or {}))
         check_packed_mha(self.attn)
 
         self.mlp = Sequential(
@@ -109,7 +109,7 @@ class GPSConv(Module):
     def reset_parameters(self) -> None:
         """Resets all learnable parameters of the module."""
         if self.conv is not None:
-            self.conv.reset_parameters()
+            reset(self.conv)  # calls its reset_parameters(), as PyG's GPSConv does
         self.attn._reset_parameters()
         reset(self.mlp)
         for norm in (self.norm1, self.norm2, self.norm3):

@@ -91,7 +91,7 @@ def precompile(
         t0 = time.perf_counter()
         with torch.set_grad_enabled(backward):
             out = fn(graph, x, w, heads=heads, deterministic=deterministic, backend=backend)
-            if backward:
+            if backward and isinstance(out, torch.Tensor):  # a Tensor: no attention was asked for
                 out.float().sum().backward()
         if device.type == "cuda":
             torch.cuda.synchronize(device)
