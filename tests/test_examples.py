@@ -221,3 +221,28 @@ def test_trimmed_forward_matches_full_subgraph(load):
     full = model(x, batch.edge_index)[: batch.batch_size]
     trimmed = model(x, batch.edge_index, None, batch.num_sampled_nodes, batch.num_sampled_edges)
     torch.testing.assert_close(trimmed, full, atol=1e-5, rtol=1e-5)
+
+
+def test_input_dropout_draws_only_for_non_zeros():
+    """The main job's input dropout: zeros stay zero, non-zeros are dropped with probability p and scaled by
+    1/(1-p) (F.dropout's distribution); dense inputs and eval mode are exactly F.dropout."""
+    from cudnn_gnn.apps.train import build_gat
+
+    model = build_gat("gat", 50, 3, dropout=0.5, backend="reference")
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(400, 50, generator=g) < 0.05).float() * 3.0  # bag-of-words-like, 5% non-zero
+    torch.manual_seed(1)
+    out = model.input_dropout(x)
+    assert torch.equal(out[x == 0], torch.zeros_like(out[x == 0]))
+    kept = out[x != 0]
+    assert set(kept.unique().tolist()) <= {0.0, 6.0}
+    assert 0.4 < float((kept != 0).float().mean()) < 0.6
+    x[0, 0] = 5.0  # modified in place: the non-zero positions are found again
+    assert float(model.input_dropout(x)[0, 0]) in (0.0, 10.0)
+    dense = torch.randn(400, 50, generator=g)
+    torch.manual_seed(2)
+    a = model.input_dropout(dense)
+    torch.manual_seed(2)
+    assert torch.equal(a, torch.nn.functional.dropout(dense, 0.5, training=True))
+    model.eval()
+    assert torch.equal(model.input_dropout(x), x)

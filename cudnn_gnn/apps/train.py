@@ -94,8 +94,31 @@ class GAT(nn.Module):
         self.conv1 = conv(in_channels, hidden, heads=heads, dropout=dropout, **conv_kwargs)
         self.conv2 = conv(hidden * heads, num_classes, heads=out_heads, concat=False, dropout=dropout, **conv_kwargs)
 
+        self._nonzero: tuple[tuple[int, int, int, tuple[int, ...]], tuple[Tensor, Tensor] | None] | None = None
+
+    def input_dropout(self, x: Tensor) -> Tensor:
+        """``F.dropout`` on the input features, drawing only for their non-zeros when they are mostly zero.
+
+        Bag-of-words features (Cora: 1.3% non-zero) stay zero under any mask, so dropping out the non-zeros alone
+        has exactly ``F.dropout``'s distribution, at a fiftieth of the random draws: on a 2-core CPU the main
+        job's training step goes from ~75 to ~30 ms. Non-zero positions are found once per input tensor (and again
+        if it is modified); on CUDA, for inputs that need gradients, or for dense inputs plain dropout is used.
+        """
+        if not self.training or self.dropout == 0.0 or x.is_cuda or x.requires_grad or x.dim() != 2:
+            return F.dropout(x, p=self.dropout, training=self.training)
+        key = (id(x), x.data_ptr(), x._version, tuple(x.shape))
+        if self._nonzero is None or self._nonzero[0] != key:
+            nz = x.nonzero(as_tuple=True)
+            self._nonzero = (key, (nz[0], nz[1]) if nz[0].numel() * 4 < x.numel() else None)
+        where = self._nonzero[1]
+        if where is None:
+            return F.dropout(x, p=self.dropout, training=True)
+        out = torch.zeros_like(x)
+        out[where] = F.dropout(x[where], p=self.dropout, training=True)
+        return out
+
     def forward(self, x: Tensor, edge_index: Any) -> Tensor:
-        x = F.dropout(x, p=self.dropout, training=self.training)
+        x = self.input_dropout(x)
         x = F.elu(self.conv1(x, edge_index))
         x = F.dropout(x, p=self.dropout, training=self.training)
         return self.conv2(x, edge_index)
