@@ -4,7 +4,8 @@ Times Linear(128 -> 256) + GAT (8 heads x 32) forward and forward+backward (CUDA
 the ogbn-arxiv size (169,343 nodes, ~2.3M edges): uniform random edges, and the power-law graph the layer
 benchmark uses (``cudnn_gnn.datasets.synthetic_ogbn("ogbn-arxiv")``, symmetrised). For each graph: PyG's
 ``GATConv``, ``cudnn_gnn.gat`` (CSC->COO map passed, as always), and the frontend's ``cudnn.gnn.mha_gat`` on the
-same CSC without the map (the call the device README timed), plus the largest in- and out-degrees.
+same CSC without the map (the call the device README timed), ``cudnn_gnn.gat(..., max_degree=B)`` (hubs split
+into virtual nodes, merged exactly) for B = 64 and 512, plus the largest in- and out-degrees.
 
     python benchmarks/diag_degree_skew.py --out skew.json
 """
@@ -70,6 +71,9 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
         "pyg": lambda: pyg(x, ei),
         "cudnn_gnn.gat": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn"),
         "cudnn.gnn.mha_gat (no map)": lambda: cudnn.gnn.mha_gat(raw_graph, lin(x), w, num_heads=HEADS),
+        "cudnn_gnn.gat max_degree=64": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn", max_degree=64),
+        "cudnn_gnn.gat max_degree=512": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
+                                                              max_degree=512),
     }
     recs = []
     for impl, fn in impls.items():

@@ -20,6 +20,7 @@ from cudnn_gnn._validation import (
 )
 from cudnn_gnn.backends import reference, resolve_backend
 from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.ops._hub_split import HubSplit, hub_split, merge_rows
 
 __all__ = ["attention", "make_dropout_mask", "kernel_index_dtype", "GRAD_PRECISIONS"]
 
@@ -127,6 +128,7 @@ def attention(
     deterministic: bool,
     grad_precision: str,
     backend: str,
+    max_degree: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     name = "gatv2" if v2 else "gat"
     if not isinstance(graph, CscGraph):
@@ -174,6 +176,17 @@ def attention(
     elif p > 0.0 and training:
         dropout_mask = make_dropout_mask(e, heads, p, device=graph.device)
 
+    if max_degree is not None:
+        max_degree = check_int("max_degree", max_degree, minimum=1)
+        if v2:
+            raise NotImplementedError(f"max_degree is implemented for gat only (GATv2's logits would need an "
+                                      f"[E, H, C] tensor), got max_degree={max_degree}")
+        split = hub_split(graph, max_degree)
+        if split is not None:
+            return _split_call(split, x_src, x_dst, attn_weights, heads, edge_attr, concat, activation,
+                               activation_alpha, training, dropout_mask, return_attention, deterministic,
+                               grad_precision, backend)
+
     which = resolve_backend(backend, graph.device)
     dtype = x_src.dtype
     if which == "cudnn" and dtype == torch.float64:
@@ -208,3 +221,28 @@ def attention(
     out, att = _cudnn.mha_gat(call, return_attention)
     # [H, E] -> PyG's [E, H], contiguous like PyG's (a view would surprise .view() callers)
     return (out, att.t().contiguous()) if return_attention else out
+
+
+def _split_call(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, heads: int,
+                edge_attr: Tensor | None, concat: bool, activation: str, activation_alpha: float, training: bool,
+                dropout_mask: Tensor | None, return_attention: bool, deterministic: bool, grad_precision: str,
+                backend: str) -> Tensor | tuple[Tensor, Tensor]:
+    """GAT on the degree-bounded rewrite (``_hub_split``): per-row kernels, then the exact merge."""
+    rows = attention(
+        v2=False, graph=split.graph, x=(x_src.index_select(0, split.src_of_vsrc),
+                                        x_dst.index_select(0, split.dst_of_row)),
+        attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=True, activation=activation,
+        activation_alpha=activation_alpha if activation in ALPHA_DEFAULTS else None, dropout=0.0, training=training,
+        dropout_mask=dropout_mask,
+        return_attention=return_attention, deterministic=deterministic, grad_precision=grad_precision,
+        backend=backend,
+    )
+    row_out, row_att = rows if isinstance(rows, tuple) else (rows, None)
+    out, att = merge_rows(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha,
+                          row_out, row_att)
+    out = (out.reshape(out.shape[0], -1) if concat else out.mean(1)).to(x_src.dtype)
+    if return_attention:
+        if att is None:  # unreachable: the row call was asked for attention
+            raise RuntimeError("the row call returned no attention")
+        return out, att
+    return out

@@ -27,6 +27,7 @@ def gat(
     deterministic: bool = False,
     grad_precision: str = "auto",
     backend: str = "auto",
+    max_degree: int | None = None,
 ) -> Tensor | tuple[Tensor, Tensor]:
     r"""Multi-head GAT attention over each destination's incoming edges.
 
@@ -69,6 +70,10 @@ def gat(
             avoids cuDNN's slow half-precision atomic backward), ``"fp32"`` or ``"input"`` (gradients
             computed in the input dtype). Returned gradients always have the inputs' dtypes.
         backend: ``"auto"``, ``"cudnn"`` or ``"reference"`` (see :func:`cudnn_gnn.backend_info`).
+        max_degree: experimental. Run the kernels on a rewrite of the graph with at most this many edges per
+            destination and per source (hubs split into virtual nodes, built once per graph and cached), and
+            merge the rows exactly (see :mod:`cudnn_gnn.ops._hub_split`). On the H200 the cuDNN kernels slow
+            down with the largest degree; whether this rewrite wins there has not been measured yet.
 
     Returns:
         ``out`` or ``(out, alpha)``.
@@ -90,5 +95,5 @@ def gat(
         v2=False, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=concat,
         activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
-        grad_precision=grad_precision, backend=backend,
+        grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )

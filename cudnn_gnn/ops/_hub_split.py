@@ -1,0 +1,149 @@
+"""Exact GAT on a degree-bounded rewrite of the graph (experimental; ``gat(..., max_degree=B)``).
+
+Why: on the H200 the cuDNN GAT kernels slow down with the largest degree, not the edge count. At the
+ogbn-arxiv size, forward+backward took 14.6 ms with uniform edges (max degree 33) and 216.6 ms with the
+power-law edges of the real graph (max degree 12k). The profile put 92% of the time in the backward kernel
+(``benchmarks/diag_degree_skew.py``, ``benchmarks/profile_layers.py``). The rewrite gives the kernels rows of
+at most ``B`` edges:
+
+* every destination with more than ``B`` incoming edges becomes ``ceil(deg / B)`` *virtual destinations*, one per
+  run of ``B`` consecutive CSC edges (the edges keep their CSC order, so edge features, masks and the CSC->COO
+  map are untouched);
+* every source with more than ``B`` outgoing edges becomes ``ceil(outdeg / B)`` *virtual sources* (copies of
+  its features), its edges dealt to the copies in blocks of ``B``.
+
+The kernels then compute, per virtual destination ``r`` of destination ``i`` and head ``h``, the softmax over its
+own edges only. The exact answer is recovered with the per-row log-normaliser ``L_r = logsumexp_{e in r} s_e``
+of the logits ``s_e``, which plain PyTorch computes from per-node scores. This is cheap for GAT, because the
+logit is a sum of per-node terms. It is not cheap for GATv2, whose logit needs an ``[E, H, C]`` tensor, so
+GATv2 is not rewritten. With ``w_r = exp(L_r - logsumexp_{r' of i} L_r')``, the output is
+``out_i = sum_r w_r out_r``, and the attention of an edge in row ``r`` is ``w_r`` times what the kernel
+returned. Autograd differentiates through ``w`` and through the kernel's own backward on the bounded graph.
+
+Status: the arithmetic is exact and tested against the plain reference on CPU
+(``tests/ops/test_hub_split.py``). Its speed on the GPU has not been measured yet.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn.backends import reference
+from cudnn_gnn.graph import CscGraph
+
+__all__ = ["HubSplit", "hub_split", "merge_rows"]
+
+
+@dataclass(frozen=True)
+class HubSplit:
+    """The degree-bounded rewrite of one graph, built once per ``(graph, max_degree)`` and cached on the graph."""
+
+    graph: CscGraph  # rows: virtual destinations; sources: virtual sources; same CSC edge order and map
+    dst_of_row: Tensor  # [num_rows] long: the real destination of each virtual destination row
+    src_of_vsrc: Tensor  # [num_vsrc] long: the real source of each virtual source
+    row_of_edge: Tensor  # [E] long: the virtual destination row of each CSC edge
+    src_of_edge: Tensor  # [E] long: the real source of each CSC edge
+    dst_of_edge: Tensor  # [E] long: the real destination of each CSC edge
+    row_of_coo_edge: Tensor  # [E] long: the virtual destination row of each COO edge
+
+
+def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
+    """The rewrite of ``graph`` with at most ``max_degree`` edges per destination and per source row, or ``None``
+    when no node has more (then the plain call is already bounded). One host sync per new graph; cached."""
+    key = ("hub_split", max_degree)
+    if key in graph._cache:
+        return graph._cache[key]
+    b = max_degree
+    dev = graph.device
+    offsets = graph.offsets.long()
+    src = graph.indices.long()
+    e = src.numel()
+    deg = offsets[1:] - offsets[:-1]
+    out_deg = torch.bincount(src, minlength=graph.num_src_nodes)
+    if e == 0 or (int(deg.max()) <= b and int(out_deg.max()) <= b):
+        graph._cache[key] = None
+        return None
+    n_dst = deg.numel()
+    # Destinations: ceil(deg / B) rows each (one row for a destination without edges).
+    rows_per_dst = torch.clamp((deg + b - 1) // b, min=1)
+    first_row = torch.cumsum(rows_per_dst, 0) - rows_per_dst
+    num_rows = int(rows_per_dst.sum())
+    dst_of_row = torch.repeat_interleave(torch.arange(n_dst, device=dev), rows_per_dst)
+    local = torch.arange(num_rows, device=dev) - first_row[dst_of_row]
+    row_start = offsets[:-1][dst_of_row] + local * b
+    row_end = torch.minimum(row_start + b, offsets[1:][dst_of_row])
+    row_end = torch.maximum(row_end, row_start)  # the single row of a destination without edges is empty
+    new_offsets = torch.cat([row_start, row_end[-1:]])
+    dst_of_edge = torch.repeat_interleave(torch.arange(n_dst, device=dev), deg)
+    pos = torch.arange(e, device=dev)
+    row_of_edge = first_row[dst_of_edge] + (pos - offsets[:-1][dst_of_edge]) // b
+    # Sources: ceil(outdeg / B) copies each; an edge goes to copy (its rank among the source's edges) // B.
+    copies = torch.clamp((out_deg + b - 1) // b, min=1)
+    first_copy = torch.cumsum(copies, 0) - copies
+    src_of_vsrc = torch.repeat_interleave(torch.arange(graph.num_src_nodes, device=dev), copies)
+    order = torch.sort(src, stable=True)[1]
+    src_sorted = src[order]
+    start_of_src = torch.cumsum(out_deg, 0) - out_deg
+    rank = torch.empty_like(pos)
+    rank[order] = torch.arange(e, device=dev) - start_of_src[src_sorted]
+    vsrc = first_copy[src] + rank // b
+    idx_dtype = graph.index_dtype if max(int(src_of_vsrc.numel()), e) < 2**31 - 1 else torch.int64
+    split_graph = CscGraph(new_offsets.to(idx_dtype), vsrc.to(idx_dtype), int(src_of_vsrc.numel()),
+                           graph.map_csc_to_coo)
+    if graph.map_csc_to_coo is None:
+        row_of_coo_edge = row_of_edge
+    else:
+        row_of_coo_edge = torch.empty_like(row_of_edge).scatter_(0, graph.map_csc_to_coo.long(), row_of_edge)
+    split = HubSplit(split_graph, dst_of_row, src_of_vsrc, row_of_edge, src, dst_of_edge, row_of_coo_edge)
+    graph._cache[key] = split
+    return split
+
+
+def _segment_logsumexp(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:
+    """``[num_segments, H]`` logsumexp of ``values [n, H]`` per segment; ``-inf`` for empty segments."""
+    h = values.shape[1]
+    idx = segment.unsqueeze(1).expand(-1, h)
+    m = torch.full((num_segments, h), float("-inf"), device=values.device, dtype=values.dtype)
+    m = m.scatter_reduce(0, idx, values, reduce="amax", include_self=True)
+    m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
+    z = torch.zeros((num_segments, h), device=values.device, dtype=values.dtype)
+    z = z.scatter_add(0, idx, torch.exp(values - m_safe[segment]))
+    return torch.where(z > 0, m_safe + torch.log(torch.where(z > 0, z, torch.ones_like(z))),
+                       torch.full_like(z, float("-inf")))
+
+
+def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
+               heads: int, activation: str, activation_alpha: float, row_out: Tensor,
+               row_att: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """Combine the kernels' per-row results (``row_out [rows, H*C]`` per-head, ``row_att [E, H]`` COO order or
+    None) into the exact per-destination output ``[Nd, H, C]`` (float32 for half inputs) and attention ``[E, H]``."""
+    d = x_src.shape[1]
+    c = d // heads
+    f32 = torch.promote_types(x_src.dtype, torch.float32)  # float32 arithmetic for half inputs, float64 stays
+    a_src = attn_weights[:d].to(f32).view(heads, c)
+    a_dst = attn_weights[d:2 * d].to(f32).view(heads, c)
+    s_src = (x_src.to(f32).view(-1, heads, c) * a_src).sum(-1)
+    s_dst = (x_dst.to(f32).view(-1, heads, c) * a_dst).sum(-1)
+    s = s_src[split.src_of_edge] + s_dst[split.dst_of_edge]
+    if edge_attr is not None:
+        ce = edge_attr.shape[1] // heads
+        a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
+        ea = edge_attr.to(f32)
+        if split.graph.map_csc_to_coo is not None:
+            ea = ea.index_select(0, split.graph.map_csc_to_coo.long())
+        s = s + (ea.view(-1, heads, ce) * a_edge).sum(-1)
+    s = reference.activation(s, activation, activation_alpha)
+    num_rows = split.dst_of_row.numel()
+    n_dst = x_dst.shape[0]
+    l_row = _segment_logsumexp(s, split.row_of_edge, num_rows)
+    l_dst = _segment_logsumexp(torch.where(torch.isfinite(l_row), l_row, torch.full_like(l_row, -1e30)),
+                               split.dst_of_row, n_dst)
+    w = torch.exp(l_row - l_dst[split.dst_of_row])  # [rows, H]; 0 for empty rows
+    w = torch.where(torch.isfinite(l_row), w, torch.zeros_like(w))
+    out = torch.zeros(n_dst, heads, c, device=row_out.device, dtype=f32)
+    out = out.index_add(0, split.dst_of_row, row_out.to(f32).view(num_rows, heads, c) * w.unsqueeze(-1))
+    att = None if row_att is None else row_att * w[split.row_of_coo_edge]
+    return out, att

@@ -1,0 +1,112 @@
+"""gat(..., max_degree=B): the degree-bounded rewrite gives the plain answer (outputs, attention, gradients)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudnn_gnn import CscGraph, gat, gatv2, make_dropout_mask
+from cudnn_gnn.backends.reference import ACTIVATIONS
+from cudnn_gnn.ops._hub_split import hub_split
+
+
+def _hubby(n_src: int, n_dst: int, e: int, seed: int) -> torch.Tensor:
+    """Shuffled COO edges with a hub destination (0), a hub source (1) and destinations without edges."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, n_src, (e,), generator=g)
+    dst = torch.randint(3, n_dst, (e,), generator=g) if n_dst > 3 else torch.zeros(e, dtype=torch.long)
+    dst[: e // 4] = 0
+    src[e // 4: e // 2] = 1
+    ei = torch.stack([src, dst])
+    return ei[:, torch.randperm(e, generator=g)]
+
+
+def _run(graph, x, w, edge, mask, **kw):
+    leaves = [t.detach().clone().requires_grad_() for t in (x if isinstance(x, tuple) else (x,))]
+    wl = w.detach().clone().requires_grad_()
+    el = None if edge is None else edge.detach().clone().requires_grad_()
+    xin = tuple(leaves) if isinstance(x, tuple) else leaves[0]
+    out, att = gat(graph, xin, wl, edge_attr=el, dropout_mask=mask, return_attention=True, backend="reference", **kw)
+    g = torch.Generator().manual_seed(5)
+    (out * torch.randn(out.shape, generator=g, dtype=out.dtype)).sum().backward(retain_graph=True)
+    (att * torch.randn(att.shape, generator=g, dtype=att.dtype)).sum().backward()
+    grads = [t.grad for t in leaves] + [wl.grad] + ([] if el is None else [el.grad])
+    return out, att, grads
+
+
+@pytest.mark.parametrize("bipartite", [False, True], ids=["homo", "bip"])
+@pytest.mark.parametrize("with_edge", [False, True], ids=["noedge", "edge"])
+@pytest.mark.parametrize("concat", [True, False])
+@pytest.mark.parametrize("max_degree", [1, 3, 16])
+def test_split_matches_plain(bipartite, with_edge, concat, max_degree):
+    ns, nd, e, heads, c = (40, 25, 300, 2, 3) if bipartite else (30, 30, 300, 2, 3)
+    ei = _hubby(ns, nd, e, seed=max_degree)
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
+    g = torch.Generator().manual_seed(1)
+    d = heads * c
+    x = (torch.randn(ns, d, generator=g, dtype=torch.float64), torch.randn(nd, d, generator=g, dtype=torch.float64)) \
+        if bipartite else torch.randn(ns, d, generator=g, dtype=torch.float64)
+    de = 4 if with_edge else 0
+    w = torch.randn(2 * d + de, generator=g, dtype=torch.float64)
+    edge = torch.randn(e, de, generator=g, dtype=torch.float64) if with_edge else None
+    plain = _run(graph, x, w, edge, None, heads=heads, concat=concat)
+    split = _run(graph, x, w, edge, None, heads=heads, concat=concat, max_degree=max_degree)
+    assert hub_split(graph, max_degree) is not None
+    for a, b in zip([split[0], split[1], *split[2]], [plain[0], plain[1], *plain[2]]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+    assert torch.equal(split[0][1:3], torch.zeros_like(split[0][1:3])) or bipartite  # no in-edges: zeros
+
+
+@pytest.mark.parametrize("activation", ACTIVATIONS)
+def test_split_every_activation_and_a_dropout_mask(activation):
+    ei = _hubby(30, 30, 200, seed=3)
+    graph = CscGraph.from_edge_index(ei, num_nodes=30)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(30, 8, generator=g, dtype=torch.float64)
+    w = torch.randn(16, generator=g, dtype=torch.float64)
+    torch.manual_seed(0)
+    mask = make_dropout_mask(200, 2, 0.3).double()
+    alpha = 0.3 if activation in ("leaky_relu", "scalar") else None
+    kw = dict(heads=2, activation=activation, activation_alpha=alpha)
+    plain = _run(graph, x, w, None, mask, **kw)
+    split = _run(graph, x, w, None, mask, max_degree=4, **kw)
+    for a, b in zip([split[0], split[1], *split[2]], [plain[0], plain[1], *plain[2]]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+
+
+def test_split_gradcheck_and_float32():
+    ei = _hubby(12, 12, 60, seed=4)
+    graph = CscGraph.from_edge_index(ei, num_nodes=12)
+    x = torch.randn(12, 4, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(8, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x, w: gat(graph, x, w, heads=2, max_degree=2, backend="reference"), (x, w))
+    out32 = gat(graph, x.float(), w.float(), heads=2, max_degree=2, backend="reference")
+    assert out32.dtype == torch.float32
+    torch.testing.assert_close(out32.double(), gat(graph, x, w, heads=2, backend="reference"), atol=1e-5, rtol=1e-5)
+
+
+def test_bounded_graph_is_not_rewritten_and_rewrite_is_cached():
+    graph = CscGraph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+    assert hub_split(graph, 1) is None
+    hub = CscGraph.from_edge_index(_hubby(10, 10, 50, seed=0), num_nodes=10)
+    s = hub_split(hub, 2)
+    assert s is hub_split(hub, 2)
+    deg = s.graph.offsets[1:] - s.graph.offsets[:-1]
+    assert int(deg.max()) <= 2 and int(torch.bincount(s.graph.indices.long()).max()) <= 2
+    assert s.graph.num_edges == hub.num_edges
+
+
+def test_split_errors():
+    graph = CscGraph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    with pytest.raises(ValueError, match="max_degree must be >= 1"):
+        gat(graph, torch.randn(2, 4), torch.randn(8), heads=2, max_degree=0)
+    with pytest.raises(TypeError, match="max_degree must be an int"):
+        gat(graph, torch.randn(2, 4), torch.randn(8), heads=2, max_degree=2.0)
+    from cudnn_gnn.ops._attention import attention
+
+    with pytest.raises(NotImplementedError, match="max_degree is implemented for gat only"):
+        attention(v2=True, graph=graph, x=torch.randn(2, 4), attn_weights=torch.randn(4), heads=2, edge_attr=None,
+                  concat=True, activation="leaky_relu", activation_alpha=None, dropout=0.0, training=False,
+                  dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
+                  backend="reference", max_degree=2)
+    assert gatv2 is not None
