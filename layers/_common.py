@@ -11,7 +11,7 @@ from cudnn_gnn._validation import check_bool, check_choice
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.ops._attention import GRAD_PRECISIONS
 
-from ._graph_cache import GraphPlan, _is_sparse_tensor, attention_result
+from ._graph_cache import GraphPlan, _is_sparse_tensor, attention_result, loop_edge_attr
 
 __all__: list[str] = []
 
@@ -60,6 +60,24 @@ def graph_sizes(edge_index: Any) -> tuple[int | None, int | None]:
 
 def is_sparse_form(edge_index: Any) -> bool:
     return _is_sparse_tensor(edge_index) or (isinstance(edge_index, Tensor) and edge_index.layout != torch.strided)
+
+
+def check_sparse_loop_edge_attr(edge_index: Any, has_edge_attr: bool) -> None:
+    """PyG cannot fill self-loop edge features into a sparse ``edge_index``; refuse it the same way."""
+    if has_edge_attr and is_sparse_form(edge_index):
+        raise NotImplementedError(
+            "edge_attr must be None with add_self_loops=True when edge_index is a sparse tensor (as in PyG), "
+            "got edge features; pass a [2, E] edge_index or a CscGraph instead"
+        )
+
+
+def project_edge_attr(plan: GraphPlan, edge_attr: Tensor | None, fill_value: Any,
+                      lin_edge: torch.nn.Module | None) -> Tensor | None:
+    """Edge features in the plan's edge order (self-loops filled with ``fill_value``), through ``lin_edge``."""
+    if edge_attr is None or lin_edge is None:
+        return None
+    ea = loop_edge_attr(plan, edge_attr, fill_value)
+    return lin_edge(ea.view(-1, 1) if ea.dim() == 1 else ea)
 
 
 def finish(

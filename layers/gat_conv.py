@@ -17,11 +17,12 @@ from ._common import (
     check_knobs,
     check_message_passing_kwargs,
     check_node_features,
+    check_sparse_loop_edge_attr,
     finish,
     graph_sizes,
-    is_sparse_form,
+    project_edge_attr,
 )
-from ._graph_cache import loop_edge_attr, resolve
+from ._graph_cache import resolve
 
 __all__ = ["GATConv"]
 
@@ -221,11 +222,7 @@ class GATConv(MessagePassing):
 
         num_loops: int | None = None
         if self.add_self_loops:
-            if is_sparse_form(edge_index) and edge_attr is not None and self.edge_dim is not None:
-                raise NotImplementedError(
-                    "edge_attr must be None with add_self_loops=True when edge_index is a sparse tensor (as in PyG), "
-                    "got edge features; pass a [2, E] edge_index or a CscGraph instead"
-                )
+            check_sparse_loop_edge_attr(edge_index, edge_attr is not None and self.edge_dim is not None)
             num_loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
             if size is not None:
                 num_loops = min(size)
@@ -236,12 +233,7 @@ class GATConv(MessagePassing):
         if plan.pad_dst:
             x_dst_full = torch.cat([x_dst_full, x_dst_full.new_zeros(1, H * C)])
 
-        ea: Tensor | None = None
-        if edge_attr is not None and self.lin_edge is not None:
-            ea = loop_edge_attr(plan, edge_attr, self.fill_value)
-            if ea.dim() == 1:
-                ea = ea.view(-1, 1)
-            ea = self.lin_edge(ea)
+        ea = project_edge_attr(plan, edge_attr, self.fill_value, self.lin_edge)
         att_dst = self.att_dst if x_dst is not None else torch.zeros_like(self.att_dst)
         parts = [self.att_src.reshape(-1), att_dst.reshape(-1)]
         if ea is not None:

@@ -13,8 +13,15 @@ from torch_geometric.nn.inits import glorot, zeros
 
 from cudnn_gnn.ops.gatv2 import gatv2
 
-from ._common import check_knobs, check_message_passing_kwargs, check_node_features, finish, is_sparse_form
-from ._graph_cache import loop_edge_attr, resolve
+from ._common import (
+    check_knobs,
+    check_message_passing_kwargs,
+    check_node_features,
+    check_sparse_loop_edge_attr,
+    finish,
+    project_edge_attr,
+)
+from ._graph_cache import resolve
 
 __all__ = ["GATv2Conv"]
 
@@ -161,23 +168,14 @@ class GATv2Conv(MessagePassing):
             raise ValueError("edge_attr must be None for a GATv2Conv built without edge_dim, got a Tensor")
         num_loops: int | None = None
         if self.add_self_loops:
-            if is_sparse_form(edge_index) and edge_attr is not None:
-                raise NotImplementedError(
-                    "edge_attr must be None with add_self_loops=True when edge_index is a sparse tensor (as in PyG), "
-                    "got edge features; pass a [2, E] edge_index or a CscGraph instead"
-                )
+            check_sparse_loop_edge_attr(edge_index, edge_attr is not None)
             num_loops = min(x_l.size(0), x_r.size(0))
 
         plan = resolve(edge_index, num_src=x_l.size(0), num_dst=x_r.size(0), num_loops=num_loops,
                        device=x_l.device, cache=self.cache_graph)
         if plan.pad_dst:
             x_r = torch.cat([x_r, x_r.new_zeros(1, H * C)])
-        ea: Tensor | None = None
-        if edge_attr is not None and self.lin_edge is not None:
-            ea = loop_edge_attr(plan, edge_attr, self.fill_value)
-            if ea.dim() == 1:
-                ea = ea.view(-1, 1)
-            ea = self.lin_edge(ea)
+        ea = project_edge_attr(plan, edge_attr, self.fill_value, self.lin_edge)
         want = bool(return_attention_weights)
         result = gatv2(
             plan.graph, (x_l, x_r), self.att.reshape(-1), heads=H, edge_attr=ea, concat=self.concat,
