@@ -74,7 +74,14 @@ def seeds_of(args: argparse.Namespace) -> list[int]:
 
 
 # One implementation for the CLI and the scripts.
-from cudnn_gnn.apps.train import autocast, optimizer_step, resolve_device, seed_everything  # noqa: E402, F401
+from cudnn_gnn.apps.train import (  # noqa: E402, F401
+    autocast,
+    grad_scaler,
+    optimizer_step,
+    resolve_device,
+    seed_everything,
+    write_json,
+)
 
 
 def report_seed(seed: int, res: dict[str, Any], valid: str, test: str) -> bool:
@@ -150,13 +157,6 @@ class JsonLines:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
-
-
-def write_json(path: str | None, obj: Any) -> None:
-    if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(obj, f, indent=1)
 
 
 def mean_std(values: list[float]) -> tuple[float, float]:
@@ -338,6 +338,18 @@ def print_summary(s: dict[str, Any]) -> None:
           f"{100 * s['valid_mean']:.2f} ± {100 * s['valid_std']:.2f}, test {100 * s['test_mean']:.2f} ± "
           f"{100 * s['test_std']:.2f}, #params {s['params']:,}{epoch}{mem}")
 
+
+
+def finish_summary(name: str, args: argparse.Namespace, device: torch.device, metric: str, runs: list[dict[str, Any]],
+                   params: int, **extra: Any) -> dict[str, Any]:
+    """The summary over all seeds (:func:`summarize`) with the run's settings and ``extra``; printed, and written to
+    ``--json`` when given."""
+    summary = summarize(name, args.model, metric, runs, params)
+    summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,
+                   scale=None if args.data_root else args.scale, epochs=args.epochs, **extra)
+    print_summary(summary)
+    write_json(args.json, summary)
+    return summary
 
 def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, label: str,
                  step: Callable[[int], float], evaluate: Callable[[], tuple[float, float, float]],

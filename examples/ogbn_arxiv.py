@@ -31,16 +31,15 @@ from _common import (
     autocast,
     count_params,
     describe,
+    finish_summary,
+    grad_scaler,
     load_node_data,
     optimizer_step,
-    print_summary,
     report_seed,
     resolve_device,
     seed_everything,
     seeds_of,
-    summarize,
     train_epochs,
-    write_json,
 )
 from torch import Tensor
 
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        norm=True, activation="relu", backend=args.backend).to(device)
         params = count_params(model)
         opt = torch.optim.RMSprop(model.parameters(), lr=args.lr, weight_decay=args.wd)
-        scaler = torch.amp.GradScaler("cuda") if args.precision == "fp16" and device.type == "cuda" else None
+        scaler = grad_scaler(args.precision, device)
 
         def step(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> float:
             for group in opt.param_groups:
@@ -141,12 +140,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if report_seed(seed, res, "valid acc", "test acc"):
             break
     log.close()
-    summary = summarize(NAME, args.model, "acc", runs, params)
-    summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,
-                   scale=None if args.data_root else args.scale, epochs=args.epochs, use_labels=args.use_labels)
-    print_summary(summary)
-    write_json(args.json, summary)
-    return summary
+    return finish_summary(NAME, args, device, "acc", runs, params, use_labels=args.use_labels)
 
 
 if __name__ == "__main__":

@@ -37,20 +37,19 @@ from _common import (
     autocast,
     count_params,
     describe,
+    finish_summary,
+    grad_scaler,
     layerwise_inference,
     load_node_data,
     neighbor_loader,
     optimizer_step,
-    print_summary,
     progress,
     report_seed,
     require_sampler,
     resolve_device,
     seed_everything,
     seeds_of,
-    summarize,
     train_epochs,
-    write_json,
 )
 from torch import Tensor
 
@@ -122,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        backend=args.backend).to(device)
         params = count_params(model)
         opt = torch.optim.Adam(model.parameters(), lr=lr)
-        scaler = torch.amp.GradScaler("cuda") if args.precision == "fp16" and device.type == "cuda" else None
+        scaler = grad_scaler(args.precision, device)
 
         def backward(loss: Tensor, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> None:
             optimizer_step(loss, opt, scaler)
@@ -173,12 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if report_seed(seed, res, "valid acc", "test acc"):
             break
     log.close()
-    summary = summarize(NAME, args.model, "acc", runs, params)
-    summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,
-                   scale=None if args.data_root else args.scale, epochs=args.epochs, sampled=args.sampled, lr=lr)
-    print_summary(summary)
-    write_json(args.json, summary)
-    return summary
+    return finish_summary(NAME, args, device, "acc", runs, params, sampled=args.sampled, lr=lr)
 
 
 if __name__ == "__main__":

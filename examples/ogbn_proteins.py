@@ -35,16 +35,15 @@ from _common import (
     autocast,
     count_params,
     describe,
+    finish_summary,
+    grad_scaler,
     load_node_data,
     optimizer_step,
-    print_summary,
     report_seed,
     resolve_device,
     seed_everything,
     seeds_of,
-    summarize,
     train_epochs,
-    write_json,
 )
 from torch import Tensor
 
@@ -109,7 +108,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         # DGL: patience 50 epochs; stepped here once per evaluation.
         sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=0.75,
                                                            patience=max(1, 50 // args.eval_every))
-        scaler = torch.amp.GradScaler("cuda") if args.precision == "fp16" and device.type == "cuda" else None
+        scaler = grad_scaler(args.precision, device)
 
         def step(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> float:
             model.train()
@@ -136,12 +135,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if report_seed(seed, res, "valid ROC-AUC", "test"):
             break
     log.close()
-    summary = summarize(NAME, args.model, "rocauc", runs, params)
-    summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,
-                   scale=None if args.data_root else args.scale, epochs=args.epochs)
-    print_summary(summary)
-    write_json(args.json, summary)
-    return summary
+    return finish_summary(NAME, args, device, "rocauc", runs, params)
 
 
 if __name__ == "__main__":

@@ -153,6 +153,19 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)  # also seeds every CUDA device
 
 
+def grad_scaler(precision: str, device: torch.device) -> Any:
+    """A ``GradScaler`` for float16 autocast on CUDA (its gradients underflow otherwise), else ``None``."""
+    return torch.amp.GradScaler("cuda") if precision == "fp16" and device.type == "cuda" else None
+
+
+def write_json(path: str | None, obj: Any) -> None:
+    """Write ``obj`` as indented JSON to ``path`` (creating its folder); nothing when ``path`` is empty."""
+    if path:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(obj, f, indent=1)
+
+
 def optimizer_step(loss: Tensor, opt: torch.optim.Optimizer, scaler: Any = None) -> None:
     """Backward and step, through a ``GradScaler`` when one is given (float16 autocast)."""
     if scaler is not None:
@@ -224,7 +237,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
     model = build_gat(cfg.model, data.num_features, num_classes, hidden=cfg.hidden, heads=cfg.heads,
                       out_heads=out_heads, dropout=cfg.dropout, backend=cfg.backend).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr, weight_decay=weight_decay)
-    scaler = torch.amp.GradScaler("cuda") if cfg.precision == "fp16" and device.type == "cuda" else None
+    scaler = grad_scaler(cfg.precision, device)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     masks = (data.train_mask, data.val_mask, data.test_mask)
@@ -325,10 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"GAT paper setup on {cfg.dataset}: model {cfg.model} ({backend}), device {device}, precision {cfg.precision}, "
           f"seed {cfg.seed}, up to {cfg.epochs} epochs, patience {cfg.patience}")
     res = train_planetoid(cfg)
-    if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(res, f, indent=1)
+    write_json(args.json, res)
     print(f"final: {format_result(res)}")
     return 0
 
