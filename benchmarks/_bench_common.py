@@ -198,7 +198,7 @@ def _clean(obj: Any) -> Any:
     return str(obj)
 
 
-def write_json(path: str, payload: dict[str, Any]) -> None:
+def write_json(path: str, payload: Any) -> None:
     """Write strict JSON (no NaN), creating the folder; written to a temporary name first, then renamed."""
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)

@@ -20,7 +20,6 @@ process because it breaks later cuDNN calls on the project's H200 (``shared/devi
 from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
 
 import argparse
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ from cudnn_gnn.backends import _cudnn_sdpa
 from cudnn_gnn.layers.gps_conv import GPSConv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import peak_memory, time_fn  # noqa: E402
+from _bench_common import peak_memory, time_fn, write_json  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     "ragged": {"graphs": 128, "min_nodes": 10, "max_nodes": 500, "channels": 128, "heads": 4, "edges_per_node": 4},
@@ -197,8 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
         print(f"wrote {args.out}")
     return 0
 

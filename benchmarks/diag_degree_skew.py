@@ -13,7 +13,6 @@ into virtual nodes, merged exactly) for B = 64 and 512, plus the largest in- and
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from typing import Any
@@ -22,7 +21,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench_common import environment, time_fn  # noqa: E402
+from _bench_common import environment, time_fn, write_json  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
 from cudnn_gnn.datasets import synthetic_ogbn  # noqa: E402
@@ -54,11 +53,12 @@ def main() -> None:
     lin = torch.nn.Linear(IN, HEADS * C).to(dev)
     w = (torch.randn(2 * HEADS * C, device=dev) * 0.1).requires_grad_()
     for name, ei in graphs(dev).items():
-        result["cases"].extend(measure(name, ei, lin, w, cudnn, pyg_nn, args.repeats, dev, result, args.out))
+        measure(name, ei, lin, w, cudnn, pyg_nn, args.repeats, dev, result, args.out)
 
 
 def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, cudnn: Any, pyg_nn: Any, repeats: int,
-            dev: torch.device, result: dict[str, Any], out: str) -> list[dict[str, Any]]:
+            dev: torch.device, result: dict[str, Any], out: str) -> None:
+    """Time every implementation on one graph; each record goes into ``result["cases"]``, written after each."""
     n = int(ei.max()) + 1
     x = torch.randn(n, IN, device=dev)
     g = cudnn_gnn.CscGraph.from_edge_index(ei, num_nodes=n)
@@ -75,7 +75,6 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
         "cudnn_gnn.gat max_degree=512": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
                                                               max_degree=512),
     }
-    recs = []
     for impl, fn in impls.items():
         for pass_ in ("fwd", "fwd+bwd"):
             def step(fn=fn, pass_=pass_):
@@ -92,12 +91,10 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
                 rec.update(time_fn(step, device=dev, warmup=2, repeats=repeats))
             except Exception as exc:  # noqa: BLE001 - record and go on
                 rec["error"] = f"{type(exc).__name__}: {exc}"[:500]
-            recs.append(rec)
+            result["cases"].append(rec)
             print(f"{name:9s} {impl:28s} {pass_:8s} {rec.get('median_ms', float('nan')):9.2f} ms  "
                   f"max in/out degree {rec['max_in_degree']}/{rec['max_out_degree']} {rec.get('error', '')}", flush=True)
-            with open(out, "w") as f:
-                json.dump({**result, "cases": result["cases"] + recs}, f, indent=1)
-    return recs
+            write_json(out, result)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from _bench_common import write_json  # noqa: E402
 
 CHILD = r"""
 import sys, torch, cudnn.gnn as cg
@@ -73,8 +78,7 @@ def main() -> None:
         print(json.dumps(rec), flush=True)
         records.append(rec)
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(records, f, indent=1)
+        write_json(args.out, records)
 
 
 if __name__ == "__main__":

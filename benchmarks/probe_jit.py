@@ -16,7 +16,6 @@ step and rewrites the JSON after each, so a run stopped at a time limit still le
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -27,7 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench_common import environment  # noqa: E402
+from _bench_common import environment, write_json  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
 
@@ -73,8 +72,7 @@ def main() -> None:
         result["steps"].append({"step": name, "seconds": seconds, **extra})
         result["wall_s"] = time.perf_counter() - t_start
         print(f"{name:48s} {seconds:8.2f} s {extra if extra else ''}", flush=True)
-        with open(args.out, "w") as f:
-            json.dump(result, f, indent=1)
+        write_json(args.out, result)
 
     record("baseline gat fp32 D=64 H=4 fwd (first call)", call())
     record("same again (built)", call())
