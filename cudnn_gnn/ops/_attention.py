@@ -27,11 +27,14 @@ __all__ = ["attention", "make_dropout_mask", "kernel_index_dtype", "GRAD_PRECISI
 GRAD_PRECISIONS = ("auto", "fp32", "input")
 
 # The cuDNN GNN kernels compute some element offsets in 32-bit arithmetic when the graph indices are int32.
-# Measured on an H200 (cuDNN 9.28.1, see tests/gpu/probe_int32_boundary.py and the README): N*D >= 2**31
-# (signed) and E*D past 2**32 crash with an illegal memory access that kills the CUDA context. We promote to
-# int64 one power of two below each boundary.
+# Measured on an H200 (cuDNN 9.28.1, benchmarks/probe_int32_boundary.py, bf16, D=256, int32 against int64):
+# * N*D = 2**31 + 2**16: GAT runs without an error and returns wrong numbers (output off by 87% of its scale);
+#   N*D = 2**31 - 2**16 and 1.5 * 2**30 match int64 exactly.
+# * E*D = 2**31 + 2**20: GATv2 and the deterministic GAT backward crash with an illegal memory access (which
+#   kills the CUDA context); the non-deterministic GAT still matches int64 exactly up to E*D = 2**32 + 2**20.
+# We promote to int64 one power of two below each boundary.
 NODE_ELEMS_LIMIT = 2**30
-EDGE_ELEMS_LIMIT = 2**31
+EDGE_ELEMS_LIMIT = 2**30
 
 
 def kernel_index_dtype(graph: CscGraph, dim_node: int, dim_edge: int) -> torch.dtype:
