@@ -321,6 +321,22 @@ class CscGraph:
             self._cache["edge_ids"] = ids
         return ids
 
+    def max_degrees(self) -> tuple[int, int] | None:
+        """``(largest in-degree, largest out-degree)``, or ``None`` for a graph marked as rebuilt every call.
+
+        One host sync the first time, then cached (the ops read it to decide whether to split hubs, see
+        :func:`cudnn_gnn.gat`'s ``max_degree``). Graphs that the layers rebuild on every forward without a sync
+        (their static plans) are marked so that this never syncs for them.
+        """
+        if "max_degrees" not in self._cache:
+            if self.num_edges == 0:
+                self._cache["max_degrees"] = (0, 0)
+            else:
+                d_in = int(self.offsets.diff().max())
+                d_out = int(torch.bincount(self.indices, minlength=1).max())
+                self._cache["max_degrees"] = (d_in, d_out)
+        return self._cache["max_degrees"]
+
     @property
     def has_reverse_csc(self) -> bool:
         return "csc_rev_offsets" in self._cache

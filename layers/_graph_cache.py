@@ -83,6 +83,7 @@ def _static_csc(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> CscGrap
     offsets = torch.searchsorted(sorted_dst, bounds, out_int32=dtype == torch.int32)
     graph = CscGraph(offsets.to(dtype), src.index_select(0, perm).to(dtype), num_src, perm.to(dtype))
     graph._cache["dst_index"] = sorted_dst
+    graph._cache["max_degrees"] = None  # rebuilt every call: no degree sync, so no automatic hub split
     return graph
 
 

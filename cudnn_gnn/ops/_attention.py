@@ -36,6 +36,19 @@ GRAD_PRECISIONS = ("auto", "fp32", "input")
 NODE_ELEMS_LIMIT = 2**30
 EDGE_ELEMS_LIMIT = 2**30
 
+# Automatic hub splitting (``max_degree="auto"``, GAT on cuDNN only): the kernels' time grows with the largest
+# degree, not the edge count. H200, Linear + GAT fp32 at the ogbn-arxiv size (benchmarks/diag_degree_skew.py):
+# uniform edges (max degree 33) 4.1 / 11.6 ms forward / forward+backward; power-law edges (max degree 12,214, 880x
+# the mean) 12.5 / 137 ms plain, 6.4 / 16.8 ms split at B = 256 (16 gave 8.7 / 20.4, 1024 gave 6.7 / 18.6).
+# The merge costs work per edge of a split destination, so the split pays off only where the degrees are skewed:
+# on the ogbn-proteins shape (mean degree 597, largest 5,515: 9x the mean) the forward took 259 ms split against
+# 134 ms plain; on the products shape (largest ~124x the mean at 1/4 scale) forward+backward went from 1,519 to
+# 875 ms. A graph is split when a node has more than AUTO_SPLIT_TRIGGER edges in (out) and more than
+# AUTO_SPLIT_SKEW times the mean in (out) degree, into rows of at most AUTO_SPLIT_DEGREE edges.
+AUTO_SPLIT_TRIGGER = 1024
+AUTO_SPLIT_SKEW = 32
+AUTO_SPLIT_DEGREE = 256
+
 
 def kernel_index_dtype(graph: CscGraph, dim_node: int, dim_edge: int) -> torch.dtype:
     """The index dtype the kernels must see for this graph and feature width (int64 past the int32 limits)."""
@@ -49,6 +62,27 @@ def kernel_index_dtype(graph: CscGraph, dim_node: int, dim_edge: int) -> torch.d
 
 
 ALPHA_DEFAULTS = {"leaky_relu": 0.2, "scalar": 1.0}  # activations that take a parameter, and its default
+
+
+def auto_max_degree(graph: CscGraph, which: str, v2: bool, deterministic: bool) -> int | None:
+    """The ``max_degree`` that ``max_degree="auto"`` uses for this call: ``AUTO_SPLIT_DEGREE`` for a GAT on cuDNN
+    whose graph has a hub (a node with more than ``AUTO_SPLIT_TRIGGER`` edges in or out, and more than
+    ``AUTO_SPLIT_SKEW`` times the mean degree on that side), else ``None`` (the plain call).
+
+    Never splits GATv2 (not implemented), a deterministic call (the merge uses atomics), the reference backend
+    (its time does not depend on the degree), under ``torch.compile`` (the rewrite has data-dependent sizes), or
+    a graph marked as rebuilt every call (no degree sync there). The degree check syncs once per graph.
+    """
+    if v2 or deterministic or which != "cudnn" or torch.compiler.is_compiling():
+        return None
+    degrees = graph.max_degrees()
+    if degrees is None:
+        return None
+    e = graph.num_edges
+    for largest, count in zip(degrees, (graph.num_dst_nodes, graph.num_src_nodes)):
+        if largest > AUTO_SPLIT_TRIGGER and largest * count > AUTO_SPLIT_SKEW * e:
+            return AUTO_SPLIT_DEGREE
+    return None
 
 
 def resolve_activation_alpha(activation: str, alpha: float | None) -> float:
@@ -131,7 +165,7 @@ def attention(
     deterministic: bool,
     grad_precision: str,
     backend: str,
-    max_degree: int | None = None,
+    max_degree: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, Tensor]:
     name = "gatv2" if v2 else "gat"
     if not isinstance(graph, CscGraph):
@@ -179,16 +213,16 @@ def attention(
     elif p > 0.0 and training:
         dropout_mask = make_dropout_mask(e, heads, p, device=graph.device)
 
-    if max_degree is not None:
+    if isinstance(max_degree, str) and max_degree != "auto":
+        raise ValueError(f"max_degree must be 'auto', None or a positive int, got {max_degree!r}")
+    if max_degree is not None and max_degree != "auto":
         max_degree = check_int("max_degree", max_degree, minimum=1)
         if v2:
             raise NotImplementedError(f"max_degree is implemented for gat only (GATv2's logits would need an "
                                       f"[E, H, C] tensor), got max_degree={max_degree}")
-        split = hub_split(graph, max_degree)
-        if split is not None:
-            return _split_call(split, x_src, x_dst, attn_weights, heads, edge_attr, concat, activation,
-                               activation_alpha, training, dropout_mask, return_attention, deterministic,
-                               grad_precision, backend)
+        if deterministic:
+            raise ValueError(f"max_degree must be None or 'auto' with deterministic=True (the exact merge of split "
+                             f"rows uses atomic scatters), got max_degree={max_degree}")
 
     which = resolve_backend(backend, graph.device)
     dtype = x_src.dtype
@@ -198,6 +232,14 @@ def attention(
         which = "reference"
     if which == "cudnn" and e == 0:
         which = "reference"  # cuDNN refuses a non-empty destination set with no edges; the answer is zeros
+
+    bound = auto_max_degree(graph, which, v2, deterministic) if max_degree == "auto" else max_degree
+    if isinstance(bound, int):
+        split = hub_split(graph, bound)
+        if split is not None:
+            return _split_call(split, x_src, x_dst, attn_weights, heads, edge_attr, concat, activation,
+                               activation_alpha, training, dropout_mask, return_attention, deterministic,
+                               grad_precision, which)
 
     if which == "reference":
         out, att = reference.mha_gat(
@@ -237,14 +279,16 @@ def _split_call(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Ten
                 dropout_mask: Tensor | None, return_attention: bool, deterministic: bool, grad_precision: str,
                 backend: str) -> Tensor | tuple[Tensor, Tensor]:
     """GAT on the degree-bounded rewrite (``_hub_split``): per-row kernels, then the exact merge."""
+    # copies only where a side was split (a graph with source hubs only keeps x_dst as it is, and vice versa)
+    xs = x_src if split.src_of_vsrc.numel() == x_src.shape[0] else x_src.index_select(0, split.src_of_vsrc)
+    xd = x_dst if split.dst_of_row.numel() == x_dst.shape[0] else x_dst.index_select(0, split.dst_of_row)
     rows = attention(
-        v2=False, graph=split.graph, x=(x_src.index_select(0, split.src_of_vsrc),
-                                        x_dst.index_select(0, split.dst_of_row)),
+        v2=False, graph=split.graph, x=(xs, xd),
         attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=True, activation=activation,
         activation_alpha=activation_alpha if activation in ALPHA_DEFAULTS else None, dropout=0.0, training=training,
         dropout_mask=dropout_mask,
         return_attention=return_attention, deterministic=deterministic, grad_precision=grad_precision,
-        backend=backend,
+        backend=backend, max_degree=None,
     )
     row_out, row_att = rows if isinstance(rows, tuple) else (rows, None)
     out, att = merge_rows(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha,

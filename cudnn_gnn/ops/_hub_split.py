@@ -4,7 +4,7 @@ Why: on the H200 the cuDNN GAT kernels slow down with the largest degree, not th
 ogbn-arxiv size, forward+backward took 14.6 ms with uniform edges (max degree 33) and 216.6 ms with the
 power-law edges of the real graph (max degree 12k). The profile put 92% of the time in the backward kernel
 (``benchmarks/diag_degree_skew.py``, ``benchmarks/profile_layers.py``). The rewrite gives the kernels rows of
-at most ``B`` edges:
+at most ``B`` edges (31 ms at B = 64 or 256 on that graph):
 
 * every destination with more than ``B`` incoming edges becomes ``ceil(deg / B)`` *virtual destinations*, one per
   run of ``B`` consecutive CSC edges (the edges keep their CSC order, so edge features, masks and the CSC->COO
@@ -20,13 +20,15 @@ GATv2 is not rewritten. With ``w_r = exp(L_r - logsumexp_{r' of i} L_r')``, the 
 ``out_i = sum_r w_r out_r``, and the attention of an edge in row ``r`` is ``w_r`` times what the kernel
 returned. Autograd differentiates through ``w`` and through the kernel's own backward on the bounded graph.
 
-Status: the arithmetic is exact and tested against the plain reference on CPU
-(``tests/ops/test_hub_split.py``). Its speed on the GPU has not been measured yet.
+Status: exact, tested against the plain reference on CPU (``tests/ops/test_hub_split.py``, float64, 1e-10) and on
+the H200 (``tests/gpu/test_ops_gpu.py``). :func:`cudnn_gnn.gat` applies it by default to GAT graphs with hubs
+(``max_degree="auto"``). On the arxiv-size power-law graph the profile of the split step put a third of the time
+in the kernels and the rest in this merge.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
@@ -39,15 +41,39 @@ __all__ = ["HubSplit", "hub_split", "merge_rows"]
 
 @dataclass(frozen=True)
 class HubSplit:
-    """The degree-bounded rewrite of one graph, built once per ``(graph, max_degree)`` and cached on the graph."""
+    """The degree-bounded rewrite of one graph, built once per ``(graph, max_degree)`` and cached on the graph.
+
+    Only destinations with more than ``B`` edges (*hub destinations*) get more than one row, and only their
+    edges need the log-normaliser merge; every other row is its destination's whole softmax. So the merge
+    works on the hub edges alone (the ``hub_*`` fields), not on all ``E``.
+    """
 
     graph: CscGraph  # rows: virtual destinations; sources: virtual sources; same CSC edge order and map
-    dst_of_row: Tensor  # [num_rows] long: the real destination of each virtual destination row
+    dst_of_row: Tensor  # [num_rows] long: the real destination of each row
     src_of_vsrc: Tensor  # [num_vsrc] long: the real source of each virtual source
-    row_of_edge: Tensor  # [E] long: the virtual destination row of each CSC edge
-    src_of_edge: Tensor  # [E] long: the real source of each CSC edge
-    dst_of_edge: Tensor  # [E] long: the real destination of each CSC edge
-    row_of_coo_edge: Tensor  # [E] long: the virtual destination row of each COO edge
+    hub_row: Tensor  # [R] long: the rows of hub destinations (ascending)
+    hub_group: Tensor  # [R] long: per hub row, its hub destination's rank among hub destinations
+    num_hub_dst: int
+    hub_edge_row: Tensor  # [E_h] long: per hub edge, its row's position in hub_row
+    hub_edge_src: Tensor  # [E_h] long: per hub edge, its real source
+    hub_edge_dst: Tensor  # [E_h] long: per hub edge, its real destination
+    hub_edge_coo: Tensor  # [E_h] long: per hub edge, its COO edge id (for edge features)
+    _cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def row_of_coo_edge(self) -> Tensor:
+        """``[E]`` long: the row of each COO edge (built on first use: only returned attention needs it)."""
+        r = self._cache.get("row_of_coo_edge")
+        if r is None:
+            g = self.graph
+            counts = (g.offsets[1:] - g.offsets[:-1]).long()
+            row_of_edge = torch.repeat_interleave(torch.arange(counts.numel(), device=g.device), counts,
+                                                  output_size=g.num_edges)
+            if g.map_csc_to_coo is None:
+                r = row_of_edge
+            else:
+                r = torch.empty_like(row_of_edge).scatter_(0, g.map_csc_to_coo.long(), row_of_edge)
+            self._cache["row_of_coo_edge"] = r
+        return r
 
 
 def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
@@ -71,33 +97,48 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     rows_per_dst = torch.clamp((deg + b - 1) // b, min=1)
     first_row = torch.cumsum(rows_per_dst, 0) - rows_per_dst
     num_rows = int(rows_per_dst.sum())
-    dst_of_row = torch.repeat_interleave(torch.arange(n_dst, device=dev), rows_per_dst)
+    dst_of_row = torch.repeat_interleave(torch.arange(n_dst, device=dev), rows_per_dst, output_size=num_rows)
     local = torch.arange(num_rows, device=dev) - first_row[dst_of_row]
     row_start = offsets[:-1][dst_of_row] + local * b
     row_end = torch.minimum(row_start + b, offsets[1:][dst_of_row])
     row_end = torch.maximum(row_end, row_start)  # the single row of a destination without edges is empty
     new_offsets = torch.cat([row_start, row_end[-1:]])
-    dst_of_edge = torch.repeat_interleave(torch.arange(n_dst, device=dev), deg)
-    pos = torch.arange(e, device=dev)
-    row_of_edge = first_row[dst_of_edge] + (pos - offsets[:-1][dst_of_edge]) // b
+    # Hub destinations (more than one row) and their edges: the only ones the merge touches. A hub's edges are
+    # one CSC range, and every one of its rows holds at least one edge.
+    is_hub = rows_per_dst > 1
+    hub_rank = torch.cumsum(is_hub, 0) - 1
+    hub_row = torch.nonzero(is_hub[dst_of_row]).view(-1)
+    hub_group = hub_rank[dst_of_row[hub_row]]
+    num_hub_dst = int(is_hub.sum())
+    hub_dst = torch.nonzero(is_hub).view(-1)
+    hub_deg = deg[hub_dst]
+    e_h = int(hub_deg.sum())
+    hub_edge_dst = torch.repeat_interleave(hub_dst, hub_deg, output_size=e_h)
+    first_hub_edge = torch.cumsum(hub_deg, 0) - hub_deg
+    hub_local = torch.arange(e_h, device=dev) - torch.repeat_interleave(first_hub_edge, hub_deg, output_size=e_h)
+    hub_edge_pos = offsets[:-1][hub_edge_dst] + hub_local  # CSC position
+    row_pos_in_hub = torch.full((num_rows,), -1, dtype=torch.long, device=dev)
+    row_pos_in_hub[hub_row] = torch.arange(hub_row.numel(), device=dev)
+    hub_edge_row = row_pos_in_hub[first_row[hub_edge_dst] + hub_local // b]
+    hub_edge_src = src[hub_edge_pos]
+    hub_edge_coo = hub_edge_pos if graph.map_csc_to_coo is None else graph.map_csc_to_coo.long()[hub_edge_pos]
     # Sources: ceil(outdeg / B) copies each; an edge goes to copy (its rank among the source's edges) // B.
     copies = torch.clamp((out_deg + b - 1) // b, min=1)
     first_copy = torch.cumsum(copies, 0) - copies
-    src_of_vsrc = torch.repeat_interleave(torch.arange(graph.num_src_nodes, device=dev), copies)
-    order = torch.sort(src, stable=True)[1]
-    src_sorted = src[order]
-    start_of_src = torch.cumsum(out_deg, 0) - out_deg
-    rank = torch.empty_like(pos)
-    rank[order] = torch.arange(e, device=dev) - start_of_src[src_sorted]
-    vsrc = first_copy[src] + rank // b
-    idx_dtype = graph.index_dtype if max(int(src_of_vsrc.numel()), e) < 2**31 - 1 else torch.int64
-    split_graph = CscGraph(new_offsets.to(idx_dtype), vsrc.to(idx_dtype), int(src_of_vsrc.numel()),
-                           graph.map_csc_to_coo)
-    if graph.map_csc_to_coo is None:
-        row_of_coo_edge = row_of_edge
+    num_vsrc = int(copies.sum())
+    src_of_vsrc = torch.repeat_interleave(torch.arange(graph.num_src_nodes, device=dev), copies, output_size=num_vsrc)
+    if num_vsrc == graph.num_src_nodes:
+        vsrc = src  # no source hub: the sources stay as they are
     else:
-        row_of_coo_edge = torch.empty_like(row_of_edge).scatter_(0, graph.map_csc_to_coo.long(), row_of_edge)
-    split = HubSplit(split_graph, dst_of_row, src_of_vsrc, row_of_edge, src, dst_of_edge, row_of_coo_edge)
+        order = torch.sort(src, stable=True)[1]
+        start_of_src = torch.cumsum(out_deg, 0) - out_deg
+        rank = torch.empty_like(src)
+        rank[order] = torch.arange(e, device=dev) - start_of_src[src[order]]
+        vsrc = first_copy[src] + rank // b
+    idx_dtype = graph.index_dtype if max(num_vsrc, e, num_rows) < 2**31 - 1 else torch.int64
+    split_graph = CscGraph(new_offsets.to(idx_dtype), vsrc.to(idx_dtype), num_vsrc, graph.map_csc_to_coo)
+    split = HubSplit(split_graph, dst_of_row, src_of_vsrc, hub_row, hub_group, num_hub_dst, hub_edge_row,
+                     hub_edge_src, hub_edge_dst, hub_edge_coo)
     graph._cache[key] = split
     return split
 
@@ -110,7 +151,7 @@ def _segment_logsumexp(values: Tensor, segment: Tensor, num_segments: int) -> Te
     m = m.scatter_reduce(0, idx, values, reduce="amax", include_self=True)
     m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
     z = torch.zeros((num_segments, h), device=values.device, dtype=values.dtype)
-    z = z.scatter_add(0, idx, torch.exp(values - m_safe[segment]))
+    z = z.scatter_add(0, idx, torch.exp(values - m_safe.index_select(0, segment)))
     return torch.where(z > 0, m_safe + torch.log(torch.where(z > 0, z, torch.ones_like(z))),
                        torch.full_like(z, float("-inf")))
 
@@ -119,31 +160,35 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
                heads: int, activation: str, activation_alpha: float, row_out: Tensor,
                row_att: Tensor | None) -> tuple[Tensor, Tensor | None]:
     """Combine the kernels' per-row results (``row_out [rows, H*C]`` per-head, ``row_att [E, H]`` COO order or
-    None) into the exact per-destination output ``[Nd, H, C]`` (float32 for half inputs) and attention ``[E, H]``."""
+    None) into the exact per-destination output ``[Nd, H, C]`` (float32 for half inputs) and attention ``[E, H]``.
+
+    A row of a destination that has only one row is that destination's softmax already (weight 1). The rows of a
+    hub destination ``i`` get ``w_r = exp(L_r - logsumexp_{r' of i} L_r')`` from their log-normalisers ``L_r``,
+    computed from the per-node scores over the hub edges only. Index gathers use ``index_select`` (its backward
+    is an ``index_add``; advanced indexing's backward sorts the indices, 7 of 31 ms in an H200 profile).
+    """
     d = x_src.shape[1]
     c = d // heads
     f32 = torch.promote_types(x_src.dtype, torch.float32)  # float32 arithmetic for half inputs, float64 stays
-    a_src = attn_weights[:d].to(f32).view(heads, c)
-    a_dst = attn_weights[d:2 * d].to(f32).view(heads, c)
-    s_src = (x_src.to(f32).view(-1, heads, c) * a_src).sum(-1)
-    s_dst = (x_dst.to(f32).view(-1, heads, c) * a_dst).sum(-1)
-    s = s_src[split.src_of_edge] + s_dst[split.dst_of_edge]
-    if edge_attr is not None:
-        ce = edge_attr.shape[1] // heads
-        a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
-        ea = edge_attr.to(f32)
-        if split.graph.map_csc_to_coo is not None:
-            ea = ea.index_select(0, split.graph.map_csc_to_coo.long())
-        s = s + (ea.view(-1, heads, ce) * a_edge).sum(-1)
-    s = reference.activation(s, activation, activation_alpha)
     num_rows = split.dst_of_row.numel()
-    n_dst = x_dst.shape[0]
-    l_row = _segment_logsumexp(s, split.row_of_edge, num_rows)
-    l_dst = _segment_logsumexp(torch.where(torch.isfinite(l_row), l_row, torch.full_like(l_row, -1e30)),
-                               split.dst_of_row, n_dst)
-    w = torch.exp(l_row - l_dst[split.dst_of_row])  # [rows, H]; 0 for empty rows
-    w = torch.where(torch.isfinite(l_row), w, torch.zeros_like(w))
-    out = torch.zeros(n_dst, heads, c, device=row_out.device, dtype=f32)
+    w = torch.ones(num_rows, heads, device=row_out.device, dtype=f32)
+    if split.hub_row.numel() > 0:
+        a_src = attn_weights[:d].to(f32).view(heads, c)
+        a_dst = attn_weights[d:2 * d].to(f32).view(heads, c)
+        s_src = (x_src.to(f32).view(-1, heads, c) * a_src).sum(-1)
+        s_dst = (x_dst.to(f32).view(-1, heads, c) * a_dst).sum(-1)
+        s = s_src.index_select(0, split.hub_edge_src) + s_dst.index_select(0, split.hub_edge_dst)
+        if edge_attr is not None:
+            ce = edge_attr.shape[1] // heads
+            a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
+            ea = edge_attr.index_select(0, split.hub_edge_coo).to(f32)
+            s = s + (ea.view(-1, heads, ce) * a_edge).sum(-1)
+        s = reference.activation(s, activation, activation_alpha)
+        num_hub_rows = split.hub_row.numel()
+        l_row = _segment_logsumexp(s, split.hub_edge_row, num_hub_rows)  # every hub row has an edge: finite
+        l_dst = _segment_logsumexp(l_row, split.hub_group, split.num_hub_dst)
+        w = w.index_copy(0, split.hub_row, torch.exp(l_row - l_dst.index_select(0, split.hub_group)))
+    out = torch.zeros(x_dst.shape[0], heads, c, device=row_out.device, dtype=f32)
     out = out.index_add(0, split.dst_of_row, row_out.to(f32).view(num_rows, heads, c) * w.unsqueeze(-1))
-    att = None if row_att is None else row_att * w[split.row_of_coo_edge]
+    att = None if row_att is None else row_att * w.index_select(0, split.row_of_coo_edge())
     return out, att

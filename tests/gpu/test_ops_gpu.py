@@ -349,3 +349,28 @@ def test_call_without_edge_tensors_skips_the_map_and_matches(op, bipartite):
         outs.append([out] + [t.grad for t in leaves if t.grad is not None])
     for a, b in zip(outs[1], outs[0]):
         assert _rel(a, b) < 1e-4
+
+
+def test_auto_splits_a_hub_graph_and_matches_the_reference():
+    """The default max_degree="auto" splits a graph with a node of degree > 1024 (in and out) on cuDNN and gives
+    the reference's output, attention and gradients; deterministic=True leaves it unsplit."""
+    from cudnn_gnn.ops._attention import AUTO_SPLIT_DEGREE
+
+    g_ = torch.Generator().manual_seed(22)
+    n, e = 3000, 20000
+    src, dst = torch.randint(0, n, (e,), generator=g_), torch.randint(0, n, (e,), generator=g_)
+    dst[:4000], src[4000:7000] = 11, 13
+    ei = torch.stack([src, dst]).to(DEV)
+    g = CscGraph.from_edge_index(ei, num_nodes=n)
+    xs = torch.randn(n, 64, device=DEV)
+    w = torch.randn(128, device=DEV) * 0.3
+    ref = _run(gat, False, g, xs.double(), xs.double(), w.double(), None, 4, torch.float64, backend="reference",
+               bipartite=False, concat=True)
+    got = _run(gat, False, g, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False, concat=True)
+    assert ("hub_split", AUTO_SPLIT_DEGREE) in g._cache
+    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+        assert _rel(a, b) < 1e-4
+    g2 = CscGraph.from_edge_index(ei, num_nodes=n)
+    _run(gat, False, g2, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
+         deterministic=True)
+    assert not any(isinstance(k, tuple) and k[0] == "hub_split" for k in g2._cache)

@@ -110,3 +110,104 @@ def test_split_errors():
                   dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
                   backend="reference", max_degree=2)
     assert gatv2 is not None
+
+
+def test_max_degree_argument_errors():
+    graph = CscGraph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    with pytest.raises(ValueError, match="max_degree must be 'auto', None or a positive int, got 'big'"):
+        gat(graph, torch.randn(2, 4), torch.randn(8), heads=2, max_degree="big")
+    with pytest.raises(ValueError, match="max_degree must be None or 'auto' with deterministic=True"):
+        gat(graph, torch.randn(2, 4), torch.randn(8), heads=2, max_degree=4, deterministic=True)
+
+
+def _hub_graph(hub_degree: int) -> CscGraph:
+    n = hub_degree + 1
+    src = torch.arange(1, n)
+    return CscGraph.from_edge_index(torch.stack([src, torch.zeros_like(src)]), num_nodes=n)
+
+
+def test_max_degrees_are_the_largest_in_and_out_degree_and_cached():
+    ei = torch.tensor([[0, 0, 0, 1, 2, 2], [1, 2, 3, 3, 3, 3]])
+    graph = CscGraph.from_edge_index(ei, num_nodes=4)
+    assert graph.max_degrees() == (4, 3)
+    assert graph._cache["max_degrees"] == (4, 3)
+    assert CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long), num_nodes=3).max_degrees() == (0, 0)
+
+
+def test_auto_policy_splits_only_hub_graphs_on_cudnn_for_plain_gat():
+    from cudnn_gnn.ops._attention import AUTO_SPLIT_DEGREE, AUTO_SPLIT_TRIGGER, auto_max_degree
+
+    hub = _hub_graph(AUTO_SPLIT_TRIGGER + 1)
+    flat = _hub_graph(AUTO_SPLIT_TRIGGER)
+    assert auto_max_degree(hub, "cudnn", v2=False, deterministic=False) == AUTO_SPLIT_DEGREE
+    assert auto_max_degree(flat, "cudnn", v2=False, deterministic=False) is None
+    assert auto_max_degree(hub, "reference", v2=False, deterministic=False) is None
+    assert auto_max_degree(hub, "cudnn", v2=True, deterministic=False) is None
+    assert auto_max_degree(hub, "cudnn", v2=False, deterministic=True) is None
+    hub._cache["max_degrees"] = None  # what the layers' per-call static plans carry: never sync, never split
+    assert auto_max_degree(hub, "cudnn", v2=False, deterministic=False) is None
+
+
+def test_auto_policy_leaves_dense_graphs_without_skew_unsplit():
+    """Degrees above the trigger but close to the mean (the ogbn-proteins shape): the merge would cost more than
+    the kernels' hub slowdown, so no split; one extra-large destination on the same graph tips it."""
+    from cudnn_gnn.ops._attention import AUTO_SPLIT_DEGREE, AUTO_SPLIT_SKEW, AUTO_SPLIT_TRIGGER, auto_max_degree
+
+    n_src, n_dst, per_dst = 3000, 40, AUTO_SPLIT_TRIGGER + 100
+    src = torch.randint(0, n_src, (n_dst * per_dst,), generator=torch.Generator().manual_seed(0))
+    dst = torch.arange(n_dst).repeat_interleave(per_dst)
+    dense = CscGraph.from_edge_index(torch.stack([src, dst]), size=(n_src, n_dst))
+    assert auto_max_degree(dense, "cudnn", v2=False, deterministic=False) is None
+    # one destination with 4x the trigger among 2,000 more with 4 edges each: 4,400 / ~38 mean, > 32x
+    few = torch.arange(2000).repeat_interleave(4) + n_dst + 1
+    big = 4 * (AUTO_SPLIT_TRIGGER + 100)
+    src2 = torch.cat([src, torch.arange(big) % n_src, few % n_src])
+    dst2 = torch.cat([dst, torch.full((big,), n_dst), few])
+    skewed = CscGraph.from_edge_index(torch.stack([src2, dst2]), size=(n_src, n_dst + 2001))
+    d_in = skewed.max_degrees()[0]
+    assert d_in * skewed.num_dst_nodes > AUTO_SPLIT_SKEW * skewed.num_edges
+    assert auto_max_degree(skewed, "cudnn", v2=False, deterministic=False) == AUTO_SPLIT_DEGREE
+
+
+def test_auto_on_the_reference_backend_leaves_the_graph_unsplit():
+    hub = _hub_graph(1100)
+    x = torch.randn(1101, 8)
+    gat(hub, x, torch.randn(16), heads=2)
+    assert not any(isinstance(k, tuple) and k[0] == "hub_split" for k in hub._cache)
+    assert "max_degrees" not in hub._cache  # the policy did not even sync for the degrees
+
+
+def test_layers_static_plans_are_marked_for_no_split():
+    from cudnn_gnn.layers._graph_cache import static_plan
+
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    plan = static_plan(ei, 3, 3, None, "coo", None)
+    assert plan.graph._cache["max_degrees"] is None
+
+
+@pytest.mark.parametrize("hub", ["source_only", "destination_only"])
+def test_split_with_hubs_on_one_side_only(hub):
+    """Only a source hub: rows are unsplit (no merge work at all); only a destination hub: sources unsplit."""
+    g = torch.Generator().manual_seed(9)
+    n, e = 40, 400
+    src, dst = torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g)
+    if hub == "source_only":
+        src[:100] = 3
+        dst[:100] = torch.arange(100) % n
+    else:
+        dst[:100] = 5
+        src[:100] = torch.arange(100) % n
+    graph = CscGraph.from_edge_index(torch.stack([src, dst]), num_nodes=n)
+    b = 30
+    s = hub_split(graph, b)
+    in_deg = torch.bincount(dst, minlength=n)
+    assert s.hub_edge_src.numel() == int(in_deg[in_deg > b].sum())
+    assert (s.hub_row.numel() == 0) == (hub == "source_only")
+    assert (s.src_of_vsrc.numel() == n) == (hub == "destination_only")
+    x = torch.randn(n, 6, generator=g, dtype=torch.float64)
+    w = torch.randn(12 + 2, generator=g, dtype=torch.float64)
+    edge = torch.randn(e, 2, generator=g, dtype=torch.float64)
+    plain = _run(graph, x, w, edge, None, heads=2)
+    split = _run(graph, x, w, edge, None, heads=2, max_degree=b)
+    for a, b_ in zip([split[0], split[1], *split[2]], [plain[0], plain[1], *plain[2]]):
+        torch.testing.assert_close(a, b_, atol=1e-10, rtol=1e-9)
