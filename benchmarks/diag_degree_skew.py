@@ -3,9 +3,10 @@
 Times Linear(128 -> 256) + GAT (8 heads x 32) forward and forward+backward (CUDA events, median) on two graphs of
 the ogbn-arxiv size (169,343 nodes, ~2.3M edges): uniform random edges, and the power-law graph the layer
 benchmark uses (``cudnn_gnn.datasets.synthetic_ogbn("ogbn-arxiv")``, symmetrised). For each graph: PyG's
-``GATConv``, ``cudnn_gnn.gat`` (CSC->COO map passed, as always), and the frontend's ``cudnn.gnn.mha_gat`` on the
-same CSC without the map (the call the device README timed), ``cudnn_gnn.gat(..., max_degree=B)`` (hubs split
-into virtual nodes, merged exactly) for B = 64 and 512, plus the largest in- and out-degrees.
+``GATConv``, ``cudnn_gnn.gat`` without hub splitting (``max_degree=None``), the frontend's ``cudnn.gnn.mha_gat``
+on the same CSC without the map (the call the device README timed), ``cudnn_gnn.gat`` with its default
+``max_degree="auto"``, and ``cudnn_gnn.gat(..., max_degree=B)`` (hubs split into virtual nodes, merged exactly) for
+B in SPLIT_DEGREES, plus the largest in- and out-degrees.
 
     python benchmarks/diag_degree_skew.py --out skew.json
 """
@@ -27,6 +28,7 @@ import cudnn_gnn  # noqa: E402
 from cudnn_gnn.datasets import synthetic_ogbn  # noqa: E402
 
 N, E, HEADS, C, IN = 169_343, 2_315_598, 8, 32, 128
+SPLIT_DEGREES = (16, 64, 256, 1024)
 
 
 def graphs(device: torch.device) -> dict[str, torch.Tensor]:
@@ -69,11 +71,13 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
     grad = torch.randn(n, HEADS * C, device=dev)
     impls = {
         "pyg": lambda: pyg(x, ei),
-        "cudnn_gnn.gat": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn"),
+        "cudnn_gnn.gat max_degree=None": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
+                                                               max_degree=None),
         "cudnn.gnn.mha_gat (no map)": lambda: cudnn.gnn.mha_gat(raw_graph, lin(x), w, num_heads=HEADS),
-        "cudnn_gnn.gat max_degree=64": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn", max_degree=64),
-        "cudnn_gnn.gat max_degree=512": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
-                                                              max_degree=512),
+        "cudnn_gnn.gat (auto)": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn"),
+        **{f"cudnn_gnn.gat max_degree={b}": (lambda b=b: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
+                                                                       max_degree=b))
+           for b in SPLIT_DEGREES},
     }
     for impl, fn in impls.items():
         for pass_ in ("fwd", "fwd+bwd"):
