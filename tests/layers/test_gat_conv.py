@@ -378,3 +378,42 @@ def test_errors_name_the_argument() -> None:
 
 def test_grid_is_modest() -> None:
     assert len(list(itertools.product(CONFIGS, GRAPHS))) <= 40
+
+
+@pytest.mark.parametrize("edge_dim", [None, 3])
+def test_hub_split_path_gives_the_same_layer_results(monkeypatch: pytest.MonkeyPatch, edge_dim: int | None) -> None:
+    """The layer through the hub-split path (forced here: on the GPU ``max_degree="auto"`` picks it for skewed
+    graphs) equals the plain layer: output, PyG-order attention with self-loops, every gradient, and the dropout
+    mask drawn from the same RNG state."""
+    from cudnn_gnn.ops import _attention
+
+    g = torch.Generator().manual_seed(3)
+    n, e = 30, 240
+    src, dst = torch.randint(0, n, (e,), generator=g), torch.randint(0, n, (e,), generator=g)
+    dst[:80] = 4  # a hub destination
+    src[80:150] = 9  # a hub source
+    ei = torch.stack([src, dst])
+    x = torch.randn(n, 6, generator=g, dtype=torch.float64)
+    ea = None if edge_dim is None else torch.randn(e, edge_dim, generator=g, dtype=torch.float64)
+
+    calls = []
+    real_split_call = _attention._split_call
+    monkeypatch.setattr(_attention, "_split_call", lambda *a: calls.append(1) or real_split_call(*a))
+
+    def run(split: bool) -> list[Tensor]:
+        monkeypatch.setattr(_attention, "auto_max_degree", (lambda *a: 5) if split else (lambda *a: None))
+        torch.manual_seed(0)
+        conv = GATConv(6, 4, heads=3, edge_dim=edge_dim, dropout=0.3, backend="reference").double()
+        _graph_cache.clear_cache()
+        xl = x.clone().requires_grad_()
+        torch.manual_seed(1)
+        out, (ei_out, att) = conv(xl, ei, ea, return_attention_weights=True)
+        gen = torch.Generator().manual_seed(2)
+        ((out * torch.randn(out.shape, generator=gen, dtype=out.dtype)).sum()
+         + (att * torch.randn(att.shape, generator=gen, dtype=att.dtype)).sum()).backward()
+        return [out, ei_out.float(), att, xl.grad, *[p.grad for p in conv.parameters()]]
+
+    split, plain = run(True), run(False)
+    assert len(calls) == 1  # the first run went through the split, the second did not
+    for a, b in zip(split, plain):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
