@@ -2,7 +2,7 @@
 
 Usage (see ``--help``)::
 
-    python benchmarks/bench_layers.py                       # full run on the GPU (~5 min on an H200)
+    python benchmarks/bench_layers.py                       # full run on the GPU (see below for the time)
     python benchmarks/bench_layers.py --quick               # CPU smoke test: tiny graphs, no timing claims
     python benchmarks/bench_layers.py --out out/bench.json --plot out/bench.png --md out/bench.md
 
@@ -16,6 +16,10 @@ What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) 
                    the op-level model ("Linear + cudnn_gnn.gat"), the shape the device README measured.
 * ``layer_cudnn`` / ``layer_cudnn_det`` / ``layer_reference``  ``cudnn_gnn.layers.GATConv/GATv2Conv`` with
                    the PyG layer's ``state_dict`` loaded, when ``cudnn_gnn.layers`` provides them.
+
+Time on an H200 (per-preset walls of the last runs; the trimmed default has not yet run end to end): first-call
+kernel builds 209 s on a fresh machine (seconds once the driver's cache holds them), cora 17 s, arxiv 81 s,
+proteins ~140 s in bf16 (~11 s per case), the sweep 10 s, products and products3 ~1 min: about 9 minutes.
 
 Honesty rules: every implementation gets the same ``x``, edges, ``edge_attr``, weights (copied from the PyG
 layer) and upstream gradient; PyG's fp32 forward output is the oracle and every other forward is checked against
@@ -119,8 +123,8 @@ PRESETS: dict[str, Preset] = {
         8, ((8, 8, True),),
         "ogbn-proteins shape scaled to 0.5 of its nodes: 66,267 nodes, 39.56M directed edges (mean degree ~597 "
         "as in the real graph, whose 79.1M directed edges would double every per-edge tensor), 8-dim edge "
-        "features through PyG's edge_dim=8, 8 -> 8 heads x 8.",
-        impls=("pyg", "layer_cudnn", "layer_cudnn_det"), warmup=1, repeats=3, conv_repeats=3,
+        "features through PyG's edge_dim=8, 8 -> 8 heads x 8, in bf16.",
+        impls=("pyg", "layer_cudnn", "layer_cudnn_det"), dtypes=("bf16",), warmup=1, repeats=3, conv_repeats=3,
     ),
     "products": Preset(
         "products", GraphSpec(2_449_029, 123_718_280, exponent=0.5, ogbn="ogbn-products"), 100, ((64, 4, True),),
