@@ -94,6 +94,28 @@ def _src_with_edges(c: GatCall) -> Tensor:
 # We define them as zero, as PyG does, with one elementwise select (no host sync).
 
 
+def explain_failure(exc: RuntimeError) -> RuntimeError:
+    """``exc`` with the known cause and fix appended where there is one, else ``exc`` itself.
+
+    On the H200 environment of the device README (torch's own cuDNN 9.19 loaded next to a preloaded, partial
+    cuDNN 9.28), every cuDNN GAT call after ``cudnn.sdpa_torch`` had run in the same process failed with
+    ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE``, while flash attention and GAT mixed fine.
+    """
+    msg = str(exc)
+    if "SUBLIBRARY_UNAVAILABLE" not in msg:
+        return exc
+    from cudnn_gnn.backends import _cudnn_sdpa
+
+    if not _cudnn_sdpa.used_in_process():
+        return exc
+    return RuntimeError(
+        f"{msg}. cudnn.sdpa_torch ran earlier in this process (graph_attention with backend='cudnn'); after it, "
+        "cuDNN's GNN kernels failed like this on an H200 with two cuDNN builds loaded (torch's and a partial "
+        ">= 9.28). Fix: use graph_attention(..., backend='flash') (what 'auto' picks on CUDA) next to cuDNN GAT, "
+        "or install one complete cuDNN >= 9.28 for both (see `python -m cudnn_gnn info`)."
+    )
+
+
 def _fwd_cuda(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     c = GatCall(*args[:_N_CALL])
     return_attention = bool(args[_N_CALL])
@@ -104,11 +126,14 @@ def _fwd_cuda(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         c.num_src_nodes, c.heads, c.concat, c.activation, c.activation_alpha, return_attention,
         c.csc_rev_offsets, c.map_rev_to_coo, c.deterministic,
     )
-    if c.v2:
-        out, att, sm, act = ops.gnn_mha_gat_v2_fwd.default(*common, feat_dt)
-    else:
-        out, att, sm = ops.gnn_mha_gat_fwd.default(*common, feat_dt, w_dt)
-        act = sm.new_empty(0)
+    try:
+        if c.v2:
+            out, att, sm, act = ops.gnn_mha_gat_v2_fwd.default(*common, feat_dt)
+        else:
+            out, att, sm = ops.gnn_mha_gat_fwd.default(*common, feat_dt, w_dt)
+            act = sm.new_empty(0)
+    except RuntimeError as exc:
+        raise explain_failure(exc) from exc
     out = torch.where(_dst_with_edges(c), out, 0)
     return out, att, sm, act
 
@@ -133,10 +158,13 @@ def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: 
             c.attn_weights, sm)
     tail = (c.dropout_mask, c.num_src_nodes, c.heads, c.concat, c.activation, c.activation_alpha,
             c.csc_rev_offsets, c.map_rev_to_coo, c.deterministic)
-    if c.v2:
-        gs, gd, ge, gw = ops.gnn_mha_gat_v2_bwd.default(*head, act, *tail, feat_dt)
-    else:
-        gs, gd, ge, gw = ops.gnn_mha_gat_bwd.default(*head, *tail, feat_dt, w_dt)
+    try:
+        if c.v2:
+            gs, gd, ge, gw = ops.gnn_mha_gat_v2_bwd.default(*head, act, *tail, feat_dt)
+        else:
+            gs, gd, ge, gw = ops.gnn_mha_gat_bwd.default(*head, *tail, feat_dt, w_dt)
+    except RuntimeError as exc:
+        raise explain_failure(exc) from exc
     return torch.where(_src_with_edges(c), gs, 0), torch.where(_dst_with_edges(c), gd, 0), ge, gw
 
 

@@ -152,6 +152,14 @@ def clear_plan_cache() -> None:
     _LEDGER.clear()
 
 
+_USED = False  # whether this process has called cudnn.sdpa_torch (see _cudnn.explain_failure)
+
+
+def used_in_process() -> bool:
+    """Whether ``cudnn.sdpa_torch`` has run in this process."""
+    return _USED
+
+
 def _kernel() -> Callable[..., Any]:
     """``cudnn.sdpa_torch``, imported lazily (tests replace this function with a fake)."""
     import cudnn  # type: ignore[import-not-found]
@@ -202,6 +210,8 @@ def sdpa_varlen(
     key = (q.dtype, cu_seqlens.numel() - 1, seq_bucket, round64(t), h, d, float(scale), q.device)
     _LEDGER.touch(key)
     cu = cu_seqlens.to(torch.int32)
+    global _USED
+    _USED = True
     out, _ = _kernel()(
         q,
         k,

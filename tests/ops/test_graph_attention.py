@@ -332,3 +332,29 @@ def test_supports():
     assert _cudnn_sdpa.supports(64, 64) is None
     assert "multiple of 8" in _cudnn_sdpa.supports(12, 12)
     assert "differs" in _cudnn_sdpa.supports(16, 8)
+
+
+def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
+    """The H200 failure mode of cuDNN GAT after cudnn.sdpa_torch gets its known cause and fix appended; other
+    errors, and the same status without cuDNN SDPA in the process, pass through unchanged."""
+    from cudnn_gnn.backends import _cudnn, _cudnn_sdpa
+
+    status = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
+    other = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_BAD_PARAM")
+    monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
+    assert _cudnn.explain_failure(status) is status
+    monkeypatch.setattr(_cudnn_sdpa, "_USED", True)
+    assert _cudnn.explain_failure(other) is other
+    explained = _cudnn.explain_failure(status)
+    assert str(explained).startswith(str(status))
+    assert "backend='flash'" in str(explained) and "cudnn.sdpa_torch ran earlier" in str(explained)
+
+
+def test_cudnn_sdpa_marks_the_process(monkeypatch):
+    from cudnn_gnn.backends import _cudnn_sdpa
+
+    monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
+    monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: lambda q, k, v, **kw: (q.clone(), None))
+    q = torch.randn(5, 2, 8, dtype=torch.bfloat16)
+    _cudnn_sdpa.sdpa_varlen(q, q, q, torch.tensor([0, 2, 5]), 3, 0.5)
+    assert _cudnn_sdpa.used_in_process()
