@@ -69,9 +69,10 @@ def auto_max_degree(graph: CscGraph, which: str, v2: bool, deterministic: bool) 
     whose graph has a hub (a node with more than ``AUTO_SPLIT_TRIGGER`` edges in or out, and more than
     ``AUTO_SPLIT_SKEW`` times the mean degree on that side), else ``None`` (the plain call).
 
-    Never splits GATv2 (not implemented), a deterministic call (the merge uses atomics), the reference backend
-    (its time does not depend on the degree), under ``torch.compile`` (the rewrite has data-dependent sizes), or
-    a graph marked as rebuilt every call (no degree sync there). The degree check syncs once per graph.
+    Never splits GATv2 (an explicit ``max_degree`` does; its merge is not yet measured on the GPU), a
+    deterministic call (the merge uses atomics), the reference backend (its time does not depend on the degree),
+    under ``torch.compile`` (the rewrite has data-dependent sizes), or a graph marked as rebuilt every call (no
+    degree sync there). The degree check syncs once per graph.
     """
     if v2 or deterministic or which != "cudnn" or torch.compiler.is_compiling():
         return None
@@ -217,9 +218,6 @@ def attention(
         raise ValueError(f"max_degree must be 'auto', None or a positive int, got {max_degree!r}")
     if max_degree is not None and max_degree != "auto":
         max_degree = check_int("max_degree", max_degree, minimum=1)
-        if v2:
-            raise NotImplementedError(f"max_degree is implemented for gat only (GATv2's logits would need an "
-                                      f"[E, H, C] tensor), got max_degree={max_degree}")
         if deterministic:
             raise ValueError(f"max_degree must be None or 'auto' with deterministic=True (the exact merge of split "
                              f"rows uses atomic scatters), got max_degree={max_degree}")
@@ -237,7 +235,7 @@ def attention(
     if isinstance(bound, int):
         split = hub_split(graph, bound)
         if split is not None:
-            return _split_call(split, x_src, x_dst, attn_weights, heads, edge_attr, concat, activation,
+            return _split_call(v2, split, x_src, x_dst, attn_weights, heads, edge_attr, concat, activation,
                                activation_alpha, training, dropout_mask, return_attention, deterministic,
                                grad_precision, which)
 
@@ -274,16 +272,16 @@ def attention(
     return (out, att.t().contiguous()) if return_attention else out
 
 
-def _split_call(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, heads: int,
+def _split_call(v2: bool, split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, heads: int,
                 edge_attr: Tensor | None, concat: bool, activation: str, activation_alpha: float, training: bool,
                 dropout_mask: Tensor | None, return_attention: bool, deterministic: bool, grad_precision: str,
                 backend: str) -> Tensor | tuple[Tensor, Tensor]:
-    """GAT on the degree-bounded rewrite (``_hub_split``): per-row kernels, then the exact merge."""
+    """GAT / GATv2 on the degree-bounded rewrite (``_hub_split``): per-row kernels, then the exact merge."""
     # copies only where a side was split (a graph with source hubs only keeps x_dst as it is, and vice versa)
     xs = x_src if split.src_of_vsrc.numel() == x_src.shape[0] else x_src.index_select(0, split.src_of_vsrc)
     xd = x_dst if split.dst_of_row.numel() == x_dst.shape[0] else x_dst.index_select(0, split.dst_of_row)
     rows = attention(
-        v2=False, graph=split.graph, x=(xs, xd),
+        v2=v2, graph=split.graph, x=(xs, xd),
         attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=True, activation=activation,
         activation_alpha=activation_alpha if activation in ALPHA_DEFAULTS else None, dropout=0.0, training=training,
         dropout_mask=dropout_mask,
@@ -292,7 +290,7 @@ def _split_call(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Ten
     )
     row_out, row_att = rows if isinstance(rows, tuple) else (rows, None)
     out, att = merge_rows(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha,
-                          row_out, row_att)
+                          row_out, row_att, v2=v2)
     out = (out.reshape(out.shape[0], -1) if concat else out.mean(1)).to(x_src.dtype)
     if return_attention:
         if att is None:  # unreachable: the row call was asked for attention

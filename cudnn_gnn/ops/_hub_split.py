@@ -158,14 +158,16 @@ def _segment_logsumexp(values: Tensor, segment: Tensor, num_segments: int) -> Te
 
 def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
                heads: int, activation: str, activation_alpha: float, row_out: Tensor,
-               row_att: Tensor | None) -> tuple[Tensor, Tensor | None]:
+               row_att: Tensor | None, *, v2: bool = False) -> tuple[Tensor, Tensor | None]:
     """Combine the kernels' per-row results (``row_out [rows, H*C]`` per-head, ``row_att [E, H]`` COO order or
     None) into the exact per-destination output ``[Nd, H, C]`` (float32 for half inputs) and attention ``[E, H]``.
 
     A row of a destination that has only one row is that destination's softmax already (weight 1). The rows of a
     hub destination ``i`` get ``w_r = exp(L_r - logsumexp_{r' of i} L_r')`` from their log-normalisers ``L_r``,
-    computed from the per-node scores over the hub edges only. Index gathers use ``index_select`` (its backward
-    is an ``index_add``; advanced indexing's backward sorts the indices, 7 of 31 ms in an H200 profile).
+    computed over the hub edges only: for GAT from per-node scores, for GATv2 from ``[chunk, H, C]`` blocks
+    of the hub edges, each recomputed in the backward instead of kept (``_gatv2_hub_logits``). Index gathers use
+    ``index_select`` (its backward is an ``index_add``; advanced indexing's backward sorts the indices, 7 of
+    31 ms in an H200 profile).
     """
     d = x_src.shape[1]
     c = d // heads
@@ -173,17 +175,8 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     num_rows = split.dst_of_row.numel()
     w = torch.ones(num_rows, heads, device=row_out.device, dtype=f32)
     if split.hub_row.numel() > 0:
-        a_src = attn_weights[:d].to(f32).view(heads, c)
-        a_dst = attn_weights[d:2 * d].to(f32).view(heads, c)
-        s_src = (x_src.to(f32).view(-1, heads, c) * a_src).sum(-1)
-        s_dst = (x_dst.to(f32).view(-1, heads, c) * a_dst).sum(-1)
-        s = s_src.index_select(0, split.hub_edge_src) + s_dst.index_select(0, split.hub_edge_dst)
-        if edge_attr is not None:
-            ce = edge_attr.shape[1] // heads
-            a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
-            ea = edge_attr.index_select(0, split.hub_edge_coo).to(f32)
-            s = s + (ea.view(-1, heads, ce) * a_edge).sum(-1)
-        s = reference.activation(s, activation, activation_alpha)
+        hub_logits = _gatv2_hub_logits if v2 else _gat_hub_logits
+        s = hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32)
         num_hub_rows = split.hub_row.numel()
         l_row = _segment_logsumexp(s, split.hub_edge_row, num_hub_rows)  # every hub row has an edge: finite
         l_dst = _segment_logsumexp(l_row, split.hub_group, split.num_hub_dst)
@@ -192,3 +185,55 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     out = out.index_add(0, split.dst_of_row, row_out.to(f32).view(num_rows, heads, c) * w.unsqueeze(-1))
     att = None if row_att is None else row_att * w.index_select(0, split.row_of_coo_edge())
     return out, att
+
+
+def _gat_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
+                    heads: int, activation: str, activation_alpha: float, f32: torch.dtype) -> Tensor:
+    """``[E_h, H]`` GAT logits of the hub edges from per-node scores (GAT's logit is a sum of per-node terms)."""
+    d = x_src.shape[1]
+    c = d // heads
+    a_src = attn_weights[:d].to(f32).view(heads, c)
+    a_dst = attn_weights[d:2 * d].to(f32).view(heads, c)
+    s_src = (x_src.to(f32).view(-1, heads, c) * a_src).sum(-1)
+    s_dst = (x_dst.to(f32).view(-1, heads, c) * a_dst).sum(-1)
+    s = s_src.index_select(0, split.hub_edge_src) + s_dst.index_select(0, split.hub_edge_dst)
+    if edge_attr is not None:
+        ce = edge_attr.shape[1] // heads
+        a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
+        ea = edge_attr.index_select(0, split.hub_edge_coo).to(f32)
+        s = s + (ea.view(-1, heads, ce) * a_edge).sum(-1)
+    return reference.activation(s, activation, activation_alpha)
+
+
+HUB_CHUNK_ELEMS = 2**26  # GATv2 logits of the hub edges in blocks of at most this many [edge, H, C] elements
+
+
+def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor,
+                      edge_attr: Tensor | None, heads: int, activation: str, activation_alpha: float,
+                      f32: torch.dtype) -> Tensor:
+    """``[E_h, H]`` GATv2 logits ``a . act(x_j + x_i (+ f_e))`` of the hub edges, in blocks whose ``[n, H, C]``
+    intermediates the backward recomputes (``torch.utils.checkpoint``) rather than keeps."""
+    from torch.utils.checkpoint import checkpoint
+
+    d = x_src.shape[1]
+    c = d // heads
+    a = attn_weights.to(f32).view(heads, c)
+
+    def block(src: Tensor, dst: Tensor, coo: Tensor, xs: Tensor, xd: Tensor, a: Tensor,
+              ea: Tensor | None) -> Tensor:
+        z = xs.index_select(0, src).to(f32) + xd.index_select(0, dst).to(f32)
+        if ea is not None:
+            z = z + ea.index_select(0, coo).to(f32)
+        return (reference.activation(z.view(-1, heads, c), activation, activation_alpha) * a).sum(-1)
+
+    n = split.hub_edge_src.numel()
+    step = max(1, HUB_CHUNK_ELEMS // d)
+    parts = []
+    for i in range(0, n, step):
+        sl = slice(i, i + step)
+        args = (split.hub_edge_src[sl], split.hub_edge_dst[sl], split.hub_edge_coo[sl], x_src, x_dst, a, edge_attr)
+        if torch.is_grad_enabled() and n > step:
+            parts.append(checkpoint(block, *args, use_reentrant=False))
+        else:
+            parts.append(block(*args))
+    return parts[0] if len(parts) == 1 else torch.cat(parts)

@@ -27,6 +27,7 @@ def gatv2(
     deterministic: bool = False,
     grad_precision: str = "auto",
     backend: str = "auto",
+    max_degree: int | str | None = "auto",
 ) -> Tensor | tuple[Tensor, Tensor]:
     r"""Multi-head GATv2 ("dynamic") attention over each destination's incoming edges.
 
@@ -42,6 +43,10 @@ def gatv2(
         return_attention, deterministic, grad_precision, backend: as in :func:`cudnn_gnn.gat`.
         attn_weights: ``[H*C]``, the flattened ``att [H, C]``.
         edge_attr: ``[E, H*C]`` projected edge features in COO order (PyG's ``lin_edge(edge_attr)``).
+        max_degree: an int ``B`` runs the kernels on the hub-split rewrite of the graph, as in
+            :func:`cudnn_gnn.gat`. Experimental for GATv2: the exact merge needs the logits of the split
+            destinations' edges, computed here in ``[block, H, C]`` pieces that the backward recomputes; its
+            speed on the GPU has not been measured, so ``"auto"`` (default) and ``None`` never split GATv2.
 
     Shapes: ``out`` ``[Nd, H*C]`` or ``[Nd, C]``; ``alpha`` ``[E, H]`` float32, COO order.
 
@@ -57,5 +62,5 @@ def gatv2(
         v2=True, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=concat,
         activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
-        grad_precision=grad_precision, backend=backend,
+        grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )

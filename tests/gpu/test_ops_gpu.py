@@ -307,8 +307,8 @@ def test_precompile_builds_what_later_calls_use():
 
 @pytest.mark.parametrize("max_degree", [4, 64])
 def test_max_degree_rewrite_matches_the_plain_call(max_degree):
-    """gat(..., max_degree=B) on cuDNN (hubs split into bounded rows, merged exactly) against the plain cuDNN call
-    and the reference: outputs, attention and every gradient, with a hub destination and a hub source."""
+    """gat(..., max_degree=B) on cuDNN (hubs split into bounded rows, merged exactly) against the reference:
+    outputs, attention and every gradient, with a hub destination and a hub source."""
     g_ = torch.Generator().manual_seed(21)
     n, e = 600, 12000
     src, dst = torch.randint(0, n, (e,), generator=g_), torch.randint(2, n, (e,), generator=g_)
@@ -374,3 +374,23 @@ def test_auto_splits_a_hub_graph_and_matches_the_reference():
     _run(gat, False, g2, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
          deterministic=True)
     assert not any(isinstance(k, tuple) and k[0] == "hub_split" for k in g2._cache)
+
+
+def test_gatv2_max_degree_rewrite_matches_the_reference():
+    """gatv2(..., max_degree=B) on cuDNN (experimental: hub logits in recomputed blocks) against the reference."""
+    g_ = torch.Generator().manual_seed(23)
+    n, e = 600, 12000
+    src, dst = torch.randint(0, n, (e,), generator=g_), torch.randint(2, n, (e,), generator=g_)
+    dst[:3000], src[3000:6000] = 5, 7
+    ei = torch.stack([src, dst])[:, torch.randperm(e, generator=g_)].to(DEV)
+    g = CscGraph.from_edge_index(ei, num_nodes=n)
+    xs = torch.randn(n, 64, device=DEV)
+    w = torch.randn(64, device=DEV) * 0.3
+    edge = torch.randn(e, 64, device=DEV)
+    ref = _run(gatv2, True, g, xs.double(), xs.double(), w.double(), edge.double(), 4, torch.float64,
+               backend="reference", bipartite=False, concat=True)
+    got = _run(gatv2, True, g, xs, xs, w, edge, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
+               max_degree=64)
+    assert ("hub_split", 64) in g._cache
+    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+        assert _rel(a, b) < 1e-4
