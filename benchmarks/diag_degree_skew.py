@@ -6,7 +6,8 @@ benchmark uses (``cudnn_gnn.datasets.synthetic_ogbn("ogbn-arxiv")``, symmetrised
 ``GATConv``, ``cudnn_gnn.gat`` without hub splitting (``max_degree=None``), the frontend's ``cudnn.gnn.mha_gat``
 on the same CSC without the map (the call the device README timed), ``cudnn_gnn.gat`` with its default
 ``max_degree="auto"``, and ``cudnn_gnn.gat(..., max_degree=B)`` (hubs split into virtual nodes, merged exactly) for
-B in SPLIT_DEGREES, plus the largest in- and out-degrees.
+B in SPLIT_DEGREES; then GATv2 (``share_weights``, one projection): PyG's ``GATv2Conv``, ``cudnn_gnn.gatv2``
+plain and with the experimental ``max_degree=256``; plus the largest in- and out-degrees.
 
     python benchmarks/diag_degree_skew.py --out skew.json
 """
@@ -49,7 +50,7 @@ def main() -> None:
     import cudnn  # type: ignore[import-not-found]
     import torch_geometric.nn as pyg_nn
 
-    cudnn_gnn.precompile(["gat"], [torch.float32])
+    cudnn_gnn.precompile(["gat", "gatv2"], [torch.float32])
     result: dict[str, Any] = {"environment": environment(dev), "cases": []}
     torch.manual_seed(0)
     lin = torch.nn.Linear(IN, HEADS * C).to(dev)
@@ -68,6 +69,8 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
     outdeg = torch.bincount(ei[0], minlength=n)
     raw_graph = cudnn.gnn.CscGraph(g.offsets, g.indices, n)
     pyg = pyg_nn.GATConv(IN, C, heads=HEADS, add_self_loops=False).to(dev)
+    pyg2 = pyg_nn.GATv2Conv(IN, C, heads=HEADS, add_self_loops=False, share_weights=True).to(dev)
+    w2 = w[: HEADS * C]
     grad = torch.randn(n, HEADS * C, device=dev)
     impls = {
         "pyg": lambda: pyg(x, ei),
@@ -78,6 +81,10 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
         **{f"cudnn_gnn.gat max_degree={b}": (lambda b=b: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
                                                                        max_degree=b))
            for b in SPLIT_DEGREES},
+        "pyg GATv2": lambda: pyg2(x, ei),
+        "cudnn_gnn.gatv2": lambda: cudnn_gnn.gatv2(g, lin(x), w2, heads=HEADS, backend="cudnn"),
+        "cudnn_gnn.gatv2 max_degree=256": lambda: cudnn_gnn.gatv2(g, lin(x), w2, heads=HEADS, backend="cudnn",
+                                                                  max_degree=256),
     }
     for impl, fn in impls.items():
         for pass_ in ("fwd", "fwd+bwd"):
