@@ -51,10 +51,14 @@ class GATConv(MessagePassing):
         out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim, fill_value, bias,
             residual, **kwargs: as in PyG (``aggr`` must stay ``'add'`` and ``flow`` ``'source_to_target'``).
         backend: ``"auto"`` (cuDNN on CUDA where available, else the reference), ``"cudnn"`` or ``"reference"``.
-        deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once).
+        deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once). It also turns
+            off hub splitting (below), whose merge uses atomics.
         grad_precision: ``"auto"`` (float32 gradient arithmetic for half inputs), ``"fp32"`` or ``"input"``.
         cache_graph: keep the CSC form of a raw ``edge_index`` between forwards (keyed by the tensor's identity
-            and version). Off: convert on every forward.
+            and version). Off: convert on every forward (and no hub splitting, which needs the graph's degrees).
+
+    On cuDNN, graphs with strongly skewed degrees are run with their hubs split into bounded rows and the rows
+    merged exactly (:func:`cudnn_gnn.gat`'s ``max_degree="auto"``); the split is built once per cached graph.
 
     Shapes:
         - **input:** node features ``(|V|, F_in)`` or ``((|V_s|, F_s), (|V_t|, F_t))`` (``x_dst`` may be None);
