@@ -358,3 +358,39 @@ def test_cudnn_sdpa_marks_the_process(monkeypatch):
     q = torch.randn(5, 2, 8, dtype=torch.bfloat16)
     _cudnn_sdpa.sdpa_varlen(q, q, q, torch.tensor([0, 2, 5]), 3, 0.5)
     assert _cudnn_sdpa.used_in_process()
+
+
+def test_cuda_kernel_wrappers_pass_results_through_and_explain_the_known_failure(monkeypatch):
+    """_fwd_cuda/_bwd_cuda with a stand-in frontend (CPU tensors): results pass through (rows without edges
+    zeroed), a SUBLIBRARY_UNAVAILABLE failure after cuDNN SDPA comes back explained, chained to the original."""
+    from types import SimpleNamespace
+
+    from cudnn_gnn.backends import _cudnn, _cudnn_sdpa
+
+    offsets = torch.tensor([0, 2, 2, 3], dtype=torch.int32)  # destination 1 has no edges
+    indices = torch.tensor([1, 2, 0], dtype=torch.int32)
+    x = torch.randn(3, 4)
+    call = _cudnn.GatCall(offsets, indices, None, None, None, 3, x, x, None, torch.randn(8), None, False, 2, True,
+                          "leaky_relu", 0.2, False, False)
+    out = torch.ones(3, 4)
+    sm = torch.zeros(2, 2, 3)
+    grads = (torch.ones(3, 4), torch.ones(3, 4), torch.empty(0), torch.ones(8))
+    ok = SimpleNamespace(gnn_mha_gat_fwd=SimpleNamespace(default=lambda *a: (out, torch.empty(0), sm)),
+                         gnn_mha_gat_bwd=SimpleNamespace(default=lambda *a: grads))
+    monkeypatch.setattr(_cudnn, "_frontend", lambda: ok)
+    got = _cudnn._fwd_cuda(*call, False)
+    assert torch.equal(got[0][1], torch.zeros(4)) and torch.equal(got[0][0], torch.ones(4)) and got[2] is sm
+    gs, gd, _, gw = _cudnn._bwd_cuda(torch.ones(3, 4), None, sm, torch.empty(0), *call)
+    assert torch.equal(gd[1], torch.zeros(4)) and gw is grads[3]
+
+    def fail(*a):
+        raise RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
+
+    bad = SimpleNamespace(gnn_mha_gat_fwd=SimpleNamespace(default=fail), gnn_mha_gat_bwd=SimpleNamespace(default=fail))
+    monkeypatch.setattr(_cudnn, "_frontend", lambda: bad)
+    monkeypatch.setattr(_cudnn_sdpa, "_USED", True)
+    for run in (lambda: _cudnn._fwd_cuda(*call, False),
+                lambda: _cudnn._bwd_cuda(torch.ones(3, 4), None, sm, torch.empty(0), *call)):
+        with pytest.raises(RuntimeError, match="backend='flash'") as info:
+            run()
+        assert "SUBLIBRARY_UNAVAILABLE" in str(info.value.__cause__)
