@@ -55,6 +55,22 @@ def _graph(n_src, n_dst, e, seed, zero_deg=True):
     return torch.stack([src, dst]).to(DEV)
 
 
+def _assert_matches(got, ref):
+    """Output, attention and every gradient of two ``_run`` results within 1e-4 relative."""
+    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+        assert _rel(a, b) < 1e-4
+
+
+def _hub_graph(seed: int, n: int = 600, e: int = 12000) -> CscGraph:
+    """Shuffled random edges plus a hub destination (node 5, e/4 edges) and a hub source (node 7, e/4 edges);
+    nodes 0 and 1 have no incoming edges."""
+    g_ = torch.Generator().manual_seed(seed)
+    src, dst = torch.randint(0, n, (e,), generator=g_), torch.randint(2, n, (e,), generator=g_)
+    dst[: e // 4], src[e // 4: e // 2] = 5, 7
+    ei = torch.stack([src, dst])[:, torch.randperm(e, generator=g_)].to(DEV)
+    return CscGraph.from_edge_index(ei, num_nodes=n)
+
+
 def _run(fn, v2, graph, xs, xd, w, edge, heads, dtype, *, backend, bipartite, **kw):
     leaves = [t.detach().to(dtype).requires_grad_() for t in (xs, xd, w)]
     e_leaf = None if edge is None else edge.detach().to(dtype).requires_grad_()
@@ -134,8 +150,7 @@ def test_every_activation(op, activation):
     kw = dict(heads=4, activation=activation, activation_alpha=alpha, bipartite=False, concat=True)
     ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), None, dtype=torch.float64, backend="reference", **kw)
     got = _run(fn, v2, g, xs, xs, w, None, dtype=torch.float32, backend="cudnn", **kw)
-    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
-        assert _rel(a, b) < 1e-4
+    _assert_matches(got, ref)
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -150,8 +165,7 @@ def test_dropout_mask_and_drawn_dropout(op):
     ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), None, dtype=torch.float64, backend="reference",
                **{**kw, "dropout_mask": mask.double()})
     got = _run(fn, v2, g, xs, xs, w, None, dtype=torch.float32, backend="cudnn", **kw)
-    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
-        assert _rel(a, b) < 1e-4
+    _assert_matches(got, ref)
     torch.manual_seed(11)
     a = fn(g, xs, w, heads=4, dropout=0.4, training=True, backend="cudnn")
     torch.manual_seed(11)
@@ -309,12 +323,8 @@ def test_precompile_builds_what_later_calls_use():
 def test_max_degree_rewrite_matches_the_plain_call(max_degree):
     """gat(..., max_degree=B) on cuDNN (hubs split into bounded rows, merged exactly) against the reference:
     outputs, attention and every gradient, with a hub destination and a hub source."""
-    g_ = torch.Generator().manual_seed(21)
     n, e = 600, 12000
-    src, dst = torch.randint(0, n, (e,), generator=g_), torch.randint(2, n, (e,), generator=g_)
-    dst[:3000], src[3000:6000] = 5, 7
-    ei = torch.stack([src, dst])[:, torch.randperm(e, generator=g_)].to(DEV)
-    g = CscGraph.from_edge_index(ei, num_nodes=n)
+    g = _hub_graph(21, n, e)
     xs = torch.randn(n, 64, device=DEV)
     w = torch.randn(128 + 8, device=DEV) * 0.3
     edge = torch.randn(e, 8, device=DEV)
@@ -322,8 +332,7 @@ def test_max_degree_rewrite_matches_the_plain_call(max_degree):
                backend="reference", bipartite=False, concat=True)
     got = _run(gat, False, g, xs, xs, w, edge, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
                max_degree=max_degree)
-    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
-        assert _rel(a, b) < 1e-4
+    _assert_matches(got, ref)
 
 
 @pytest.mark.parametrize("op", sorted(OPS))
@@ -368,8 +377,7 @@ def test_auto_splits_a_hub_graph_and_matches_the_reference():
                bipartite=False, concat=True)
     got = _run(gat, False, g, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False, concat=True)
     assert ("hub_split", AUTO_SPLIT_DEGREE) in g._cache
-    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
-        assert _rel(a, b) < 1e-4
+    _assert_matches(got, ref)
     g2 = CscGraph.from_edge_index(ei, num_nodes=n)
     _run(gat, False, g2, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
          deterministic=True)
@@ -378,12 +386,8 @@ def test_auto_splits_a_hub_graph_and_matches_the_reference():
 
 def test_gatv2_max_degree_rewrite_matches_the_reference():
     """gatv2(..., max_degree=B) on cuDNN (experimental: hub logits in recomputed blocks) against the reference."""
-    g_ = torch.Generator().manual_seed(23)
     n, e = 600, 12000
-    src, dst = torch.randint(0, n, (e,), generator=g_), torch.randint(2, n, (e,), generator=g_)
-    dst[:3000], src[3000:6000] = 5, 7
-    ei = torch.stack([src, dst])[:, torch.randperm(e, generator=g_)].to(DEV)
-    g = CscGraph.from_edge_index(ei, num_nodes=n)
+    g = _hub_graph(23, n, e)
     xs = torch.randn(n, 64, device=DEV)
     w = torch.randn(64, device=DEV) * 0.3
     edge = torch.randn(e, 64, device=DEV)
@@ -392,5 +396,4 @@ def test_gatv2_max_degree_rewrite_matches_the_reference():
     got = _run(gatv2, True, g, xs, xs, w, edge, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
                max_degree=64)
     assert ("hub_split", 64) in g._cache
-    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
-        assert _rel(a, b) < 1e-4
+    _assert_matches(got, ref)

@@ -251,17 +251,23 @@ def test_sparse_tensor_form() -> None:  # pragma: no cover - needs torch_sparse
 
 
 # ------------------------------------------------------------------------------------------------ module parity
+def same_init(pyg_cls: type, our_cls: type, args: tuple, kw: dict[str, Any]) -> tuple[Any, Any]:
+    """Both layers built from the same seed: same ``repr``, same ``state_dict`` keys in order, equal values."""
+    torch.manual_seed(7)
+    pyg = pyg_cls(*args, **kw)
+    torch.manual_seed(7)
+    ours = our_cls(*args, **kw)
+    assert repr(ours) == repr(pyg)
+    sp, so = pyg.state_dict(), ours.state_dict()
+    assert list(sp) == list(so)
+    for k in sp:
+        assert torch.equal(sp[k], so[k]), k
+    return pyg, ours
+
+
 def test_same_init_repr_and_state_dict_keys() -> None:
     for args, kw in (((8, 4), dict(heads=3, edge_dim=2, residual=True)), (((8, 6), 4), dict(bias=False))):
-        torch.manual_seed(7)
-        pyg = pyg_nn.GATConv(*args, **kw)
-        torch.manual_seed(7)
-        ours = GATConv(*args, **kw)
-        assert repr(ours) == repr(pyg)
-        sp, so = pyg.state_dict(), ours.state_dict()
-        assert list(sp) == list(so)
-        for k in sp:
-            assert torch.equal(sp[k], so[k]), k
+        pyg, ours = same_init(pyg_nn.GATConv, GATConv, args, kw)
         torch.manual_seed(8)
         pyg.reset_parameters()
         torch.manual_seed(8)

@@ -12,7 +12,7 @@ from torch_geometric.utils import to_torch_csr_tensor
 from cudnn_gnn import CscGraph
 from cudnn_gnn.layers import GATv2Conv
 
-from .test_gat_conv import DT, GRAPHS, _gen, features, make_pair, run_parity
+from .test_gat_conv import DT, GRAPHS, _gen, features, make_pair, run_parity, same_init
 
 CONFIGS = [  # heads, concat, bias, residual, edge_dim, fill_value, add_self_loops, share_weights
     (1, True, True, False, None, "mean", True, False),
@@ -63,14 +63,8 @@ def test_edge_index_forms_match_pyg(form: str, loops: bool) -> None:
 def test_same_init_repr_and_state_dict() -> None:
     for args, kw in (((8, 4), dict(heads=3, edge_dim=2, residual=True)), (((8, 6), 4), dict(share_weights=False)),
                      ((8, 4), dict(share_weights=True, bias=False))):
-        torch.manual_seed(7)
-        pyg = pyg_nn.GATv2Conv(*args, **kw)
-        torch.manual_seed(7)
-        ours = GATv2Conv(*args, **kw)
-        assert repr(ours) == repr(pyg)
+        pyg, ours = same_init(pyg_nn.GATv2Conv, GATv2Conv, args, kw)
         sp, so = pyg.state_dict(), ours.state_dict()
-        assert list(sp) == list(so)
-        assert all(torch.equal(sp[k], so[k]) for k in sp)
         ours.load_state_dict(sp, strict=True)
         pyg.load_state_dict(so, strict=True)
 
