@@ -66,9 +66,7 @@ class HubSplit:
         r = self._cache.get("row_of_coo_edge")
         if r is None:
             g = self.graph
-            counts = (g.offsets[1:] - g.offsets[:-1]).long()
-            row_of_edge = torch.repeat_interleave(torch.arange(counts.numel(), device=g.device), counts,
-                                                  output_size=g.num_edges)
+            row_of_edge = g.dst_index.long()  # the split graph's destinations are the rows
             if g.map_csc_to_coo is None:
                 r = row_of_edge
             else:
@@ -90,7 +88,11 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     e = src.numel()
     deg = offsets[1:] - offsets[:-1]
     out_deg = torch.bincount(src, minlength=graph.num_src_nodes)
-    if e == 0 or (int(deg.max()) <= b and int(out_deg.max()) <= b):
+    # the degrees' maxima, cached on the graph (the auto policy read them already); computed where not kept
+    degrees = graph.max_degrees()  # None only for graphs marked as rebuilt every call
+    if degrees is None:
+        degrees = (int(deg.max()), int(out_deg.max()))
+    if e == 0 or max(degrees) <= b:
         graph._cache[key] = None
         return None
     n_dst = deg.numel()
