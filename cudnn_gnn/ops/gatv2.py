@@ -43,10 +43,10 @@ def gatv2(
         return_attention, deterministic, grad_precision, backend: as in :func:`cudnn_gnn.gat`.
         attn_weights: ``[H*C]``, the flattened ``att [H, C]``.
         edge_attr: ``[E, H*C]`` projected edge features in COO order (PyG's ``lin_edge(edge_attr)``).
-        max_degree: an int ``B`` runs the kernels on the hub-split rewrite of the graph, as in
-            :func:`cudnn_gnn.gat`. Experimental for GATv2: the exact merge needs the logits of the split
-            destinations' edges, computed here in ``[block, H, C]`` pieces that the backward recomputes; its
-            speed on the GPU has not been measured, so ``"auto"`` (default) and ``None`` never split GATv2.
+        max_degree: as in :func:`cudnn_gnn.gat` (default ``"auto"``: hubs of skewed graphs split on cuDNN). The
+            exact merge needs the logits of the split destinations' edges, computed in ``[block, H, C]`` pieces
+            that the backward recomputes. H200, arxiv-size power-law graph, fp32 forward+backward: 19.0 ms split
+            against PyG's 50.5 ms in the same run; the plain call took 156 ms in an earlier run.
 
     Shapes: ``out`` ``[Nd, H*C]`` or ``[Nd, C]``; ``alpha`` ``[E, H]`` float32, COO order.
 
