@@ -116,9 +116,45 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
     )
 
 
-def _fwd_cuda(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    c = GatCall(*args[:_N_CALL])
-    return_attention = bool(args[_N_CALL])
+# cuDNN 9.28.1's GAT kernels (not GATv2's) fail to launch for some shapes whose per-head width C is not a multiple
+# of 4 (H200: `cuLaunchKernel failed: invalid argument`, then CUDNN_STATUS_EXECUTION_FAILED). Measured without the
+# CSC->COO map: 3 x 250 and 2 x 250 failed in backward, 2 x 375 in forward, while 1 x 250, 1 x 750 and 6 x 125
+# ran; with the map (returned attention): 1 x 250 failed in backward, 1 x 375 in forward. Every shape with C a
+# multiple of 4 ran (C = 8 ... 1024, up to 16 heads). So GAT pads each head to the next multiple of 4 with zero
+# features and zero attention weights: the logits, the softmax and the first C output columns are unchanged.
+CHANNEL_MULTIPLE = 4
+
+
+def _padded_channels(c: GatCall) -> tuple[int, int]:
+    """``(C, Cp)``: the per-head width and the width the kernel gets (``Cp == C`` when no padding is needed)."""
+    ch = c.x_src.shape[1] // c.heads
+    if c.v2 or ch % CHANNEL_MULTIPLE == 0:
+        return ch, ch
+    return ch, -(-ch // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
+
+
+def _pad_heads(t: Tensor, heads: int, pad: int) -> Tensor:
+    """``[..., H*C]`` -> ``[..., H*(C+pad)]``, zeros after each head's C columns."""
+    lead = t.shape[:-1]
+    return torch.nn.functional.pad(t.reshape(*lead, heads, -1), (0, pad)).reshape(*lead, -1)
+
+
+def _unpad_heads(t: Tensor, heads: int, ch: int) -> Tensor:
+    lead = t.shape[:-1]
+    return t.reshape(*lead, heads, -1)[..., :ch].reshape(*lead, heads * ch)
+
+
+def _padded_call(c: GatCall, ch: int, cp: int) -> GatCall:
+    """The GAT call with every head widened from ``ch`` to ``cp`` (zero features, zero attention weights)."""
+    d, pad = c.x_src.shape[1], cp - ch
+    xs = _pad_heads(c.x_src, c.heads, pad)
+    xd = xs if c.x_dst is c.x_src else _pad_heads(c.x_dst, c.heads, pad)
+    w = c.attn_weights
+    w = torch.cat([_pad_heads(w[:d], c.heads, pad), _pad_heads(w[d:2 * d], c.heads, pad), w[2 * d:]])
+    return c._replace(x_src=xs, x_dst=xd, attn_weights=w)
+
+
+def _fwd_kernel(c: GatCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     ops = _frontend()
     feat_dt, w_dt = _grad_dtypes(c)
     common = (
@@ -134,6 +170,18 @@ def _fwd_cuda(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
             act = sm.new_empty(0)
     except RuntimeError as exc:
         raise explain_failure(exc) from exc
+    return out, att, sm, act
+
+
+def _fwd_cuda(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    c = GatCall(*args[:_N_CALL])
+    return_attention = bool(args[_N_CALL])
+    ch, cp = _padded_channels(c)
+    if cp == ch:
+        out, att, sm, act = _fwd_kernel(c, return_attention)
+    else:
+        out, att, sm, act = _fwd_kernel(_padded_call(c, ch, cp), return_attention)
+        out = _unpad_heads(out, c.heads, ch) if c.concat else out[:, :ch]
     out = torch.where(_dst_with_edges(c), out, 0)
     return out, att, sm, act
 
@@ -150,8 +198,7 @@ def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return out, att, sm, act
 
 
-def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: Any):
-    c = GatCall(*args)
+def _bwd_kernel(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, c: GatCall):
     ops = _frontend()
     feat_dt, w_dt = _grad_dtypes(c)
     head = (grad_out, grad_attention, c.offsets, c.indices, c.map_csc_to_coo, c.x_src, c.x_dst, c.edge_attr,
@@ -160,11 +207,24 @@ def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: 
             c.csc_rev_offsets, c.map_rev_to_coo, c.deterministic)
     try:
         if c.v2:
-            gs, gd, ge, gw = ops.gnn_mha_gat_v2_bwd.default(*head, act, *tail, feat_dt)
-        else:
-            gs, gd, ge, gw = ops.gnn_mha_gat_bwd.default(*head, *tail, feat_dt, w_dt)
+            return ops.gnn_mha_gat_v2_bwd.default(*head, act, *tail, feat_dt)
+        return ops.gnn_mha_gat_bwd.default(*head, *tail, feat_dt, w_dt)
     except RuntimeError as exc:
         raise explain_failure(exc) from exc
+
+
+def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: Any):
+    c = GatCall(*args)
+    ch, cp = _padded_channels(c)
+    if cp == ch:
+        gs, gd, ge, gw = _bwd_kernel(grad_out, grad_attention, sm, act, c)
+    else:
+        pad = cp - ch
+        g_out = _pad_heads(grad_out, c.heads, pad) if c.concat else torch.nn.functional.pad(grad_out, (0, pad))
+        gs, gd, ge, gw = _bwd_kernel(g_out.contiguous(), grad_attention, sm, act, _padded_call(c, ch, cp))
+        gs, gd = _unpad_heads(gs, c.heads, ch), _unpad_heads(gd, c.heads, ch)
+        dp = c.heads * cp
+        gw = torch.cat([_unpad_heads(gw[:dp], c.heads, ch), _unpad_heads(gw[dp:2 * dp], c.heads, ch), gw[2 * dp:]])
     return torch.where(_src_with_edges(c), gs, 0), torch.where(_dst_with_edges(c), gd, 0), ge, gw
 
 

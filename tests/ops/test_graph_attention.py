@@ -369,19 +369,19 @@ def test_cuda_kernel_wrappers_pass_results_through_and_explain_the_known_failure
 
     offsets = torch.tensor([0, 2, 2, 3], dtype=torch.int32)  # destination 1 has no edges
     indices = torch.tensor([1, 2, 0], dtype=torch.int32)
-    x = torch.randn(3, 4)
-    call = _cudnn.GatCall(offsets, indices, None, None, None, 3, x, x, None, torch.randn(8), None, False, 2, True,
+    x = torch.randn(3, 8)
+    call = _cudnn.GatCall(offsets, indices, None, None, None, 3, x, x, None, torch.randn(16), None, False, 2, True,
                           "leaky_relu", 0.2, False, False)
-    out = torch.ones(3, 4)
+    out = torch.ones(3, 8)
     sm = torch.zeros(2, 2, 3)
-    grads = (torch.ones(3, 4), torch.ones(3, 4), torch.empty(0), torch.ones(8))
+    grads = (torch.ones(3, 8), torch.ones(3, 8), torch.empty(0), torch.ones(16))
     ok = SimpleNamespace(gnn_mha_gat_fwd=SimpleNamespace(default=lambda *a: (out, torch.empty(0), sm)),
                          gnn_mha_gat_bwd=SimpleNamespace(default=lambda *a: grads))
     monkeypatch.setattr(_cudnn, "_frontend", lambda: ok)
     got = _cudnn._fwd_cuda(*call, False)
-    assert torch.equal(got[0][1], torch.zeros(4)) and torch.equal(got[0][0], torch.ones(4)) and got[2] is sm
-    gs, gd, _, gw = _cudnn._bwd_cuda(torch.ones(3, 4), None, sm, torch.empty(0), *call)
-    assert torch.equal(gd[1], torch.zeros(4)) and gw is grads[3]
+    assert torch.equal(got[0][1], torch.zeros(8)) and torch.equal(got[0][0], torch.ones(8)) and got[2] is sm
+    gs, gd, _, gw = _cudnn._bwd_cuda(torch.ones(3, 8), None, sm, torch.empty(0), *call)
+    assert torch.equal(gd[1], torch.zeros(8)) and gw is grads[3]
 
     def fail(*a):
         raise RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
@@ -390,7 +390,89 @@ def test_cuda_kernel_wrappers_pass_results_through_and_explain_the_known_failure
     monkeypatch.setattr(_cudnn, "_frontend", lambda: bad)
     monkeypatch.setattr(_cudnn_sdpa, "_USED", True)
     for run in (lambda: _cudnn._fwd_cuda(*call, False),
-                lambda: _cudnn._bwd_cuda(torch.ones(3, 4), None, sm, torch.empty(0), *call)):
+                lambda: _cudnn._bwd_cuda(torch.ones(3, 8), None, sm, torch.empty(0), *call)):
         with pytest.raises(RuntimeError, match="backend='flash'") as info:
             run()
         assert "SUBLIBRARY_UNAVAILABLE" in str(info.value.__cause__)
+
+
+def _cpu_frontend(v2: bool):
+    """A stand-in for the frontend's ops (``torch.ops.cudnn.gnn_mha_gat*``) that runs the CPU kernels, so the
+    CUDA wrappers' bookkeeping (here: head groups) runs on CPU with the frontend's argument order."""
+    from types import SimpleNamespace
+
+    from cudnn_gnn.backends import _cudnn
+
+    def call(offsets, indices, cmap, xs, xd, edge, w, mask, ns, heads, concat, act, alpha, rev, rmap, det):
+        return _cudnn.GatCall(offsets, indices, cmap, rev, rmap, ns, xs, xd, edge, w, mask, v2, heads, concat, act,
+                              alpha, det, False)
+
+    def fwd(*a):
+        out, att, sm, act = _cudnn._fwd_cpu(*call(*a[:13], *a[14:17]), a[13])
+        return (out, att, sm, act) if v2 else (out, att, sm)
+
+    def bwd(*a):
+        grad_out, grad_att, offsets, indices, cmap, xs, xd, edge, w, sm = a[:10]
+        rest = a[10:]
+        act, rest = (rest[0], rest[1:]) if v2 else (torch.empty(0), rest)
+        mask, ns, heads, concat, act_name, alpha, rev, rmap, det = rest[:9]
+        c = call(offsets, indices, cmap, xs, xd, edge, w, mask, ns, heads, concat, act_name, alpha, rev, rmap, det)
+        return _cudnn._bwd_cpu(grad_out, grad_att, sm, act, *c)
+
+    return SimpleNamespace(gnn_mha_gat_fwd=SimpleNamespace(default=fwd), gnn_mha_gat_bwd=SimpleNamespace(default=bwd),
+                           gnn_mha_gat_v2_fwd=SimpleNamespace(default=fwd), gnn_mha_gat_v2_bwd=SimpleNamespace(default=bwd))
+
+
+@pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
+@pytest.mark.parametrize("c", [3, 5, 6], ids=["c3", "c5", "c6"])
+def test_gat_heads_padded_to_a_multiple_of_4_give_the_unpadded_result(monkeypatch, concat, c):
+    """GAT heads whose width is not a multiple of 4 reach the kernel zero-padded (cuDNN 9.28.1 failed to launch
+    some of those): output, attention and every gradient equal the unpadded call's, with edge features, a
+    dropout mask and an attention cotangent."""
+    from cudnn_gnn.backends import _cudnn
+
+    widths = []
+    frontend = _cpu_frontend(False)
+    fwd = frontend.gnn_mha_gat_fwd.default
+    frontend.gnn_mha_gat_fwd.default = lambda *a: (widths.append(a[3].shape[1]), fwd(*a))[1]
+    monkeypatch.setattr(_cudnn, "_frontend", lambda: frontend)
+    g = torch.Generator().manual_seed(0)
+    n, e, h = 7, 30, 3
+    d = h * c
+    dst = torch.sort(torch.randint(0, n, (e,), generator=g)).values
+    offsets = torch.zeros(n + 1, dtype=torch.int64)
+    offsets[1:] = torch.bincount(dst, minlength=n).cumsum(0)
+    indices = torch.randint(0, n, (e,), generator=g)
+    x = torch.randn(n, d, generator=g, dtype=torch.float64)
+    edge = torch.randn(e, 2 * h, generator=g, dtype=torch.float64)
+    w = torch.randn(2 * d + 2 * h, generator=g, dtype=torch.float64)
+    mask = (torch.rand(h, e, generator=g) > 0.3).float() / 0.7
+    call = _cudnn.GatCall(offsets, indices, None, None, None, n, x, x, edge, w, mask, False, h, concat,
+                          "leaky_relu", 0.2, False, False)
+    grad_out = torch.randn(n, d if concat else c, generator=g, dtype=torch.float64)
+    grad_att = torch.randn(h, e, generator=g)
+
+    def run(multiple):
+        monkeypatch.setattr(_cudnn, "CHANNEL_MULTIPLE", multiple)
+        out, att, sm, act = _cudnn._fwd_cuda(*call, True)
+        return (out, att, *_cudnn._bwd_cuda(grad_out, grad_att, sm, act, *call))
+
+    padded, plain = run(4), run(1)
+    assert widths == [h * (-(-c // 4) * 4), d]
+    for got, want in zip(padded, plain):
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_only_gat_heads_off_a_multiple_of_4_are_padded():
+    from cudnn_gnn.backends import _cudnn
+
+    def call(v2, h, c):
+        x = torch.empty(2, h * c)
+        return _cudnn.GatCall(None, None, None, None, None, 2, x, x, None, None, None, v2, h, True, "elu", 1.0,
+                              False, False)
+
+    assert _cudnn._padded_channels(call(False, 3, 250)) == (250, 252)
+    assert _cudnn._padded_channels(call(False, 1, 375)) == (375, 376)
+    assert _cudnn._padded_channels(call(False, 8, 32)) == (32, 32)
+    assert _cudnn._padded_channels(call(True, 3, 250)) == (250, 250)

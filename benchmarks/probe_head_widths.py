@@ -1,0 +1,84 @@
+"""Which head shapes (heads x channels, dtype, op, deterministic) cuDNN's GAT / GATv2 kernels launch, forward and
+backward, called without the channel padding the library adds (``_cudnn.CHANNEL_MULTIPLE = 1``) and without hub
+splitting, on a 2,000-node random graph; map-less calls (no attention returned, no edge tensors).
+
+    python benchmarks/probe_head_widths.py probe.jsonl
+
+One JSON line per case; a case that loses the CUDA context restarts the child at the next case. The first child
+builds the kernels (``cudnn_gnn.precompile``, minutes on a fresh machine).
+"""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import torch
+
+CASES = []
+for op in ("gat", "gatv2"):
+    for dt in ("fp32", "bf16"):
+        for h, c in [(8, 32), (4, 128), (1, 512), (2, 256), (4, 160), (1, 640), (3, 200), (1, 700), (3, 250),
+                     (1, 750), (2, 375), (1, 768), (6, 125), (1, 1000), (4, 256), (1, 1024), (2, 512), (8, 128),
+                     (1, 2048), (16, 128), (1, 250), (1, 128), (1, 100), (3, 100), (1, 4096)]:
+            CASES.append((op, dt, h, c, False))
+        for h, c in [(3, 250), (1, 768), (4, 256), (1, 1024)]:
+            CASES.append((op, dt, h, c, True))
+
+
+def child(start, out):
+    import cudnn_gnn
+    from cudnn_gnn.backends import _cudnn
+    _cudnn.CHANNEL_MULTIPLE = 1  # the raw kernels: no padding
+    dev = "cuda"
+    if start == 0:
+        t = time.time()
+        r = cudnn_gnn.precompile(["gat", "gatv2"], [torch.float32, torch.bfloat16])
+        print("precompile", round(time.time() - t, 1), r, flush=True)
+    n, e = 2000, 20000
+    ei = torch.randint(0, n, (2, e), generator=torch.Generator().manual_seed(0)).to(dev)
+    graph = cudnn_gnn.CscGraph.from_edge_index(ei, num_nodes=n)
+    for i in range(start, len(CASES)):
+        op, dt, h, c, det = CASES[i]
+        dtype = torch.float32 if dt == "fp32" else torch.bfloat16
+        d = h * c
+        rec = dict(i=i, op=op, dtype=dt, heads=h, channels=c, dim=d, det=det)
+        t = time.time()
+        try:
+            x = torch.randn(n, d, device=dev, dtype=dtype, requires_grad=True)
+            w = (torch.randn(d if op == "gatv2" else 2 * d, device=dev, dtype=dtype) * 0.1).requires_grad_()
+            fn = cudnn_gnn.gatv2 if op == "gatv2" else cudnn_gnn.gat
+            o = fn(graph, x, w, heads=h, deterministic=det, backend="cudnn", max_degree=None)
+            torch.cuda.synchronize()
+            rec["fwd"] = "ok"
+            o.float().sum().backward()
+            torch.cuda.synchronize()
+            rec["bwd"] = "ok"
+        except Exception as exc:
+            rec["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        rec["s"] = round(time.time() - t, 2)
+        out.write(json.dumps(rec) + "\n")
+        out.flush()
+        if "error" in rec:  # is the context still usable?
+            try:
+                (torch.randn(10, device=dev) * 2).sum().item()
+            except Exception:
+                sys.exit(3)
+
+
+if __name__ == "__main__":
+    path = sys.argv[1]
+    if len(sys.argv) > 2:
+        with open(path, "a") as f:
+            child(int(sys.argv[2]), f)
+        sys.exit(0)
+    start = 0
+    while start < len(CASES):
+        r = subprocess.run([sys.executable, __file__, path, str(start)], timeout=400)
+        done = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
+        start = (done[-1]["i"] + 1) if done else start + 1
+        if r.returncode == 0:
+            break
+    for rec in (json.loads(line) for line in open(path)):
+        print(rec["op"], rec["dtype"], rec["heads"], rec["channels"], rec["dim"], "det" if rec["det"] else "",
+              rec.get("fwd", "-"), rec.get("bwd", "-"), rec.get("error", "")[:150])
