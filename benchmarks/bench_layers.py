@@ -673,11 +673,12 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
         return None
     ops = [op for op, name in (("gat", "GAT"), ("gatv2", "GATv2")) if name in layers]
     torch_dtypes = [torch.float32 if d == "fp32" else DTYPES[d] for d in dtypes]
+    edges = any(p.graph.edge_dim for p in presets)  # those calls pass the edge map: other kernels
     t0 = time.perf_counter()
-    got = cudnn_gnn.precompile(ops, torch_dtypes, device=device)
+    got = cudnn_gnn.precompile(ops, torch_dtypes, edge_features=edges, device=device)
     if any(i.endswith("_det") for i in impls):
-        got.update({f"{k} deterministic": v for k, v in cudnn_gnn.precompile(ops, torch_dtypes, deterministic=True,
-                                                                            device=device).items()})
+        got.update({f"{k} deterministic": v for k, v in cudnn_gnn.precompile(
+            ops, torch_dtypes, deterministic=True, edge_features=edges, device=device).items()})
     got["wall"] = time.perf_counter() - t0
     print(f"# cuDNN kernels built in {got['wall']:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in got.items()),
           flush=True)

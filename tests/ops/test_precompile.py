@@ -20,11 +20,34 @@ def test_deterministic_forward_only():
     assert list(got) == ["gat/float16"]
 
 
+def test_edge_features_build_both_call_forms(monkeypatch):
+    """edge_features=True adds the calls with edge features (they pass cuDNN the edge map): GAT one per head,
+    as GATConv's folded edge logits, GATv2 one per feature."""
+    import importlib
+
+    pre = importlib.import_module("cudnn_gnn.ops.precompile")  # the module (the package re-exports the function)
+
+    seen = []
+
+    def spy(fn):
+        def call(graph, x, w, *, heads, edge_attr, **kw):
+            seen.append((fn.__name__, None if edge_attr is None else edge_attr.shape[1], w.shape[0]))
+            return fn(graph, x, w, heads=heads, edge_attr=edge_attr, **kw)
+        return call
+
+    monkeypatch.setattr(pre, "_OPS", {k: spy(f) for k, f in pre._OPS.items()})
+    got = cudnn_gnn.precompile(("gat", "gatv2"), [torch.float32], edge_features=True, backend="reference",
+                               device="cpu", max_workers=1)
+    assert list(got) == ["gat/float32", "gat/float32 edge", "gatv2/float32", "gatv2/float32 edge"]
+    assert seen == [("gat", None, 32), ("gat", 2, 34), ("gatv2", None, 16), ("gatv2", 16, 16)]
+
+
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [
     (dict(ops=["gcn"]), ValueError, "ops must name 'gat' or 'gatv2', got 'gcn'"),
     (dict(dtypes=[torch.float64]), ValueError, "dtypes must be float32, float16 or bfloat16, got torch.float64"),
     (dict(ops=[]), ValueError, "ops and dtypes must not be empty"),
     (dict(backward=1), TypeError, "backward must be a bool"),
+    (dict(edge_features="yes"), TypeError, "edge_features must be a bool"),
 ])
 def test_bad_arguments(kwargs, exc, match):
     with pytest.raises(exc, match=match):
