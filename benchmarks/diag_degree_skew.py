@@ -6,8 +6,9 @@ benchmark uses (``cudnn_gnn.datasets.synthetic_ogbn("ogbn-arxiv")``, symmetrised
 ``GATConv``, ``cudnn_gnn.gat`` without hub splitting (``max_degree=None``), the frontend's ``cudnn.gnn.mha_gat``
 on the same CSC without the map (the call the device README timed), ``cudnn_gnn.gat`` with its default
 ``max_degree="auto"``, and ``cudnn_gnn.gat(..., max_degree=B)`` (hubs split into virtual nodes, merged exactly) for
-B in SPLIT_DEGREES; then GATv2 (``share_weights``, one projection): PyG's ``GATv2Conv``, ``cudnn_gnn.gatv2``
-plain and with the experimental ``max_degree=256``; plus the largest in- and out-degrees.
+B in SPLIT_DEGREES; the deterministic GAT plain and split (``max_degree=256``, the sorted-segment merge); then GATv2
+(``share_weights``, one projection): PyG's ``GATv2Conv``, ``cudnn_gnn.gatv2`` plain and with its default
+``max_degree="auto"``; plus the largest in- and out-degrees.
 
     python benchmarks/diag_degree_skew.py --out skew.json
 """
@@ -51,6 +52,7 @@ def main() -> None:
     import torch_geometric.nn as pyg_nn
 
     cudnn_gnn.precompile(["gat", "gatv2"], [torch.float32])
+    cudnn_gnn.precompile(["gat"], [torch.float32], deterministic=True)
     result: dict[str, Any] = {"environment": environment(dev), "cases": []}
     torch.manual_seed(0)
     lin = torch.nn.Linear(IN, HEADS * C).to(dev)
@@ -81,10 +83,14 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
         **{f"cudnn_gnn.gat max_degree={b}": (lambda b=b: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
                                                                        max_degree=b))
            for b in SPLIT_DEGREES},
+        "cudnn_gnn.gat deterministic": lambda: cudnn_gnn.gat(g, lin(x), w, heads=HEADS, backend="cudnn",
+                                                             deterministic=True),
+        "cudnn_gnn.gat deterministic max_degree=256": lambda: cudnn_gnn.gat(
+            g, lin(x), w, heads=HEADS, backend="cudnn", deterministic=True, max_degree=256),
         "pyg GATv2": lambda: pyg2(x, ei),
-        "cudnn_gnn.gatv2": lambda: cudnn_gnn.gatv2(g, lin(x), w2, heads=HEADS, backend="cudnn"),
-        "cudnn_gnn.gatv2 max_degree=256": lambda: cudnn_gnn.gatv2(g, lin(x), w2, heads=HEADS, backend="cudnn",
-                                                                  max_degree=256),
+        "cudnn_gnn.gatv2 max_degree=None": lambda: cudnn_gnn.gatv2(g, lin(x), w2, heads=HEADS, backend="cudnn",
+                                                                   max_degree=None),
+        "cudnn_gnn.gatv2 (auto)": lambda: cudnn_gnn.gatv2(g, lin(x), w2, heads=HEADS, backend="cudnn"),
     }
     for impl, fn in impls.items():
         for pass_ in ("fwd", "fwd+bwd"):
@@ -103,7 +109,7 @@ def measure(name: str, ei: torch.Tensor, lin: torch.nn.Module, w: torch.Tensor, 
             except Exception as exc:  # noqa: BLE001 - record and go on
                 rec["error"] = f"{type(exc).__name__}: {exc}"[:500]
             result["cases"].append(rec)
-            print(f"{name:9s} {impl:28s} {pass_:8s} {rec.get('median_ms', float('nan')):9.2f} ms  "
+            print(f"{name:9s} {impl:44s} {pass_:8s} {rec.get('median_ms', float('nan')):9.2f} ms  "
                   f"max in/out degree {rec['max_in_degree']}/{rec['max_out_degree']} {rec.get('error', '')}", flush=True)
             write_json(out, result)
 

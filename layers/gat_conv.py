@@ -51,7 +51,7 @@ class GATConv(MessagePassing):
             residual, **kwargs: as in PyG (``aggr`` must stay ``'add'`` and ``flow`` ``'source_to_target'``).
         backend: ``"auto"`` (cuDNN on CUDA where available, else the reference), ``"cudnn"`` or ``"reference"``.
         deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once). It also turns
-            off hub splitting (below), whose merge uses atomics.
+            off the automatic hub splitting (below).
         grad_precision: ``"auto"`` (float32 gradient arithmetic for half inputs), ``"fp32"`` or ``"input"``.
         cache_graph: keep the CSC form of a raw ``edge_index`` between forwards (keyed by the tensor's identity
             and version). Off: convert on every forward (and no hub splitting, which needs the graph's degrees).

@@ -20,7 +20,7 @@ from cudnn_gnn._validation import (
 )
 from cudnn_gnn.backends import reference, resolve_backend
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops._hub_split import HubSplit, hub_split, merge_rows
+from cudnn_gnn.ops._hub_split import HubSplit, gather, hub_split, merge_rows
 
 __all__ = ["attention", "make_dropout_mask", "kernel_index_dtype", "GRAD_PRECISIONS"]
 
@@ -48,6 +48,7 @@ EDGE_ELEMS_LIMIT = 2**30
 AUTO_SPLIT_TRIGGER = 1024
 AUTO_SPLIT_SKEW = 32
 AUTO_SPLIT_DEGREE = 256
+AUTO_SPLIT_DETERMINISTIC = False  # the sorted-segment merge is exact on CPU; its GPU speed is not measured yet
 AUTO_SPLIT_GATV2 = True  # arxiv shape, GATv2 fp32 fwd+bwd: 19.0 ms split, PyG 50.5 ms; plain 156 ms (earlier run)
 
 
@@ -70,11 +71,14 @@ def auto_max_degree(graph: CscGraph, which: str, v2: bool, deterministic: bool) 
     on cuDNN whose graph has a hub (a node with more than ``AUTO_SPLIT_TRIGGER`` edges in or out, and more than
     ``AUTO_SPLIT_SKEW`` times the mean degree on that side), else ``None`` (the plain call).
 
-    Never splits a deterministic call (the merge uses atomics), the reference backend (its time does not depend on the degree),
+    Never splits a deterministic call (an explicit ``max_degree`` does, with a merge of sorted segment sums instead
+    of atomics; not yet measured on the GPU), the reference backend (its time does not depend on the degree),
     under ``torch.compile`` (the rewrite has data-dependent sizes), or a graph marked as rebuilt every call (no
     degree sync there). The degree check syncs once per graph.
     """
-    if (v2 and not AUTO_SPLIT_GATV2) or deterministic or which != "cudnn" or torch.compiler.is_compiling():
+    if (v2 and not AUTO_SPLIT_GATV2) or (deterministic and not AUTO_SPLIT_DETERMINISTIC):
+        return None
+    if which != "cudnn" or torch.compiler.is_compiling():
         return None
     degrees = graph.max_degrees()
     if degrees is None:
@@ -218,9 +222,6 @@ def attention(
         raise ValueError(f"max_degree must be 'auto', None or a positive int, got {max_degree!r}")
     if max_degree is not None and max_degree != "auto":
         max_degree = check_int("max_degree", max_degree, minimum=1)
-        if deterministic:
-            raise ValueError(f"max_degree must be None or 'auto' with deterministic=True (the exact merge of split "
-                             f"rows uses atomic scatters), got max_degree={max_degree}")
 
     which = resolve_backend(backend, graph.device)
     dtype = x_src.dtype
@@ -278,8 +279,9 @@ def _split_call(v2: bool, split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_we
                 backend: str) -> Tensor | tuple[Tensor, Tensor]:
     """GAT / GATv2 on the degree-bounded rewrite (``_hub_split``): per-row kernels, then the exact merge."""
     # copies only where a side was split (a graph with source hubs only keeps x_dst as it is, and vice versa)
-    xs = x_src if split.src_of_vsrc.numel() == x_src.shape[0] else x_src.index_select(0, split.src_of_vsrc)
-    xd = x_dst if split.dst_of_row.numel() == x_dst.shape[0] else x_dst.index_select(0, split.dst_of_row)
+    same_src, same_dst = split.src_of_vsrc.numel() == x_src.shape[0], split.dst_of_row.numel() == x_dst.shape[0]
+    xs = x_src if same_src else gather(split, "src_of_vsrc", x_src, split.src_of_vsrc, deterministic)
+    xd = x_dst if same_dst else gather(split, "dst_of_row", x_dst, split.dst_of_row, deterministic)
     rows = attention(
         v2=v2, graph=split.graph, x=(xs, xd),
         attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=True, activation=activation,
@@ -290,7 +292,7 @@ def _split_call(v2: bool, split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_we
     )
     row_out, row_att = rows if isinstance(rows, tuple) else (rows, None)
     out, att = merge_rows(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha,
-                          row_out, row_att, v2=v2)
+                          row_out, row_att, v2=v2, deterministic=deterministic)
     out = (out.reshape(out.shape[0], -1) if concat else out.mean(1)).to(x_src.dtype)
     if return_attention:
         if att is None:  # unreachable: the row call was asked for attention

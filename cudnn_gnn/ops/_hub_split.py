@@ -146,22 +146,76 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     return split
 
 
-def _segment_logsumexp(values: Tensor, segment: Tensor, num_segments: int) -> Tensor:
-    """``[num_segments, H]`` logsumexp of ``values [n, H]`` per segment; ``-inf`` for empty segments."""
+class _SortedGather(torch.autograd.Function):
+    """``src.index_select(0, index)`` whose backward sums the gradient rows per index with a sorted segment sum
+    instead of ``index_add``'s atomics, so that it repeats bitwise (CPU-tested against ``index_add``; the CUDA
+    determinism rests on ``torch.segment_reduce``'s per-segment loop and is tested in tests/gpu, not yet run)."""
+
+    @staticmethod
+    def forward(ctx, src: Tensor, index: Tensor, order: Tensor, targets: Tensor, lengths: Tensor) -> Tensor:
+        ctx.save_for_backward(order, targets, lengths)
+        ctx.n = src.shape[0]
+        return src.index_select(0, index)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        order, targets, lengths = ctx.saved_tensors
+        return _sorted_sum(ctx.n, (order, targets, lengths), grad), None, None, None, None
+
+
+def _segments(split: HubSplit, name: str, index: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(order, targets, lengths)``: ``index`` sorted (stable), the distinct values and how often each occurs.
+    Built once per split and index (one host sync), kept on the split."""
+    key = ("segments", name)
+    got = split._cache.get(key)
+    if got is None:
+        order = torch.sort(index, stable=True)[1]
+        targets, lengths = torch.unique_consecutive(index.index_select(0, order), return_counts=True)
+        got = split._cache[key] = (order, targets, lengths)
+    return got
+
+
+def _sorted_sum(n: int, segments: tuple[Tensor, Tensor, Tensor], values: Tensor) -> Tensor:
+    """``zeros(n, ...).index_add(0, index, values)`` in a fixed order: a segment sum over the sorted rows, then
+    one write per target (the index's ``_segments``)."""
+    order, targets, lengths = segments
+    sums = torch.segment_reduce(values.index_select(0, order), "sum", lengths=lengths, axis=0)
+    return values.new_zeros((n, *values.shape[1:])).index_copy(0, targets, sums)
+
+
+def gather(split: HubSplit, name: str, src: Tensor, index: Tensor, deterministic: bool) -> Tensor:
+    """``src.index_select(0, index)``; with ``deterministic`` its backward avoids atomics (``_SortedGather``)."""
+    if not deterministic or not torch.is_grad_enabled() or not src.requires_grad:
+        return src.index_select(0, index)
+    return _SortedGather.apply(src, index, *_segments(split, name, index))
+
+
+def scatter_sum(split: HubSplit, name: str, values: Tensor, index: Tensor, n: int, deterministic: bool) -> Tensor:
+    """``zeros(n, ...).index_add(0, index, values)``; with ``deterministic`` in a fixed order (``_sorted_sum``)."""
+    if not deterministic:
+        return values.new_zeros((n, *values.shape[1:])).index_add(0, index, values)
+    return _sorted_sum(n, _segments(split, name, index), values)
+
+
+def _segment_logsumexp(split: HubSplit, name: str, values: Tensor, segment: Tensor, num_segments: int,
+                       deterministic: bool) -> Tensor:
+    """``[num_segments, H]`` logsumexp of ``values [n, H]`` per segment; ``-inf`` for empty segments. The maximum
+    is order-independent; with ``deterministic`` the sum of exponentials is too (``scatter_sum``)."""
     h = values.shape[1]
     idx = segment.unsqueeze(1).expand(-1, h)
     m = torch.full((num_segments, h), float("-inf"), device=values.device, dtype=values.dtype)
     m = m.scatter_reduce(0, idx, values, reduce="amax", include_self=True)
     m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
-    z = torch.zeros((num_segments, h), device=values.device, dtype=values.dtype)
-    z = z.scatter_add(0, idx, torch.exp(values - m_safe.index_select(0, segment)))
+    z = scatter_sum(split, name, torch.exp(values - m_safe.index_select(0, segment)), segment, num_segments,
+                    deterministic)
     return torch.where(z > 0, m_safe + torch.log(torch.where(z > 0, z, torch.ones_like(z))),
                        torch.full_like(z, float("-inf")))
 
 
 def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
                heads: int, activation: str, activation_alpha: float, row_out: Tensor,
-               row_att: Tensor | None, *, v2: bool = False) -> tuple[Tensor, Tensor | None]:
+               row_att: Tensor | None, *, v2: bool = False, deterministic: bool = False
+               ) -> tuple[Tensor, Tensor | None]:
     """Combine the kernels' per-row results (``row_out [rows, H*C]`` per-head, ``row_att [E, H]`` COO order or
     None) into the exact per-destination output ``[Nd, H, C]`` (float32 for half inputs) and attention ``[E, H]``.
 
@@ -170,7 +224,8 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     computed over the hub edges only: for GAT from per-node scores, for GATv2 from ``[chunk, H, C]`` blocks
     of the hub edges, each recomputed in the backward instead of kept (``_gatv2_hub_logits``). Index gathers use
     ``index_select`` (its backward is an ``index_add``; advanced indexing's backward sorts the indices, 7 of
-    31 ms in an H200 profile).
+    31 ms in an H200 profile). With ``deterministic`` every sum over a varying number of terms (the gathers'
+    backward included) runs as a sorted segment sum instead of with atomics.
     """
     d = x_src.shape[1]
     c = d // heads
@@ -179,19 +234,24 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     w = torch.ones(num_rows, heads, device=row_out.device, dtype=f32)
     if split.hub_row.numel() > 0:
         hub_logits = _gatv2_hub_logits if v2 else _gat_hub_logits
-        s = hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32)
+        s = hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32,
+                       deterministic)
         num_hub_rows = split.hub_row.numel()
-        l_row = _segment_logsumexp(s, split.hub_edge_row, num_hub_rows)  # every hub row has an edge: finite
-        l_dst = _segment_logsumexp(l_row, split.hub_group, split.num_hub_dst)
-        w = w.index_copy(0, split.hub_row, torch.exp(l_row - l_dst.index_select(0, split.hub_group)))
-    out = torch.zeros(x_dst.shape[0], heads, c, device=row_out.device, dtype=f32)
-    out = out.index_add(0, split.dst_of_row, row_out.to(f32).view(num_rows, heads, c) * w.unsqueeze(-1))
-    att = None if row_att is None else row_att * w.index_select(0, split.row_of_coo_edge())
+        l_row = _segment_logsumexp(split, "hub_edge_row", s, split.hub_edge_row, num_hub_rows, deterministic)
+        l_dst = _segment_logsumexp(split, "hub_group", l_row, split.hub_group, split.num_hub_dst, deterministic)
+        l_dst_of_row = gather(split, "hub_group", l_dst, split.hub_group, deterministic)
+        w = w.index_copy(0, split.hub_row, torch.exp(l_row - l_dst_of_row))
+    weighted = row_out.to(f32).view(num_rows, heads, c) * w.unsqueeze(-1)
+    out = scatter_sum(split, "dst_of_row", weighted, split.dst_of_row, x_dst.shape[0], deterministic)
+    att = None
+    if row_att is not None:
+        att = row_att * gather(split, "row_of_coo_edge", w, split.row_of_coo_edge(), deterministic)
     return out, att
 
 
 def _gat_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
-                    heads: int, activation: str, activation_alpha: float, f32: torch.dtype) -> Tensor:
+                    heads: int, activation: str, activation_alpha: float, f32: torch.dtype,
+                    deterministic: bool) -> Tensor:
     """``[E_h, H]`` GAT logits of the hub edges from per-node scores (GAT's logit is a sum of per-node terms)."""
     d = x_src.shape[1]
     c = d // heads
@@ -199,7 +259,8 @@ def _gat_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights:
     a_dst = attn_weights[d:2 * d].to(f32).view(heads, c)
     s_src = (x_src.to(f32).view(-1, heads, c) * a_src).sum(-1)
     s_dst = (x_dst.to(f32).view(-1, heads, c) * a_dst).sum(-1)
-    s = s_src.index_select(0, split.hub_edge_src) + s_dst.index_select(0, split.hub_edge_dst)
+    s = (gather(split, "hub_edge_src", s_src, split.hub_edge_src, deterministic)
+         + gather(split, "hub_edge_dst", s_dst, split.hub_edge_dst, deterministic))
     if edge_attr is not None:
         ce = edge_attr.shape[1] // heads
         a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
@@ -213,7 +274,7 @@ HUB_CHUNK_ELEMS = 2**26  # GATv2 logits of the hub edges in blocks of at most th
 
 def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor,
                       edge_attr: Tensor | None, heads: int, activation: str, activation_alpha: float,
-                      f32: torch.dtype) -> Tensor:
+                      f32: torch.dtype, deterministic: bool) -> Tensor:
     """``[E_h, H]`` GATv2 logits ``a . act(x_j + x_i (+ f_e))`` of the hub edges, in blocks whose ``[n, H, C]``
     intermediates the backward recomputes (``torch.utils.checkpoint``) rather than keeps."""
     from torch.utils.checkpoint import checkpoint
@@ -222,9 +283,10 @@ def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weight
     c = d // heads
     a = attn_weights.to(f32).view(heads, c)
 
-    def block(src: Tensor, dst: Tensor, coo: Tensor, xs: Tensor, xd: Tensor, a: Tensor,
+    def block(i: int, src: Tensor, dst: Tensor, coo: Tensor, xs: Tensor, xd: Tensor, a: Tensor,
               ea: Tensor | None) -> Tensor:
-        z = xs.index_select(0, src).to(f32) + xd.index_select(0, dst).to(f32)
+        z = (gather(split, f"hub_edge_src:{i}", xs, src, deterministic).to(f32)
+             + gather(split, f"hub_edge_dst:{i}", xd, dst, deterministic).to(f32))
         if ea is not None:
             z = z + ea.index_select(0, coo).to(f32)
         return (reference.activation(z.view(-1, heads, c), activation, activation_alpha) * a).sum(-1)
@@ -234,7 +296,8 @@ def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weight
     parts = []
     for i in range(0, n, step):
         sl = slice(i, i + step)
-        args = (split.hub_edge_src[sl], split.hub_edge_dst[sl], split.hub_edge_coo[sl], x_src, x_dst, a, edge_attr)
+        args = (i, split.hub_edge_src[sl], split.hub_edge_dst[sl], split.hub_edge_coo[sl], x_src, x_dst, a,
+                edge_attr)
         if torch.is_grad_enabled() and n > step:
             parts.append(checkpoint(block, *args, use_reentrant=False))
         else:

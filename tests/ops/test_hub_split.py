@@ -110,8 +110,56 @@ def test_max_degree_argument_errors():
     graph = CscGraph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
     with pytest.raises(ValueError, match="max_degree must be 'auto', None or a positive int, got 'big'"):
         gat(graph, torch.randn(2, 4), torch.randn(8), heads=2, max_degree="big")
-    with pytest.raises(ValueError, match="max_degree must be None or 'auto' with deterministic=True"):
-        gat(graph, torch.randn(2, 4), torch.randn(8), heads=2, max_degree=4, deterministic=True)
+
+
+@pytest.mark.parametrize("bipartite", [False, True], ids=["homo", "bip"])
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
+def test_deterministic_split_sums_in_sorted_segments_and_matches_plain(monkeypatch, bipartite, op):
+    """deterministic=True with an explicit max_degree: every sum over a varying number of terms in the split and
+    merge (gathers' backward included) runs as a sorted segment sum, and outputs, attention and gradients equal
+    the plain call's."""
+    from cudnn_gnn.ops import _hub_split
+
+    calls = []
+    sorted_sum = _hub_split._sorted_sum
+    monkeypatch.setattr(_hub_split, "_sorted_sum", lambda n, seg, v: (calls.append(v.shape), sorted_sum(n, seg, v))[1])
+    ns, nd, e, heads, c = (40, 25, 300, 2, 3) if bipartite else (30, 30, 300, 2, 3)
+    ei = _hubby(ns, nd, e, seed=7)
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
+    g = torch.Generator().manual_seed(3)
+    d = heads * c
+    x = (torch.randn(ns, d, generator=g, dtype=torch.float64), torch.randn(nd, d, generator=g, dtype=torch.float64)) \
+        if bipartite else torch.randn(ns, d, generator=g, dtype=torch.float64)
+    fn = gat if op == "gat" else gatv2
+    de = 4 if op == "gat" else d
+    w = torch.randn(2 * d + de if op == "gat" else d, generator=g, dtype=torch.float64)
+    edge = torch.randn(e, de, generator=g, dtype=torch.float64)
+    plain = _run(graph, x, w, edge, None, fn, heads=heads)
+    split = _run(graph, x, w, edge, None, fn, heads=heads, max_degree=8, deterministic=True)
+    for a, b in zip([split[0], split[1], *split[2]], [plain[0], plain[1], *plain[2]]):
+        torch.testing.assert_close(a, b, atol=1e-10, rtol=1e-9)
+    assert len(calls) >= 8  # forward sums and the gathers' backward sums
+    nondet = []
+    monkeypatch.setattr(_hub_split, "_sorted_sum", lambda n, seg, v: (nondet.append(1), sorted_sum(n, seg, v))[1])
+    _run(graph, x, w, edge, None, fn, heads=heads, max_degree=8)
+    assert not nondet  # the default merge keeps index_add
+
+
+def test_sorted_gather_backward_is_the_index_add():
+    """The deterministic gather's backward and the sorted scatter sum equal index_add (float64, gradcheck)."""
+    from cudnn_gnn.ops import _hub_split
+
+    g = torch.Generator().manual_seed(0)
+    split = hub_split(_hub_graph(40), 4)
+    src = torch.randn(12, 3, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    index = torch.randint(0, 12, (50,), generator=g)
+    index[:20] = 5
+    y = _hub_split.gather(split, "test", src, index, deterministic=True)
+    assert torch.equal(y, src.detach().index_select(0, index))
+    assert torch.autograd.gradcheck(lambda t: _hub_split.gather(split, "test", t, index, True), (src,))
+    v = torch.randn(50, 4, generator=g, dtype=torch.float64)
+    want = torch.zeros(12, 4, dtype=torch.float64).index_add(0, index, v)
+    torch.testing.assert_close(_hub_split.scatter_sum(split, "test", v, index, 12, True), want)
 
 
 def _hub_graph(hub_degree: int) -> CscGraph:
