@@ -34,23 +34,27 @@ def _run(graph, x, w, edge, mask, op=gat, **kw):
     return out, att, grads
 
 
+def _case(op: str, bipartite: bool, with_edge: bool, graph_seed: int, seed: int):
+    """A hub graph (2 heads x 3) with float64 features, attention vector and optional edge features."""
+    ns, nd, e, heads, c = (40, 25, 300, 2, 3) if bipartite else (30, 30, 300, 2, 3)
+    graph = CscGraph.from_edge_index(_hubby(ns, nd, e, seed=graph_seed), size=(ns, nd))
+    g = torch.Generator().manual_seed(seed)
+    d = heads * c
+    x = (torch.randn(ns, d, generator=g, dtype=torch.float64), torch.randn(nd, d, generator=g, dtype=torch.float64)) \
+        if bipartite else torch.randn(ns, d, generator=g, dtype=torch.float64)
+    de = (4 if op == "gat" else d) if with_edge else 0
+    w = torch.randn(2 * d + de if op == "gat" else d, generator=g, dtype=torch.float64)
+    edge = torch.randn(e, de, generator=g, dtype=torch.float64) if with_edge else None
+    return graph, x, w, edge, heads, (gat if op == "gat" else gatv2)
+
+
 @pytest.mark.parametrize("bipartite", [False, True], ids=["homo", "bip"])
 @pytest.mark.parametrize("with_edge", [False, True], ids=["noedge", "edge"])
 @pytest.mark.parametrize("concat", [True, False])
 @pytest.mark.parametrize("max_degree", [1, 3, 16])
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
 def test_split_matches_plain(bipartite, with_edge, concat, max_degree, op):
-    ns, nd, e, heads, c = (40, 25, 300, 2, 3) if bipartite else (30, 30, 300, 2, 3)
-    ei = _hubby(ns, nd, e, seed=max_degree)
-    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
-    g = torch.Generator().manual_seed(1)
-    d = heads * c
-    x = (torch.randn(ns, d, generator=g, dtype=torch.float64), torch.randn(nd, d, generator=g, dtype=torch.float64)) \
-        if bipartite else torch.randn(ns, d, generator=g, dtype=torch.float64)
-    fn = gat if op == "gat" else gatv2
-    de = (4 if op == "gat" else d) if with_edge else 0
-    w = torch.randn(2 * d + de if op == "gat" else d, generator=g, dtype=torch.float64)
-    edge = torch.randn(e, de, generator=g, dtype=torch.float64) if with_edge else None
+    graph, x, w, edge, heads, fn = _case(op, bipartite, with_edge, graph_seed=max_degree, seed=1)
     plain = _run(graph, x, w, edge, None, fn, heads=heads, concat=concat)
     split = _run(graph, x, w, edge, None, fn, heads=heads, concat=concat, max_degree=max_degree)
     assert hub_split(graph, max_degree) is not None
@@ -123,17 +127,7 @@ def test_deterministic_split_sums_in_sorted_segments_and_matches_plain(monkeypat
     calls = []
     sorted_sum = _hub_split._sorted_sum
     monkeypatch.setattr(_hub_split, "_sorted_sum", lambda n, seg, v: (calls.append(v.shape), sorted_sum(n, seg, v))[1])
-    ns, nd, e, heads, c = (40, 25, 300, 2, 3) if bipartite else (30, 30, 300, 2, 3)
-    ei = _hubby(ns, nd, e, seed=7)
-    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
-    g = torch.Generator().manual_seed(3)
-    d = heads * c
-    x = (torch.randn(ns, d, generator=g, dtype=torch.float64), torch.randn(nd, d, generator=g, dtype=torch.float64)) \
-        if bipartite else torch.randn(ns, d, generator=g, dtype=torch.float64)
-    fn = gat if op == "gat" else gatv2
-    de = 4 if op == "gat" else d
-    w = torch.randn(2 * d + de if op == "gat" else d, generator=g, dtype=torch.float64)
-    edge = torch.randn(e, de, generator=g, dtype=torch.float64)
+    graph, x, w, edge, heads, fn = _case(op, bipartite, True, graph_seed=7, seed=3)
     plain = _run(graph, x, w, edge, None, fn, heads=heads)
     split = _run(graph, x, w, edge, None, fn, heads=heads, max_degree=8, deterministic=True)
     for a, b in zip([split[0], split[1], *split[2]], [plain[0], plain[1], *plain[2]]):
