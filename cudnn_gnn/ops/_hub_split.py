@@ -51,13 +51,16 @@ class HubSplit:
 
     graph: CscGraph  # rows: virtual destinations; sources: virtual sources; same CSC edge order and map
     dst_of_row: Tensor  # [num_rows] long: the real destination of each row
+    row_of_dst: Tensor  # [Nd] long: the first row of each destination (its only row unless it is a hub)
     src_of_vsrc: Tensor  # [num_vsrc] long: the real source of each virtual source
     hub_row: Tensor  # [R] long: the rows of hub destinations (ascending)
     hub_group: Tensor  # [R] long: per hub row, its hub destination's rank among hub destinations
     num_hub_dst: int
+    hub_dst: Tensor  # [num_hub_dst] long: the hub destinations (ascending)
     hub_edge_row: Tensor  # [E_h] long: per hub edge, its row's position in hub_row
     hub_edge_src: Tensor  # [E_h] long: per hub edge, its real source
     hub_edge_dst: Tensor  # [E_h] long: per hub edge, its real destination
+    hub_edge_hub: Tensor  # [E_h] long: per hub edge, its destination's rank among hub destinations
     hub_edge_coo: Tensor  # [E_h] long: per hub edge, its COO edge id (for edge features)
     _cache: dict = field(default_factory=dict, repr=False, compare=False)
 
@@ -140,8 +143,9 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
         vsrc = first_copy[src] + rank // b
     idx_dtype = graph.index_dtype if max(num_vsrc, e, num_rows) < 2**31 - 1 else torch.int64
     split_graph = CscGraph(new_offsets.to(idx_dtype), vsrc.to(idx_dtype), num_vsrc, graph.map_csc_to_coo)
-    split = HubSplit(split_graph, dst_of_row, src_of_vsrc, hub_row, hub_group, num_hub_dst, hub_edge_row,
-                     hub_edge_src, hub_edge_dst, hub_edge_coo)
+    hub_edge_hub = torch.repeat_interleave(torch.arange(num_hub_dst, device=dev), hub_deg, output_size=e_h)
+    split = HubSplit(split_graph, dst_of_row, first_row, src_of_vsrc, hub_row, hub_group, num_hub_dst, hub_dst,
+                     hub_edge_row, hub_edge_src, hub_edge_dst, hub_edge_hub, hub_edge_coo)
     graph._cache[key] = split
     return split
 
@@ -217,12 +221,13 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
                row_att: Tensor | None, *, v2: bool = False, deterministic: bool = False
                ) -> tuple[Tensor, Tensor | None]:
     """Combine the kernels' per-row results (``row_out [rows, H*C]`` per-head, ``row_att [E, H]`` COO order or
-    None) into the exact per-destination output ``[Nd, H, C]`` (float32 for half inputs) and attention ``[E, H]``.
+    None) into the exact per-destination output ``[Nd, H, C]`` (the kernels' dtype) and attention ``[E, H]``.
 
-    A row of a destination that has only one row is that destination's softmax already (weight 1). The rows of a
-    hub destination ``i`` get ``w_r = exp(L_r - logsumexp_{r' of i} L_r')`` from their log-normalisers ``L_r``,
-    computed over the hub edges only: for GAT from per-node scores, for GATv2 from ``[chunk, H, C]`` blocks
-    of the hub edges, each recomputed in the backward instead of kept (``_gatv2_hub_logits``). Index gathers use
+    A row of a destination that has only one row is that destination's softmax already (weight 1) and passes
+    through. The rows of a hub destination ``i`` are summed in float32 (float64 stays) with weights
+    ``w_r = exp(L_r - logsumexp_{r' of i} L_r')`` from their log-normalisers ``L_r``, computed over the hub
+    edges only: for GAT from per-node scores, for GATv2 from ``[chunk, H, C]`` blocks of the hub edges, each
+    recomputed in the backward instead of kept (``_gatv2_hub_logits``). Index gathers use
     ``index_select`` (its backward is an ``index_add``; advanced indexing's backward sorts the indices, 7 of
     31 ms in an H200 profile). With ``deterministic`` every sum over a varying number of terms (the gathers'
     backward included) runs as a sorted segment sum instead of with atomics.
@@ -231,22 +236,34 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     c = d // heads
     f32 = torch.promote_types(x_src.dtype, torch.float32)  # float32 arithmetic for half inputs, float64 stays
     num_rows = split.dst_of_row.numel()
-    w = torch.ones(num_rows, heads, device=row_out.device, dtype=f32)
-    if split.hub_row.numel() > 0:
-        hub_logits = _gatv2_hub_logits if v2 else _gat_hub_logits
-        s = hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32,
-                       deterministic)
-        num_hub_rows = split.hub_row.numel()
-        l_row = _segment_logsumexp(split, "hub_edge_row", s, split.hub_edge_row, num_hub_rows, deterministic)
-        l_dst = _segment_logsumexp(split, "hub_group", l_row, split.hub_group, split.num_hub_dst, deterministic)
-        l_dst_of_row = gather(split, "hub_group", l_dst, split.hub_group, deterministic)
-        w = w.index_copy(0, split.hub_row, torch.exp(l_row - l_dst_of_row))
-    weighted = row_out.to(f32).view(num_rows, heads, c) * w.unsqueeze(-1)
-    out = scatter_sum(split, "dst_of_row", weighted, split.dst_of_row, x_dst.shape[0], deterministic)
+    rows = row_out.view(num_rows, heads, c)
+    if split.num_hub_dst == 0:  # only sources were split: every row is its destination's whole softmax
+        return rows, row_att
+    hub_logits = _gatv2_hub_logits if v2 else _gat_hub_logits
+    s = hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32,
+                   deterministic)
+    num_hub_rows = split.hub_row.numel()
+    l_row = _segment_logsumexp(split, "hub_edge_row", s, split.hub_edge_row, num_hub_rows, deterministic)
+    l_dst = _segment_logsumexp(split, "hub_group", l_row, split.hub_group, split.num_hub_dst, deterministic)
+    w_hub = torch.exp(l_row - gather(split, "hub_group", l_dst, split.hub_group, deterministic))  # [R, H]
+    # Rows of other destinations pass through (one gather, in the kernels' dtype); hub destinations get the
+    # weighted sum of their rows, in float32.
+    out = rows.index_select(0, split.row_of_dst)  # a new tensor: the hub rows are overwritten in place
+    hub_rows = rows.index_select(0, split.hub_row).to(f32) * w_hub.unsqueeze(-1)
+    hub_out = scatter_sum(split, "hub_group", hub_rows, split.hub_group, split.num_hub_dst, deterministic)
+    out.index_copy_(0, split.hub_dst, hub_out.to(out.dtype))
     att = None
     if row_att is not None:
+        w = torch.ones(num_rows, heads, device=row_out.device, dtype=f32).index_copy(0, split.hub_row, w_hub)
         att = row_att * gather(split, "row_of_coo_edge", w, split.row_of_coo_edge(), deterministic)
     return out, att
+
+
+def _per_head(a: Tensor, heads: int) -> Tensor:
+    """``[H*C]`` per-head attention vector -> the block-diagonal ``[H*C, H]`` matrix with ``a_h`` in column h."""
+    c = a.numel() // heads
+    eye = torch.eye(heads, device=a.device, dtype=a.dtype)
+    return (a.view(heads, c, 1) * eye.view(heads, 1, heads)).reshape(heads * c, heads)
 
 
 def _gat_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
@@ -254,13 +271,12 @@ def _gat_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights:
                     deterministic: bool) -> Tensor:
     """``[E_h, H]`` GAT logits of the hub edges from per-node scores (GAT's logit is a sum of per-node terms)."""
     d = x_src.shape[1]
-    c = d // heads
-    a_src = attn_weights[:d].to(f32).view(heads, c)
-    a_dst = attn_weights[d:2 * d].to(f32).view(heads, c)
-    s_src = (x_src.to(f32).view(-1, heads, c) * a_src).sum(-1)
-    s_dst = (x_dst.to(f32).view(-1, heads, c) * a_dst).sum(-1)
+    # per-node scores as one matrix product with the block-diagonal [D, H] attention matrix (no [N, H, C]
+    # temporary); the destination side only for the hub destinations
+    s_src = x_src.to(f32) @ _per_head(attn_weights[:d].to(f32), heads)
+    s_dst = x_dst.index_select(0, split.hub_dst).to(f32) @ _per_head(attn_weights[d:2 * d].to(f32), heads)
     s = (gather(split, "hub_edge_src", s_src, split.hub_edge_src, deterministic)
-         + gather(split, "hub_edge_dst", s_dst, split.hub_edge_dst, deterministic))
+         + gather(split, "hub_edge_hub", s_dst, split.hub_edge_hub, deterministic))
     if edge_attr is not None:
         ce = edge_attr.shape[1] // heads
         a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)

@@ -269,3 +269,18 @@ def test_gatv2_split_in_checkpointed_blocks_matches_plain_and_gradchecks(monkeyp
     ws = w.clone().requires_grad_()
     assert torch.autograd.gradcheck(
         lambda x, w: gatv2(graph, x, w, heads=2, edge_attr=edge, max_degree=3, backend="reference"), (xs, ws))
+
+
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_split_in_low_precision_keeps_the_dtype_and_the_answer(op, dtype):
+    """Rows of non-hub destinations pass through in the input dtype, hub rows are merged in float32: outputs keep
+    the input dtype and stay within that dtype's rounding of the float64 plain answer."""
+    graph, x, w, edge, heads, fn = _case(op, False, True, graph_seed=3, seed=1)
+    plain = _run(graph, x, w, edge, None, fn, heads=heads)
+    out, att = fn(graph, x.to(dtype), w.to(dtype), heads=heads, edge_attr=edge.to(dtype), return_attention=True,
+                  backend="reference", max_degree=4)
+    assert out.dtype == dtype and att.dtype == torch.float32
+    tol = 1e-5 if dtype == torch.float32 else 3e-2
+    torch.testing.assert_close(out.double(), plain[0].detach(), atol=tol, rtol=tol)
+    torch.testing.assert_close(att.double(), plain[1].detach(), atol=tol, rtol=tol)
