@@ -385,7 +385,7 @@ def test_auto_splits_a_hub_graph_and_matches_the_reference():
 
 
 def test_gatv2_max_degree_rewrite_matches_the_reference():
-    """gatv2(..., max_degree=B) on cuDNN (experimental: hub logits in recomputed blocks) against the reference."""
+    """gatv2(..., max_degree=B) on cuDNN (hub logits in recomputed blocks) against the reference."""
     n, e = 600, 12000
     g = _hub_graph(23, n, e)
     xs = torch.randn(n, 64, device=DEV)
