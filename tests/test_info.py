@@ -105,3 +105,28 @@ def test_backend_choice_is_a_constant_under_compile():
     x = torch.zeros(2)
     picks = backends.backend_info().auto_backend == "cudnn"
     assert torch.equal(f(x), x + 1 if picks else x - 1)
+
+
+def test_two_cudnn_builds_in_one_process_are_named(fake_env, monkeypatch):
+    """libcudnn files mapped from two directories (torch's wheel and a preloaded build) are listed and flagged,
+    with the known consequence and fix; one directory is listed without the flag."""
+    torch_dir = "/venv/lib/python3.12/site-packages/nvidia/cudnn/lib"
+    libs = (f"{torch_dir}/libcudnn.so.9", "/opt/cudnn928/libcudnn.so.9", "/opt/cudnn928/libcudnn_graph.so.9")
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: libs)
+    info = fake_env()
+    assert info.cudnn_dirs == ("/opt/cudnn928", torch_dir)
+    text = str(info)
+    assert "/opt/cudnn928: libcudnn.so.9, libcudnn_graph.so.9" in text and f"{torch_dir}: libcudnn.so.9" in text
+    assert "mixed cuDNN" in text and "backend='flash'" in text
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: libs[1:])
+    text = str(fake_env())
+    assert "cuDNN libraries     /opt/cudnn928" in text and "mixed cuDNN" not in text
+
+
+def test_sublibrary_failure_after_cudnn_sdpa_lists_the_loaded_cudnn_directories(monkeypatch):
+    from cudnn_gnn.backends import _cudnn, _cudnn_sdpa
+
+    monkeypatch.setattr(_cudnn_sdpa, "_USED", True)
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: ("/a/libcudnn.so.9", "/b/libcudnn.so.9"))
+    exc = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
+    assert "libcudnn files from 2 directories: /a, /b" in str(_cudnn.explain_failure(exc))

@@ -14,12 +14,14 @@ when a GPU tensor falls back. The probe is lazy (nothing runs at import) and cac
 from __future__ import annotations
 
 import functools
+import os
 import warnings
 from dataclasses import asdict, dataclass
 
 import torch
 
-__all__ = ["BackendInfo", "backend_info", "resolve_backend", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION"]
+__all__ = ["BackendInfo", "backend_info", "mapped_cudnn_libraries", "resolve_backend", "MIN_CUDNN_VERSION",
+           "MIN_FRONTEND_VERSION"]
 
 MIN_CUDNN_VERSION = 92800  # cudnnGetVersion() encoding of 9.28.0
 MIN_FRONTEND_VERSION = (1, 32)
@@ -44,6 +46,12 @@ class BackendInfo:
     auto_backend: str
     reason: str | None
     fix: str | None
+    cudnn_libraries: tuple[str, ...] = ()  # the libcudnn*.so files this process had mapped when probed
+
+    @property
+    def cudnn_dirs(self) -> tuple[str, ...]:
+        """The directories of ``cudnn_libraries``; more than one means two cuDNN builds in one process."""
+        return tuple(sorted({os.path.dirname(p) for p in self.cudnn_libraries}))
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -62,11 +70,33 @@ class BackendInfo:
             f"cuDNN SDPA          {'available' if self.sdpa_available else 'unavailable'}",
             f"backend='auto'      {self.auto_backend}",
         ]
+        for i, d in enumerate(self.cudnn_dirs):
+            names = sorted(os.path.basename(p) for p in self.cudnn_libraries if os.path.dirname(p) == d)
+            lines.append(f"{'cuDNN libraries' if i == 0 else '':20s}{d}: {', '.join(names)}")
+        if len(self.cudnn_dirs) > 1:
+            lines.append(f"mixed cuDNN         {MIXED_CUDNN_NOTE}")
         if self.reason:
             lines.append(f"why not cudnn       {self.reason}")
         if self.fix:
             lines.append(f"fix                 {self.fix}")
         return "\n".join(lines)
+
+
+MIXED_CUDNN_NOTE = (
+    "libcudnn files from more than one directory are loaded (two cuDNN builds). On an H200 set up like that, "
+    "cuDNN GAT failed with SUBLIBRARY_UNAVAILABLE after cuDNN SDPA had run in the same process: use "
+    "graph_attention(..., backend='flash') next to cuDNN GAT, or one complete cuDNN >= 9.28 for torch and the frontend"
+)
+
+
+def mapped_cudnn_libraries() -> tuple[str, ...]:
+    """The ``libcudnn*.so*`` files mapped into this process now (Linux ``/proc/self/maps``; empty elsewhere)."""
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcudnn" in line}
+    except OSError:
+        return ()
+    return tuple(sorted(p for p in paths if os.path.basename(p).startswith("libcudnn") and ".so" in p))
 
 
 def _cudnn_wheel() -> str:
@@ -144,6 +174,7 @@ def _probe() -> BackendInfo:
         auto_backend=auto,
         reason=reason,
         fix=fix,
+        cudnn_libraries=mapped_cudnn_libraries(),
     )
 
 

@@ -14,6 +14,7 @@ The argument list is written once (``_GRAPH``, ``_INPUTS``, ``_KNOBS`` and :clas
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, NamedTuple
 
 import torch
@@ -104,15 +105,17 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
     msg = str(exc)
     if "SUBLIBRARY_UNAVAILABLE" not in msg:
         return exc
-    from cudnn_gnn.backends import _cudnn_sdpa
+    from cudnn_gnn.backends import _cudnn_sdpa, mapped_cudnn_libraries
 
     if not _cudnn_sdpa.used_in_process():
         return exc
+    dirs = sorted({os.path.dirname(p) for p in mapped_cudnn_libraries()})
+    loaded = f" This process has libcudnn files from {len(dirs)} directories: {', '.join(dirs)}." if dirs else ""
     return RuntimeError(
         f"{msg}. cudnn.sdpa_torch ran earlier in this process (graph_attention with backend='cudnn'); after it, "
         "cuDNN's GNN kernels failed like this on an H200 with two cuDNN builds loaded (torch's and a partial "
-        ">= 9.28). Fix: use graph_attention(..., backend='flash') (what 'auto' picks on CUDA) next to cuDNN GAT, "
-        "or install one complete cuDNN >= 9.28 for both (see `python -m cudnn_gnn info`)."
+        f">= 9.28).{loaded} Fix: use graph_attention(..., backend='flash') (what 'auto' picks on CUDA) next to "
+        "cuDNN GAT, or install one complete cuDNN >= 9.28 for both (see `python -m cudnn_gnn info`)."
     )
 
 
