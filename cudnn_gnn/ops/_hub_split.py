@@ -248,15 +248,28 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     w_hub = torch.exp(l_row - gather(split, "hub_group", l_dst, split.hub_group, deterministic))  # [R, H]
     # Rows of other destinations pass through (one gather, in the kernels' dtype); hub destinations get the
     # weighted sum of their rows, in float32.
-    out = rows.index_select(0, split.row_of_dst)  # a new tensor: the hub rows are overwritten in place
-    hub_rows = rows.index_select(0, split.hub_row).to(f32) * w_hub.unsqueeze(-1)
-    hub_out = scatter_sum(split, "hub_group", hub_rows, split.hub_group, split.num_hub_dst, deterministic)
-    out.index_copy_(0, split.hub_dst, hub_out.to(out.dtype))
+    out = rows.index_select(0, split.row_of_dst)  # a new tensor: the hub destinations are corrected in place
+    hub_rows = rows.index_select(0, split.hub_row)
+    hub_out = scatter_sum(split, "hub_group", hub_rows.to(f32) * w_hub.unsqueeze(-1), split.hub_group,
+                          split.num_hub_dst, deterministic)
+    # out[hub] holds the hub's first row; add the difference (index_add_'s backward passes the gradient through,
+    # index_copy_'s would clone it; hub_dst is unique, so no two additions meet)
+    first = hub_rows.index_select(0, _hub_first(split)).to(f32)
+    out.index_add_(0, split.hub_dst, (hub_out - first).to(out.dtype))
     att = None
     if row_att is not None:
         w = torch.ones(num_rows, heads, device=row_out.device, dtype=f32).index_copy(0, split.hub_row, w_hub)
         att = row_att * gather(split, "row_of_coo_edge", w, split.row_of_coo_edge(), deterministic)
     return out, att
+
+
+def _hub_first(split: HubSplit) -> Tensor:
+    """``[num_hub_dst]`` long: the position in ``hub_row`` of each hub destination's first row (cached)."""
+    got = split._cache.get("hub_first")
+    if got is None:
+        counts = torch.bincount(split.hub_group, minlength=split.num_hub_dst)
+        got = split._cache["hub_first"] = torch.cumsum(counts, 0) - counts
+    return got
 
 
 def _per_head(a: Tensor, heads: int) -> Tensor:
