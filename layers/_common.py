@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -72,12 +73,13 @@ def check_sparse_loop_edge_attr(edge_index: Any, has_edge_attr: bool) -> None:
 
 
 def project_edge_attr(plan: GraphPlan, edge_attr: Tensor | None, fill_value: Any,
-                      lin_edge: torch.nn.Module | None) -> Tensor | None:
-    """Edge features in the plan's edge order (self-loops filled with ``fill_value``), through ``lin_edge``."""
-    if edge_attr is None or lin_edge is None:
+                      project: Callable[[Tensor], Tensor] | None) -> Tensor | None:
+    """Edge features in the plan's edge order (self-loops filled with ``fill_value``, 1-D as one column),
+    through ``project`` (a layer's ``lin_edge``, or GAT's folded edge logits)."""
+    if edge_attr is None or project is None:
         return None
     ea = loop_edge_attr(plan, edge_attr, fill_value)
-    return lin_edge(ea.view(-1, 1) if ea.dim() == 1 else ea)
+    return project(ea.view(-1, 1) if ea.dim() == 1 else ea)
 
 
 def finish(

@@ -20,8 +20,9 @@ from ._common import (
     check_sparse_loop_edge_attr,
     finish,
     graph_sizes,
+    project_edge_attr,
 )
-from ._graph_cache import loop_edge_attr, resolve
+from ._graph_cache import resolve
 
 __all__ = ["GATConv"]
 
@@ -250,8 +251,7 @@ class GATConv(MessagePassing):
             # ogbn-proteins graph with 4 heads x 112 that projection alone is 132 GiB in float32).
             weight = self.lin_edge.weight
             folded = (weight.view(H, C, -1) * self.att_edge.view(H, C, 1).to(weight.dtype)).sum(1)
-            raw = loop_edge_attr(plan, edge_attr, self.fill_value)
-            ea = torch.nn.functional.linear(raw.view(-1, 1) if raw.dim() == 1 else raw, folded)
+            ea = project_edge_attr(plan, edge_attr, self.fill_value, lambda e: torch.nn.functional.linear(e, folded))
             parts.append(self.att_src.new_ones(H))
         want = bool(return_attention_weights)
         result = gat(
