@@ -57,6 +57,7 @@ class HubSplit:
     hub_group: Tensor  # [R] long: per hub row, its hub destination's rank among hub destinations
     num_hub_dst: int
     hub_dst: Tensor  # [num_hub_dst] long: the hub destinations (ascending)
+    hub_first: Tensor  # [num_hub_dst] long: the position in hub_row of each hub destination's first row
     hub_edge_row: Tensor  # [E_h] long: per hub edge, its row's position in hub_row
     hub_edge_src: Tensor  # [E_h] long: per hub edge, its real source
     hub_edge_dst: Tensor  # [E_h] long: per hub edge, its real destination
@@ -144,8 +145,9 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     idx_dtype = graph.index_dtype if max(num_vsrc, e, num_rows) < 2**31 - 1 else torch.int64
     split_graph = CscGraph(new_offsets.to(idx_dtype), vsrc.to(idx_dtype), num_vsrc, graph.map_csc_to_coo)
     hub_edge_hub = torch.repeat_interleave(torch.arange(num_hub_dst, device=dev), hub_deg, output_size=e_h)
+    hub_first = row_pos_in_hub[first_row[hub_dst]]
     split = HubSplit(split_graph, dst_of_row, first_row, src_of_vsrc, hub_row, hub_group, num_hub_dst, hub_dst,
-                     hub_edge_row, hub_edge_src, hub_edge_dst, hub_edge_hub, hub_edge_coo)
+                     hub_first, hub_edge_row, hub_edge_src, hub_edge_dst, hub_edge_hub, hub_edge_coo)
     graph._cache[key] = split
     return split
 
@@ -254,22 +256,13 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
                           split.num_hub_dst, deterministic)
     # out[hub] holds the hub's first row; add the difference (index_add_'s backward passes the gradient through,
     # index_copy_'s would clone it; hub_dst is unique, so no two additions meet)
-    first = hub_rows.index_select(0, _hub_first(split)).to(f32)
+    first = hub_rows.index_select(0, split.hub_first).to(f32)
     out.index_add_(0, split.hub_dst, (hub_out - first).to(out.dtype))
     att = None
     if row_att is not None:
         w = torch.ones(num_rows, heads, device=row_out.device, dtype=f32).index_copy(0, split.hub_row, w_hub)
         att = row_att * gather(split, "row_of_coo_edge", w, split.row_of_coo_edge(), deterministic)
     return out, att
-
-
-def _hub_first(split: HubSplit) -> Tensor:
-    """``[num_hub_dst]`` long: the position in ``hub_row`` of each hub destination's first row (cached)."""
-    got = split._cache.get("hub_first")
-    if got is None:
-        counts = torch.bincount(split.hub_group, minlength=split.num_hub_dst)
-        got = split._cache["hub_first"] = torch.cumsum(counts, 0) - counts
-    return got
 
 
 def _per_head(a: Tensor, heads: int) -> Tensor:
