@@ -36,7 +36,7 @@ GRAD_PRECISIONS = ("auto", "fp32", "input")
 NODE_ELEMS_LIMIT = 2**30
 EDGE_ELEMS_LIMIT = 2**30
 
-# Automatic hub splitting (``max_degree="auto"``, GAT on cuDNN only): the kernels' time grows with the largest
+# Automatic hub splitting (``max_degree="auto"``, GAT and GATv2 on cuDNN only): the kernels' time grows with the largest
 # degree, not the edge count. H200, Linear + GAT fp32 at the ogbn-arxiv size (benchmarks/diag_degree_skew.py):
 # uniform edges (max degree 33) 4.1 / 11.6 ms forward / forward+backward; power-law edges (max degree 12,214, 880x
 # the mean) 12.5 / 137 ms plain, 6.4 / 16.8 ms split at B = 256 (16 gave 8.7 / 20.4, 1024 gave 6.7 / 18.6).
