@@ -51,7 +51,7 @@ class BackendInfo:
     @property
     def cudnn_dirs(self) -> tuple[str, ...]:
         """The directories of ``cudnn_libraries``; more than one means two cuDNN builds in one process."""
-        return tuple(sorted({os.path.dirname(p) for p in self.cudnn_libraries}))
+        return library_dirs(self.cudnn_libraries)
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
@@ -97,6 +97,11 @@ def mapped_cudnn_libraries() -> tuple[str, ...]:
     except OSError:
         return ()
     return tuple(sorted(p for p in paths if os.path.basename(p).startswith("libcudnn") and ".so" in p))
+
+
+def library_dirs(paths: tuple[str, ...]) -> tuple[str, ...]:
+    """The distinct directories of ``paths``, sorted."""
+    return tuple(sorted({os.path.dirname(p) for p in paths}))
 
 
 def _cudnn_wheel() -> str:

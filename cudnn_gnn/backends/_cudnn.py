@@ -14,7 +14,6 @@ The argument list is written once (``_GRAPH``, ``_INPUTS``, ``_KNOBS`` and :clas
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any, NamedTuple
 
 import torch
@@ -105,11 +104,11 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
     msg = str(exc)
     if "SUBLIBRARY_UNAVAILABLE" not in msg:
         return exc
-    from cudnn_gnn.backends import _cudnn_sdpa, mapped_cudnn_libraries
+    from cudnn_gnn.backends import _cudnn_sdpa, library_dirs, mapped_cudnn_libraries
 
     if not _cudnn_sdpa.used_in_process():
         return exc
-    dirs = sorted({os.path.dirname(p) for p in mapped_cudnn_libraries()})
+    dirs = library_dirs(mapped_cudnn_libraries())
     loaded = f" This process has libcudnn files from {len(dirs)} directories: {', '.join(dirs)}." if dirs else ""
     return RuntimeError(
         f"{msg}. cudnn.sdpa_torch ran earlier in this process (graph_attention with backend='cudnn'); after it, "
