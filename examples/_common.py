@@ -339,7 +339,6 @@ def print_summary(s: dict[str, Any]) -> None:
           f"{100 * s['test_std']:.2f}, #params {s['params']:,}{epoch}{mem}")
 
 
-
 def finish_summary(name: str, args: argparse.Namespace, device: torch.device, metric: str, runs: list[dict[str, Any]],
                    params: int, **extra: Any) -> dict[str, Any]:
     """The summary over all seeds (:func:`summarize`) with the run's settings and ``extra``; printed, and written to
@@ -350,6 +349,7 @@ def finish_summary(name: str, args: argparse.Namespace, device: torch.device, me
     print_summary(summary)
     write_json(args.json, summary)
     return summary
+
 
 def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, label: str,
                  step: Callable[[int], float], evaluate: Callable[[], tuple[float, float, float]],
