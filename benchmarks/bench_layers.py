@@ -49,6 +49,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -673,13 +674,23 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
     if not any("cudnn" in i for i in impls):
         return None
     ops = [op for op, name in (("gat", "GAT"), ("gatv2", "GATv2")) if name in layers]
-    torch_dtypes = [torch.float32 if d == "fp32" else DTYPES[d] for d in dtypes]
-    edges = any(p.graph.edge_dim for p in presets)  # those calls pass the edge map: other kernels
+    def torch_dtype(d: str) -> torch.dtype:
+        return torch.float32 if d == "fp32" else DTYPES[d]
+
+    # Calls with edge features pass the edge map: kernels of their own, built only for the dtypes that the presets
+    # with edge features run (at the same time as the others, in a second precompile call).
+    edge_dtypes = [d for d in dtypes if any(p.graph.edge_dim and d in (p.dtypes or dtypes) for p in presets)]
+    jobs = [([torch_dtype(d) for d in dtypes if d not in edge_dtypes], False),
+            ([torch_dtype(d) for d in edge_dtypes], True)]
     t0 = time.perf_counter()
-    got = cudnn_gnn.precompile(ops, torch_dtypes, edge_features=edges, device=device)
+    got: dict[str, float] = {}
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for f in [pool.submit(cudnn_gnn.precompile, ops, dts, edge_features=e, device=device) for dts, e in jobs if dts]:
+            got.update(f.result())
     if any(i.endswith("_det") for i in impls):
         got.update({f"{k} deterministic": v for k, v in cudnn_gnn.precompile(
-            ops, torch_dtypes, deterministic=True, edge_features=edges, device=device).items()})
+            ops, [torch_dtype(d) for d in dtypes], deterministic=True, edge_features=bool(edge_dtypes),
+            device=device).items()})
     got["wall"] = time.perf_counter() - t0
     print(f"# cuDNN kernels built in {got['wall']:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in got.items()),
           flush=True)

@@ -11,6 +11,12 @@ and the ``libcudnn*`` files the process has mapped after it (directory and name)
 * the SDPA forward alone, forward and backward, SDPA before any GAT,
 * torch's cuDNN attention and a torch cuDNN convolution (torch's own cuDNN calls, through the preloaded library).
 
+Every scenario also runs a second time with one cuDNN shim (``one_shim/...``): torch preloads ``libcudnn.so.*``
+from the first ``nvidia/cudnn/lib`` on ``sys.path`` (``torch/__init__.py``), so a directory put first on
+``PYTHONPATH`` whose ``nvidia/cudnn/lib/libcudnn.so.9`` links to the ``LD_PRELOAD``ed library makes torch load
+that same file instead of its wheel's older one. Each child runs with cuDNN's error log on stderr
+(``CUDNN_LOGERR_DBG``); the lines that name an error are kept with the result.
+
     python benchmarks/diag_mixed_cudnn.py --out mixed.json
 
 Needs CUDA and cuDNN >= 9.28 with its SDPA engines (the device's ``part1`` and ``part2``). The first scenario
@@ -24,6 +30,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -110,6 +117,25 @@ def child(stages: list[str]) -> None:
     print("RESULT " + json.dumps(out), flush=True)
 
 
+def _one_shim_env(tmp: str) -> dict[str, str] | None:
+    """The environment that makes torch preload the ``LD_PRELOAD``ed ``libcudnn.so.9`` (None: nothing preloaded)."""
+    shim = next((p for p in os.environ.get("LD_PRELOAD", "").split() if os.path.basename(p) == "libcudnn.so.9"), None)
+    if shim is None:
+        return None
+    lib = os.path.join(tmp, "nvidia", "cudnn", "lib")
+    os.makedirs(lib, exist_ok=True)
+    link = os.path.join(lib, "libcudnn.so.9")
+    if not os.path.lexists(link):
+        os.symlink(os.path.realpath(shim), link)
+    return {"PYTHONPATH": os.pathsep.join([tmp, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])}
+
+
+def _error_lines(stderr: str) -> list[str]:
+    keep = ("error", "fail", "sublibrary", "version", "dlopen", "not found", "unavailable")
+    lines = [ln.strip() for ln in stderr.splitlines() if any(k in ln.lower() for k in keep)]
+    return list(dict.fromkeys(lines))[-12:]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="diag_mixed_cudnn.json")
@@ -120,21 +146,31 @@ def main() -> None:
         child(args.child.split(","))
         return
     results: dict[str, Any] = {}
-    for name, stages in SCENARIOS.items():
-        try:
-            r = subprocess.run([sys.executable, __file__, "--child", ",".join(stages)], capture_output=True,
-                               text=True, timeout=args.timeout)
-            line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
-            results[name] = (json.loads(line[7:]) if line else
-                             {"returncode": r.returncode, "stderr_tail": r.stderr[-1500:]})
-        except subprocess.TimeoutExpired:
-            results[name] = {"timeout_s": args.timeout}
-        stages_out = results[name]
-        summary = (" -> ".join(f"{s['stage']}:{'ok' if s['ok'] else 'FAIL'}" for s in stages_out)
-                   if isinstance(stages_out, list) else str(stages_out)[:200])
-        print(f"{name:24s} {summary}", flush=True)
-        with open(args.out, "w") as f:
-            json.dump(results, f, indent=1)
+    log_env = {"CUDNN_LOGERR_DBG": "1", "CUDNN_LOGDEST_DBG": "stderr"}
+    with tempfile.TemporaryDirectory(prefix="diag_mixed_cudnn-") as tmp:
+        variants: list[tuple[str, dict[str, str]]] = [("", {})]
+        one_shim = _one_shim_env(tmp)
+        if one_shim is not None:
+            variants.append(("one_shim/", one_shim))
+        for prefix, extra in variants:
+            for name, stages in SCENARIOS.items():
+                key = prefix + name
+                try:
+                    r = subprocess.run([sys.executable, __file__, "--child", ",".join(stages)], capture_output=True,
+                                       text=True, timeout=args.timeout, env={**os.environ, **log_env, **extra})
+                    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
+                    results[key] = {"stages": json.loads(line[7:])} if line else {"returncode": r.returncode}
+                    results[key]["cudnn_log"] = _error_lines(r.stderr)
+                    if not line:
+                        results[key]["stderr_tail"] = r.stderr[-1500:]
+                except subprocess.TimeoutExpired:
+                    results[key] = {"timeout_s": args.timeout}
+                stages_out = results[key].get("stages")
+                summary = (" -> ".join(f"{s['stage']}:{'ok' if s['ok'] else 'FAIL'}" for s in stages_out)
+                           if stages_out is not None else str(results[key])[:200])
+                print(f"{key:34s} {summary}", flush=True)
+                with open(args.out, "w") as f:
+                    json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -136,3 +136,33 @@ def test_epoch_conversion_quick_counts_one_conversion_per_training_run(tmp_path)
     assert recs["cached"]["conversions"] == 1
     assert recs["uncached"]["conversions"] == 2 * recs["uncached"]["epochs"]  # two layers, every epoch
     assert recs["csc_graph"]["conversions"] <= 2  # the transform's plan, built once
+
+
+def test_prebuild_builds_edge_kernels_only_for_the_dtypes_of_presets_with_edge_features(monkeypatch) -> None:
+    """The default run's edge-feature preset (proteins) is bf16 only: the fp32 edge-map kernels are not built."""
+    import types
+
+    import torch
+
+    sys.path.insert(0, BENCH)
+    try:
+        import bench_layers as bl
+    finally:
+        sys.path.remove(BENCH)
+    calls: list[tuple[list[str], tuple[torch.dtype, ...], bool, bool]] = []
+
+    def fake_precompile(ops, dtypes, *, deterministic=False, edge_features=False, device=None):
+        calls.append((list(ops), tuple(dtypes), edge_features, deterministic))
+        return {f"{op}/{dt} {edge_features} {deterministic}": 0.0 for op in ops for dt in dtypes}
+
+    monkeypatch.setattr(bl.cudnn_gnn, "precompile", fake_precompile)
+    monkeypatch.setattr(bl.cudnn_gnn, "backend_info", lambda: types.SimpleNamespace(auto_backend="cudnn"))
+    presets = [bl.PRESETS["arxiv"], bl.PRESETS["proteins"]]
+    got = bl.prebuild_kernels(presets, ["GAT", "GATv2"], ["fp32", "bf16"], None, torch.device("cuda"))
+    assert got is not None and "wall" in got
+    plain = {(dts, e) for _, dts, e, det in calls if not det}
+    assert plain == {((torch.float32,), False), ((torch.bfloat16,), True)}
+    assert [(dts, e) for _, dts, e, det in calls if det] == [((torch.float32, torch.bfloat16), True)]
+    calls.clear()
+    bl.prebuild_kernels([bl.PRESETS["arxiv"]], ["GAT"], ["fp32", "bf16"], {"layer_cudnn"}, torch.device("cuda"))
+    assert calls == [(["gat"], (torch.float32, torch.bfloat16), False, False)]

@@ -76,12 +76,10 @@ def gat(
             rows of each split destination exactly with per-row log-normalisers (:mod:`cudnn_gnn.ops._hub_split`);
             same results as the plain call up to float rounding. ``"auto"`` (default) splits at ``B = 256`` when
             a node has more than 1,024 edges in (out) and more than 32x the mean in (out) degree, on the cuDNN
-            backend, outside ``torch.compile`` and when not ``deterministic`` (one host sync per new graph to
-            read its degrees). ``None`` never splits. On an H200, an ogbn-arxiv-size power-law graph (largest
-            degree 12,214) ran forward+backward in 17.1 ms split against 139 ms plain. With
-            ``deterministic=True`` an int ``B`` splits too, merging with sorted segment sums instead of atomics
-            (exact on CPU; its GPU speed and bitwise repeatability are not measured yet, so ``"auto"`` does not
-            split deterministic calls).
+            backend and outside ``torch.compile`` (one host sync per new graph to read its degrees). ``None``
+            never splits. On an H200, an ogbn-arxiv-size power-law graph (largest degree 12,214) ran
+            forward+backward in 17.1 ms split against 139 ms plain. With ``deterministic=True`` the merge sums
+            sorted segments instead of using atomics, so the split call stays bitwise repeatable.
 
     Returns:
         ``out`` or ``(out, alpha)``.
