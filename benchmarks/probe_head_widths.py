@@ -1,8 +1,11 @@
 """Which head shapes (heads x channels, dtype, op, deterministic) cuDNN's GAT / GATv2 kernels launch, forward and
-backward, called without the channel padding the library adds (``_cudnn.CHANNEL_MULTIPLE = 1``) and without hub
-splitting, on a 2,000-node random graph; map-less calls (no attention returned, no edge tensors).
+backward, called without the channel padding the library adds (``_cudnn.PAD_GAT_WIDTHS = False``) and without hub
+splitting, on a 2,000-node random graph.
 
-    python benchmarks/probe_head_widths.py probe.jsonl
+    python benchmarks/probe_head_widths.py probe.jsonl            # the first survey: both ops, fp32 and bf16, no map
+    python benchmarks/probe_head_widths.py probe.jsonl --set gat  # GAT fp32 widths around the failures, map and not
+
+``--set gat`` runs each (heads, width) twice: map-less, and with returned attention (the CSC->COO map path).
 
 One JSON line per case; a case that loses the CUDA context restarts the child at the next case. The first child
 builds the kernels (``cudnn_gnn.precompile``, minutes on a fresh machine).
@@ -24,34 +27,41 @@ for op in ("gat", "gatv2"):
             CASES.append((op, dt, h, c, False))
         for h, c in [(3, 250), (1, 768), (4, 256), (1, 1024)]:
             CASES.append((op, dt, h, c, True))
+CASES = [(*case, False) for case in CASES]  # + map: no
+# GAT fp32 around the failing widths (250, 252, 375, 376), with and without the map: a rule for the padding.
+GAT_CASES = [("gat", "fp32", h, c, False, m) for m in (False, True) for h in (1, 2, 3, 4)
+             for c in (64, 96, 100, 128, 192, 200, 248, 250, 252, 256, 320, 376, 384, 448, 500, 512, 640, 768, 1000)]
 
 
-def child(start, out):
+def child(start, out, cases):
     import cudnn_gnn
     from cudnn_gnn.backends import _cudnn
-    _cudnn.CHANNEL_MULTIPLE = 1  # the raw kernels: no padding
+    _cudnn.PAD_GAT_WIDTHS = False  # the raw kernels: no padding
     dev = "cuda"
     if start == 0:
         t = time.time()
-        r = cudnn_gnn.precompile(["gat", "gatv2"], [torch.float32, torch.bfloat16])
+        ops = sorted({c[0] for c in cases})
+        dts = [torch.float32 if d == "fp32" else torch.bfloat16 for d in sorted({c[1] for c in cases})]
+        r = cudnn_gnn.precompile(ops, dts, edge_features=any(c[5] for c in cases))
         print("precompile", round(time.time() - t, 1), r, flush=True)
     n, e = 2000, 20000
     ei = torch.randint(0, n, (2, e), generator=torch.Generator().manual_seed(0)).to(dev)
     graph = cudnn_gnn.CscGraph.from_edge_index(ei, num_nodes=n)
-    for i in range(start, len(CASES)):
-        op, dt, h, c, det = CASES[i]
+    for i in range(start, len(cases)):
+        op, dt, h, c, det, with_map = cases[i]
         dtype = torch.float32 if dt == "fp32" else torch.bfloat16
         d = h * c
-        rec = dict(i=i, op=op, dtype=dt, heads=h, channels=c, dim=d, det=det)
+        rec = dict(i=i, op=op, dtype=dt, heads=h, channels=c, dim=d, det=det, map=with_map)
         t = time.time()
         try:
             x = torch.randn(n, d, device=dev, dtype=dtype, requires_grad=True)
             w = (torch.randn(d if op == "gatv2" else 2 * d, device=dev, dtype=dtype) * 0.1).requires_grad_()
             fn = cudnn_gnn.gatv2 if op == "gatv2" else cudnn_gnn.gat
-            o = fn(graph, x, w, heads=h, deterministic=det, backend="cudnn", max_degree=None)
+            o = fn(graph, x, w, heads=h, deterministic=det, backend="cudnn", max_degree=None,
+                   return_attention=with_map)
             torch.cuda.synchronize()
             rec["fwd"] = "ok"
-            o.float().sum().backward()
+            (o[0].float().sum() + o[1].sum() if with_map else o.float().sum()).backward()
             torch.cuda.synchronize()
             rec["bwd"] = "ok"
         except Exception as exc:
@@ -68,17 +78,19 @@ def child(start, out):
 
 if __name__ == "__main__":
     path = sys.argv[1]
-    if len(sys.argv) > 2:
+    which = sys.argv[sys.argv.index("--set") + 1] if "--set" in sys.argv else "all"
+    cases = GAT_CASES if which == "gat" else CASES
+    if "--child" in sys.argv:
         with open(path, "a") as f:
-            child(int(sys.argv[2]), f)
+            child(int(sys.argv[sys.argv.index("--child") + 1]), f, cases)
         sys.exit(0)
     start = 0
-    while start < len(CASES):
-        r = subprocess.run([sys.executable, __file__, path, str(start)], timeout=400)
+    while start < len(cases):
+        r = subprocess.run([sys.executable, __file__, path, "--set", which, "--child", str(start)], timeout=400)
         done = [json.loads(line) for line in open(path)] if os.path.exists(path) else []
         start = (done[-1]["i"] + 1) if done else start + 1
         if r.returncode == 0:
             break
     for rec in (json.loads(line) for line in open(path)):
         print(rec["op"], rec["dtype"], rec["heads"], rec["channels"], rec["dim"], "det" if rec["det"] else "",
-              rec.get("fwd", "-"), rec.get("bwd", "-"), rec.get("error", "")[:150])
+              "map" if rec.get("map") else "", rec.get("fwd", "-"), rec.get("bwd", "-"), rec.get("error", "")[:150])

@@ -118,21 +118,25 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
     )
 
 
-# cuDNN 9.28.1's GAT kernels (not GATv2's) fail to launch for some shapes whose per-head width C is not a multiple
-# of 4 (H200: `cuLaunchKernel failed: invalid argument`, then CUDNN_STATUS_EXECUTION_FAILED). Measured without the
-# CSC->COO map: 3 x 250 and 2 x 250 failed in backward, 2 x 375 in forward, while 1 x 250, 1 x 750 and 6 x 125
-# ran; with the map (returned attention): 1 x 250 failed in backward, 1 x 375 in forward. Every shape with C a
-# multiple of 4 ran (C = 8 ... 1024, up to 16 heads). So GAT pads each head to the next multiple of 4 with zero
-# features and zero attention weights: the logits, the softmax and the first C output columns are unchanged.
-CHANNEL_MULTIPLE = 4
+# cuDNN 9.28.1's GAT kernels (not GATv2's) fail to launch for some per-head widths C (H200: `cuLaunchKernel failed:
+# invalid argument`, then CUDNN_STATUS_EXECUTION_FAILED; the context stays usable). benchmarks/probe_head_widths.py,
+# raw kernels: without the CSC->COO map 3 x 250 and 2 x 250 failed in backward and 2 x 375 in forward; with the map
+# (returned attention) 1 x 250 in backward and 1 x 375 in forward; padded to a multiple of 4, 3 x 252 (backward),
+# 2 x 376 and 1 x 376 (forward) failed as well. Powers of two ran at every head count tried (C = 8 ... 1,024, up to
+# 16 heads), as did some other widths (1 x 250, 6 x 125, 3 x 200, 1 x 750 without the map). Until the rule is known,
+# GAT pads each head below 1,024 channels to the next power of two with zero features and zero attention weights:
+# the logits, the softmax and the first C output columns are unchanged. Above 1,024 channels the kernels refuse the
+# call themselves (SHARED_MEMORY_INSUFFICIENT at 2,048).
+PAD_GAT_WIDTHS = True
+PAD_LIMIT = 1024
 
 
 def _padded_channels(c: GatCall) -> tuple[int, int]:
     """``(C, Cp)``: the per-head width and the width the kernel gets (``Cp == C`` when no padding is needed)."""
     ch = c.x_src.shape[1] // c.heads
-    if c.v2 or ch % CHANNEL_MULTIPLE == 0:
+    if c.v2 or not PAD_GAT_WIDTHS or ch & (ch - 1) == 0 or ch > PAD_LIMIT:
         return ch, ch
-    return ch, -(-ch // CHANNEL_MULTIPLE) * CHANNEL_MULTIPLE
+    return ch, 1 << (ch - 1).bit_length()
 
 
 def _pad_heads(t: Tensor, heads: int, pad: int) -> Tensor:

@@ -362,7 +362,7 @@ def test_call_without_edge_tensors_skips_the_map_and_matches(op, bipartite):
 
 def test_auto_splits_a_hub_graph_and_matches_the_reference():
     """The default max_degree="auto" splits a graph with a node of degree > 1024 (in and out) on cuDNN and gives
-    the reference's output, attention and gradients; deterministic=True leaves it unsplit."""
+    the reference's output, attention and gradients; deterministic=True splits too (and matches)."""
     from cudnn_gnn.ops._attention import AUTO_SPLIT_DEGREE
 
     g_ = torch.Generator().manual_seed(22)
@@ -379,9 +379,10 @@ def test_auto_splits_a_hub_graph_and_matches_the_reference():
     assert ("hub_split", AUTO_SPLIT_DEGREE) in g._cache
     _assert_matches(got, ref)
     g2 = CscGraph.from_edge_index(ei, num_nodes=n)
-    _run(gat, False, g2, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
-         deterministic=True)
-    assert not any(isinstance(k, tuple) and k[0] == "hub_split" for k in g2._cache)
+    got = _run(gat, False, g2, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False, concat=True,
+               deterministic=True)
+    assert any(isinstance(k, tuple) and k[0] == "hub_split" for k in g2._cache)
+    _assert_matches(got, ref)
 
 
 def test_gatv2_max_degree_rewrite_matches_the_reference():
@@ -403,9 +404,9 @@ def test_gatv2_max_degree_rewrite_matches_the_reference():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("h, c", [(3, 250), (2, 375), (1, 375)], ids=["3x250", "2x375", "1x375"])
 def test_head_widths_that_failed_to_launch_run(op, dtype, h, c):
-    """Head widths off a multiple of 4 whose GAT kernels failed to launch on the H200 (3 x 250, DGL's ogbn-arxiv
-    GAT, in backward; 2 x 375 and 1 x 375 in forward) run, GAT zero-padded to a multiple of 4, and match the
-    reference in forward and backward."""
+    """Head widths whose GAT kernels failed to launch on the H200 (3 x 250, DGL's ogbn-arxiv GAT, in backward;
+    2 x 375 and 1 x 375 in forward; padded to a multiple of 4 they failed too) run, GAT zero-padded to the next
+    power of two, and match the reference in forward and backward."""
     v2 = op == "gatv2"
     n, e = 800, 8000
     g = CscGraph.from_edge_index(_graph(n, n, e, seed=32), num_nodes=n)

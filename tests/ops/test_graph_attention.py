@@ -425,8 +425,8 @@ def _cpu_frontend(v2: bool):
 
 @pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
 @pytest.mark.parametrize("c", [3, 5, 6], ids=["c3", "c5", "c6"])
-def test_gat_heads_padded_to_a_multiple_of_4_give_the_unpadded_result(monkeypatch, concat, c):
-    """GAT heads whose width is not a multiple of 4 reach the kernel zero-padded (cuDNN 9.28.1 failed to launch
+def test_gat_heads_padded_to_a_power_of_two_give_the_unpadded_result(monkeypatch, concat, c):
+    """GAT heads whose width is not a power of two reach the kernel zero-padded (cuDNN 9.28.1 failed to launch
     some of those): output, attention and every gradient equal the unpadded call's, with edge features, a
     dropout mask and an attention cotangent."""
     from cudnn_gnn.backends import _cudnn
@@ -452,19 +452,19 @@ def test_gat_heads_padded_to_a_multiple_of_4_give_the_unpadded_result(monkeypatc
     grad_out = torch.randn(n, d if concat else c, generator=g, dtype=torch.float64)
     grad_att = torch.randn(h, e, generator=g)
 
-    def run(multiple):
-        monkeypatch.setattr(_cudnn, "CHANNEL_MULTIPLE", multiple)
+    def run(pad):
+        monkeypatch.setattr(_cudnn, "PAD_GAT_WIDTHS", pad)
         out, att, sm, act = _cudnn._fwd_cuda(*call, True)
         return (out, att, *_cudnn._bwd_cuda(grad_out, grad_att, sm, act, *call))
 
-    padded, plain = run(4), run(1)
-    assert widths == [h * (-(-c // 4) * 4), d]
+    padded, plain = run(True), run(False)
+    assert widths == [h * {3: 4, 5: 8, 6: 8}[c], d]
     for got, want in zip(padded, plain):
         assert got.shape == want.shape
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_only_gat_heads_off_a_multiple_of_4_are_padded():
+def test_only_gat_heads_off_a_power_of_two_up_to_1024_are_padded():
     from cudnn_gnn.backends import _cudnn
 
     def call(v2, h, c):
@@ -472,7 +472,10 @@ def test_only_gat_heads_off_a_multiple_of_4_are_padded():
         return _cudnn.GatCall(None, None, None, None, None, 2, x, x, None, None, None, v2, h, True, "elu", 1.0,
                               False, False)
 
-    assert _cudnn._padded_channels(call(False, 3, 250)) == (250, 252)
-    assert _cudnn._padded_channels(call(False, 1, 375)) == (375, 376)
+    assert _cudnn._padded_channels(call(False, 3, 250)) == (250, 256)
+    assert _cudnn._padded_channels(call(False, 1, 375)) == (375, 512)
+    assert _cudnn._padded_channels(call(False, 2, 376)) == (376, 512)
     assert _cudnn._padded_channels(call(False, 8, 32)) == (32, 32)
+    assert _cudnn._padded_channels(call(False, 1, 1024)) == (1024, 1024)
+    assert _cudnn._padded_channels(call(False, 1, 1500)) == (1500, 1500)
     assert _cudnn._padded_channels(call(True, 3, 250)) == (250, 250)
