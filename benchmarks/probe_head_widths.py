@@ -1,5 +1,5 @@
 """Which head shapes (heads x channels, dtype, op, deterministic) cuDNN's GAT / GATv2 kernels launch, forward and
-backward, called without the channel padding the library adds (``_cudnn.PAD_GAT_WIDTHS = False``) and without hub
+backward, called without the library's reference fallback for failed launches (``_cudnn.LAUNCH_FALLBACK = False``) and without hub
 splitting, on a 2,000-node random graph.
 
     python benchmarks/probe_head_widths.py probe.jsonl            # the first survey: both ops, fp32 and bf16, no map
@@ -36,7 +36,7 @@ GAT_CASES = [("gat", "fp32", h, c, False, m) for m in (False, True) for h in (1,
 def child(start, out, cases):
     import cudnn_gnn
     from cudnn_gnn.backends import _cudnn
-    _cudnn.PAD_GAT_WIDTHS = False  # the raw kernels: no padding
+    _cudnn.LAUNCH_FALLBACK = False  # the raw kernels' failures, not the fallback
     dev = "cuda"
     if start == 0:
         t = time.time()

@@ -14,6 +14,7 @@ The argument list is written once (``_GRAPH``, ``_INPUTS``, ``_KNOBS`` and :clas
 from __future__ import annotations
 
 import functools
+import warnings
 from typing import Any, NamedTuple
 
 import torch
@@ -118,46 +119,67 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
     )
 
 
-# cuDNN 9.28.1's GAT kernels (not GATv2's) fail to launch for some per-head widths C (H200: `cuLaunchKernel failed:
-# invalid argument`, then CUDNN_STATUS_EXECUTION_FAILED; the context stays usable). benchmarks/probe_head_widths.py,
-# raw kernels: without the CSC->COO map 3 x 250 and 2 x 250 failed in backward and 2 x 375 in forward; with the map
-# (returned attention) 1 x 250 in backward and 1 x 375 in forward; padded to a multiple of 4, 3 x 252 (backward),
-# 2 x 376 and 1 x 376 (forward) failed as well. Powers of two ran at every head count tried (C = 8 ... 1,024, up to
-# 16 heads), as did some other widths (1 x 250, 6 x 125, 3 x 200, 1 x 750 without the map). Until the rule is known,
-# GAT pads each head below 1,024 channels to the next power of two with zero features and zero attention weights:
-# the logits, the softmax and the first C output columns are unchanged. Above 1,024 channels the kernels refuse the
-# call themselves (SHARED_MEMORY_INSUFFICIENT at 2,048).
-PAD_GAT_WIDTHS = True
-PAD_LIMIT = 1024
+# cuDNN 9.28.1's GAT kernels fail to launch for some shapes (H200: `[gnn_ops] mha_gat_bwd cuLaunchKernel failed:
+# invalid argument`, then CUDNN_STATUS_EXECUTION_FAILED; the CUDA context stays usable). benchmarks/probe_head_widths.py
+# on raw kernels: 3 x 250 (DGL's ogbn-arxiv GAT) and 2 x 250 in backward, 2 x 375 in forward; on another graph 1 x 248
+# to 1 x 256 and 4 x 512 in backward, 1 x 376, 1 x 384 and 4 x 768 in forward, while 1 x 250 and 2 x 256 ran on the
+# first. It depends on the graph as well as the heads and the width, so no padding rule avoids it (widths padded to a
+# multiple of 4, and to a power of two, still failed). Instead, a call whose kernel fails to launch runs on the
+# reference math (float32 for half inputs) with the same contract and results, and so does every later call of the
+# same shape in the process, in that direction (forward: the backward too, as the saved softmax statistics are then
+# a stand-in). One warning per shape says so. Set LAUNCH_FALLBACK = False to see the raw failure (the probes do).
+LAUNCH_FALLBACK = True
+_LAUNCH_FAILED: set[tuple[str, tuple[Any, ...]]] = set()
 
 
-def _padded_channels(c: GatCall) -> tuple[int, int]:
-    """``(C, Cp)``: the per-head width and the width the kernel gets (``Cp == C`` when no padding is needed)."""
-    ch = c.x_src.shape[1] // c.heads
-    if c.v2 or not PAD_GAT_WIDTHS or ch & (ch - 1) == 0 or ch > PAD_LIMIT:
-        return ch, ch
-    return ch, 1 << (ch - 1).bit_length()
+def _shape_key(c: GatCall) -> tuple[Any, ...]:
+    """What a launch failure is remembered by: the kernel's shape, dtype and options, not the tensors' values."""
+    return (c.v2, c.heads, c.x_src.shape[1], c.x_src.dtype, c.map_csc_to_coo is not None,
+            None if c.edge_attr is None else c.edge_attr.shape[1], c.dropout_mask is not None, c.concat,
+            c.deterministic, c.grad_fp32, c.activation, c.num_src_nodes, c.offsets.shape[0] - 1, c.indices.shape[0],
+            c.indices.dtype)
 
 
-def _pad_heads(t: Tensor, heads: int, pad: int) -> Tensor:
-    """``[..., H*C]`` -> ``[..., H*(C+pad)]``, zeros after each head's C columns."""
-    lead = t.shape[:-1]
-    return torch.nn.functional.pad(t.reshape(*lead, heads, -1), (0, pad)).reshape(*lead, -1)
+def _launch_failed(direction: str, c: GatCall, exc: RuntimeError) -> bool:
+    """Whether ``exc`` is a kernel launch failure to fall back from; records the shape and warns once for it."""
+    if not LAUNCH_FALLBACK or "CUDNN_STATUS_EXECUTION_FAILED" not in str(exc):
+        return False
+    key = (direction, _shape_key(c))
+    if key not in _LAUNCH_FAILED:
+        _LAUNCH_FAILED.add(key)
+        warnings.warn(
+            f"cuDNN's {'GATv2' if c.v2 else 'GAT'} {direction} kernel failed to launch ({exc}) for {c.heads} heads x "
+            f"{c.x_src.shape[1] // c.heads} channels, {str(c.x_src.dtype).removeprefix('torch.')}, "
+            f"{c.num_src_nodes:,} -> {c.offsets.shape[0] - 1:,} nodes, {c.indices.shape[0]:,} edges (cuDNN 9.28.1 "
+            "fails so for some shapes; see cudnn_gnn/backends/_cudnn.py). This call and later ones of this shape "
+            "run the reference math instead: same results, slower, more memory.",
+            RuntimeWarning, stacklevel=2)
+    return True
 
 
-def _unpad_heads(t: Tensor, heads: int, ch: int) -> Tensor:
-    lead = t.shape[:-1]
-    return t.reshape(*lead, heads, -1)[..., :ch].reshape(*lead, heads * ch)
+def _float_call(c: GatCall) -> GatCall:
+    """``c`` with half-precision inputs in float32 (the fallback computes in float32, as the kernels accumulate)."""
+    if c.x_src.dtype not in (torch.float16, torch.bfloat16):
+        return c
+
+    def up(t: Tensor | None) -> Tensor | None:
+        return None if t is None else t.float()
+
+    xs = c.x_src.float()
+    xd = xs if c.x_dst is c.x_src else c.x_dst.float()
+    return c._replace(x_src=xs, x_dst=xd, edge_attr=up(c.edge_attr), attn_weights=c.attn_weights.float())
 
 
-def _padded_call(c: GatCall, ch: int, cp: int) -> GatCall:
-    """The GAT call with every head widened from ``ch`` to ``cp`` (zero features, zero attention weights)."""
-    d, pad = c.x_src.shape[1], cp - ch
-    xs = _pad_heads(c.x_src, c.heads, pad)
-    xd = xs if c.x_dst is c.x_src else _pad_heads(c.x_dst, c.heads, pad)
-    w = c.attn_weights
-    w = torch.cat([_pad_heads(w[:d], c.heads, pad), _pad_heads(w[d:2 * d], c.heads, pad), w[2 * d:]])
-    return c._replace(x_src=xs, x_dst=xd, attn_weights=w)
+def _fallback_fwd(c: GatCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    out, att, sm, act = _fwd_cpu(*_float_call(c), return_attention)  # the kernels' contract in torch ops
+    return out.to(c.x_src.dtype), att, sm, act.to(c.x_src.dtype) if c.v2 else act
+
+
+def _fallback_bwd(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor,
+                  c: GatCall) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    feat_dt, w_dt = _grad_dtypes(c)
+    gs, gd, ge, gw = _bwd_cpu(grad_out.float(), grad_attention, sm, act, *_float_call(c))
+    return gs.to(feat_dt), gd.to(feat_dt), ge.to(feat_dt), gw.to(w_dt)
 
 
 def _fwd_kernel(c: GatCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -182,14 +204,14 @@ def _fwd_kernel(c: GatCall, return_attention: bool) -> tuple[Tensor, Tensor, Ten
 def _fwd_cuda(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     c = GatCall(*args[:_N_CALL])
     return_attention = bool(args[_N_CALL])
-    ch, cp = _padded_channels(c)
-    if cp == ch:
-        out, att, sm, act = _fwd_kernel(c, return_attention)
-    else:
-        out, att, sm, act = _fwd_kernel(_padded_call(c, ch, cp), return_attention)
-        out = _unpad_heads(out, c.heads, ch) if c.concat else out[:, :ch]
-    out = torch.where(_dst_with_edges(c), out, 0)
-    return out, att, sm, act
+    if ("forward", _shape_key(c)) not in _LAUNCH_FAILED:
+        try:
+            out, att, sm, act = _fwd_kernel(c, return_attention)
+            return torch.where(_dst_with_edges(c), out, 0), att, sm, act
+        except RuntimeError as exc:
+            if not _launch_failed("forward", c, exc):
+                raise
+    return _fallback_fwd(c, return_attention)
 
 
 def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -221,17 +243,15 @@ def _bwd_kernel(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act
 
 def _bwd_cuda(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: Any):
     c = GatCall(*args)
-    ch, cp = _padded_channels(c)
-    if cp == ch:
-        gs, gd, ge, gw = _bwd_kernel(grad_out, grad_attention, sm, act, c)
-    else:
-        pad = cp - ch
-        g_out = _pad_heads(grad_out, c.heads, pad) if c.concat else torch.nn.functional.pad(grad_out, (0, pad))
-        gs, gd, ge, gw = _bwd_kernel(g_out.contiguous(), grad_attention, sm, act, _padded_call(c, ch, cp))
-        gs, gd = _unpad_heads(gs, c.heads, ch), _unpad_heads(gd, c.heads, ch)
-        dp = c.heads * cp
-        gw = torch.cat([_unpad_heads(gw[:dp], c.heads, ch), _unpad_heads(gw[dp:2 * dp], c.heads, ch), gw[2 * dp:]])
-    return torch.where(_src_with_edges(c), gs, 0), torch.where(_dst_with_edges(c), gd, 0), ge, gw
+    key = _shape_key(c)
+    if ("forward", key) not in _LAUNCH_FAILED and ("backward", key) not in _LAUNCH_FAILED:
+        try:
+            gs, gd, ge, gw = _bwd_kernel(grad_out, grad_attention, sm, act, c)
+            return torch.where(_src_with_edges(c), gs, 0), torch.where(_dst_with_edges(c), gd, 0), ge, gw
+        except RuntimeError as exc:
+            if not _launch_failed("backward", c, exc):
+                raise
+    return _fallback_bwd(grad_out, grad_attention, sm, act, c)
 
 
 def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor, *args: Any):

@@ -423,59 +423,102 @@ def _cpu_frontend(v2: bool):
                            gnn_mha_gat_v2_fwd=SimpleNamespace(default=fwd), gnn_mha_gat_v2_bwd=SimpleNamespace(default=bwd))
 
 
-@pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
-@pytest.mark.parametrize("c", [3, 5, 6], ids=["c3", "c5", "c6"])
-def test_gat_heads_padded_to_a_power_of_two_give_the_unpadded_result(monkeypatch, concat, c):
-    """GAT heads whose width is not a power of two reach the kernel zero-padded (cuDNN 9.28.1 failed to launch
-    some of those): output, attention and every gradient equal the unpadded call's, with edge features, a
-    dropout mask and an attention cotangent."""
+def _fallback_case(v2: bool, dtype: torch.dtype, concat: bool):
+    """A GatCall with edge features, a dropout mask, a destination without edges, and cotangents."""
     from cudnn_gnn.backends import _cudnn
 
-    widths = []
-    frontend = _cpu_frontend(False)
-    fwd = frontend.gnn_mha_gat_fwd.default
-    frontend.gnn_mha_gat_fwd.default = lambda *a: (widths.append(a[3].shape[1]), fwd(*a))[1]
-    monkeypatch.setattr(_cudnn, "_frontend", lambda: frontend)
     g = torch.Generator().manual_seed(0)
-    n, e, h = 7, 30, 3
+    n, e, h, c = 7, 30, 3, 5
     d = h * c
-    dst = torch.sort(torch.randint(0, n, (e,), generator=g)).values
+    dst = torch.sort(torch.randint(0, n - 1, (e,), generator=g)).values  # node n-1: no incoming edges
     offsets = torch.zeros(n + 1, dtype=torch.int64)
     offsets[1:] = torch.bincount(dst, minlength=n).cumsum(0)
     indices = torch.randint(0, n, (e,), generator=g)
-    x = torch.randn(n, d, generator=g, dtype=torch.float64)
-    edge = torch.randn(e, 2 * h, generator=g, dtype=torch.float64)
-    w = torch.randn(2 * d + 2 * h, generator=g, dtype=torch.float64)
+    x = torch.randn(n, d, generator=g).to(dtype)
+    de = d if v2 else 2 * h
+    edge = torch.randn(e, de, generator=g).to(dtype)
+    w = torch.randn(d if v2 else 2 * d + de, generator=g).to(dtype)
     mask = (torch.rand(h, e, generator=g) > 0.3).float() / 0.7
-    call = _cudnn.GatCall(offsets, indices, None, None, None, n, x, x, edge, w, mask, False, h, concat,
-                          "leaky_relu", 0.2, False, False)
-    grad_out = torch.randn(n, d if concat else c, generator=g, dtype=torch.float64)
+    call = _cudnn.GatCall(offsets, indices, torch.randperm(e, generator=g), None, None, n, x, x, edge, w, mask, v2, h,
+                          concat, "leaky_relu", 0.2, False, dtype == torch.bfloat16)
+    grad_out = torch.randn(n, d if concat else c, generator=g).to(dtype)
     grad_att = torch.randn(h, e, generator=g)
+    return call, grad_out, grad_att
 
-    def run(pad):
-        monkeypatch.setattr(_cudnn, "PAD_GAT_WIDTHS", pad)
+
+def _failing_frontend(v2: bool, fail: str, calls: list[str]):
+    """The CPU stand-in frontend whose ``fail`` direction raises what cuDNN 9.28.1 raised on a failed launch."""
+    frontend = _cpu_frontend(v2)
+    for direction in ("fwd", "bwd"):
+        for name in (f"gnn_mha_gat_{direction}", f"gnn_mha_gat_v2_{direction}"):
+            inner = getattr(frontend, name).default
+
+            def run(*a, _inner=inner, _d=direction):
+                calls.append(_d)
+                if _d == fail:
+                    raise RuntimeError(f"cudnnGnnMhaGat{'Forward' if _d == 'fwd' else 'Backward'} failed: "
+                                       "CUDNN_STATUS_EXECUTION_FAILED")
+                return _inner(*a)
+
+            getattr(frontend, name).default = run
+    return frontend
+
+
+@pytest.mark.parametrize("fail", ["fwd", "bwd"])
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16], ids=["f64", "bf16"])
+def test_a_kernel_that_fails_to_launch_falls_back_to_the_same_results(monkeypatch, fail, v2, dtype):
+    """cuDNN 9.28.1's GAT kernels fail to launch for some shapes (CUDNN_STATUS_EXECUTION_FAILED, context intact):
+    that call, and later calls of the same shape, run the reference math with the kernels' contract. Output,
+    attention and every gradient equal a call whose kernels worked; one warning per shape; a forward fallback
+    takes the backward with it (its softmax statistics are a stand-in); half inputs are computed in float32."""
+    from cudnn_gnn.backends import _cudnn
+
+    monkeypatch.setattr(_cudnn, "_LAUNCH_FAILED", set())
+    call, grad_out, grad_att = _fallback_case(v2, dtype, concat=True)
+
+    def run(frontend):
+        monkeypatch.setattr(_cudnn, "_frontend", lambda: frontend)
         out, att, sm, act = _cudnn._fwd_cuda(*call, True)
         return (out, att, *_cudnn._bwd_cuda(grad_out, grad_att, sm, act, *call))
 
-    padded, plain = run(True), run(False)
-    assert widths == [h * {3: 4, 5: 8, 6: 8}[c], d]
-    for got, want in zip(padded, plain):
-        assert got.shape == want.shape
-        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    want = run(_cpu_frontend(v2))
+    calls: list[str] = []
+    with pytest.warns(RuntimeWarning, match=r"failed to launch .* 3 heads x 5 channels.*reference math"):
+        got = run(_failing_frontend(v2, fail, calls))
+    assert calls == (["fwd"] if fail == "fwd" else ["fwd", "bwd"])
+    tol = dict(rtol=1e-12, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-2, atol=2e-2)
+    grad_dt = torch.float32 if dtype == torch.bfloat16 else dtype  # grad_fp32: float32 gradients for half inputs
+    assert [t.dtype for t in got] == [dtype, torch.float32, grad_dt, grad_dt, grad_dt, grad_dt]
+    for a, b in zip(got, want):
+        assert a.shape == b.shape
+        torch.testing.assert_close(a.float(), b.float(), **tol)
+    assert (got[0][-1] == 0).all()  # the destination without edges: a zero row, as from the kernels
+    calls.clear()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no second warning for the same shape
+        again = run(_failing_frontend(v2, fail, calls))
+    assert calls == ([] if fail == "fwd" else ["fwd"])  # the failing kernel is not tried again
+    for a, b in zip(again, got):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
-def test_only_gat_heads_off_a_power_of_two_up_to_1024_are_padded():
+def test_other_kernel_errors_and_a_disabled_fallback_still_raise(monkeypatch):
     from cudnn_gnn.backends import _cudnn
 
-    def call(v2, h, c):
-        x = torch.empty(2, h * c)
-        return _cudnn.GatCall(None, None, None, None, None, 2, x, x, None, None, None, v2, h, True, "elu", 1.0,
-                              False, False)
+    monkeypatch.setattr(_cudnn, "_LAUNCH_FAILED", set())
+    call, _, _ = _fallback_case(False, torch.float32, concat=False)
+    frontend = _cpu_frontend(False)
 
-    assert _cudnn._padded_channels(call(False, 3, 250)) == (250, 256)
-    assert _cudnn._padded_channels(call(False, 1, 375)) == (375, 512)
-    assert _cudnn._padded_channels(call(False, 2, 376)) == (376, 512)
-    assert _cudnn._padded_channels(call(False, 8, 32)) == (32, 32)
-    assert _cudnn._padded_channels(call(False, 1, 1024)) == (1024, 1024)
-    assert _cudnn._padded_channels(call(False, 1, 1500)) == (1500, 1500)
-    assert _cudnn._padded_channels(call(True, 3, 250)) == (250, 250)
+    def not_supported(*a):
+        raise RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SHARED_MEMORY_INSUFFICIENT")
+
+    frontend.gnn_mha_gat_fwd.default = not_supported
+    monkeypatch.setattr(_cudnn, "_frontend", lambda: frontend)
+    with pytest.raises(RuntimeError, match="SHARED_MEMORY_INSUFFICIENT"):
+        _cudnn._fwd_cuda(*call, False)
+    monkeypatch.setattr(_cudnn, "_frontend", lambda: _failing_frontend(False, "fwd", []))
+    monkeypatch.setattr(_cudnn, "LAUNCH_FALLBACK", False)
+    with pytest.raises(RuntimeError, match="EXECUTION_FAILED"):
+        _cudnn._fwd_cuda(*call, False)
+    assert not _cudnn._LAUNCH_FAILED
