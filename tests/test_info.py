@@ -117,7 +117,7 @@ def test_two_cudnn_builds_in_one_process_are_named(fake_env, monkeypatch):
     assert info.cudnn_dirs == ("/opt/cudnn928", torch_dir)
     text = str(info)
     assert "/opt/cudnn928: libcudnn.so.9, libcudnn_graph.so.9" in text and f"{torch_dir}: libcudnn.so.9" in text
-    assert "mixed cuDNN" in text and "backend='flash'" in text
+    assert "mixed cuDNN" in text and "libcudnn_engines_precompiled" in text
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: libs[1:])
     text = str(fake_env())
     assert "cuDNN libraries     /opt/cudnn928" in text and "mixed cuDNN" not in text
@@ -130,3 +130,30 @@ def test_sublibrary_failure_after_cudnn_sdpa_lists_the_loaded_cudnn_directories(
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: ("/a/libcudnn.so.9", "/b/libcudnn.so.9"))
     exc = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
     assert "libcudnn files from 2 directories: /a, /b" in str(_cudnn.explain_failure(exc))
+
+
+def test_an_incomplete_cudnn_in_use_is_named_with_its_consequence(fake_env, monkeypatch, tmp_path):
+    """The H200 failure (GAT after cuDNN SDPA): the cuDNN 9.28 in use lacked libcudnn_engines_precompiled. `info`
+    names the missing sublibraries and the JIT-only consequence; the GAT error carries it, SDPA or not."""
+    from cudnn_gnn.backends import _cudnn, _cudnn_sdpa
+
+    partial, complete = tmp_path / "cudnn928", tmp_path / "wheel"
+    partial.mkdir(), complete.mkdir()
+    for name in ("libcudnn", "libcudnn_graph", "libcudnn_ext", "libcudnn_engines_runtime_compiled"):
+        (partial / f"{name}.so.9").write_bytes(b"")
+    for name in ("libcudnn", *backends.CUDNN_SUBLIBRARIES):
+        (complete / f"{name}.so.9").write_bytes(b"")
+    libs = (str(partial / "libcudnn.so.9"), str(partial / "libcudnn_graph.so.9"), str(complete / "libcudnn.so.9"))
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: libs)
+    text = str(fake_env())
+    assert f"incomplete cuDNN    {partial} lacks libcudnn_engines_precompiled, libcudnn_engines_tensor_ir" in text
+    assert "GRAPH_JIT_ONLY" in text and "nvidia-cudnn-cu13>=9.28" in text
+    assert str(complete) + " lacks" not in text  # complete, and no libcudnn_graph mapped from it
+    monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
+    exc = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
+    explained = str(_cudnn.explain_failure(exc))
+    assert f"The cuDNN in {partial} lacks libcudnn_engines_precompiled" in explained and "GRAPH_JIT_ONLY" in explained
+    for name in backends.CUDNN_SUBLIBRARIES:
+        (partial / f"{name}.so.9").write_bytes(b"")
+    assert "incomplete cuDNN    " not in str(fake_env())
+    assert _cudnn.explain_failure(exc) is exc

@@ -75,6 +75,10 @@ class BackendInfo:
             lines.append(f"{'cuDNN libraries' if i == 0 else '':20s}{d}: {', '.join(names)}")
         if len(self.cudnn_dirs) > 1:
             lines.append(f"mixed cuDNN         {MIXED_CUDNN_NOTE}")
+        for d, missing in incomplete_cudnn(self.cudnn_libraries).items():
+            lines.append(f"incomplete cuDNN    {d} lacks {', '.join(missing)}")
+            if PRECOMPILED in missing:
+                lines.append(f"{'':20s}{JIT_ONLY_NOTE}")
         if self.reason:
             lines.append(f"why not cudnn       {self.reason}")
         if self.fix:
@@ -83,10 +87,43 @@ class BackendInfo:
 
 
 MIXED_CUDNN_NOTE = (
-    "libcudnn files from more than one directory are loaded (two cuDNN builds). On an H200 set up like that, "
-    "cuDNN GAT failed with SUBLIBRARY_UNAVAILABLE after cuDNN SDPA had run in the same process: use "
-    "graph_attention(..., backend='flash') next to cuDNN GAT, or one complete cuDNN >= 9.28 for torch and the frontend"
+    "libcudnn files from more than one directory are loaded (two cuDNN builds). On the H200 where this was seen, "
+    "cuDNN GAT failing after cuDNN SDPA came from the newer build lacking libcudnn_engines_precompiled, not from "
+    "the second build (one build alone failed the same way): see 'incomplete cuDNN' where it applies"
 )
+
+
+# A complete cuDNN 9 (the nvidia-cudnn-cu13 9.28 wheel ships every one of these next to libcudnn.so.9).
+CUDNN_SUBLIBRARIES = (
+    "libcudnn_graph", "libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled", "libcudnn_engines_tensor_ir",
+    "libcudnn_heuristic", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext",
+)
+PRECOMPILED = "libcudnn_engines_precompiled"
+JIT_ONLY_NOTE = (
+    "cuDNN loads libcudnn_engines_precompiled on the first graph that needs its engines (the backward of cuDNN SDPA, "
+    "a torch cuDNN convolution); where it cannot, it switches the whole process to its GRAPH_JIT_ONLY library mode "
+    "(CUDNN_LIB_CONFIG=AUTO), and every cuDNN GAT call after that fails with SUBLIBRARY_UNAVAILABLE (H200, cuDNN "
+    "9.28.1, benchmarks/diag_mixed_cudnn.py). Fix: install a complete cuDNN >= 9.28 (pip install "
+    "\"nvidia-cudnn-cu13>=9.28\"); until then keep cuDNN SDPA and cuDNN convolutions out of processes that run cuDNN "
+    "GAT (graph_attention(..., backend='flash'), what 'auto' picks on CUDA)"
+)
+
+
+def missing_sublibraries(directory: str) -> tuple[str, ...]:
+    """The sublibraries of a complete cuDNN 9 (``CUDNN_SUBLIBRARIES``) that ``directory`` lacks."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return ()
+    return tuple(lib for lib in CUDNN_SUBLIBRARIES if not any(n.startswith(lib + ".so") for n in names))
+
+
+def incomplete_cudnn(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
+    """``{directory: missing sublibraries}`` for the directories of ``paths`` whose cuDNN is in use (a mapped
+    ``libcudnn_graph``) and incomplete."""
+    graph_dirs = library_dirs(tuple(p for p in paths if os.path.basename(p).startswith("libcudnn_graph")))
+    found = {d: missing_sublibraries(d) for d in graph_dirs}
+    return {d: m for d, m in found.items() if m}
 
 
 def mapped_cudnn_libraries() -> tuple[str, ...]:

@@ -98,25 +98,41 @@ def _src_with_edges(c: GatCall) -> Tensor:
 def explain_failure(exc: RuntimeError) -> RuntimeError:
     """``exc`` with the known cause and fix appended where there is one, else ``exc`` itself.
 
-    On the H200 environment of the device README (torch's own cuDNN 9.19 loaded next to a preloaded, partial
-    cuDNN 9.28), every cuDNN GAT call after ``cudnn.sdpa_torch`` had run in the same process failed with
-    ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE``, while flash attention and GAT mixed fine.
+    ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE`` from a GAT call on the H200 of the device README: its
+    cuDNN 9.28 lacked ``libcudnn_engines_precompiled``, so the first cuDNN graph that needed engines (the backward
+    of ``cudnn.sdpa_torch``, or a torch cuDNN convolution) switched cuDNN to its GRAPH_JIT_ONLY library mode, in
+    which the GNN kernels are unavailable (``benchmarks/diag_mixed_cudnn.py``: with ``CUDNN_LIB_CONFIG=FULL`` GAT
+    kept working and the SDPA backward failed instead; one shim instead of two changed nothing).
     """
     msg = str(exc)
     if "SUBLIBRARY_UNAVAILABLE" not in msg:
         return exc
-    from cudnn_gnn.backends import _cudnn_sdpa, library_dirs, mapped_cudnn_libraries
-
-    if not _cudnn_sdpa.used_in_process():
-        return exc
-    dirs = library_dirs(mapped_cudnn_libraries())
-    loaded = f" This process has libcudnn files from {len(dirs)} directories: {', '.join(dirs)}." if dirs else ""
-    return RuntimeError(
-        f"{msg}. cudnn.sdpa_torch ran earlier in this process (graph_attention with backend='cudnn'); after it, "
-        "cuDNN's GNN kernels failed like this on an H200 with two cuDNN builds loaded (torch's and a partial "
-        f">= 9.28).{loaded} Fix: use graph_attention(..., backend='flash') (what 'auto' picks on CUDA) next to "
-        "cuDNN GAT, or install one complete cuDNN >= 9.28 for both (see `python -m cudnn_gnn info`)."
+    from cudnn_gnn.backends import (
+        JIT_ONLY_NOTE,
+        PRECOMPILED,
+        _cudnn_sdpa,
+        incomplete_cudnn,
+        library_dirs,
+        mapped_cudnn_libraries,
     )
+
+    libs = mapped_cudnn_libraries()
+    lacking = [d for d, missing in incomplete_cudnn(libs).items() if PRECOMPILED in missing]
+    sdpa = _cudnn_sdpa.used_in_process()
+    if not lacking and not sdpa:
+        return exc
+    dirs = library_dirs(libs)
+    parts = [msg + "."]
+    if sdpa:
+        parts.append("cudnn.sdpa_torch ran earlier in this process (graph_attention with backend='cudnn').")
+    if lacking:
+        parts.append(f"The cuDNN in {', '.join(lacking)} lacks {PRECOMPILED}: {JIT_ONLY_NOTE}.")
+    else:
+        parts.append("Fix: use graph_attention(..., backend='flash') (what 'auto' picks on CUDA) next to cuDNN GAT, "
+                     "or install one complete cuDNN >= 9.28 for both (see `python -m cudnn_gnn info`).")
+    if dirs:
+        parts.append(f"This process has libcudnn files from {len(dirs)} directories: {', '.join(dirs)}.")
+    return RuntimeError(" ".join(parts))
 
 
 # cuDNN 9.28.1's GAT kernels fail to launch for some shapes (H200: `[gnn_ops] mha_gat_bwd cuLaunchKernel failed:

@@ -155,6 +155,17 @@ def clear_plan_cache() -> None:
 _USED = False  # whether this process has called cudnn.sdpa_torch (see _cudnn.explain_failure)
 
 
+def _warn_if_it_disables_gat() -> None:
+    """At the first cuDNN SDPA call of a process: warn where this cuDNN lacks its precompiled engines, so that
+    the SDPA backward will switch cuDNN to JIT-only mode and break the cuDNN GAT calls after it."""
+    from cudnn_gnn.backends import JIT_ONLY_NOTE, PRECOMPILED, backend_info, incomplete_cudnn, mapped_cudnn_libraries
+
+    lacking = [d for d, m in incomplete_cudnn(mapped_cudnn_libraries()).items() if PRECOMPILED in m]
+    if lacking and backend_info().auto_backend == "cudnn":
+        warnings.warn(f"cuDNN SDPA with the cuDNN in {', '.join(lacking)}, which lacks {PRECOMPILED}: "
+                      f"{JIT_ONLY_NOTE}.", RuntimeWarning, stacklevel=3)
+
+
 def used_in_process() -> bool:
     """Whether ``cudnn.sdpa_torch`` has run in this process."""
     return _USED
@@ -211,6 +222,8 @@ def sdpa_varlen(
     _LEDGER.touch(key)
     cu = cu_seqlens.to(torch.int32)
     global _USED
+    if not _USED:
+        _warn_if_it_disables_gat()
     _USED = True
     out, _ = _kernel()(
         q,

@@ -341,6 +341,9 @@ def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
 
     status = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
     other = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_BAD_PARAM")
+    from cudnn_gnn import backends
+
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: ())  # no incomplete cuDNN in sight
     monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
     assert _cudnn.explain_failure(status) is status
     monkeypatch.setattr(_cudnn_sdpa, "_USED", True)
@@ -351,8 +354,10 @@ def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
 
 
 def test_cudnn_sdpa_marks_the_process(monkeypatch):
+    from cudnn_gnn import backends
     from cudnn_gnn.backends import _cudnn_sdpa
 
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: ())
     monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
     monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: lambda q, k, v, **kw: (q.clone(), None))
     q = torch.randn(5, 2, 8, dtype=torch.bfloat16)
@@ -522,3 +527,30 @@ def test_other_kernel_errors_and_a_disabled_fallback_still_raise(monkeypatch):
     with pytest.raises(RuntimeError, match="EXECUTION_FAILED"):
         _cudnn._fwd_cuda(*call, False)
     assert not _cudnn._LAUNCH_FAILED
+
+
+def test_first_cudnn_sdpa_warns_where_the_cudnn_lacks_its_precompiled_engines(monkeypatch, tmp_path):
+    """The H200's partial cuDNN 9.28 lacked libcudnn_engines_precompiled: the SDPA backward switched cuDNN to
+    JIT-only mode and every later cuDNN GAT call failed. The first cuDNN SDPA call of such a process warns, once;
+    a complete install does not."""
+    from cudnn_gnn import backends
+    from cudnn_gnn.backends import _cudnn_sdpa
+
+    partial = tmp_path / "cudnn928"
+    partial.mkdir()
+    for name in ("libcudnn.so.9", "libcudnn_graph.so.9", "libcudnn_ext.so.9", "libcudnn_engines_runtime_compiled.so.9"):
+        (partial / name).write_bytes(b"")
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: (str(partial / "libcudnn_graph.so.9"),))
+    monkeypatch.setattr(backends, "backend_info", lambda refresh=False: type("I", (), {"auto_backend": "cudnn"})())
+    monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: lambda q, k, v, **kw: (q.clone(), None))
+    monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
+    q = torch.randn(5, 2, 8, dtype=torch.bfloat16)
+    with pytest.warns(RuntimeWarning, match="lacks libcudnn_engines_precompiled.*GRAPH_JIT_ONLY"):
+        _cudnn_sdpa.sdpa_varlen(q, q, q, torch.tensor([0, 2, 5]), 3, 0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _cudnn_sdpa.sdpa_varlen(q, q, q, torch.tensor([0, 2, 5]), 3, 0.5)  # once per process
+        for name in backends.CUDNN_SUBLIBRARIES:
+            (partial / f"{name}.so.9").write_bytes(b"")
+        monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
+        _cudnn_sdpa.sdpa_varlen(q, q, q, torch.tensor([0, 2, 5]), 3, 0.5)  # complete: no warning
