@@ -63,6 +63,7 @@ from _bench_common import environment, free_memory, is_fatal, is_oom, peak_memor
 from _graphs import BenchGraph, GraphSpec, make_graph  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
+from cudnn_gnn.ops._attention import EDGE_ELEMS_LIMIT, NODE_ELEMS_LIMIT  # noqa: E402
 
 LAYERS = ("GAT", "GATv2")
 PASSES = ("fwd", "fwd+bwd")
@@ -673,24 +674,37 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
     impls = {i for p in presets for i in p.impls if impl_filter is None or i in impl_filter}
     if not any("cudnn" in i for i in impls):
         return None
-    ops = [op for op, name in (("gat", "GAT"), ("gatv2", "GATv2")) if name in layers]
     def torch_dtype(d: str) -> torch.dtype:
         return torch.float32 if d == "fp32" else DTYPES[d]
 
-    # Calls with edge features pass the edge map: kernels of their own, built only for the dtypes that the presets
-    # with edge features run (at the same time as the others, in a second precompile call).
-    edge_dtypes = [d for d in dtypes if any(p.graph.edge_dim and d in (p.dtypes or dtypes) for p in presets)]
-    jobs = [([torch_dtype(d) for d in dtypes if d not in edge_dtypes], False),
-            ([torch_dtype(d) for d in edge_dtypes], True)]
+    # The kernels differ by op, dtype, edge map (calls with edge features pass it) and index dtype (int64 where
+    # edges x width reach 2**30: proteins, the 4x sweep, products). One precompile call per (edge map, index
+    # dtype) group, all at once, each building what the presets of its group run.
+    groups: dict[tuple[bool, torch.dtype], tuple[set[str], set[str]]] = {}
+    for p in presets:
+        ops_p = {op for op, name in (("gat", "GAT"), ("gatv2", "GATv2")) if name in layers and name in p.layers}
+        dts_p = {d for d in (p.dtypes or dtypes) if d in dtypes}
+        if not ops_p or not dts_p or not any("cudnn" in i for i in p.impls if impl_filter is None or i in impl_filter):
+            continue
+        width = max(h * c for c, h, _ in p.stack)
+        big = max(p.graph.num_nodes, 1) * width >= NODE_ELEMS_LIMIT or p.graph.num_edges * width >= EDGE_ELEMS_LIMIT
+        ops_g, dts_g = groups.setdefault((bool(p.graph.edge_dim), torch.int64 if big else torch.int32), (set(), set()))
+        ops_g |= ops_p
+        dts_g |= dts_p
+    order = {"fp32": 0, "bf16": 1, "fp16": 2}
+    jobs = [(sorted(o), [torch_dtype(d) for d in sorted(t, key=order.__getitem__)], e, it)
+            for (e, it), (o, t) in sorted(groups.items(), key=lambda kv: (kv[0][0], str(kv[0][1])))]
     t0 = time.perf_counter()
     got: dict[str, float] = {}
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        for f in [pool.submit(cudnn_gnn.precompile, ops, dts, edge_features=e, device=device) for dts, e in jobs if dts]:
+    with ThreadPoolExecutor(max_workers=max(len(jobs), 1)) as pool:
+        futures = [pool.submit(cudnn_gnn.precompile, o, dts, edge_features=e, index_dtypes=(it,), device=device)
+                   for o, dts, e, it in jobs]
+        for f in futures:
             got.update(f.result())
     if any(i.endswith("_det") for i in impls):
-        got.update({f"{k} deterministic": v for k, v in cudnn_gnn.precompile(
-            ops, [torch_dtype(d) for d in dtypes], deterministic=True, edge_features=bool(edge_dtypes),
-            device=device).items()})
+        for o, dts, e, it in jobs:
+            got.update({f"{k} deterministic": v for k, v in cudnn_gnn.precompile(
+                o, dts, deterministic=True, edge_features=e, index_dtypes=(it,), device=device).items()})
     got["wall"] = time.perf_counter() - t0
     print(f"# cuDNN kernels built in {got['wall']:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in got.items()),
           flush=True)

@@ -138,8 +138,10 @@ def test_epoch_conversion_quick_counts_one_conversion_per_training_run(tmp_path)
     assert recs["csc_graph"]["conversions"] <= 2  # the transform's plan, built once
 
 
-def test_prebuild_builds_edge_kernels_only_for_the_dtypes_of_presets_with_edge_features(monkeypatch) -> None:
-    """The default run's edge-feature preset (proteins) is bf16 only: the fp32 edge-map kernels are not built."""
+def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
+    """One precompile call per (edge map, index dtype) group: arxiv runs int32 kernels without the edge map in
+    fp32 and bf16; proteins (bf16 only, edge features, edges x width >= 2**30) int64 kernels with the map; the
+    4x sweep (GAT fp32) int64 without it. Nothing else is built."""
     import types
 
     import torch
@@ -149,20 +151,26 @@ def test_prebuild_builds_edge_kernels_only_for_the_dtypes_of_presets_with_edge_f
         import bench_layers as bl
     finally:
         sys.path.remove(BENCH)
-    calls: list[tuple[list[str], tuple[torch.dtype, ...], bool, bool]] = []
+    calls: list[tuple[list[str], tuple[torch.dtype, ...], bool, bool, tuple[torch.dtype, ...]]] = []
 
-    def fake_precompile(ops, dtypes, *, deterministic=False, edge_features=False, device=None):
-        calls.append((list(ops), tuple(dtypes), edge_features, deterministic))
-        return {f"{op}/{dt} {edge_features} {deterministic}": 0.0 for op in ops for dt in dtypes}
+    def fake_precompile(ops, dtypes, *, deterministic=False, edge_features=False, index_dtypes=(torch.int32,),
+                        device=None):
+        calls.append((list(ops), tuple(dtypes), edge_features, deterministic, tuple(index_dtypes)))
+        return {f"{op}/{dt} {edge_features} {deterministic} {index_dtypes}": 0.0 for op in ops for dt in dtypes}
 
     monkeypatch.setattr(bl.cudnn_gnn, "precompile", fake_precompile)
     monkeypatch.setattr(bl.cudnn_gnn, "backend_info", lambda: types.SimpleNamespace(auto_backend="cudnn"))
-    presets = [bl.PRESETS["arxiv"], bl.PRESETS["proteins"]]
+    sweep4 = next(p for p in bl.sweep_presets() if p.name == "sweep-x4")
+    presets = [bl.PRESETS["arxiv"], bl.PRESETS["proteins"], sweep4]
     got = bl.prebuild_kernels(presets, ["GAT", "GATv2"], ["fp32", "bf16"], None, torch.device("cuda"))
     assert got is not None and "wall" in got
-    plain = {(dts, e) for _, dts, e, det in calls if not det}
-    assert plain == {((torch.float32,), False), ((torch.bfloat16,), True)}
-    assert [(dts, e) for _, dts, e, det in calls if det] == [((torch.float32, torch.bfloat16), True)]
+    f32, b16, i32, i64 = torch.float32, torch.bfloat16, torch.int32, torch.int64
+    assert sorted((c for c in calls if not c[3]), key=str) == sorted([
+        (["gat", "gatv2"], (f32, b16), False, False, (i32,)),
+        (["gat"], (f32,), False, False, (i64,)),
+        (["gat", "gatv2"], (b16,), True, False, (i64,)),
+    ], key=str)
+    assert len([c for c in calls if c[3]]) == 3  # the deterministic builds of the same groups
     calls.clear()
     bl.prebuild_kernels([bl.PRESETS["arxiv"]], ["GAT"], ["fp32", "bf16"], {"layer_cudnn"}, torch.device("cuda"))
-    assert calls == [(["gat"], (torch.float32, torch.bfloat16), False, False)]
+    assert calls == [(["gat"], (f32, b16), False, False, (i32,))]

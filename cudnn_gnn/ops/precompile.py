@@ -34,6 +34,7 @@ def precompile(
     backward: bool = True,
     deterministic: bool = False,
     edge_features: bool = False,
+    index_dtypes: Iterable[torch.dtype] = (torch.int32,),
     device: torch.device | str | None = None,
     backend: str = "cudnn",
     max_workers: int | None = None,
@@ -55,6 +56,10 @@ def precompile(
             GATv2: ``[E, H*C]``), in the same threads. Those calls hand cuDNN the CSC->COO edge map, which calls
             without edge tensors skip; on the H200 the first epoch of the ogbn-proteins example (edge features)
             took 25 s longer than the next.
+        index_dtypes: the graph index dtypes to build for, ``torch.int32`` and/or ``torch.int64``: the index
+            dtype is a kernel parameter. Graphs stored in int64 use int64 kernels, and so do int32 graphs whose
+            edges x feature width (or nodes x width) reach 2**30 (:func:`cudnn_gnn.ops._attention.kernel_index_dtype`,
+            e.g. ogbn-proteins with 8 x 8 heads); on the H200 those builds took 16-74 s at the first call.
         device: the CUDA device (default: the current one).
         backend: ``"cudnn"`` (default) or ``"reference"`` (runs the same calls on the reference backend; for tests).
         max_workers: threads (default: one per build).
@@ -69,14 +74,19 @@ def precompile(
     """
     ops = list(ops)
     dtypes = list(dtypes)
+    index_dtypes = list(index_dtypes)
+    for it in index_dtypes:
+        if it not in (torch.int32, torch.int64):
+            raise ValueError(f"index_dtypes must hold torch.int32 and/or torch.int64, got {it}")
     for op in ops:
         if op not in _OPS:
             raise ValueError(f"ops must name 'gat' or 'gatv2', got {op!r}")
     for dt in dtypes:
         if dt not in _DTYPES:
             raise ValueError(f"dtypes must be float32, float16 or bfloat16, got {dt}")
-    if not ops or not dtypes:
-        raise ValueError(f"ops and dtypes must not be empty, got ops={ops}, dtypes={dtypes}")
+    if not ops or not dtypes or not index_dtypes:
+        raise ValueError(f"ops, dtypes and index_dtypes must not be empty, got ops={ops}, dtypes={dtypes}, "
+                         f"index_dtypes={index_dtypes}")
     check_bool("backward", backward)
     check_bool("deterministic", deterministic)
     if device is None:
@@ -86,13 +96,15 @@ def precompile(
     n = 16
     ring = torch.arange(n, device=device)
     ei = torch.stack([torch.cat([ring, ring]), torch.cat([(ring + 1) % n, ring])])
-    graph = CscGraph.from_edge_index(ei, num_nodes=n)
+    graphs = {it: CscGraph.from_edge_index(ei, num_nodes=n, index_dtype=it) for it in index_dtypes}
     if deterministic:
-        graph.with_reverse_csc()
+        for g in graphs.values():
+            g.with_reverse_csc()
 
     check_bool("edge_features", edge_features)
 
-    def build(op: str, dtype: torch.dtype, edges: bool) -> float:
+    def build(op: str, dtype: torch.dtype, edges: bool, index_dtype: torch.dtype) -> float:
+        graph = graphs[index_dtype]
         fn = _OPS[op]
         heads, d = 2, 16
         x = torch.randn(n, d, device=device, dtype=dtype, requires_grad=backward)
@@ -108,8 +120,9 @@ def precompile(
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
-    jobs = [(op, dt, edges) for op in ops for dt in dtypes for edges in ((False, True) if edge_features else (False,))]
+    jobs = [(op, dt, edges, it) for op in ops for dt in dtypes for edges in ((False, True) if edge_features else (False,))
+            for it in index_dtypes]
     with ThreadPoolExecutor(max_workers=max_workers or len(jobs), thread_name_prefix="cudnn_gnn-precompile") as pool:
-        futures = {f"{op}/{str(dt).removeprefix('torch.')}{' edge' if edges else ''}": pool.submit(build, op, dt, edges)
-                   for op, dt, edges in jobs}
+        futures = {f"{op}/{str(dt).removeprefix('torch.')}{' edge' if edges else ''}{' int64' if it == torch.int64 else ''}":
+                   pool.submit(build, op, dt, edges, it) for op, dt, edges, it in jobs}
         return {key: f.result() for key, f in futures.items()}

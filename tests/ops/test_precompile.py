@@ -42,10 +42,32 @@ def test_edge_features_build_both_call_forms(monkeypatch):
     assert seen == [("gat", None, 32), ("gat", 2, 34), ("gatv2", None, 16), ("gatv2", 16, 16)]
 
 
+def test_index_dtypes_build_on_graphs_stored_in_each(monkeypatch):
+    """The index dtype is a kernel parameter (int64 kernels for big graphs): each requested one gets its calls."""
+    import importlib
+
+    pre = importlib.import_module("cudnn_gnn.ops.precompile")
+    seen = []
+
+    def spy(fn):
+        def call(graph, x, w, **kw):
+            seen.append((fn.__name__, graph.index_dtype))
+            return fn(graph, x, w, **kw)
+        return call
+
+    monkeypatch.setattr(pre, "_OPS", {k: spy(f) for k, f in pre._OPS.items()})
+    got = cudnn_gnn.precompile(["gat"], [torch.float32], index_dtypes=(torch.int32, torch.int64), backend="reference",
+                               device="cpu", max_workers=1)
+    assert list(got) == ["gat/float32", "gat/float32 int64"]
+    assert seen == [("gat", torch.int32), ("gat", torch.int64)]
+
+
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [
     (dict(ops=["gcn"]), ValueError, "ops must name 'gat' or 'gatv2', got 'gcn'"),
     (dict(dtypes=[torch.float64]), ValueError, "dtypes must be float32, float16 or bfloat16, got torch.float64"),
-    (dict(ops=[]), ValueError, "ops and dtypes must not be empty"),
+    (dict(ops=[]), ValueError, "ops, dtypes and index_dtypes must not be empty"),
+    (dict(index_dtypes=[]), ValueError, "ops, dtypes and index_dtypes must not be empty"),
+    (dict(index_dtypes=[torch.int16]), ValueError, "index_dtypes must hold torch.int32 and/or torch.int64"),
     (dict(backward=1), TypeError, "backward must be a bool"),
     (dict(edge_features="yes"), TypeError, "edge_features must be a bool"),
 ])
