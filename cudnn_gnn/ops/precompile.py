@@ -4,7 +4,8 @@ cuDNN 9.28 compiles each GNN kernel on its first call in a process (NVRTC, then 
 ``~/.nv/ComputeCache`` lets later processes on the same machine skip most of it). Measured on an H200: a GAT forward
 kernel ~19 s, its backward ~62 s, a GATv2 or bf16 forward ~10 s. The kernel depends on the op, the dtype and the
 direction, not on the graph, the heads or the feature width (``benchmarks/probe_jit.py``); calls with edge
-features hand cuDNN the edge map and met builds of their own (``edge_features``). The builds release the GIL,
+features hand cuDNN the edge map and met builds of their own (``edge_features``), and so did int64 graph indices
+(``index_dtypes``). The builds release the GIL,
 so building in threads overlaps them: a model that needs four kernels waits for the slowest, not the sum.
 """
 
