@@ -83,7 +83,8 @@ def graph_attention(
             * ``"reference"``: plain PyTorch math on graphs padded to ``max_num_nodes``: any device and dtype,
               the test oracle; memory ``B * H * max_num_nodes**2``.
             * ``"auto"``: CPU -> reference; CUDA -> flash. cuDNN SDPA is opt-in (``backend="cudnn"``): on the
-              H200 a cuDNN GAT call after it failed with CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE.
+              H200 a cuDNN GAT call after it failed with CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE, because
+              that machine's cuDNN lacked ``libcudnn_engines_precompiled`` (see :func:`cudnn_gnn.backend_info`).
         validate: also check values (one host sync each): ``ptr`` starts at 0, never decreases and ends at ``N``;
             ``batch`` is sorted and in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph.
 
@@ -211,8 +212,10 @@ def _resolve(backend: str, device: torch.device, d: int, dv: int, p_dropout: flo
         # Measured on the H200 (cuDNN 9.28.1, frontend 1.32, torch 2.11, 2026-11-30): after a cudnn.sdpa_torch
         # forward+backward, the next cuDNN GAT call in the same process fails with
         # CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE (tests/gpu/test_graph_attention_gpu.py::
-        # test_mixed_gat_and_cudnn_sdpa_in_one_process). Until that is resolved, `auto` keeps GAT working and
-        # runs packed attention on torch's flash/varlen kernels; cuDNN SDPA is opt-in with backend="cudnn".
+        # test_mixed_gat_and_cudnn_sdpa_in_one_process). The cause is that machine's partial cuDNN (no
+        # libcudnn_engines_precompiled: cuDNN switched itself to JIT-only mode; benchmarks/diag_mixed_cudnn.py).
+        # Until the mixed model has run on a complete install, `auto` keeps GAT working everywhere and runs packed
+        # attention on torch's flash/varlen kernels; cuDNN SDPA is opt-in with backend="cudnn".
         return "flash"
     info = backend_info()
     if not info.sdpa_available:
