@@ -439,3 +439,34 @@ def test_deterministic_split_is_bitwise_repeatable_and_matches_the_reference(op)
         for a, b in zip([runs[0][0], runs[0][1], *runs[0][2]], [other[0], other[1], *other[2]]):
             assert torch.equal(a, b)
     _assert_matches(runs[0], ref)
+
+
+@pytest.mark.parametrize("fail", ["forward", "backward"])
+@pytest.mark.parametrize("op", sorted(OPS))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_launch_fallback_on_cuda_matches_the_reference(monkeypatch, fail, op, dtype):
+    """A kernel that fails to launch (forced here: cuDNN's CUDNN_STATUS_EXECUTION_FAILED from the wrapper) is
+    replaced by the reference math on the CUDA tensors, with edge features, returned attention and a graph with
+    nodes without edges: outputs, attention and gradients match the reference, with one warning."""
+    from cudnn_gnn.backends import _cudnn
+
+    monkeypatch.setattr(_cudnn, "_LAUNCH_FAILED", set())
+    target = "_fwd_kernel" if fail == "forward" else "_bwd_kernel"
+
+    def failing(*a, **k):
+        raise RuntimeError(f"cudnnGnnMhaGat{fail.title()} failed: CUDNN_STATUS_EXECUTION_FAILED")
+
+    monkeypatch.setattr(_cudnn, target, failing)
+    fn, v2 = OPS[op]
+    n, e, h = 500, 6000, 4
+    g = CscGraph.from_edge_index(_graph(n, n, e, seed=41), num_nodes=n)
+    xs = torch.randn(n, 64, device=DEV)
+    w = torch.randn(64 if v2 else 128 + 8, device=DEV) * 0.2
+    edge = torch.randn(e, 64 if v2 else 8, device=DEV)
+    ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), edge.double(), h, torch.float64,
+               backend="reference", bipartite=False, concat=True)
+    with pytest.warns(RuntimeWarning, match=f"{fail} kernel failed to launch"):
+        got = _run(fn, v2, g, xs, xs, w, edge, h, dtype, backend="cudnn", bipartite=False, concat=True)
+    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+        assert a.device.type == "cuda"
+        assert _rel(a, b) < (1e-5 if dtype == torch.float32 else 2e-2)
