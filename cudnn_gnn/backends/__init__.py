@@ -104,8 +104,8 @@ JIT_ONLY_NOTE = (
     "a torch cuDNN convolution); where it cannot, it switches the whole process to its GRAPH_JIT_ONLY library mode "
     "(CUDNN_LIB_CONFIG=AUTO), and every cuDNN GAT call after that fails with SUBLIBRARY_UNAVAILABLE (H200, cuDNN "
     "9.28.1, benchmarks/diag_mixed_cudnn.py). Fix: install a complete cuDNN >= 9.28 (pip install "
-    "\"nvidia-cudnn-cu13>=9.28\"); until then keep cuDNN SDPA and cuDNN convolutions out of processes that run cuDNN "
-    "GAT (graph_attention(..., backend='flash'), what 'auto' picks on CUDA)"
+    "\"nvidia-cudnn-cu13>=9.28\", cu12 for CUDA 12); until then keep cuDNN SDPA and cuDNN convolutions out of "
+    "processes that run cuDNN GAT (graph_attention(..., backend='flash'), what 'auto' picks on CUDA)"
 )
 
 
