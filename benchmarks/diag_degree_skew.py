@@ -10,7 +10,13 @@ B in SPLIT_DEGREES; the deterministic GAT plain and split (``max_degree=256``, t
 (``share_weights``, one projection): PyG's ``GATv2Conv``, ``cudnn_gnn.gatv2`` plain and with its default
 ``max_degree="auto"``; plus the largest in- and out-degrees.
 
+``--graphs dense`` adds the bench's ogbn-proteins graph (``synthetic_ogbn("ogbn-proteins", scale=0.5)``: 66,267
+nodes, 39.6M edges, mean degree ~597, largest ~5,500: long rows everywhere, no hubs by the auto rule) with the same
+layer shape, to see whether splitting rows (``max_degree=B``) helps the backward where ``auto`` does not split;
+there our layer's forward+backward was 0.42x of PyG's. Use few repeats (a call takes ~1 s).
+
     python benchmarks/diag_degree_skew.py --out skew.json
+    python benchmarks/diag_degree_skew.py --graphs dense --repeats 3 --out dense.json
 """
 
 from __future__ import annotations
@@ -33,31 +39,45 @@ N, E, HEADS, C, IN = 169_343, 2_315_598, 8, 32, 128
 SPLIT_DEGREES = (16, 64, 256, 1024)
 
 
-def graphs(device: torch.device) -> dict[str, torch.Tensor]:
-    g = torch.Generator(device=device).manual_seed(0)
-    uniform = torch.randint(0, N, (2, E), device=device, generator=g)
-    data = synthetic_ogbn("ogbn-arxiv", seed=0, device=device)
-    from torch_geometric.utils import to_undirected
+GRAPHS = ("uniform", "power_law", "dense")
 
-    return {"uniform": uniform, "power_law": to_undirected(data.edge_index, num_nodes=data.num_nodes)}
+
+def graphs(device: torch.device, names: list[str]) -> dict[str, torch.Tensor]:
+    out: dict[str, torch.Tensor] = {}
+    for name in names:
+        if name == "uniform":
+            out[name] = torch.randint(0, N, (2, E), device=device, generator=torch.Generator(device=device).manual_seed(0))
+        elif name == "power_law":
+            from torch_geometric.utils import to_undirected
+
+            data = synthetic_ogbn("ogbn-arxiv", seed=0, device=device)
+            out[name] = to_undirected(data.edge_index, num_nodes=data.num_nodes)
+        else:
+            out[name] = synthetic_ogbn("ogbn-proteins", scale=0.5, seed=0, device=device).edge_index
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default="diag_degree_skew.json")
     ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--graphs", default="uniform,power_law", help=f"comma list of {', '.join(GRAPHS)}")
     args = ap.parse_args()
+    names = [g for g in args.graphs.split(",") if g]
+    if not names or any(g not in GRAPHS for g in names):
+        ap.error(f"--graphs must list some of {', '.join(GRAPHS)}, got {args.graphs!r}")
     dev = torch.device("cuda")
     import cudnn  # type: ignore[import-not-found]
     import torch_geometric.nn as pyg_nn
 
-    cudnn_gnn.precompile(["gat", "gatv2"], [torch.float32])
-    cudnn_gnn.precompile(["gat"], [torch.float32], deterministic=True)
+    idx = (torch.int32, torch.int64) if "dense" in names else (torch.int32,)  # dense: edges x 256 >= 2**30
+    cudnn_gnn.precompile(["gat", "gatv2"], [torch.float32], index_dtypes=idx)
+    cudnn_gnn.precompile(["gat"], [torch.float32], deterministic=True, index_dtypes=idx)
     result: dict[str, Any] = {"environment": environment(dev), "cases": []}
     torch.manual_seed(0)
     lin = torch.nn.Linear(IN, HEADS * C).to(dev)
     w = (torch.randn(2 * HEADS * C, device=dev) * 0.1).requires_grad_()
-    for name, ei in graphs(dev).items():
+    for name, ei in graphs(dev, names).items():
         measure(name, ei, lin, w, cudnn, pyg_nn, args.repeats, dev, result, args.out)
 
 
