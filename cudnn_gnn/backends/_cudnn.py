@@ -13,8 +13,10 @@ The argument list is written once (``_GRAPH``, ``_INPUTS``, ``_KNOBS`` and :clas
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import warnings
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import torch
@@ -143,7 +145,8 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
 # multiple of 4, and to a power of two, still failed). Instead, a call whose kernel fails to launch runs on the
 # reference math (float32 for half inputs) with the same contract and results, and so does every later call of the
 # same shape in the process, in that direction (forward: the backward too, as the saved softmax statistics are then
-# a stand-in). One warning per shape says so. Set LAUNCH_FALLBACK = False to see the raw failure (the probes do).
+# a stand-in). One warning per shape says so; deterministic calls fall back under torch's deterministic algorithms.
+# Set LAUNCH_FALLBACK = False to see the raw failure (the probes do).
 LAUNCH_FALLBACK = True
 _LAUNCH_FAILED: set[tuple[str, tuple[Any, ...]]] = set()
 
@@ -186,15 +189,31 @@ def _float_call(c: GatCall) -> GatCall:
     return c._replace(x_src=xs, x_dst=xd, edge_attr=up(c.edge_attr), attn_weights=c.attn_weights.float())
 
 
+@contextlib.contextmanager
+def _deterministic_if(flag: bool) -> Iterator[None]:
+    """For a ``deterministic=True`` call that falls back: torch's deterministic implementations (sorted instead of
+    atomic ``index_add`` in the reference's backward), ``warn_only`` for any op without one; restored after."""
+    if not flag or torch.are_deterministic_algorithms_enabled():
+        yield
+        return
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(False)
+
+
 def _fallback_fwd(c: GatCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    out, att, sm, act = _fwd_cpu(*_float_call(c), return_attention)  # the kernels' contract in torch ops
+    with _deterministic_if(c.deterministic):
+        out, att, sm, act = _fwd_cpu(*_float_call(c), return_attention)  # the kernels' contract in torch ops
     return out.to(c.x_src.dtype), att, sm, act.to(c.x_src.dtype) if c.v2 else act
 
 
 def _fallback_bwd(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: Tensor,
                   c: GatCall) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     feat_dt, w_dt = _grad_dtypes(c)
-    gs, gd, ge, gw = _bwd_cpu(grad_out.float(), grad_attention, sm, act, *_float_call(c))
+    with _deterministic_if(c.deterministic):
+        gs, gd, ge, gw = _bwd_cpu(grad_out.float(), grad_attention, sm, act, *_float_call(c))
     return gs.to(feat_dt), gd.to(feat_dt), ge.to(feat_dt), gw.to(w_dt)
 
 

@@ -470,3 +470,26 @@ def test_launch_fallback_on_cuda_matches_the_reference(monkeypatch, fail, op, dt
     for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
         assert a.device.type == "cuda"
         assert _rel(a, b) < (1e-5 if dtype == torch.float32 else 2e-2)
+
+
+def test_a_deterministic_call_that_falls_back_repeats_bitwise(monkeypatch):
+    """A deterministic=True call whose kernel fails to launch (forced) falls back to the reference math under
+    torch's deterministic algorithms: three runs give bitwise-equal outputs, attention and gradients."""
+    from cudnn_gnn.backends import _cudnn
+
+    monkeypatch.setattr(_cudnn, "_LAUNCH_FAILED", set())
+
+    def failing(*a, **k):
+        raise RuntimeError("cudnnGnnMhaGatBackward failed: CUDNN_STATUS_EXECUTION_FAILED")
+
+    monkeypatch.setattr(_cudnn, "_bwd_kernel", failing)
+    n, e = 600, 12000
+    g = _hub_graph(25, n, e)
+    xs = torch.randn(n, 64, device=DEV)
+    w = torch.randn(128, device=DEV) * 0.3
+    with pytest.warns(RuntimeWarning, match="backward kernel failed to launch"):
+        runs = [_run(gat, False, g, xs, xs, w, None, 4, torch.float32, backend="cudnn", bipartite=False,
+                     concat=True, deterministic=True, max_degree=None) for _ in range(3)]
+    for other in runs[1:]:
+        for a, b in zip([runs[0][0], runs[0][1], *runs[0][2]], [other[0], other[1], *other[2]]):
+            assert torch.equal(a, b)

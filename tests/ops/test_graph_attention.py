@@ -554,3 +554,30 @@ def test_first_cudnn_sdpa_warns_where_the_cudnn_lacks_its_precompiled_engines(mo
             (partial / f"{name}.so.9").write_bytes(b"")
         monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
         _cudnn_sdpa.sdpa_varlen(q, q, q, torch.tensor([0, 2, 5]), 3, 0.5)  # complete: no warning
+
+
+def test_a_deterministic_call_falls_back_under_torchs_deterministic_algorithms(monkeypatch):
+    """deterministic=True promises a repeatable backward: its fallback runs with torch's deterministic algorithms
+    switched on (warn_only) and leaves the global setting as it found it."""
+    from cudnn_gnn.backends import _cudnn
+
+    monkeypatch.setattr(_cudnn, "_LAUNCH_FAILED", set())
+    call, grad_out, grad_att = _fallback_case(False, torch.float64, concat=True)
+    call = call._replace(deterministic=True)
+    seen: list[bool] = []
+    fwd_cpu, bwd_cpu = _cudnn._fwd_cpu, _cudnn._bwd_cpu
+    monkeypatch.setattr(_cudnn, "_fwd_cpu", lambda *a: (seen.append(torch.are_deterministic_algorithms_enabled()),
+                                                          fwd_cpu(*a))[1])
+    monkeypatch.setattr(_cudnn, "_bwd_cpu", lambda *a: (seen.append(torch.are_deterministic_algorithms_enabled()),
+                                                          bwd_cpu(*a))[1])
+    monkeypatch.setattr(_cudnn, "_frontend", lambda: _failing_frontend(False, "fwd", []))
+    assert not torch.are_deterministic_algorithms_enabled()
+    with pytest.warns(RuntimeWarning, match="failed to launch"):
+        out, att, sm, act = _cudnn._fwd_cuda(*call, True)
+    _cudnn._bwd_cuda(grad_out, grad_att, sm, act, *call)
+    assert seen == [True, True] and not torch.are_deterministic_algorithms_enabled()
+    seen.clear()
+    monkeypatch.setattr(_cudnn, "_LAUNCH_FAILED", set())
+    with pytest.warns(RuntimeWarning, match="failed to launch"):
+        _cudnn._fwd_cuda(*call._replace(deterministic=False), True)
+    assert seen == [False]
