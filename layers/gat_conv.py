@@ -51,8 +51,8 @@ class GATConv(MessagePassing):
         out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim, fill_value, bias,
             residual, **kwargs: as in PyG (``aggr`` must stay ``'add'`` and ``flow`` ``'source_to_target'``).
         backend: ``"auto"`` (cuDNN on CUDA where available, else the reference), ``"cudnn"`` or ``"reference"``.
-        deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once). It also turns
-            off the automatic hub splitting (below).
+        deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once; the automatic
+            hub splitting below then merges rows with sorted segment sums instead of atomics).
         grad_precision: ``"auto"`` (float32 gradient arithmetic for half inputs), ``"fp32"`` or ``"input"``.
         cache_graph: keep the CSC form of a raw ``edge_index`` between forwards (keyed by the tensor's identity
             and version). Off: convert on every forward (and no hub splitting, which needs the graph's degrees).

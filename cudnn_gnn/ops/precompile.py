@@ -5,8 +5,8 @@ cuDNN 9.28 compiles each GNN kernel on its first call in a process (NVRTC, then 
 kernel ~19 s, its backward ~62 s, a GATv2 or bf16 forward ~10 s. The kernel depends on the op, the dtype and the
 direction, not on the graph, the heads or the feature width (``benchmarks/probe_jit.py``); calls with edge
 features hand cuDNN the edge map and met builds of their own (``edge_features``), and so did int64 graph indices
-(``index_dtypes``). The builds release the GIL,
-so building in threads overlaps them: a model that needs four kernels waits for the slowest, not the sum.
+(``index_dtypes``). The builds release the GIL, so building in threads overlaps them: a model that needs four
+kernels waits for the slowest, not the sum.
 """
 
 from __future__ import annotations
@@ -66,8 +66,8 @@ def precompile(
         max_workers: threads (default: one per build).
 
     Returns:
-        seconds per ``"op/dtype"`` (and ``"op/dtype edge"`` with ``edge_features``; forward and, with
-        ``backward``, backward), in the order given.
+        seconds per ``"op/dtype"`` (``"op/dtype edge"`` with ``edge_features``, `` int64`` appended for int64
+        indices; forward and, with ``backward``, backward), in the order given.
 
     Raises:
         ValueError: an unknown op or dtype, or an empty selection.
