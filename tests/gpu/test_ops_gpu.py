@@ -447,7 +447,9 @@ def test_deterministic_split_is_bitwise_repeatable_and_matches_the_reference(op)
 def test_launch_fallback_on_cuda_matches_the_reference(monkeypatch, fail, op, dtype):
     """A kernel that fails to launch (forced here: cuDNN's CUDNN_STATUS_EXECUTION_FAILED from the wrapper) is
     replaced by the reference math on the CUDA tensors, with edge features, returned attention and a graph with
-    nodes without edges: outputs, attention and gradients match the reference, with one warning."""
+    nodes without edges: outputs, attention and gradients match the float64 reference on the same (rounded)
+    inputs, with one warning. bf16 is judged on its inputs rounded to bf16: the fallback computes in float32 and
+    only rounds what it returns, so 1e-2 holds where the unrounded inputs would move the weight gradient ~4%."""
     from cudnn_gnn.backends import _cudnn
 
     monkeypatch.setattr(_cudnn, "_LAUNCH_FAILED", set())
@@ -463,13 +465,13 @@ def test_launch_fallback_on_cuda_matches_the_reference(monkeypatch, fail, op, dt
     xs = torch.randn(n, 64, device=DEV)
     w = torch.randn(64 if v2 else 128 + 8, device=DEV) * 0.2
     edge = torch.randn(e, 64 if v2 else 8, device=DEV)
-    ref = _run(fn, v2, g, xs.double(), xs.double(), w.double(), edge.double(), h, torch.float64,
-               backend="reference", bipartite=False, concat=True)
+    xs, w, edge = (t.to(dtype).double() for t in (xs, w, edge))
+    ref = _run(fn, v2, g, xs, xs, w, edge, h, torch.float64, backend="reference", bipartite=False, concat=True)
     with pytest.warns(RuntimeWarning, match=f"{fail} kernel failed to launch"):
         got = _run(fn, v2, g, xs, xs, w, edge, h, dtype, backend="cudnn", bipartite=False, concat=True)
     for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
         assert a.device.type == "cuda"
-        assert _rel(a, b) < (1e-5 if dtype == torch.float32 else 2e-2)
+        assert _rel(a, b) < (1e-5 if dtype == torch.float32 else 1e-2)
 
 
 def test_a_deterministic_call_that_falls_back_repeats_bitwise(monkeypatch):
