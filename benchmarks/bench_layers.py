@@ -656,6 +656,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--dtypes", default=None, help="comma list of fp32, bf16, fp16 (default fp32,bf16; quick: fp32)")
     ap.add_argument("--layers", default="GAT,GATv2", help="comma list of GAT, GATv2")
     ap.add_argument("--impls", default=None, help="comma list restricting each preset's implementations")
+    ap.add_argument("--prebuild", default="processes", choices=("processes", "threads", "off"),
+                    help="build the cuDNN kernels before timing: in parallel processes (default), in threads of this "
+                         "process, or not at all (first calls then build inside the warm-up)")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default: per preset)")
     ap.add_argument("--compile-presets", default="arxiv", help="presets with a pyg_compile baseline ('' for none)")
     ap.add_argument("--compile-passes", default="fwd+bwd", help="passes with a pyg_compile baseline")
@@ -666,9 +669,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str], impl_filter: set[str] | None,
-                     device: torch.device) -> dict[str, float] | None:
-    """Build every cuDNN kernel the run will call, in parallel threads (``cudnn_gnn.precompile``), so that no
-    timed case pays a first-call build and the run waits for the slowest build instead of the sum."""
+                     device: torch.device, processes: bool = True) -> dict[str, float] | None:
+    """Build every cuDNN kernel the run will call (``cudnn_gnn.precompile``), so that no timed case pays a
+    first-call build. With ``processes`` each build first runs in a process of its own, all at once
+    (``precompile(processes=True)``: on a fresh H200 107 s against 472 s in threads), so the run waits for the
+    slowest build instead of the sum."""
     if device.type != "cuda" or cudnn_gnn.backend_info().auto_backend != "cudnn":
         return None
     impls = {i for p in presets for i in p.impls if impl_filter is None or i in impl_filter}
@@ -697,8 +702,8 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
     t0 = time.perf_counter()
     got: dict[str, float] = {}
     with ThreadPoolExecutor(max_workers=max(len(jobs), 1)) as pool:
-        futures = [pool.submit(cudnn_gnn.precompile, o, dts, edge_features=e, index_dtypes=(it,), device=device)
-                   for o, dts, e, it in jobs]
+        futures = [pool.submit(cudnn_gnn.precompile, o, dts, edge_features=e, index_dtypes=(it,), device=device,
+                               processes=processes) for o, dts, e, it in jobs]
         for f in futures:
             got.update(f.result())
     if any(i.endswith("_det") for i in impls):
@@ -750,7 +755,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     conversions: list[dict[str, Any]] = []
     preset_info: dict[str, Any] = {}
     t_run = time.perf_counter()
-    env["precompile_s"] = prebuild_kernels(presets, layers, dtypes, impl_filter, device)
+    env["precompile_s"] = (None if args.prebuild == "off" else
+                           prebuild_kernels(presets, layers, dtypes, impl_filter, device, processes=args.prebuild == "processes"))
     payload: dict[str, Any] = {}
     for p in presets:
         t_preset = time.perf_counter()

@@ -5,12 +5,15 @@ cuDNN 9.28 compiles each GNN kernel on its first call in a process (NVRTC, then 
 kernel ~19 s, its backward ~62 s, a GATv2 or bf16 forward ~10 s. The kernel depends on the op, the dtype and the
 direction, not on the graph, the heads or the feature width (``benchmarks/probe_jit.py``); calls with edge
 features hand cuDNN the edge map and met builds of their own (``edge_features``), and so did int64 graph indices
-(``index_dtypes``). The builds release the GIL, so building in threads overlaps them: a model that needs four
-kernels waits for the slowest, not the sum.
+(``index_dtypes``). Building in threads of one process did not overlap the builds on the H200 (the benchmark's nine
+kernel groups took 472 s on a fresh machine); one process per kernel (``processes=True``) did, in 107 s, after
+which the same call in the parent found every kernel in 8 s.
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -39,11 +42,12 @@ def precompile(
     device: torch.device | str | None = None,
     backend: str = "cudnn",
     max_workers: int | None = None,
+    processes: bool = False,
 ) -> dict[str, float]:
-    """Run every ``op x dtype`` once on a tiny graph, in parallel threads, so that later calls find their kernels.
+    """Run every ``op x dtype`` once on a tiny graph, in parallel, so that later calls find their kernels.
 
-    Call it once at start-up (before timing, before the first training step); it costs about as long as the
-    slowest kernel build instead of the sum of all of them. What a call builds is what the same call of
+    Call it once at start-up (before timing, before the first training step). With ``processes=True`` it costs
+    about as long as the slowest kernel build instead of the sum of all of them. What a call builds is what the same call of
     :func:`~cudnn_gnn.gat` / :func:`~cudnn_gnn.gatv2` uses: forward (with or without returned attention),
     and with ``backward`` the backward with the default ``grad_precision`` (float32 gradient arithmetic for
     half inputs), deterministic or not as ``deterministic`` says.
@@ -64,10 +68,15 @@ def precompile(
         device: the CUDA device (default: the current one).
         backend: ``"cudnn"`` (default) or ``"reference"`` (runs the same calls on the reference backend; for tests).
         max_workers: threads (default: one per build).
+        processes: first run each build in a process of its own, all at once (the same Python, ``sys.executable``),
+            then the builds in this process, which then load from cuDNN's disk cache. On a fresh H200 that took
+            the benchmark's kernels from 472 s (threads) to 107 s + 8 s. A process that fails leaves its build
+            to this process, which raises the real error if there is one.
 
     Returns:
         seconds per ``"op/dtype"`` (``"op/dtype edge"`` with ``edge_features``, `` int64`` appended for int64
-        indices; forward and, with ``backward``, backward), in the order given.
+        indices; forward and, with ``backward``, backward), in the order given; with ``processes``, from the
+        start to the end of that build's process plus its build in this process.
 
     Raises:
         ValueError: an unknown op or dtype, or an empty selection.
@@ -90,19 +99,31 @@ def precompile(
                          f"index_dtypes={index_dtypes}")
     check_bool("backward", backward)
     check_bool("deterministic", deterministic)
+    check_bool("edge_features", edge_features)
+    check_bool("processes", processes)
     if device is None:
         device = torch.device("cuda", torch.cuda.current_device()) if backend == "cudnn" else torch.device("cpu")
     device = torch.device(device)
+    jobs = [(op, dt, edges, it) for op in ops for dt in dtypes for edges in ((False, True) if edge_features else (False,))
+            for it in index_dtypes]
+    return _precompile_jobs(jobs, backward=backward, deterministic=deterministic, device=device, backend=backend,
+                            max_workers=max_workers, processes=processes)
+
+
+_Job = tuple[str, torch.dtype, bool, torch.dtype]  # op, dtype, with edge features, index dtype
+
+
+def _precompile_jobs(jobs: list[_Job], *, backward: bool, deterministic: bool, device: torch.device, backend: str,
+                     max_workers: int | None, processes: bool) -> dict[str, float]:
+    """:func:`precompile` after validation: the builds of ``jobs``, keyed as it documents."""
     # A ring of 16 nodes with self-loops: every destination has in-edges, 2 heads x 8 features, 2 edge features.
     n = 16
     ring = torch.arange(n, device=device)
     ei = torch.stack([torch.cat([ring, ring]), torch.cat([(ring + 1) % n, ring])])
-    graphs = {it: CscGraph.from_edge_index(ei, num_nodes=n, index_dtype=it) for it in index_dtypes}
+    graphs = {it: CscGraph.from_edge_index(ei, num_nodes=n, index_dtype=it) for it in {j[3] for j in jobs}}
     if deterministic:
         for g in graphs.values():
             g.with_reverse_csc()
-
-    check_bool("edge_features", edge_features)
 
     def build(op: str, dtype: torch.dtype, edges: bool, index_dtype: torch.dtype) -> float:
         graph = graphs[index_dtype]
@@ -121,9 +142,38 @@ def precompile(
             torch.cuda.synchronize(device)
         return time.perf_counter() - t0
 
-    jobs = [(op, dt, edges, it) for op in ops for dt in dtypes for edges in ((False, True) if edge_features else (False,))
-            for it in index_dtypes]
+    child_s = [t for t, _ in _build_in_processes(jobs, backward, deterministic, device, backend)] if processes else \
+        [0.0] * len(jobs)
     with ThreadPoolExecutor(max_workers=max_workers or len(jobs), thread_name_prefix="cudnn_gnn-precompile") as pool:
         futures = {f"{op}/{str(dt).removeprefix('torch.')}{' edge' if edges else ''}{' int64' if it == torch.int64 else ''}":
                    pool.submit(build, op, dt, edges, it) for op, dt, edges, it in jobs}
-        return {key: f.result() for key, f in futures.items()}
+        return {key: c + f.result() for (key, f), c in zip(futures.items(), child_s)}
+
+
+def _child_main(argv: list[str]) -> None:
+    """A build process of ``precompile(processes=True)``: one job, from its command line."""
+    op, dtype, edges, index_dtype, backward, deterministic, device, backend = argv
+    job = (op, getattr(torch, dtype), edges == "1", getattr(torch, index_dtype))
+    _precompile_jobs([job], backward=backward == "1", deterministic=deterministic == "1", device=torch.device(device),
+                     backend=backend, max_workers=1, processes=False)
+
+
+def _build_in_processes(jobs: list[_Job], backward: bool, deterministic: bool, device: torch.device,
+                        backend: str) -> list[tuple[float, int]]:
+    """One process per job, all at once: for each, seconds from the start until it exited, and its exit code."""
+    code = "import sys; from cudnn_gnn.ops.precompile import _child_main; _child_main(sys.argv[1:])"
+    t0 = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-c", code, op, str(dt).removeprefix("torch."), "1" if edges else "0",
+                               str(it).removeprefix("torch."), "1" if backward else "0", "1" if deterministic else "0",
+                               str(device), backend], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             for op, dt, edges, it in jobs]
+    done = [(0.0, 0)] * len(procs)
+    pending = dict(enumerate(procs))
+    while pending:
+        for i, proc in list(pending.items()):
+            if proc.poll() is not None:
+                done[i] = (time.perf_counter() - t0, proc.returncode)
+                del pending[i]
+        if pending:
+            time.sleep(0.05)
+    return done

@@ -79,3 +79,49 @@ def test_bad_arguments(kwargs, exc, match):
 def test_cudnn_on_cpu_says_why():
     with pytest.raises(RuntimeError, match="backend='cudnn' needs CUDA tensors"):
         cudnn_gnn.precompile(["gat"], [torch.float32], device="cpu")
+
+
+def test_processes_run_each_build_in_a_process_of_its_own(monkeypatch):
+    """processes=True starts one process per build, with that build's arguments;
+    then builds in this process too (same keys as without processes); each key's seconds include its process."""
+    import importlib
+    import subprocess
+
+    pre = importlib.import_module("cudnn_gnn.ops.precompile")
+    started: list[list[str]] = []
+    real_popen = subprocess.Popen
+
+    def spy_popen(argv, **kw):
+        started.append(list(argv[3:]))
+        return real_popen(argv, **kw)
+
+    monkeypatch.setattr(pre.subprocess, "Popen", spy_popen)
+    got = cudnn_gnn.precompile(["gat"], [torch.float32], edge_features=True, index_dtypes=(torch.int64,),
+                               backward=True, deterministic=True, backend="reference", device="cpu", processes=True)
+    assert started == [["gat", "float32", "0", "int64", "1", "1", "cpu", "reference"],
+                       ["gat", "float32", "1", "int64", "1", "1", "cpu", "reference"]]
+    assert list(got) == ["gat/float32 int64", "gat/float32 edge int64"]
+    assert all(s > 0.1 for s in got.values())  # a process imports torch: well above an in-process CPU build
+
+
+def test_build_processes_exit_cleanly_and_run_one_build(monkeypatch):
+    """A build process runs exactly its job (the edge call only, for an edge job) and exits 0; a bad job exits
+    non-zero without raising here (this process then builds it and raises the real error)."""
+    import importlib
+
+    pre = importlib.import_module("cudnn_gnn.ops.precompile")
+    seen = []
+    monkeypatch.setattr(pre, "_precompile_jobs", lambda jobs, **kw: seen.append((jobs, kw)))
+    pre._child_main(["gatv2", "bfloat16", "1", "int32", "0", "1", "cpu", "reference"])
+    assert seen == [([("gatv2", torch.bfloat16, True, torch.int32)],
+                     dict(backward=False, deterministic=True, device=torch.device("cpu"), backend="reference",
+                          max_workers=1, processes=False))]
+    monkeypatch.undo()
+    done = pre._build_in_processes([("gat", torch.float32, True, torch.int32), ("nope", torch.float32, False, torch.int32)],
+                                   True, False, torch.device("cpu"), "reference")
+    assert done[0][1] == 0 and done[1][1] != 0
+
+
+def test_processes_must_be_a_bool():
+    with pytest.raises(TypeError, match="processes"):
+        cudnn_gnn.precompile(["gat"], [torch.float32], backend="reference", device="cpu", processes="yes")
