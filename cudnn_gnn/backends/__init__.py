@@ -105,7 +105,7 @@ JIT_ONLY_NOTE = (
     "(CUDNN_LIB_CONFIG=AUTO), and every cuDNN GAT call after that fails with SUBLIBRARY_UNAVAILABLE (H200, cuDNN "
     "9.28.1, benchmarks/diag_mixed_cudnn.py). Fix: install a complete cuDNN >= 9.28 (pip install "
     "\"nvidia-cudnn-cu13>=9.28\", cu12 for CUDA 12); until then keep cuDNN SDPA and cuDNN convolutions out of "
-    "processes that run cuDNN GAT (graph_attention(..., backend='flash'), what 'auto' picks on CUDA)"
+    "processes that run cuDNN GAT (graph_attention(..., backend='flash'), what 'auto' picks on such an install)"
 )
 
 
@@ -124,6 +124,17 @@ def incomplete_cudnn(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     graph_dirs = library_dirs(tuple(p for p in paths if os.path.basename(p).startswith("libcudnn_graph")))
     found = {d: missing_sublibraries(d) for d in graph_dirs}
     return {d: m for d, m in found.items() if m}
+
+
+def precompiled_engines_everywhere(paths: tuple[str, ...]) -> bool:
+    """Whether the cuDNN in use holds ``libcudnn_engines_precompiled``: every directory of a mapped
+    ``libcudnn_graph`` in ``paths`` or, before any is mapped, of every ``libcudnn*`` file (False for none). Then
+    cuDNN SDPA's backward finds its engines and cannot switch cuDNN to JIT-only mode under the GAT kernels. On the
+    H200 the mixed model trained once the 9.28 install had them
+    (tests/gpu/test_graph_attention_gpu.py::test_mixed_gat_and_cudnn_sdpa_in_one_process)."""
+    cudnn = tuple(p for p in paths if os.path.basename(p).startswith("libcudnn"))
+    dirs = library_dirs(tuple(p for p in cudnn if os.path.basename(p).startswith("libcudnn_graph")) or cudnn)
+    return bool(dirs) and all(PRECOMPILED not in missing_sublibraries(d) for d in dirs)
 
 
 def mapped_cudnn_libraries() -> tuple[str, ...]:

@@ -82,9 +82,12 @@ def graph_attention(
               math kernels (any dtype).
             * ``"reference"``: plain PyTorch math on graphs padded to ``max_num_nodes``: any device and dtype,
               the test oracle; memory ``B * H * max_num_nodes**2``.
-            * ``"auto"``: CPU -> reference; CUDA -> flash. cuDNN SDPA is opt-in (``backend="cudnn"``): on the
-              H200 a cuDNN GAT call after it failed with CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE, because
-              that machine's cuDNN lacked ``libcudnn_engines_precompiled`` (see :func:`cudnn_gnn.backend_info`).
+            * ``"auto"``: CPU -> reference. CUDA -> ``cudnn`` where ``cudnn.sdpa_torch`` is available, the call
+              fits it (head size, no training dropout) and every cuDNN mapped into the process has
+              ``libcudnn_engines_precompiled``; else ``flash``. Without those engines the SDPA backward switches
+              cuDNN to JIT-only mode and later cuDNN GAT calls fail with
+              CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE (measured on the H200; with the engines present
+              the mixed model trained there). ``python -m cudnn_gnn info`` flags such an install.
         validate: also check values (one host sync each): ``ptr`` starts at 0, never decreases and ends at ``N``;
             ``batch`` is sorted and in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph.
 
@@ -193,6 +196,23 @@ def _graph_offsets(
     return F.pad(counts.cumsum(0), (1, 0))
 
 
+_PRECOMPILED_EVERYWHERE: bool | None = None
+
+
+def _precompiled_engines_everywhere() -> bool:
+    """:func:`cudnn_gnn.backends.precompiled_engines_everywhere` for the cuDNN mapped into this process, judged
+    at the first call that finds one mapped (torch maps its own at import) and kept: it reads /proc/self/maps."""
+    global _PRECOMPILED_EVERYWHERE
+    if _PRECOMPILED_EVERYWHERE is None:
+        from cudnn_gnn import backends
+
+        paths = backends.mapped_cudnn_libraries()
+        if not paths:
+            return False  # nothing to judge yet (or not Linux): flash, and ask again next call
+        _PRECOMPILED_EVERYWHERE = backends.precompiled_engines_everywhere(paths)
+    return _PRECOMPILED_EVERYWHERE
+
+
 def _resolve(backend: str, device: torch.device, d: int, dv: int, p_dropout: float) -> str:
     """The backend that runs (host-only; raises for explicit choices that cannot run)."""
     if backend == "reference":
@@ -209,13 +229,13 @@ def _resolve(backend: str, device: torch.device, d: int, dv: int, p_dropout: flo
     if p_dropout > 0:
         why_not = "cudnn.sdpa_torch has no attention dropout"
     if backend == "auto":
-        # Measured on the H200 (cuDNN 9.28.1, frontend 1.32, torch 2.11, 2026-11-30): after a cudnn.sdpa_torch
-        # forward+backward, the next cuDNN GAT call in the same process fails with
-        # CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE (tests/gpu/test_graph_attention_gpu.py::
-        # test_mixed_gat_and_cudnn_sdpa_in_one_process). The cause is that machine's partial cuDNN (no
-        # libcudnn_engines_precompiled: cuDNN switched itself to JIT-only mode; benchmarks/diag_mixed_cudnn.py).
-        # Until the mixed model has run on a complete install, `auto` keeps GAT working everywhere and runs packed
-        # attention on torch's flash/varlen kernels; cuDNN SDPA is opt-in with backend="cudnn".
+        # Measured on the H200 (cuDNN 9.28.1, frontend 1.32, torch 2.11, 2026-11-30): with a partial cuDNN (no
+        # libcudnn_engines_precompiled) a cudnn.sdpa_torch backward switches cuDNN to JIT-only mode and every later
+        # cuDNN GAT call fails (benchmarks/diag_mixed_cudnn.py); with the precompiled engines added, the mixed
+        # model trained (tests/gpu/test_graph_attention_gpu.py::test_mixed_gat_and_cudnn_sdpa_in_one_process).
+        # So `auto` takes cuDNN SDPA only where every cuDNN mapped into this process has them, else flash.
+        if why_not is None and backend_info().sdpa_available and _precompiled_engines_everywhere():
+            return "cudnn"
         return "flash"
     info = backend_info()
     if not info.sdpa_available:

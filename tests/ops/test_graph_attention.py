@@ -192,20 +192,59 @@ class _Info:
 
 
 @pytest.mark.parametrize(
-    ("backend", "sdpa", "d", "p", "want"),
+    ("backend", "sdpa", "precompiled", "d", "p", "want"),
     [
-        ("auto", True, 16, 0.0, "flash"),  # cuDNN SDPA is opt-in: it breaks later cuDNN GAT calls (H200)
-        ("auto", False, 16, 0.0, "flash"),
-        ("auto", True, 12, 0.0, "flash"),  # head size not a multiple of 8
-        ("auto", True, 16, 0.1, "flash"),  # training dropout
-        ("cudnn", True, 16, 0.0, "cudnn"),
-        ("flash", True, 16, 0.0, "flash"),
-        ("reference", True, 16, 0.0, "reference"),
+        ("auto", True, True, 16, 0.0, "cudnn"),
+        ("auto", True, False, 16, 0.0, "flash"),  # a cuDNN without precompiled engines: SDPA would break GAT (H200)
+        ("auto", False, True, 16, 0.0, "flash"),
+        ("auto", True, True, 12, 0.0, "flash"),  # head size not a multiple of 8
+        ("auto", True, True, 16, 0.1, "flash"),  # training dropout
+        ("cudnn", True, False, 16, 0.0, "cudnn"),  # explicit: the user's call (the first SDPA call warns)
+        ("flash", True, True, 16, 0.0, "flash"),
+        ("reference", True, True, 16, 0.0, "reference"),
     ],
 )
-def test_resolution_on_cuda(monkeypatch, backend, sdpa, d, p, want):
+def test_resolution_on_cuda(monkeypatch, backend, sdpa, precompiled, d, p, want):
     monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(sdpa))
+    monkeypatch.setattr(ga_module, "_precompiled_engines_everywhere", lambda: precompiled)
     assert ga_module._resolve(backend, torch.device("cuda"), d, d, p) == want
+
+
+def test_auto_judges_every_mapped_cudnn_once(monkeypatch, tmp_path):
+    """``auto`` takes cuDNN SDPA only where the cuDNN in use holds the precompiled engines: the directories of
+    a mapped ``libcudnn_graph``, else of every mapped ``libcudnn*`` (a complete wheel and a partial 9.28 shim next
+    to it: no); nothing mapped: no, and asked again; once judged, kept (the maps are not reread per call)."""
+    from cudnn_gnn import backends
+
+    full, partial = tmp_path / "torch_wheel", tmp_path / "cudnn928"
+    for d, names in ((full, backends.CUDNN_SUBLIBRARIES), (partial, ("libcudnn_graph", "libcudnn_ext"))):
+        d.mkdir()
+        for name in ("libcudnn", *names):
+            (d / f"{name}.so.9").write_bytes(b"")
+    assert backends.precompiled_engines_everywhere((str(full / "libcudnn.so.9"), str(full / "libcudnn_graph.so.9")))
+    assert not backends.precompiled_engines_everywhere((str(full / "libcudnn.so.9"), str(partial / "libcudnn.so.9")))
+    assert not backends.precompiled_engines_everywhere(())
+    # the graph library in use decides: the partial directory's shim alone does not (torch maps its own shim too)
+    assert backends.precompiled_engines_everywhere((str(partial / "libcudnn.so.9"), str(full / "libcudnn_graph.so.9")))
+    assert not backends.precompiled_engines_everywhere((str(full / "libcudnn.so.9"), str(partial / "libcudnn_graph.so.9")))
+    reads: list[int] = []
+    mapped: tuple[str, ...] = ()
+
+    def fake_maps() -> tuple[str, ...]:
+        reads.append(1)
+        return mapped
+
+    monkeypatch.setattr(backends, "mapped_cudnn_libraries", fake_maps)
+    monkeypatch.setattr(ga_module, "_PRECOMPILED_EVERYWHERE", None)
+    monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(True))
+    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "flash"  # nothing mapped yet
+    mapped = (str(full / "libcudnn.so.9"),)
+    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "cudnn"
+    mapped = (str(partial / "libcudnn.so.9"),)
+    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "cudnn"  # judged once, kept
+    assert len(reads) == 2
+    monkeypatch.setattr(ga_module, "_PRECOMPILED_EVERYWHERE", None)
+    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "flash"
 
 
 def test_explicit_cudnn_refusals(monkeypatch):
