@@ -195,6 +195,19 @@ def test_flash_dropout_path_is_seeded():
     assert torch.equal(outs[0], outs[1]) and torch.isfinite(outs[0]).all()
 
 
+def test_auto_takes_cudnn_sdpa_exactly_where_the_cudnn_in_use_is_complete(monkeypatch):
+    """``auto`` resolves to cuDNN SDPA where cudnn.sdpa_torch is there and the cuDNN in use has its precompiled
+    engines (else flash: a cuDNN without them breaks later GAT calls), and the auto call matches the reference."""
+    from cudnn_gnn.backends import mapped_cudnn_libraries, precompiled_engines_everywhere
+    from cudnn_gnn.ops import graph_attention as ga
+
+    monkeypatch.setattr(ga, "_PRECOMPILED_EVERYWHERE", None)  # judge the maps as they are now
+    complete = precompiled_engines_everywhere(mapped_cudnn_libraries())
+    want = "cudnn" if _INFO.sdpa_available and complete else "flash"
+    assert ga._resolve("auto", torch.device("cuda"), 32, 32, 0.0) == want, (mapped_cudnn_libraries(), _INFO.reason)
+    _check_against_reference("auto", SIZES["ragged"], 4, 32, torch.bfloat16)
+
+
 # ----------------------------------------------------------------------------------------------- layers
 
 
