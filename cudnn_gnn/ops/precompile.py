@@ -6,8 +6,9 @@ kernel ~19 s, its backward ~62 s, a GATv2 or bf16 forward ~10 s. The kernel depe
 direction, not on the graph, the heads or the feature width (``benchmarks/probe_jit.py``); calls with edge
 features hand cuDNN the edge map and met builds of their own (``edge_features``), and so did int64 graph indices
 (``index_dtypes``). Building in threads of one process did not overlap the builds on the H200 (the benchmark's nine
-kernel groups took 472 s on a fresh machine); one process per kernel (``processes=True``) did, in 107 s, after
-which the same call in the parent found every kernel in 8 s.
+kernel groups took 472 s on a fresh machine); separate processes did, in 107 s, after which the same builds in the
+benchmark's process found every kernel in 8 s. ``processes=True`` builds that way (that run used the benchmark's
+first version of it, one process per op and dtype; this one starts one per build).
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ def precompile(
     """Run every ``op x dtype`` once on a tiny graph, in parallel, so that later calls find their kernels.
 
     Call it once at start-up (before timing, before the first training step). With ``processes=True`` it costs
-    about as long as the slowest kernel build instead of the sum of all of them. What a call builds is what the same call of
-    :func:`~cudnn_gnn.gat` / :func:`~cudnn_gnn.gatv2` uses: forward (with or without returned attention),
+    about as long as the slowest kernel build instead of the sum of all of them. What a call builds is what the
+    same call of :func:`~cudnn_gnn.gat` / :func:`~cudnn_gnn.gatv2` uses: forward (with or without returned attention),
     and with ``backward`` the backward with the default ``grad_precision`` (float32 gradient arithmetic for
     half inputs), deterministic or not as ``deterministic`` says.
 
@@ -69,9 +70,10 @@ def precompile(
         backend: ``"cudnn"`` (default) or ``"reference"`` (runs the same calls on the reference backend; for tests).
         max_workers: threads (default: one per build).
         processes: first run each build in a process of its own, all at once (the same Python, ``sys.executable``),
-            then the builds in this process, which then load from cuDNN's disk cache. On a fresh H200 that took
-            the benchmark's kernels from 472 s (threads) to 107 s + 8 s. A process that fails leaves its build
-            to this process, which raises the real error if there is one.
+            then the builds in this process, which then load from the compute cache on disk. On a fresh H200 the
+            benchmark's kernels took 107 s + 8 s that way against 472 s in threads (module note). A process that
+            fails (e.g. a GPU in exclusive-process mode) leaves its build to this process, which raises the real
+            error if there is one.
 
     Returns:
         seconds per ``"op/dtype"`` (``"op/dtype edge"`` with ``edge_features``, `` int64`` appended for int64
