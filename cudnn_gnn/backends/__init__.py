@@ -126,6 +126,12 @@ def incomplete_cudnn(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
     return {d: m for d, m in found.items() if m}
 
 
+def lacking_precompiled(paths: tuple[str, ...]) -> list[str]:
+    """The directories of ``paths`` whose cuDNN is in use (a mapped ``libcudnn_graph``) and lacks
+    ``libcudnn_engines_precompiled``: where cuDNN SDPA's backward would switch cuDNN to JIT-only mode."""
+    return [d for d, missing in incomplete_cudnn(paths).items() if PRECOMPILED in missing]
+
+
 def precompiled_engines_everywhere(paths: tuple[str, ...]) -> bool:
     """Whether the cuDNN in use holds ``libcudnn_engines_precompiled``: every directory of a mapped
     ``libcudnn_graph`` in ``paths`` or, before any is mapped, of every ``libcudnn*`` file (False for none). Then

@@ -113,13 +113,13 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
         JIT_ONLY_NOTE,
         PRECOMPILED,
         _cudnn_sdpa,
-        incomplete_cudnn,
+        lacking_precompiled,
         library_dirs,
         mapped_cudnn_libraries,
     )
 
     libs = mapped_cudnn_libraries()
-    lacking = [d for d, missing in incomplete_cudnn(libs).items() if PRECOMPILED in missing]
+    lacking = lacking_precompiled(libs)
     sdpa = _cudnn_sdpa.used_in_process()
     if not lacking and not sdpa:
         return exc

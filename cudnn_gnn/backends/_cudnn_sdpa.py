@@ -158,9 +158,9 @@ _USED = False  # whether this process has called cudnn.sdpa_torch (see _cudnn.ex
 def _warn_if_it_disables_gat() -> None:
     """At the first cuDNN SDPA call of a process: warn where this cuDNN lacks its precompiled engines, so that
     the SDPA backward will switch cuDNN to JIT-only mode and break the cuDNN GAT calls after it."""
-    from cudnn_gnn.backends import JIT_ONLY_NOTE, PRECOMPILED, backend_info, incomplete_cudnn, mapped_cudnn_libraries
+    from cudnn_gnn.backends import JIT_ONLY_NOTE, PRECOMPILED, backend_info, lacking_precompiled, mapped_cudnn_libraries
 
-    lacking = [d for d, m in incomplete_cudnn(mapped_cudnn_libraries()).items() if PRECOMPILED in m]
+    lacking = lacking_precompiled(mapped_cudnn_libraries())
     if lacking and backend_info().auto_backend == "cudnn":
         warnings.warn(f"cuDNN SDPA with the cuDNN in {', '.join(lacking)}, which lacks {PRECOMPILED}: "
                       f"{JIT_ONLY_NOTE}.", RuntimeWarning, stacklevel=3)

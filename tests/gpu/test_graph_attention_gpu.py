@@ -328,9 +328,9 @@ def test_mixed_gat_and_cudnn_sdpa_in_one_process():
         env={"CUDNN_LOGERR_DBG": "1", "CUDNN_LOGWARN_DBG": "1", "CUDNN_LOGDEST_DBG": "stderr"},  # cuDNN's own why
     )
     print(json.dumps(res, indent=1))
-    from cudnn_gnn.backends import JIT_ONLY_NOTE, PRECOMPILED, incomplete_cudnn
+    from cudnn_gnn.backends import JIT_ONLY_NOTE, PRECOMPILED, lacking_precompiled
 
-    lacking = [d for d, m in incomplete_cudnn(tuple(res["libs_after_sdpa"])).items() if PRECOMPILED in m]
+    lacking = lacking_precompiled(tuple(res["libs_after_sdpa"]))
     if res["errors"] and lacking:  # not this library's to fix: the install (see benchmarks/diag_mixed_cudnn.py)
         pytest.skip(f"needs a complete cuDNN >= 9.28: the one in {', '.join(lacking)} lacks {PRECOMPILED}. "
                     f"{JIT_ONLY_NOTE}. Errors: {res['errors']}")
