@@ -92,11 +92,13 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     e = src.numel()
     deg = offsets[1:] - offsets[:-1]
     out_deg = torch.bincount(src, minlength=graph.num_src_nodes)
-    # the degrees' maxima, cached on the graph (the auto policy read them already); computed where not kept
-    degrees = graph.max_degrees()  # None only for graphs marked as rebuilt every call
-    if degrees is None:
+    # the degrees' maxima: cached on the graph where the auto policy read them, else from deg and out_deg here
+    # (graph.max_degrees() would recompute both); kept for later calls unless the graph is marked rebuilt-every-call
+    degrees: tuple[int, int] | None = None if e == 0 else graph._cache.get("max_degrees")
+    if e > 0 and degrees is None:
         degrees = (int(deg.max()), int(out_deg.max()))
-    if e == 0 or max(degrees) <= b:
+        graph._cache.setdefault("max_degrees", degrees)
+    if degrees is None or max(degrees) <= b:  # None: no edges
         graph._cache[key] = None
         return None
     n_dst = deg.numel()
