@@ -9,6 +9,7 @@ the caller's own edge order.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -290,7 +291,7 @@ class CscGraph:
                 raise ValueError(f"dtype must be torch.int64 for a graph of {self.num_edges} edges, got torch.int32")
             m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(dtype)
             g = CscGraph(self.offsets.to(dtype), self.indices.to(dtype), self.num_src_nodes, m)
-            for name in ("dst_index", "csc_rev_offsets", "map_rev_to_coo"):
+            for name in ("dst_index", "csc_rev_offsets", "rev_to_csc", "map_rev_to_coo"):
                 if name in self._cache:
                     g._cache[name] = self._cache[name].to(dtype)
             self._cache[key] = g
@@ -321,25 +322,50 @@ class CscGraph:
             self._cache["edge_ids"] = ids
         return ids
 
-    def max_degrees(self) -> tuple[int, int] | None:
-        """``(largest in-degree, largest out-degree)``, or ``None`` for a graph marked as rebuilt every call.
+    def derived(self, key: Hashable, build: Callable[[], Any]) -> Any:
+        """The structure derived from this graph under ``key``, built by ``build()`` on first use and kept.
 
-        One host sync the first time, then cached (the ops read it to decide whether to split hubs, see
-        :func:`cudnn_gnn.gat`'s ``max_degree``). Graphs that the layers rebuild on every forward without a sync
-        (their static plans) are marked so that this never syncs for them.
+        The one way for code outside this module to cache per-graph data (a hub split, a layer's self-loop
+        plan, a backend's index layout): the graph is immutable, so what is derived from it stays valid for its
+        lifetime. Keys are namespaced by their users, e.g. ``("hub_split", 256)``. ``None`` results are kept too.
+        """
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
+
+    def derived_if_built(self, key: Hashable) -> Any:
+        """What :meth:`derived` holds under ``key``, or ``None`` if nothing was built for it yet."""
+        return self._cache.get(key)
+
+    def mark_rebuilt_every_call(self) -> CscGraph:
+        """Declare that this graph is rebuilt on every forward (the layers' static plans under
+        ``torch.compile``): :meth:`max_degrees` then returns ``None`` instead of syncing, so nothing that would
+        pay off only across calls (the hub split) is derived for it. Returns ``self``."""
+        self._cache["max_degrees"] = None
+        return self
+
+    def max_degrees(self) -> tuple[int, int] | None:
+        """``(largest in-degree, largest out-degree)``, or ``None`` for a graph marked rebuilt every call.
+
+        One host sync the first time (two reductions), then kept.
         """
         if "max_degrees" not in self._cache:
-            if self.num_edges == 0:
-                self._cache["max_degrees"] = (0, 0)
-            else:
-                d_in = int(self.offsets.diff().max())
-                d_out = int(torch.bincount(self.indices, minlength=1).max())
-                self._cache["max_degrees"] = (d_in, d_out)
+            self.set_max_degrees(*self._degree_maxima())
         return self._cache["max_degrees"]
+
+    def _degree_maxima(self) -> tuple[int, int]:
+        if self.num_edges == 0:
+            return 0, 0
+        return int(self.offsets.diff().max()), int(torch.bincount(self.indices, minlength=1).max())
+
+    def set_max_degrees(self, largest_in: int, largest_out: int) -> None:
+        """Record degree maxima that a caller computed anyway (the hub split reads the degrees it builds from),
+        so :meth:`max_degrees` does not sync for them again. Ignored for a graph marked rebuilt every call."""
+        self._cache.setdefault("max_degrees", (int(largest_in), int(largest_out)))
 
     @property
     def has_reverse_csc(self) -> bool:
-        return "csc_rev_offsets" in self._cache
+        return "map_rev_to_coo" in self._cache
 
     @property
     def csc_rev_offsets(self) -> Tensor | None:
@@ -351,18 +377,29 @@ class CscGraph:
         """``[num_edges]`` COO edge id of each reverse-CSC position, once :meth:`with_reverse_csc` has run."""
         return self._cache.get("map_rev_to_coo")
 
+    def reverse_csc(self) -> tuple[Tensor, Tensor]:
+        """``(rev_offsets [num_src_nodes + 1], rev_to_csc [num_edges])``: the source-major order of the edges,
+        as offsets per source and the CSC position of each reverse position (built once, in the graph's index
+        dtype). Source ``j``'s outgoing edges are the CSC positions ``rev_to_csc[rev_offsets[j]:rev_offsets[j+1]]``,
+        in CSC order. One stable sort of the sources plus a histogram; what a source-major pass (a backward
+        without atomics) walks."""
+        if "rev_to_csc" not in self._cache:
+            order = torch.sort(self.indices, stable=True)[1]
+            counts = torch.bincount(self.indices, minlength=self.num_src_nodes)
+            rev = torch.zeros(self.num_src_nodes + 1, dtype=self.index_dtype, device=self.device)
+            rev[1:] = counts.cumsum(0)
+            self._cache["csc_rev_offsets"] = rev
+            self._cache["rev_to_csc"] = order.to(self.index_dtype)
+        return self._cache["csc_rev_offsets"], self._cache["rev_to_csc"]
+
     def with_reverse_csc(self) -> CscGraph:
         """Build (once) the source-major reverse CSC the deterministic backward needs; returns ``self``.
 
         Works on CPU and CUDA: one stable sort of the sources plus a histogram.
         """
-        if not self.has_reverse_csc:
-            order = torch.sort(self.indices, stable=True)[1]
-            counts = torch.bincount(self.indices, minlength=self.num_src_nodes)
-            rev = torch.zeros(self.num_src_nodes + 1, dtype=self.index_dtype, device=self.device)
-            rev[1:] = counts.cumsum(0)
-            self._cache["map_rev_to_coo"] = self.edge_ids[order].to(self.index_dtype)
-            self._cache["csc_rev_offsets"] = rev
+        if "map_rev_to_coo" not in self._cache:
+            _, rev_to_csc = self.reverse_csc()
+            self._cache["map_rev_to_coo"] = self.edge_ids[rev_to_csc.long()].to(self.index_dtype)
         return self
 
     def edge_index(self) -> Tensor:

@@ -172,3 +172,35 @@ def test_constructor_invariants():
         CscGraph(o, torch.tensor([0], dtype=torch.int32), 1, torch.tensor([0, 1], dtype=torch.int32))
     with pytest.raises(ValueError, match="num_src_nodes must be > 0"):
         CscGraph(o, torch.tensor([0], dtype=torch.int32), 0)
+
+
+def test_reverse_csc_lists_each_sources_edges_in_csc_order(index_dtype):
+    ei = torch.tensor([[2, 0, 2, 1, 0], [0, 0, 1, 2, 2]])
+    g = CscGraph.from_edge_index(ei, num_nodes=3, index_dtype=index_dtype)
+    rev_offsets, rev_to_csc = g.reverse_csc()
+    assert rev_offsets.dtype == rev_to_csc.dtype == index_dtype
+    src = g.indices.long()
+    for j in range(3):
+        pos = rev_to_csc[rev_offsets[j]:rev_offsets[j + 1]].long()
+        assert (src[pos] == j).all()
+        assert pos.tolist() == sorted(pos.tolist())
+    assert sorted(rev_to_csc.tolist()) == list(range(5))
+    assert g.reverse_csc()[1] is rev_to_csc  # built once
+    g.with_reverse_csc()
+    assert torch.equal(g.map_rev_to_coo.long(), g.edge_ids.long()[rev_to_csc.long()])
+
+
+def test_derived_structures_are_built_once_and_kept():
+    g = CscGraph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    calls = []
+    assert g.derived(("test", 1), lambda: calls.append(1) or "x") == "x"
+    assert g.derived(("test", 1), lambda: calls.append(1) or "y") == "x"
+    assert g.derived(("test", 2), lambda: None) is None and g.derived(("test", 2), lambda: "z") is None
+    assert calls == [1] and g.derived_if_built(("test", 3)) is None
+
+
+def test_a_graph_marked_rebuilt_every_call_never_reads_its_degrees():
+    g = CscGraph.from_edge_index(torch.tensor([[0, 0], [1, 0]]), num_nodes=2).mark_rebuilt_every_call()
+    assert g.max_degrees() is None
+    g.set_max_degrees(5, 5)
+    assert g.max_degrees() is None
