@@ -30,13 +30,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench_common import environment, synchronize, write_json  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
-from cudnn_gnn.layers import GATConv, ToCscGraph, _graph_cache  # noqa: E402
+from cudnn_gnn.layers import GATConv, ToCscGraph, _plan_cache  # noqa: E402
 
 
 class _Counter:
     def __init__(self) -> None:
         self.calls = 0
-        self.inner = _graph_cache._build
+        self.inner = _plan_cache.build_plan
 
     def __call__(self, *args, **kwargs):
         self.calls += 1
@@ -58,9 +58,9 @@ def _model(f_in: int, classes: int, cache: bool, device: torch.device) -> torch.
 
 def run(mode: str, x, ei, y, epochs: int, device: torch.device) -> dict:
     torch.manual_seed(0)
-    _graph_cache.clear_cache()
+    _plan_cache.clear_cache()
     counter = _Counter()
-    _graph_cache._build = counter
+    _plan_cache.build_plan = counter
     try:
         model = _model(x.shape[1], int(y.max()) + 1, mode != "uncached", device)
         opt = torch.optim.Adam(model.parameters(), lr=0.01)
@@ -76,7 +76,7 @@ def run(mode: str, x, ei, y, epochs: int, device: torch.device) -> dict:
             synchronize(device)
             times.append((time.perf_counter() - t0) * 1e3)
     finally:
-        _graph_cache._build = counter.inner
+        _plan_cache.build_plan = counter.inner
     return dict(mode=mode, epochs=epochs, conversions=counter.calls, first_epoch_ms=round(times[0], 3),
                 median_later_epoch_ms=round(statistics.median(times[1:] or times), 3))
 

@@ -63,7 +63,7 @@ from _bench_common import environment, free_memory, is_fatal, is_oom, peak_memor
 from _graphs import BenchGraph, GraphSpec, make_graph  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
-from cudnn_gnn.ops._attention import EDGE_ELEMS_LIMIT, NODE_ELEMS_LIMIT  # noqa: E402
+from cudnn_gnn.backends.cudnn import EDGE_ELEMS_LIMIT, NODE_ELEMS_LIMIT  # noqa: E402
 
 LAYERS = ("GAT", "GATv2")
 PASSES = ("fwd", "fwd+bwd")

@@ -77,7 +77,7 @@ def _stage(name: str) -> None:
         path = next((os.path.join(d, lib) for d in dirs if os.path.exists(os.path.join(d, lib))), lib)
         ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
     elif name in ("sdpa_fwd", "sdpa_fwd_bwd"):
-        from cudnn_gnn.ops.graph_attention import graph_attention
+        from cudnn_gnn.ops.global_attention import graph_attention
 
         sizes = [17, 250, 3, 64, 1, 120] * 8
         ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], device=dev)

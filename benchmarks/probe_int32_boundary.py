@@ -5,7 +5,7 @@ int32 indices in a fresh subprocess, forward and backward, because an illegal me
 CUDA context; then the same call with int64 indices, so that a launch that does not crash but computes the wrong
 answer shows up as a large ``rel_diff_*_vs_int64`` (bf16 inputs; the backward uses atomics, so ~1e-2 is noise).
 Prints one JSON record per case; ``--out`` writes them all. The guard in
-``cudnn_gnn/ops/_attention.py`` (NODE_ELEMS_LIMIT, EDGE_ELEMS_LIMIT) is set from these results with a margin.
+``cudnn_gnn/backends/cudnn.py`` (NODE_ELEMS_LIMIT, EDGE_ELEMS_LIMIT) is set from these results with a margin.
 
     python benchmarks/probe_int32_boundary.py --out probe.json
 """

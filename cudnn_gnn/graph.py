@@ -18,14 +18,30 @@ from torch import Tensor
 
 from cudnn_gnn._validation import check_index, check_int, check_tensor
 
-__all__ = ["CscGraph", "INT32_MAX"]
+__all__ = ["CscGraph", "INT32_MAX", "storage_index_dtype", "adj_t_to_coo"]
 
 INT32_MAX = 2**31 - 1
 
 
-def _storage_index_dtype(*sizes: int) -> torch.dtype:
+def storage_index_dtype(*sizes: int) -> torch.dtype:
     """int32 where every index and count fits, int64 otherwise."""
-    return torch.int32 if max(sizes, default=0) < INT32_MAX else torch.int64
+    return torch.int32 if max(0, *sizes) < INT32_MAX else torch.int64  # max(0, ...): traceable with symbolic sizes
+
+
+def adj_t_to_coo(adj_t: Tensor) -> Tensor:
+    """``[2, nnz]`` (source, destination) of a torch sparse CSR or CSC ``adj_t`` (rows are destinations, PyG's
+    convention), in the tensor's own element order. No host sync."""
+    if adj_t.layout == torch.sparse_csr:
+        ptr, other = adj_t.crow_indices(), adj_t.col_indices()
+        rows = torch.repeat_interleave(torch.arange(adj_t.shape[0], device=ptr.device, dtype=ptr.dtype), ptr.diff(),
+                                       output_size=other.numel())
+        return torch.stack([other, rows.to(other.dtype)])
+    if adj_t.layout == torch.sparse_csc:
+        ptr, other = adj_t.ccol_indices(), adj_t.row_indices()
+        cols = torch.repeat_interleave(torch.arange(adj_t.shape[1], device=ptr.device, dtype=ptr.dtype), ptr.diff(),
+                                       output_size=other.numel())
+        return torch.stack([cols.to(other.dtype), other])
+    raise TypeError(f"adj_t must be a sparse CSR or CSC tensor, got layout {adj_t.layout}")
 
 
 @dataclass(frozen=True, eq=False)
@@ -129,9 +145,16 @@ class CscGraph:
         indices: Tensor,
         num_src_nodes: int,
         map_csc_to_coo: Tensor | None = None,
+        *,
+        dst_index: Tensor | None = None,
     ) -> CscGraph:
-        """Wrap existing CSC tensors (no copy). ``map_csc_to_coo=None`` means COO order is CSC order."""
-        return cls(offsets, indices, num_src_nodes, map_csc_to_coo)
+        """Wrap existing CSC tensors (no copy). ``map_csc_to_coo=None`` means COO order is CSC order.
+        ``dst_index``: the ``[num_edges]`` destination of each CSC edge where the caller has it already (a sort's
+        keys), kept instead of being rebuilt from ``offsets``; trusted, like the rest."""
+        graph = cls(offsets, indices, num_src_nodes, map_csc_to_coo)
+        if dst_index is not None:
+            graph._cache["dst_index"] = dst_index
+        return graph
 
     @classmethod
     def from_edge_index(
@@ -195,7 +218,7 @@ class CscGraph:
                 raise ValueError(f"edge_index[0] (sources) must be < num_src_nodes={num_src}, got maximum {hi_src}")
             if hi_dst >= num_dst:
                 raise ValueError(f"edge_index[1] (destinations) must be < num_dst_nodes={num_dst}, got maximum {hi_dst}")
-        dtype = index_dtype or _storage_index_dtype(num_edges, num_src, num_dst)
+        dtype = index_dtype or storage_index_dtype(num_edges, num_src, num_dst)
         if dtype not in (torch.int32, torch.int64):
             raise TypeError(f"index_dtype must be torch.int32 or torch.int64, got {dtype}")
         if dtype == torch.int32 and max(num_edges, num_src, num_dst) >= INT32_MAX:
@@ -239,18 +262,16 @@ class CscGraph:
         if type(adj_t).__name__ == "SparseTensor":  # torch_sparse.SparseTensor
             rowptr, col, _ = adj_t.csr()
             num_dst, num_src = adj_t.sparse_sizes()
-            dtype = index_dtype or _storage_index_dtype(col.numel(), num_src, num_dst)
+            dtype = index_dtype or storage_index_dtype(col.numel(), num_src, num_dst)
             return cls(rowptr.to(dtype), col.to(dtype), int(num_src))
         t = check_tensor("adj_t", adj_t)
         num_dst, num_src = int(t.shape[0]), int(t.shape[1])
         if t.layout == torch.sparse_csr:
             rowptr, col = t.crow_indices(), t.col_indices()
-            dtype = index_dtype or _storage_index_dtype(col.numel(), num_src, num_dst)
+            dtype = index_dtype or storage_index_dtype(col.numel(), num_src, num_dst)
             return cls(rowptr.to(dtype), col.to(dtype), num_src)
         if t.layout == torch.sparse_csc:
-            colptr, row = t.ccol_indices(), t.row_indices()
-            col = torch.repeat_interleave(torch.arange(num_src, device=t.device), colptr.diff(), output_size=row.numel())
-            ei = torch.stack([col, row.to(col.dtype)])
+            ei = adj_t_to_coo(t)
         elif t.layout == torch.sparse_coo:
             idx = t.coalesce().indices()
             ei = torch.stack([idx[1], idx[0]])

@@ -9,14 +9,16 @@ import types
 import pytest
 import torch
 
-from cudnn_gnn import backends
+from cudnn_gnn.backends import info as backends
 
 
 @pytest.fixture
 def fake_env(monkeypatch):
     """Pretend to be a GPU machine with a chosen frontend and cuDNN version."""
 
-    monkeypatch.setattr(backends, "_warned_fallback", False)
+    from cudnn_gnn.ops import plan
+
+    monkeypatch.setattr(plan, "_warned_reference_on_gpu", False)
 
     def make(*, sm=(9, 0), frontend="1.32.0", backend_version=92801, gnn=True):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -65,18 +67,25 @@ def test_old_frontend_and_old_gpu(fake_env):
     assert "compute capability 7.5" in info.reason and info.auto_backend == "reference"
 
 
+def _cuda_call(backend: str) -> types.SimpleNamespace:
+    """What the planner reads of a call on a CUDA graph (no CUDA tensor needed)."""
+    graph = types.SimpleNamespace(device=torch.device("cuda"), num_edges=3)
+    return types.SimpleNamespace(graph=graph, backend=backend, dtype=torch.float32, name="gat")
+
+
 def test_auto_on_gpu_without_cudnn_warns_once(fake_env):
+    from cudnn_gnn.ops.plan import choose_backend
+
     fake_env(backend_version=92600)
-    dev = torch.device("cuda")
-    with pytest.warns(RuntimeWarning, match="reference backend .* because the loaded cuDNN is 9.26"):
-        assert backends.resolve_backend("auto", dev) == "reference"
+    with pytest.warns(RuntimeWarning, match="reference backend .* because cudnn: the loaded cuDNN is 9.26"):
+        assert choose_backend(_cuda_call("auto")).name == "reference"
     import warnings
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert backends.resolve_backend("auto", dev) == "reference"  # once only
+        assert choose_backend(_cuda_call("auto")).name == "reference"  # once only
     with pytest.raises(RuntimeError, match="backend='cudnn' is unavailable: the loaded cuDNN is 9.26.*Fix: pip install"):
-        backends.resolve_backend("cudnn", dev)
+        choose_backend(_cuda_call("cudnn"))
 
 
 def test_cli_info_runs_and_explains():
@@ -93,14 +102,14 @@ def test_backend_choice_is_a_constant_under_compile():
     """The probe runs once at trace time (import, device queries) and its answer is a constant of the graph. On
     CPU this checks the value; the graph break it prevents (a fresh process probing under compile stopped at
     ``torch.cuda.get_device_name``) shows on a GPU, in tests/gpu's compile tests run in fresh shard processes."""
-    from cudnn_gnn.backends import _auto_picks_cudnn, _probe
+    from cudnn_gnn.backends.info import _probe, cudnn_available
 
     _probe.cache_clear()
     torch._dynamo.reset()
 
     @torch.compile(fullgraph=True, backend="eager")
     def f(x: torch.Tensor) -> torch.Tensor:
-        return x + 1 if _auto_picks_cudnn() else x - 1
+        return x + 1 if cudnn_available() else x - 1
 
     x = torch.zeros(2)
     picks = backends.backend_info().auto_backend == "cudnn"

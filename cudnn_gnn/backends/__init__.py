@@ -1,286 +1,102 @@
-"""Backend discovery: which implementation runs an op, and why.
+"""The backends: one vocabulary of names, one small interface, one module each.
 
-Two backends implement every op with identical semantics:
+GAT / GATv2 (:func:`cudnn_gnn.gat`, :func:`cudnn_gnn.gatv2`), each behind :class:`GatBackend`:
 
-* ``"cudnn"``: cuDNN's GNN kernels (``cudnn.gnn``) through the adapter :mod:`cudnn_gnn.backends._cudnn`;
-  needs a CUDA GPU of compute capability >= 8.0, ``nvidia-cudnn-frontend >= 1.32`` and a loaded cuDNN
-  backend >= 9.28.
-* ``"reference"``: plain differentiable PyTorch (:mod:`cudnn_gnn.backends.reference`); any device.
+* ``"cudnn"``: cuDNN's GNN kernels (:mod:`cudnn_gnn.backends.cudnn`, which calls the ``torch.library`` ops of
+  :mod:`cudnn_gnn.backends._cudnn`); CUDA, cuDNN >= 9.28 and ``nvidia-cudnn-frontend`` >= 1.32.
+* ``"reference"``: plain differentiable PyTorch (:mod:`cudnn_gnn.backends.reference`); any device, the oracle.
 
-``backend="auto"`` picks cuDNN for CUDA tensors where it is available, else the reference, and warns once
-when a GPU tensor falls back. The probe is lazy (nothing runs at import) and cached.
+Global attention (:func:`cudnn_gnn.graph_attention`): ``"cudnn"`` (``cudnn.sdpa_torch``,
+:mod:`cudnn_gnn.backends._cudnn_sdpa`), ``"flash"`` (torch's fused kernels) and ``"reference"``.
+
+``"auto"`` is resolved per call by the planner (:mod:`cudnn_gnn.ops.plan`, :mod:`cudnn_gnn.ops.global_attention`);
+nothing here probes a GPU at import. What this process can run, and why not: :func:`backend_info`.
 """
 
 from __future__ import annotations
 
-import functools
-import os
-import warnings
-from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+from torch import Tensor
 
-__all__ = ["BackendInfo", "backend_info", "mapped_cudnn_libraries", "resolve_backend", "MIN_CUDNN_VERSION",
-           "MIN_FRONTEND_VERSION"]
-
-MIN_CUDNN_VERSION = 92800  # cudnnGetVersion() encoding of 9.28.0
-MIN_FRONTEND_VERSION = (1, 32)
-MIN_SM = (8, 0)
-BACKENDS = ("auto", "cudnn", "reference")
-
-
-@dataclass(frozen=True)
-class BackendInfo:
-    """What this process can run, as ``python -m cudnn_gnn info`` prints it."""
-
-    torch_version: str
-    torch_cuda: str | None
-    cuda_available: bool
-    gpu_name: str | None
-    sm: tuple[int, int] | None
-    frontend_version: str | None
-    cudnn_backend_version: int | None
-    torch_cudnn_version: int | None
-    gnn_symbols: bool
-    sdpa_available: bool
-    auto_backend: str
-    reason: str | None
-    fix: str | None
-    cudnn_libraries: tuple[str, ...] = ()  # the libcudnn*.so files this process had mapped when probed
-
-    @property
-    def cudnn_dirs(self) -> tuple[str, ...]:
-        """The directories of ``cudnn_libraries``; more than one means two cuDNN builds in one process."""
-        return library_dirs(self.cudnn_libraries)
-
-    def as_dict(self) -> dict[str, object]:
-        return asdict(self)
-
-    def __str__(self) -> str:
-        def ver(v: int | None) -> str:
-            return "-" if v is None else f"{v // 10000}.{v % 10000 // 100}.{v % 100} ({v})"
-
-        lines = [
-            f"torch               {self.torch_version} (CUDA {self.torch_cuda or 'none'})",
-            f"GPU                 {self.gpu_name or 'none'}" + (f", SM {self.sm[0]}.{self.sm[1]}" if self.sm else ""),
-            f"cudnn frontend      {self.frontend_version or 'not installed'}",
-            f"cuDNN (frontend)    {ver(self.cudnn_backend_version)}",
-            f"cuDNN (torch)       {ver(self.torch_cudnn_version)}",
-            f"GNN kernels         {'found' if self.gnn_symbols else 'missing'}",
-            f"cuDNN SDPA          {'available' if self.sdpa_available else 'unavailable'}",
-            f"backend='auto'      {self.auto_backend}",
-        ]
-        for i, d in enumerate(self.cudnn_dirs):
-            names = sorted(os.path.basename(p) for p in self.cudnn_libraries if os.path.dirname(p) == d)
-            lines.append(f"{'cuDNN libraries' if i == 0 else '':20s}{d}: {', '.join(names)}")
-        if len(self.cudnn_dirs) > 1:
-            lines.append(f"mixed cuDNN         {MIXED_CUDNN_NOTE}")
-        for d, missing in incomplete_cudnn(self.cudnn_libraries).items():
-            lines.append(f"incomplete cuDNN    {d} lacks {', '.join(missing)}")
-            if PRECOMPILED in missing:
-                lines.append(f"{'':20s}{JIT_ONLY_NOTE}")
-        if self.reason:
-            lines.append(f"why not cudnn       {self.reason}")
-        if self.fix:
-            lines.append(f"fix                 {self.fix}")
-        return "\n".join(lines)
-
-
-MIXED_CUDNN_NOTE = (
-    "libcudnn files from more than one directory are loaded (two cuDNN builds). On the H200 where this was seen, "
-    "cuDNN GAT failing after cuDNN SDPA came from the newer build lacking libcudnn_engines_precompiled, not from "
-    "the second build (one build alone failed the same way): see 'incomplete cuDNN' where it applies"
+from cudnn_gnn.backends.info import (
+    CUDNN_SUBLIBRARIES,
+    JIT_ONLY_NOTE,
+    MIN_CUDNN_VERSION,
+    MIN_FRONTEND_VERSION,
+    PRECOMPILED,
+    BackendInfo,
+    backend_info,
+    cudnn_available,
+    incomplete_cudnn,
+    lacking_precompiled,
+    library_dirs,
+    mapped_cudnn_libraries,
+    precompiled_engines_everywhere,
 )
 
+if TYPE_CHECKING:
+    from cudnn_gnn.graph import CscGraph
+    from cudnn_gnn.spec import AttentionSpec
 
-# A complete cuDNN 9 (the nvidia-cudnn-cu13 9.28 wheel ships every one of these next to libcudnn.so.9).
-CUDNN_SUBLIBRARIES = (
-    "libcudnn_graph", "libcudnn_engines_precompiled", "libcudnn_engines_runtime_compiled", "libcudnn_engines_tensor_ir",
-    "libcudnn_heuristic", "libcudnn_ops", "libcudnn_cnn", "libcudnn_adv", "libcudnn_ext",
-)
-PRECOMPILED = "libcudnn_engines_precompiled"
-JIT_ONLY_NOTE = (
-    "cuDNN loads libcudnn_engines_precompiled on the first graph that needs its engines (the backward of cuDNN SDPA, "
-    "a torch cuDNN convolution); where it cannot, it switches the whole process to its GRAPH_JIT_ONLY library mode "
-    "(CUDNN_LIB_CONFIG=AUTO), and every cuDNN GAT call after that fails with SUBLIBRARY_UNAVAILABLE (H200, cuDNN "
-    "9.28.1, benchmarks/diag_mixed_cudnn.py). Fix: install a complete cuDNN >= 9.28 (pip install "
-    "\"nvidia-cudnn-cu13>=9.28\", cu12 for CUDA 12); until then keep cuDNN SDPA and cuDNN convolutions out of "
-    "processes that run cuDNN GAT (graph_attention(..., backend='flash'), what 'auto' picks on such an install)"
-)
+__all__ = [
+    "GAT_BACKENDS", "ATTENTION_BACKENDS", "GatBackend", "gat_backend", "registered", "BackendInfo", "backend_info",
+    "cudnn_available", "mapped_cudnn_libraries", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION", "CUDNN_SUBLIBRARIES",
+    "PRECOMPILED", "JIT_ONLY_NOTE", "library_dirs", "lacking_precompiled", "precompiled_engines_everywhere",
+    "incomplete_cudnn",
+]
 
-
-def missing_sublibraries(directory: str) -> tuple[str, ...]:
-    """The sublibraries of a complete cuDNN 9 (``CUDNN_SUBLIBRARIES``) that ``directory`` lacks."""
-    try:
-        names = os.listdir(directory)
-    except OSError:
-        return ()
-    return tuple(lib for lib in CUDNN_SUBLIBRARIES if not any(n.startswith(lib + ".so") for n in names))
+# The names a caller may pass as ``backend=``: the one vocabulary (layers, CLI and examples read these).
+GAT_BACKENDS = ("auto", "cudnn", "reference")
+ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "reference")
 
 
-def incomplete_cudnn(paths: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """``{directory: missing sublibraries}`` for the directories of ``paths`` whose cuDNN is in use (a mapped
-    ``libcudnn_graph``) and incomplete."""
-    graph_dirs = library_dirs(tuple(p for p in paths if os.path.basename(p).startswith("libcudnn_graph")))
-    found = {d: missing_sublibraries(d) for d in graph_dirs}
-    return {d: m for d, m in found.items() if m}
 
+class GatBackend(Protocol):
+    """What the planner and the runner need of a GAT / GATv2 backend (each module exports one as ``BACKEND``).
 
-def lacking_precompiled(paths: tuple[str, ...]) -> list[str]:
-    """The directories of ``paths`` whose cuDNN is in use (a mapped ``libcudnn_graph``) and lacks
-    ``libcudnn_engines_precompiled``: where cuDNN SDPA's backward would switch cuDNN to JIT-only mode."""
-    return [d for d, missing in incomplete_cudnn(paths).items() if PRECOMPILED in missing]
-
-
-def precompiled_engines_everywhere(paths: tuple[str, ...]) -> bool:
-    """Whether the cuDNN in use holds ``libcudnn_engines_precompiled``: every directory of a mapped
-    ``libcudnn_graph`` in ``paths`` or, before any is mapped, of every ``libcudnn*`` file (False for none). Then
-    cuDNN SDPA's backward finds its engines and cannot switch cuDNN to JIT-only mode under the GAT kernels. On the
-    H200 the mixed model trained once the 9.28 install had them
-    (tests/gpu/test_graph_attention_gpu.py::test_mixed_gat_and_cudnn_sdpa_in_one_process)."""
-    cudnn = tuple(p for p in paths if os.path.basename(p).startswith("libcudnn"))
-    dirs = library_dirs(tuple(p for p in cudnn if os.path.basename(p).startswith("libcudnn_graph")) or cudnn)
-    return bool(dirs) and all(PRECOMPILED not in missing_sublibraries(d) for d in dirs)
-
-
-def mapped_cudnn_libraries() -> tuple[str, ...]:
-    """The ``libcudnn*.so*`` files mapped into this process now (Linux ``/proc/self/maps``; empty elsewhere)."""
-    try:
-        with open("/proc/self/maps") as f:
-            paths = {line.split()[-1] for line in f if "libcudnn" in line}
-    except OSError:
-        return ()
-    return tuple(sorted(p for p in paths if os.path.basename(p).startswith("libcudnn") and ".so" in p))
-
-
-def library_dirs(paths: tuple[str, ...]) -> tuple[str, ...]:
-    """The distinct directories of ``paths``, sorted."""
-    return tuple(sorted({os.path.dirname(p) for p in paths}))
-
-
-def _cudnn_wheel() -> str:
-    major = (torch.version.cuda or "13").split(".")[0]
-    return f"nvidia-cudnn-cu{major}"
-
-
-@functools.lru_cache(maxsize=1)
-def _probe() -> BackendInfo:
-    cuda = torch.cuda.is_available()
-    gpu_name = torch.cuda.get_device_name() if cuda else None
-    sm = torch.cuda.get_device_capability() if cuda else None
-    torch_cudnn = None
-    if cuda:
-        try:
-            torch_cudnn = torch.backends.cudnn.version()
-        except Exception:  # pragma: no cover - broken installs
-            torch_cudnn = None
-    frontend_version = backend_version = None
-    gnn = sdpa = False
-    frontend_error = None
-    try:
-        import cudnn  # type: ignore[import-not-found]
-
-        frontend_version = getattr(cudnn, "__version__", None)
-        gnn = all(hasattr(cudnn, s) for s in ("gnn_mha_gat_forward", "gnn_mha_gat_v2_forward"))
-        sdpa = hasattr(cudnn, "sdpa_torch")
-        if cuda:
-            try:
-                backend_version = int(cudnn.backend_version())
-            except Exception as e:  # libcudnn not loadable
-                frontend_error = str(e)
-    except Exception as e:  # not installed, or a broken install
-        frontend_error = f"{type(e).__name__}: {e}"
-
-    reason = fix = None
-    fe_tuple = tuple(int(p) for p in (frontend_version or "0.0").split(".")[:2] if p.isdigit())
-    wheel = _cudnn_wheel()
-    if not cuda:
-        reason = "no CUDA GPU visible to torch (CPU-only torch build or no driver)"
-        fix = "install a CUDA build of torch on a machine with an NVIDIA GPU (SM >= 8.0); the reference backend runs here"
-    elif sm is not None and sm < MIN_SM:
-        reason = f"GPU compute capability {sm[0]}.{sm[1]} < 8.0; the cuDNN GNN kernels need Ampere or newer"
-        fix = "none on this GPU: the reference backend is used"
-    elif frontend_version is None:
-        reason = f"nvidia-cudnn-frontend is not importable ({frontend_error})"
-        fix = 'pip install --no-deps "nvidia-cudnn-frontend>=1.32"'
-    elif fe_tuple < MIN_FRONTEND_VERSION or not gnn:
-        reason = f"nvidia-cudnn-frontend {frontend_version} lacks the GNN kernels (need >= 1.32)"
-        fix = 'pip install --no-deps -U "nvidia-cudnn-frontend>=1.32"'
-    elif backend_version is None:
-        reason = f"the cuDNN library could not be loaded by the frontend ({frontend_error})"
-        fix = f'pip install --no-deps "{wheel}>=9.28"'
-    elif backend_version < MIN_CUDNN_VERSION:
-        reason = (
-            f"the loaded cuDNN is {backend_version // 10000}.{backend_version % 10000 // 100}, the GNN kernels need >= 9.28 "
-            "(PyPI's torch pins an older nvidia-cudnn wheel)"
-        )
-        fix = (
-            f'pip install --no-deps -U "{wheel}>=9.28" (after torch; pip will warn that torch pins an older one), '
-            "or put a cuDNN >= 9.28 libcudnn.so.9 first with LD_PRELOAD"
-        )
-    auto = "cudnn" if reason is None else "reference"
-    return BackendInfo(
-        torch_version=torch.__version__,
-        torch_cuda=torch.version.cuda,
-        cuda_available=cuda,
-        gpu_name=gpu_name,
-        sm=sm,
-        frontend_version=frontend_version,
-        cudnn_backend_version=backend_version,
-        torch_cudnn_version=torch_cudnn,
-        gnn_symbols=gnn,
-        sdpa_available=sdpa and reason is None,
-        auto_backend=auto,
-        reason=reason,
-        fix=fix,
-        cudnn_libraries=mapped_cudnn_libraries(),
-    )
-
-
-def backend_info(refresh: bool = False) -> BackendInfo:
-    """Probe (once, cached) what this process can run. ``refresh=True`` probes again."""
-    if refresh:
-        _probe.cache_clear()
-    return _probe()
-
-
-_warned_fallback = False
-
-
-@torch.compiler.assume_constant_result
-def _auto_picks_cudnn() -> bool:
-    """``backend_info().auto_backend == "cudnn"``, read as a constant under ``torch.compile``: the probe (an
-    import, device queries) runs once at trace time instead of breaking the graph."""
-    return backend_info().auto_backend == "cudnn"
-
-
-def resolve_backend(backend: str, device: torch.device) -> str:
-    """Map ``"auto" | "cudnn" | "reference"`` and a tensor device to the backend that runs.
-
-    Raises:
-        ValueError: ``backend`` is not one of the three names.
-        RuntimeError: ``backend="cudnn"`` was asked for but cannot run here; says why and the fix.
+    ``spec`` is the validated call (:class:`cudnn_gnn.spec.AttentionSpec`); ``graph`` the graph the kernels run
+    on, which the planner derived from ``spec.graph`` (index dtype, hub split) with the same edge order.
     """
-    global _warned_fallback
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of 'auto', 'cudnn', 'reference', got {backend!r}")
-    if backend == "reference":
-        return "reference"
-    if device.type != "cuda":
-        if backend == "cudnn":
-            raise RuntimeError(f"backend='cudnn' needs CUDA tensors, got tensors on {device}; use backend='reference'")
-        return "reference"
-    if _auto_picks_cudnn():
-        return "cudnn"
-    info = backend_info()
-    if backend == "cudnn":
-        raise RuntimeError(f"backend='cudnn' is unavailable: {info.reason}. Fix: {info.fix}")
-    if not _warned_fallback:
-        _warned_fallback = True
-        warnings.warn(
-            f"cudnn_gnn: running the reference backend on {device} because {info.reason}. Fix: {info.fix}. "
-            "Run `python -m cudnn_gnn info` for details.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return "reference"
+
+    name: str
+    splits_hubs: bool  # whether the kernels' time follows the largest degree, so that `max_degree="auto"` splits
+
+    def unavailable(self, device: torch.device) -> tuple[str, str] | None:
+        """``None`` where the backend can run on tensors of ``device``, else ``(why not, the fix)``."""
+
+    def unsupported(self, spec: AttentionSpec) -> str | None:
+        """``None`` where the backend computes this call, else why not (a dtype, a size)."""
+
+    def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> CscGraph:
+        """``graph`` as the kernels need it (e.g. int64 indices past 32-bit offsets), cached on ``graph``."""
+
+    def failed_to_launch_before(self, spec: AttentionSpec, graph: CscGraph) -> bool:
+        """Whether a kernel of this call's shape on ``graph`` failed to launch earlier in this process."""
+
+    def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
+        """``(out [Nd, H*C] or [Nd, C], attention [E, H] float32 in COO order, or None unless asked)``."""
+
+
+# The modules are light: each imports its kernel library (cudnn, triton) only when it first runs or probes.
+from cudnn_gnn.backends import cudnn as _cudnn_backend  # noqa: E402
+from cudnn_gnn.backends import reference as _reference_backend  # noqa: E402
+
+_GAT: dict[str, GatBackend] = {
+    "cudnn": _cudnn_backend.BACKEND,
+    "reference": _reference_backend.BACKEND,
+}
+assert set(_GAT) == set(GAT_BACKENDS) - {"auto"}, "every backend name has one implementation"
+
+
+def registered(name: str) -> bool:
+    return name in _GAT
+
+
+def gat_backend(name: str) -> GatBackend:
+    """The backend called ``name`` (one of ``GAT_BACKENDS`` but ``"auto"``)."""
+    backend = _GAT.get(name)
+    if backend is None:
+        raise ValueError(f"backend must be one of {', '.join(repr(n) for n in _GAT)}, got {name!r}")
+    return backend

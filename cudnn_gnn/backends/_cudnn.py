@@ -100,19 +100,18 @@ def _src_with_edges(c: GatCall) -> Tensor:
 def explain_failure(exc: RuntimeError) -> RuntimeError:
     """``exc`` with the known cause and fix appended where there is one, else ``exc`` itself.
 
-    ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE`` from a GAT call on the H200 of the device README: its
-    cuDNN 9.28 lacked ``libcudnn_engines_precompiled``, so the first cuDNN graph that needed engines (the backward
-    of ``cudnn.sdpa_torch``, or a torch cuDNN convolution) switched cuDNN to its GRAPH_JIT_ONLY library mode, in
-    which the GNN kernels are unavailable (``benchmarks/diag_mixed_cudnn.py``: with ``CUDNN_LIB_CONFIG=FULL`` GAT
-    kept working and the SDPA backward failed instead; one shim instead of two changed nothing).
+    ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE`` from a GAT call: a cuDNN without
+    ``libcudnn_engines_precompiled`` switches itself to its GRAPH_JIT_ONLY library mode at the first graph that
+    needs engines (the backward of ``cudnn.sdpa_torch``, a torch cuDNN convolution), in which the GNN kernels are
+    unavailable (``info.JIT_ONLY_NOTE``; docs/gpu-install.md).
     """
     msg = str(exc)
     if "SUBLIBRARY_UNAVAILABLE" not in msg:
         return exc
-    from cudnn_gnn.backends import (
+    from cudnn_gnn.backends import _cudnn_sdpa
+    from cudnn_gnn.backends.info import (
         JIT_ONLY_NOTE,
         PRECOMPILED,
-        _cudnn_sdpa,
         lacking_precompiled,
         library_dirs,
         mapped_cudnn_libraries,
@@ -137,26 +136,37 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
     return RuntimeError(" ".join(parts))
 
 
-# cuDNN 9.28.1's GAT kernels fail to launch for some shapes (H200: `[gnn_ops] mha_gat_bwd cuLaunchKernel failed:
-# invalid argument`, then CUDNN_STATUS_EXECUTION_FAILED; the CUDA context stays usable). benchmarks/probe_head_widths.py
-# on raw kernels: 3 x 250 (DGL's ogbn-arxiv GAT) and 2 x 250 in backward, 2 x 375 in forward; on another graph 1 x 248
-# to 1 x 256 and 4 x 512 in backward, 1 x 376, 1 x 384 and 4 x 768 in forward, while 1 x 250 and 2 x 256 ran on the
-# first. It depends on the graph as well as the heads and the width, so no padding rule avoids it (widths padded to a
-# multiple of 4, and to a power of two, still failed). Instead, a call whose kernel fails to launch runs on the
-# reference math (float32 for half inputs) with the same contract and results, and so does every later call of the
-# same shape in the process, in that direction (forward: the backward too, as the saved softmax statistics are then
-# a stand-in). One warning per shape says so; deterministic calls fall back under torch's deterministic algorithms.
-# Set LAUNCH_FALLBACK = False to see the raw failure (the probes do).
+# cuDNN 9.28.1's GAT kernels fail to launch for some shapes (`cuLaunchKernel failed: invalid argument`, then
+# CUDNN_STATUS_EXECUTION_FAILED; the CUDA context stays usable). Which shapes depends on the graph as well as on the
+# heads and the width, so no padding rule avoids it (docs/performance.md, "head widths"). A call whose kernel fails
+# to launch runs the fallback math below (the reference, float32 for half inputs, same contract and results) with
+# one warning per shape; the planner then routes later calls of that shape to another backend
+# (:meth:`cudnn_gnn.backends.cudnn.CudnnBackend.failed_to_launch_before`). LAUNCH_FALLBACK = False shows the raw
+# failure (the head-width probe does).
 LAUNCH_FALLBACK = True
 _LAUNCH_FAILED: set[tuple[str, tuple[Any, ...]]] = set()
 
 
-def _shape_key(c: GatCall) -> tuple[Any, ...]:
+def shape_key(*, v2: bool, heads: int, dim: int, dtype: torch.dtype, has_map: bool, dim_edge: int | None,
+              has_mask: bool, concat: bool, deterministic: bool, grad_fp32: bool, activation: str, num_src: int,
+              num_dst: int, num_edges: int, index_dtype: torch.dtype) -> tuple[Any, ...]:
     """What a launch failure is remembered by: the kernel's shape, dtype and options, not the tensors' values."""
-    return (c.v2, c.heads, c.x_src.shape[1], c.x_src.dtype, c.map_csc_to_coo is not None,
-            None if c.edge_attr is None else c.edge_attr.shape[1], c.dropout_mask is not None, c.concat,
-            c.deterministic, c.grad_fp32, c.activation, c.num_src_nodes, c.offsets.shape[0] - 1, c.indices.shape[0],
-            c.indices.dtype)
+    return (v2, heads, dim, dtype, has_map, dim_edge, has_mask, concat, deterministic, grad_fp32, activation,
+            num_src, num_dst, num_edges, index_dtype)
+
+
+def _shape_key(c: GatCall) -> tuple[Any, ...]:
+    return shape_key(
+        v2=c.v2, heads=c.heads, dim=c.x_src.shape[1], dtype=c.x_src.dtype, has_map=c.map_csc_to_coo is not None,
+        dim_edge=None if c.edge_attr is None else c.edge_attr.shape[1], has_mask=c.dropout_mask is not None,
+        concat=c.concat, deterministic=c.deterministic, grad_fp32=c.grad_fp32, activation=c.activation,
+        num_src=c.num_src_nodes, num_dst=c.offsets.shape[0] - 1, num_edges=c.indices.shape[0],
+        index_dtype=c.indices.dtype)
+
+
+def launch_failed(key: tuple[Any, ...]) -> bool:
+    """Whether the forward or the backward kernel of shape ``key`` failed to launch in this process."""
+    return ("forward", key) in _LAUNCH_FAILED or ("backward", key) in _LAUNCH_FAILED
 
 
 def _launch_failed(direction: str, c: GatCall, exc: RuntimeError) -> bool:
@@ -170,8 +180,8 @@ def _launch_failed(direction: str, c: GatCall, exc: RuntimeError) -> bool:
             f"cuDNN's {'GATv2' if c.v2 else 'GAT'} {direction} kernel failed to launch ({exc}) for {c.heads} heads x "
             f"{c.x_src.shape[1] // c.heads} channels, {str(c.x_src.dtype).removeprefix('torch.')}, "
             f"{c.num_src_nodes:,} -> {c.offsets.shape[0] - 1:,} nodes, {c.indices.shape[0]:,} edges (cuDNN 9.28.1 "
-            "fails so for some shapes; see cudnn_gnn/backends/_cudnn.py). This call and later ones of this shape "
-            "run the reference math instead: same results, slower, more memory.",
+            "fails so for some shapes; see docs/performance.md). This call runs the reference math instead (same "
+            "results, slower, more memory), and later calls of this shape another backend.",
             RuntimeWarning, stacklevel=2)
     return True
 

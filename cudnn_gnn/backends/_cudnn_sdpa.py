@@ -22,7 +22,7 @@ What this adapter adds on top:
 * **Sequence buckets.** ``max_seqlen`` is rounded up to a power of two (at least 16), so the forward key changes
   only when the longest graph crosses a power of two. The token total T is *not* padded: the frontend's backward
   re-pads the softmax statistics by ``cu_seqlens`` and indexes out of bounds for rows past ``cu_seqlens[-1]``
-  (a device-side assert, measured on the H200 with cuDNN 9.28.1 / frontend 1.32), so T must equal
+  (a device-side assert with cuDNN 9.28.1 / frontend 1.32), so T must equal
   ``cu_seqlens[-1]``. The backward key therefore follows round64(T).
 * **A bounded LRU ledger** (:class:`PlanLedger`) of the bucket keys sent to the frontend: it counts plan builds
   (a miss is one forward graph, plus one backward graph when gradients flow) and keeps at most
@@ -158,7 +158,13 @@ _USED = False  # whether this process has called cudnn.sdpa_torch (see _cudnn.ex
 def _warn_if_it_disables_gat() -> None:
     """At the first cuDNN SDPA call of a process: warn where this cuDNN lacks its precompiled engines, so that
     the SDPA backward will switch cuDNN to JIT-only mode and break the cuDNN GAT calls after it."""
-    from cudnn_gnn.backends import JIT_ONLY_NOTE, PRECOMPILED, backend_info, lacking_precompiled, mapped_cudnn_libraries
+    from cudnn_gnn.backends.info import (
+        JIT_ONLY_NOTE,
+        PRECOMPILED,
+        backend_info,
+        lacking_precompiled,
+        mapped_cudnn_libraries,
+    )
 
     lacking = lacking_precompiled(mapped_cudnn_libraries())
     if lacking and backend_info().auto_backend == "cudnn":
@@ -216,7 +222,7 @@ def sdpa_varlen(
     t, h, d = q.shape
     seq_bucket = bucket_seqlen(max_seqlen)
     # No padding of the token total: the frontend's backward re-pads the log-sum-exp by cu_seqlens and indexes
-    # out of bounds for rows past cu_seqlens[-1] (device-side assert on the H200, cuDNN 9.28.1, frontend 1.32).
+    # out of bounds for rows past cu_seqlens[-1] (a device-side assert with cuDNN 9.28.1, frontend 1.32).
     q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     key = (q.dtype, cu_seqlens.numel() - 1, seq_bucket, round64(t), h, d, float(scale), q.device)
     _LEDGER.touch(key)

@@ -12,45 +12,18 @@ Determinism: on CPU every reduction is deterministic. On CUDA, ``index_add`` use
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
+from cudnn_gnn._segment import ACTIVATIONS, activation, segment_softmax
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["ACTIVATIONS", "activation", "segment_softmax", "mha_gat"]
+if TYPE_CHECKING:
+    from cudnn_gnn.spec import AttentionSpec
 
-ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "elu", "scalar", "leaky_relu")
-
-
-def activation(x: Tensor, name: str, alpha: float) -> Tensor:
-    """The logit activations cuDNN supports; ``alpha`` is the leaky slope or the scalar factor. ELU is cuDNN's:
-    ``exp(x) - 1`` below zero, with alpha fixed at 1."""
-    if name == "leaky_relu":
-        return F.leaky_relu(x, alpha)
-    if name == "linear":
-        return x
-    if name == "relu":
-        return F.relu(x)
-    if name == "sigmoid":
-        return torch.sigmoid(x)
-    if name == "tanh":
-        return torch.tanh(x)
-    if name == "elu":
-        return F.elu(x, 1.0)
-    if name == "scalar":
-        return x * alpha
-    raise ValueError(f"activation must be one of {', '.join(ACTIVATIONS)}, got {name!r}")
-
-
-def segment_softmax(logits: Tensor, segment: Tensor, num_segments: int) -> Tensor:
-    """Softmax of ``logits [E, H]`` over the rows that share a ``segment [E]`` id (int64)."""
-    index = segment.unsqueeze(-1).expand_as(logits)
-    seg_max = logits.new_full((num_segments, logits.shape[1]), float("-inf"))
-    seg_max = seg_max.scatter_reduce(0, index, logits, "amax", include_self=True).detach()
-    e = torch.exp(logits - seg_max.index_select(0, segment))
-    denom = e.new_zeros(num_segments, logits.shape[1]).index_add(0, segment, e)
-    return e / denom.index_select(0, segment)
+__all__ = ["ACTIVATIONS", "mha_gat", "BACKEND"]
 
 
 def mha_gat(
@@ -114,3 +87,31 @@ def mha_gat(
     alpha_coo = alpha.new_zeros(n_edges, h).index_copy(0, eid, alpha)
     att_dtype = torch.float64 if cdt == torch.float64 else torch.float32
     return out.to(out_dtype), alpha_coo.to(att_dtype)
+
+
+class ReferenceBackend:
+    """:func:`mha_gat` behind the backend interface (:class:`cudnn_gnn.backends.GatBackend`)."""
+
+    name = "reference"
+    splits_hubs = False  # its time follows the edge count, not the largest degree
+
+    def unavailable(self, device: torch.device) -> tuple[str, str] | None:
+        return None
+
+    def unsupported(self, spec: AttentionSpec) -> str | None:
+        return None
+
+    def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> CscGraph:
+        return graph
+
+    def failed_to_launch_before(self, spec: AttentionSpec, graph: CscGraph) -> bool:
+        return False
+
+    def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
+        out, att = mha_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
+                           v2=spec.v2, heads=spec.heads, concat=spec.concat, activation_name=spec.activation,
+                           activation_alpha=spec.activation_alpha)
+        return out, att if spec.return_attention else None
+
+
+BACKEND = ReferenceBackend()

@@ -1,10 +1,7 @@
 """Exact GAT / GATv2 on a degree-bounded rewrite of the graph (``gat(..., max_degree=B)``, default ``"auto"``).
 
-Why: on the H200 the cuDNN GAT kernels slow down with the largest degree, not the edge count. At the
-ogbn-arxiv size, Linear + GAT fp32 forward+backward took 11.6 ms with uniform edges (max degree 33) and 137 ms
-with power-law edges (max degree 12,214); the profile put 92% of the time in the backward kernel
-(``benchmarks/diag_degree_skew.py``, ``benchmarks/profile_layers.py``). The rewrite gives the kernels rows of
-at most ``B`` edges:
+Why: the cuDNN GAT kernels' time follows the graph's largest degree, not its edge count (docs/performance.md,
+"hubs"). The rewrite gives the kernels rows of at most ``B`` edges:
 
 * every destination with more than ``B`` incoming edges becomes ``ceil(deg / B)`` *virtual destinations*, one per
   run of ``B`` consecutive CSC edges (the edges keep their CSC order, so edge features, masks and the CSC->COO
@@ -14,17 +11,11 @@ at most ``B`` edges:
 
 The kernels then compute, per virtual destination ``r`` of destination ``i`` and head ``h``, the softmax over its
 own edges only. The exact answer is recovered with the per-row log-normaliser ``L_r = logsumexp_{e in r} s_e``
-of the logits ``s_e`` of the split destinations' edges (``merge_rows``): for GAT from per-node scores (the logit
-is a sum of per-node terms), for GATv2 from ``[block, H, C]`` pieces recomputed in the backward. With
+of the logits ``s_e`` of the split destinations' edges (:func:`merge_rows`): for GAT from per-node scores (the
+logit is a sum of per-node terms), for GATv2 from ``[block, H, C]`` pieces recomputed in the backward. With
 ``w_r = exp(L_r - logsumexp_{r' of i} L_r')``, the output is ``out_i = sum_r w_r out_r``, and the attention of an
 edge in row ``r`` is ``w_r`` times what the kernel returned. Autograd differentiates through ``w`` and through
-the kernel's own backward on the bounded graph.
-
-Status: exact, tested against the plain reference on CPU (``tests/ops/test_hub_split.py``, float64, 1e-10) and
-on the H200 (``tests/gpu/test_ops_gpu.py``). :func:`cudnn_gnn.gat` and :func:`cudnn_gnn.gatv2` apply it by
-default to graphs with skewed degrees (``max_degree="auto"``): on the arxiv-size power-law graph, fp32
-forward+backward, GAT 15.3 ms instead of 138 ms, GATv2 17.7 ms instead of 157 ms (H200, same run; an earlier
-profile of the GAT step put 63% in the kernels and 34% in this merge, before the merge got leaner).
+the kernel's own backward on the bounded graph. The runner (:mod:`cudnn_gnn.ops.run`) drives it.
 """
 
 from __future__ import annotations
@@ -34,7 +25,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from cudnn_gnn.backends import reference
+from cudnn_gnn._segment import activation as apply_activation
+from cudnn_gnn._segment import segment_logsumexp
 from cudnn_gnn.graph import CscGraph
 
 __all__ = ["HubSplit", "hub_split", "merge_rows"]
@@ -81,25 +73,24 @@ class HubSplit:
 
 def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     """The rewrite of ``graph`` with at most ``max_degree`` edges per destination and per source row, or ``None``
-    when no node has more (then the plain call is already bounded). One host sync per new graph; cached."""
-    key = ("hub_split", max_degree)
-    if key in graph._cache:
-        return graph._cache[key]
-    b = max_degree
+    when no node has more (then the plain call is already bounded). One host sync per new graph; kept on the
+    graph (:meth:`CscGraph.derived`)."""
+    return graph.derived(("hub_split", max_degree), lambda: _build_split(graph, max_degree))  # type: ignore[no-any-return]
+
+
+def _build_split(graph: CscGraph, b: int) -> HubSplit | None:
     dev = graph.device
     offsets = graph.offsets.long()
     src = graph.indices.long()
     e = src.numel()
     deg = offsets[1:] - offsets[:-1]
     out_deg = torch.bincount(src, minlength=graph.num_src_nodes)
-    # the degrees' maxima: cached on the graph where the auto policy read them, else from deg and out_deg here
-    # (graph.max_degrees() would recompute both); kept for later calls unless the graph is marked rebuilt-every-call
-    degrees: tuple[int, int] | None = None if e == 0 else graph._cache.get("max_degrees")
-    if e > 0 and degrees is None:
-        degrees = (int(deg.max()), int(out_deg.max()))
-        graph._cache.setdefault("max_degrees", degrees)
-    if degrees is None or max(degrees) <= b:  # None: no edges
-        graph._cache[key] = None
+    if e == 0:
+        return None
+    # the degree maxima from what is built here anyway (graph.max_degrees() would recompute both and sync twice)
+    largest = graph.derived_if_built("max_degrees") or (int(deg.max()), int(out_deg.max()))
+    graph.set_max_degrees(*largest)
+    if max(largest) <= b:
         return None
     n_dst = deg.numel()
     # Destinations: ceil(deg / B) rows each (one row for a destination without edges).
@@ -148,17 +139,14 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     split_graph = CscGraph(new_offsets.to(idx_dtype), vsrc.to(idx_dtype), num_vsrc, graph.map_csc_to_coo)
     hub_edge_hub = torch.repeat_interleave(torch.arange(num_hub_dst, device=dev), hub_deg, output_size=e_h)
     hub_first = row_pos_in_hub[first_row[hub_dst]]
-    split = HubSplit(split_graph, dst_of_row, first_row, src_of_vsrc, hub_row, hub_group, num_hub_dst, hub_dst,
-                     hub_first, hub_edge_row, hub_edge_src, hub_edge_dst, hub_edge_hub, hub_edge_coo)
-    graph._cache[key] = split
-    return split
+    return HubSplit(split_graph, dst_of_row, first_row, src_of_vsrc, hub_row, hub_group, num_hub_dst, hub_dst,
+                    hub_first, hub_edge_row, hub_edge_src, hub_edge_dst, hub_edge_hub, hub_edge_coo)
 
 
 class _SortedGather(torch.autograd.Function):
     """``src.index_select(0, index)`` whose backward sums the gradient rows per index with a sorted segment sum
-    instead of ``index_add``'s atomics, so that it repeats bitwise (CPU-tested against ``index_add``; on CUDA the
-    determinism rests on ``torch.segment_reduce``'s per-segment loop, and the split layer repeated bitwise on the
-    H200 in tests/gpu)."""
+    instead of ``index_add``'s atomics, so that it repeats bitwise (on CUDA the determinism rests on
+    ``torch.segment_reduce``'s per-segment loop; tests/gpu checks bitwise repeats of the split layer)."""
 
     @staticmethod
     def forward(ctx, src: Tensor, index: Tensor, order: Tensor, targets: Tensor, lengths: Tensor) -> Tensor:
@@ -208,17 +196,10 @@ def scatter_sum(split: HubSplit, name: str, values: Tensor, index: Tensor, n: in
 
 def _segment_logsumexp(split: HubSplit, name: str, values: Tensor, segment: Tensor, num_segments: int,
                        deterministic: bool) -> Tensor:
-    """``[num_segments, H]`` logsumexp of ``values [n, H]`` per segment; ``-inf`` for empty segments. The maximum
-    is order-independent; with ``deterministic`` the sum of exponentials is too (``scatter_sum``)."""
-    h = values.shape[1]
-    idx = segment.unsqueeze(1).expand(-1, h)
-    m = torch.full((num_segments, h), float("-inf"), device=values.device, dtype=values.dtype)
-    m = m.scatter_reduce(0, idx, values, reduce="amax", include_self=True)
-    m_safe = torch.where(torch.isfinite(m), m, torch.zeros_like(m)).detach()
-    z = scatter_sum(split, name, torch.exp(values - m_safe.index_select(0, segment)), segment, num_segments,
-                    deterministic)
-    return torch.where(z > 0, m_safe + torch.log(torch.where(z > 0, z, torch.ones_like(z))),
-                       torch.full_like(z, float("-inf")))
+    """``[num_segments, H]`` log-sum-exp per segment (:func:`cudnn_gnn._segment.segment_logsumexp`); with
+    ``deterministic`` its sum of exponentials runs in a fixed order (``scatter_sum``)."""
+    return segment_logsumexp(values, segment, num_segments,
+                             lambda v, i, n: scatter_sum(split, name, v, i, n, deterministic))
 
 
 def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
@@ -233,8 +214,8 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     ``w_r = exp(L_r - logsumexp_{r' of i} L_r')`` from their log-normalisers ``L_r``, computed over the hub
     edges only: for GAT from per-node scores, for GATv2 from ``[chunk, H, C]`` blocks of the hub edges, each
     recomputed in the backward instead of kept (``_gatv2_hub_logits``). Index gathers use
-    ``index_select`` (its backward is an ``index_add``; advanced indexing's backward sorts the indices, 7 of
-    31 ms in an H200 profile). With ``deterministic`` every sum over a varying number of terms (the gathers'
+    ``index_select`` (its backward is an ``index_add``; advanced indexing's backward sorts the indices, which
+    profiled several times slower). With ``deterministic`` every sum over a varying number of terms (the gathers'
     backward included) runs as a sorted segment sum instead of with atomics.
     """
     d = x_src.shape[1]
@@ -291,7 +272,7 @@ def _gat_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights:
         a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
         ea = edge_attr.index_select(0, split.hub_edge_coo).to(f32)
         s = s + (ea.view(-1, heads, ce) * a_edge).sum(-1)
-    return reference.activation(s, activation, activation_alpha)
+    return apply_activation(s, activation, activation_alpha)
 
 
 HUB_CHUNK_ELEMS = 2**26  # GATv2 logits of the hub edges in blocks of at most this many [edge, H, C] elements
@@ -314,7 +295,7 @@ def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weight
              + gather(split, f"hub_edge_dst:{i}", xd, dst, deterministic).to(f32))
         if ea is not None:
             z = z + ea.index_select(0, coo).to(f32)
-        return (reference.activation(z.view(-1, heads, c), activation, activation_alpha) * a).sum(-1)
+        return (apply_activation(z.view(-1, heads, c), activation, activation_alpha) * a).sum(-1)
 
     n = split.hub_edge_src.numel()
     step = max(1, HUB_CHUNK_ELEMS // d)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops._attention import attention
+from cudnn_gnn.ops.plan import plan
+from cudnn_gnn.ops.run import run
+from cudnn_gnn.spec import attention_spec
 
 __all__ = ["gat"]
 
@@ -69,7 +71,9 @@ def gat(
         grad_precision: ``"auto"`` (default: float32 gradient arithmetic for float16/bfloat16 inputs, which
             avoids cuDNN's slow half-precision atomic backward), ``"fp32"`` or ``"input"`` (gradients
             computed in the input dtype). Returned gradients always have the inputs' dtypes.
-        backend: ``"auto"``, ``"cudnn"`` or ``"reference"`` (see :func:`cudnn_gnn.backend_info`).
+        backend: ``"auto"``, ``"cudnn"``, ``"triton"`` or ``"reference"``; ``"auto"`` takes the first GPU backend
+            that runs here and supports the call (:func:`cudnn_gnn.ops.plan.choose_backend`; `python -m cudnn_gnn
+            info` says which and why), the reference on CPU.
         max_degree: hub splitting for the cuDNN kernels, whose time grows with the graph's largest degree.
             An int ``B`` runs the kernels on a rewrite of the graph with at most ``B`` edges per destination and
             per source (hubs split into virtual nodes; built once per graph and cached on it) and merges the
@@ -77,20 +81,22 @@ def gat(
             same results as the plain call up to float rounding. ``"auto"`` (default) splits at ``B = 256`` when
             a node has more than 1,024 edges in (out) and more than 32x the mean in (out) degree, on the cuDNN
             backend and outside ``torch.compile`` (one host sync per new graph to read its degrees). ``None``
-            never splits. On an H200, an ogbn-arxiv-size power-law graph (largest degree 12,214) ran
-            forward+backward in 15.3 ms split against 138 ms plain. With ``deterministic=True`` the merge sums
-            sorted segments instead of using atomics, so the split call stays bitwise repeatable.
+            never splits. With ``deterministic=True`` the merge sums sorted segments instead of using atomics,
+            so the split call stays bitwise repeatable. What it saves: docs/performance.md, "hubs".
 
     Returns:
         ``out`` or ``(out, alpha)``.
 
     Raises:
         TypeError / ValueError: a bad argument, named in the message, before any kernel runs.
-        RuntimeError: ``backend="cudnn"`` where cuDNN cannot run (the message says why and how to fix it).
+        RuntimeError: an explicit ``backend`` that cannot run here (the message says why and how to fix it).
+        NotImplementedError: an explicit ``backend`` that cannot compute this call (float64 on cuDNN).
 
-    Cost: the first cuDNN call per op x dtype x direction in a process compiles its kernel at run time (10-60 s
-    on an H200; :func:`cudnn_gnn.precompile` builds them in parallel up front); int32 graphs whose sizes overflow
+    Cost: the first cuDNN call per op x dtype x direction in a process compiles its kernel at run time (tens of
+    seconds; :func:`cudnn_gnn.precompile` builds them in parallel up front); int32 graphs whose sizes overflow
     the kernels' 32-bit offsets are promoted to int64 once and cached on the graph, as is the hub split.
+    The call path: :func:`cudnn_gnn.spec.attention_spec` -> :func:`cudnn_gnn.ops.plan.plan` ->
+    :func:`cudnn_gnn.ops.run.run` (docs/design.md).
 
     Example:
         >>> import torch, cudnn_gnn
@@ -98,9 +104,10 @@ def gat(
         >>> cudnn_gnn.gat(g, torch.randn(3, 8), torch.randn(16), heads=2).shape
         torch.Size([3, 8])
     """
-    return attention(
+    spec = attention_spec(
         v2=False, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=concat,
         activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )
+    return run(plan(spec))

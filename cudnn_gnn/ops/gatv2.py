@@ -5,7 +5,9 @@ from __future__ import annotations
 from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops._attention import attention
+from cudnn_gnn.ops.plan import plan
+from cudnn_gnn.ops.run import run
+from cudnn_gnn.spec import attention_spec
 
 __all__ = ["gatv2"]
 
@@ -45,8 +47,7 @@ def gatv2(
         edge_attr: ``[E, H*C]`` projected edge features in COO order (PyG's ``lin_edge(edge_attr)``).
         max_degree: as in :func:`cudnn_gnn.gat` (default ``"auto"``: hubs of skewed graphs split on cuDNN). The
             exact merge needs the logits of the split destinations' edges, computed in ``[block, H, C]`` pieces
-            that the backward recomputes. H200, arxiv-size power-law graph, fp32 forward+backward: 19.0 ms split
-            against PyG's 50.5 ms in the same run; the plain call took 156 ms in an earlier run.
+            that the backward recomputes.
 
     Shapes: ``out`` ``[Nd, H*C]`` or ``[Nd, C]``; ``alpha`` ``[E, H]`` float32, COO order.
 
@@ -58,9 +59,10 @@ def gatv2(
         >>> cudnn_gnn.gatv2(g, torch.randn(3, 8), torch.randn(8), heads=2, concat=False).shape
         torch.Size([3, 4])
     """
-    return attention(
+    spec = attention_spec(
         v2=True, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=concat,
         activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )
+    return run(plan(spec))

@@ -1,14 +1,11 @@
 """Build cuDNN's GAT/GATv2 kernels ahead of time, several at once.
 
 cuDNN 9.28 compiles each GNN kernel on its first call in a process (NVRTC, then the driver's JIT, whose cache in
-``~/.nv/ComputeCache`` lets later processes on the same machine skip most of it). Measured on an H200: a GAT forward
-kernel ~19 s, its backward ~62 s, a GATv2 or bf16 forward ~10 s. The kernel depends on the op, the dtype and the
-direction, not on the graph, the heads or the feature width (``benchmarks/probe_jit.py``); calls with edge
-features hand cuDNN the edge map and met builds of their own (``edge_features``), and so did int64 graph indices
-(``index_dtypes``). Building in threads of one process did not overlap the builds on the H200 (the benchmark's nine
-kernel groups took 472 s on a fresh machine); separate processes did, in 107 s, after which the same builds in the
-benchmark's process found every kernel in 8 s. ``processes=True`` builds that way (that run used the benchmark's
-first version of it, one process per op and dtype; this one starts one per build).
+``~/.nv/ComputeCache`` lets later processes on the same machine skip most of it): tens of seconds per kernel. The
+kernel depends on the op, the dtype, the direction, whether the call passes the edge map (``edge_features``) and
+the index dtype (``index_dtypes``), not on the graph, the heads or the feature width. Builds in threads of one
+process do not overlap; builds in separate processes do, after which this process finds them in the disk cache:
+``processes=True``. The timings are in docs/performance.md ("first-call kernel build").
 """
 
 from __future__ import annotations
@@ -60,18 +57,17 @@ def precompile(
         deterministic: build the deterministic backward (the one ``deterministic=True`` runs) instead.
         edge_features: also build the calls with edge features (GAT: one per head, what ``GATConv`` passes;
             GATv2: ``[E, H*C]``), in the same threads. Those calls hand cuDNN the CSC->COO edge map, which calls
-            without edge tensors skip; on the H200 the first epoch of the ogbn-proteins example (edge features)
-            took 25 s longer than the next.
+            without edge tensors skip, so they are kernels of their own.
         index_dtypes: the graph index dtypes to build for, ``torch.int32`` and/or ``torch.int64``: the index
             dtype is a kernel parameter. Graphs stored in int64 use int64 kernels, and so do int32 graphs whose
-            edges x feature width (or nodes x width) reach 2**30 (:func:`cudnn_gnn.ops._attention.kernel_index_dtype`,
-            e.g. ogbn-proteins with 8 x 8 heads); on the H200 those builds took 16-74 s at the first call.
+            edges x feature width (or nodes x width) reach 2**30 (:func:`cudnn_gnn.backends.cudnn.kernel_index_dtype`,
+            e.g. ogbn-proteins with 8 x 8 heads).
         device: the CUDA device (default: the current one).
         backend: ``"cudnn"`` (default) or ``"reference"`` (runs the same calls on the reference backend; for tests).
         max_workers: threads (default: one per build).
         processes: first run each build in a process of its own, all at once (the same Python, ``sys.executable``),
-            then the builds in this process, which then load from the compute cache on disk. On a fresh H200 the
-            benchmark's kernels took 107 s + 8 s that way against 472 s in threads (module note). A process that
+            then the builds in this process, which then load from the compute cache on disk (the builds overlap,
+            which threads of one process do not). A process that
             fails (e.g. a GPU in exclusive-process mode) leaves its build to this process, which raises the real
             error if there is one.
 

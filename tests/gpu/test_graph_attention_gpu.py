@@ -23,7 +23,7 @@ import torch_geometric.nn as pyg_nn
 import cudnn_gnn
 from cudnn_gnn.backends import _cudnn_sdpa
 from cudnn_gnn.layers.gps_conv import GPSConv
-from cudnn_gnn.ops.graph_attention import graph_attention
+from cudnn_gnn.ops.global_attention import graph_attention
 
 pytestmark = pytest.mark.gpu
 
@@ -114,7 +114,7 @@ def test_cudnn_canary_in_subprocess():
     res = _subprocess(
         """
         import json, torch
-        from cudnn_gnn.ops.graph_attention import graph_attention
+        from cudnn_gnn.ops.global_attention import graph_attention
         out = {}
         for name, sizes in {"ragged": [3, 17, 1, 40], "empty": [0, 5, 0, 0, 9, 0], "t_exact": [64]}.items():
             ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], device="cuda")
@@ -199,12 +199,12 @@ def test_auto_takes_cudnn_sdpa_exactly_where_the_cudnn_in_use_is_complete(monkey
     """``auto`` resolves to cuDNN SDPA where cudnn.sdpa_torch is there and the cuDNN in use has its precompiled
     engines (else flash: a cuDNN without them breaks later GAT calls), and the auto call matches the reference."""
     from cudnn_gnn.backends import mapped_cudnn_libraries, precompiled_engines_everywhere
-    from cudnn_gnn.ops import graph_attention as ga
+    from cudnn_gnn.ops import global_attention as ga
 
     monkeypatch.setattr(ga, "_PRECOMPILED_EVERYWHERE", None)  # judge the maps as they are now
     complete = precompiled_engines_everywhere(mapped_cudnn_libraries())
     want = "cudnn" if _INFO.sdpa_available and complete else "flash"
-    assert ga._resolve("auto", torch.device("cuda"), 32, 32, 0.0) == want, (mapped_cudnn_libraries(), _INFO.reason)
+    assert ga.choose_backend("auto", torch.device("cuda"), 32, 32, 0.0) == want, (mapped_cudnn_libraries(), _INFO.reason)
     _check_against_reference("auto", SIZES["ragged"], 4, 32, torch.bfloat16)
 
 
@@ -237,7 +237,7 @@ def test_mixed_gat_and_cudnn_sdpa_in_one_process():
         """
         import json, torch
         import cudnn_gnn
-        from cudnn_gnn.ops.graph_attention import graph_attention
+        from cudnn_gnn.ops.global_attention import graph_attention
         from cudnn_gnn.backends import _cudnn_sdpa
         dev = "cuda"
         n, heads, c = 2000, 4, 16

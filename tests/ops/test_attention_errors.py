@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from cudnn_gnn import CscGraph, gat, gatv2
-from cudnn_gnn.ops._attention import NODE_ELEMS_LIMIT, kernel_index_dtype
+from cudnn_gnn.backends.cudnn import NODE_ELEMS_LIMIT, kernel_index_dtype
 
 EI = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 0]])
 G = CscGraph.from_edge_index(EI, num_nodes=4)
@@ -81,7 +81,7 @@ def test_int32_guard_promotes_past_the_kernel_limits():
 
 
 def test_int32_guard_counts_edge_elements(monkeypatch):
-    import cudnn_gnn.ops._attention as attn
+    import cudnn_gnn.backends.cudnn as attn
 
     g = CscGraph.from_edge_index(torch.randint(0, 10, (2, 100)), num_nodes=10)
     monkeypatch.setattr(attn, "EDGE_ELEMS_LIMIT", 100 * 16)

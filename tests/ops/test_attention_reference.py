@@ -204,7 +204,7 @@ def test_fake_kernel_shapes_for_the_cudnn_op():
 def test_backend_selection_on_cpu():
     g = CscGraph.from_edge_index(torch.tensor([[0], [1]]))
     x, w = torch.randn(2, 4), torch.randn(8)
-    with pytest.raises(RuntimeError, match="backend='cudnn' needs CUDA tensors"):
+    with pytest.raises(RuntimeError, match="backend='cudnn' is unavailable: cuDNN's GNN kernels need CUDA tensors"):
         gat(g, x, w, backend="cudnn")
     with pytest.raises(ValueError, match="backend must be one of"):
         gat(g, x, w, backend="fast")

@@ -1,4 +1,4 @@
-"""CPU tests of :func:`cudnn_gnn.ops.graph_attention.graph_attention` and the cuDNN SDPA adapter (with a fake kernel)."""
+"""CPU tests of :func:`cudnn_gnn.graph_attention` and the cuDNN SDPA adapter (with a fake kernel)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import pytest
 import torch
 
 from cudnn_gnn.backends import _cudnn_sdpa
-from cudnn_gnn.ops.graph_attention import graph_attention
+from cudnn_gnn.ops.global_attention import graph_attention
 
-# the module itself: `cudnn_gnn.ops.graph_attention` as an attribute is the re-exported function
-ga_module = importlib.import_module("cudnn_gnn.ops.graph_attention")
+ga_module = importlib.import_module("cudnn_gnn.ops.global_attention")
 
 # A labelled catalogue of batches, as node counts per graph (0 = an empty graph: a repeated ptr value).
 BATCHES = {
@@ -207,14 +206,14 @@ class _Info:
 def test_resolution_on_cuda(monkeypatch, backend, sdpa, precompiled, d, p, want):
     monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(sdpa))
     monkeypatch.setattr(ga_module, "_precompiled_engines_everywhere", lambda: precompiled)
-    assert ga_module._resolve(backend, torch.device("cuda"), d, d, p) == want
+    assert ga_module.choose_backend(backend, torch.device("cuda"), d, d, p) == want
 
 
 def test_auto_judges_every_mapped_cudnn_once(monkeypatch, tmp_path):
     """``auto`` takes cuDNN SDPA only where the cuDNN in use holds the precompiled engines: the directories of
     a mapped ``libcudnn_graph``, else of every mapped ``libcudnn*`` (a complete wheel and a partial 9.28 shim next
     to it: no); nothing mapped: no, and asked again; once judged, kept (the maps are not reread per call)."""
-    from cudnn_gnn import backends
+    from cudnn_gnn.backends import info as backends
 
     full, partial = tmp_path / "torch_wheel", tmp_path / "cudnn928"
     for d, names in ((full, backends.CUDNN_SUBLIBRARIES), (partial, ("libcudnn_graph", "libcudnn_ext"))):
@@ -237,29 +236,29 @@ def test_auto_judges_every_mapped_cudnn_once(monkeypatch, tmp_path):
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", fake_maps)
     monkeypatch.setattr(ga_module, "_PRECOMPILED_EVERYWHERE", None)
     monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(True))
-    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "flash"  # nothing mapped yet
+    assert ga_module.choose_backend("auto", torch.device("cuda"), 16, 16, 0.0) == "flash"  # nothing mapped yet
     mapped = (str(full / "libcudnn.so.9"),)
-    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "cudnn"
+    assert ga_module.choose_backend("auto", torch.device("cuda"), 16, 16, 0.0) == "cudnn"
     mapped = (str(partial / "libcudnn.so.9"),)
-    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "cudnn"  # judged once, kept
+    assert ga_module.choose_backend("auto", torch.device("cuda"), 16, 16, 0.0) == "cudnn"  # judged once, kept
     assert len(reads) == 2
     monkeypatch.setattr(ga_module, "_PRECOMPILED_EVERYWHERE", None)
-    assert ga_module._resolve("auto", torch.device("cuda"), 16, 16, 0.0) == "flash"
+    assert ga_module.choose_backend("auto", torch.device("cuda"), 16, 16, 0.0) == "flash"
 
 
 def test_explicit_cudnn_refusals(monkeypatch):
     monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(False))
     with pytest.raises(RuntimeError, match="backend='cudnn' is unavailable: the loaded cuDNN is 9.19. Fix: LD_PRELOAD"):
-        ga_module._resolve("cudnn", torch.device("cuda"), 16, 16, 0.0)
+        ga_module.choose_backend("cudnn", torch.device("cuda"), 16, 16, 0.0)
     monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(True))
     with pytest.raises(NotImplementedError, match="no attention dropout"):
-        ga_module._resolve("cudnn", torch.device("cuda"), 16, 16, 0.2)
+        ga_module.choose_backend("cudnn", torch.device("cuda"), 16, 16, 0.2)
     with pytest.raises(NotImplementedError, match="multiple of 8"):
-        ga_module._resolve("cudnn", torch.device("cuda"), 20, 20, 0.0)
+        ga_module.choose_backend("cudnn", torch.device("cuda"), 20, 20, 0.0)
 
 
 def test_cpu_auto_is_reference():
-    assert ga_module._resolve("auto", torch.device("cpu"), 16, 16, 0.0) == "reference"
+    assert ga_module.choose_backend("auto", torch.device("cpu"), 16, 16, 0.0) == "reference"
 
 
 # ----------------------------------------------------------------------------------------------- cuDNN adapter, faked
@@ -380,7 +379,7 @@ def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
 
     status = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE")
     other = RuntimeError("cudnnGnnMhaGatForward failed: CUDNN_STATUS_BAD_PARAM")
-    from cudnn_gnn import backends
+    from cudnn_gnn.backends import info as backends
 
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: ())  # no incomplete cuDNN in sight
     monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
@@ -393,8 +392,8 @@ def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
 
 
 def test_cudnn_sdpa_marks_the_process(monkeypatch):
-    from cudnn_gnn import backends
     from cudnn_gnn.backends import _cudnn_sdpa
+    from cudnn_gnn.backends import info as backends
 
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: ())
     monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
@@ -572,8 +571,8 @@ def test_first_cudnn_sdpa_warns_where_the_cudnn_lacks_its_precompiled_engines(mo
     """The H200's partial cuDNN 9.28 lacked libcudnn_engines_precompiled: the SDPA backward switched cuDNN to
     JIT-only mode and every later cuDNN GAT call failed. The first cuDNN SDPA call of such a process warns, once;
     a complete install does not."""
-    from cudnn_gnn import backends
     from cudnn_gnn.backends import _cudnn_sdpa
+    from cudnn_gnn.backends import info as backends
 
     partial = tmp_path / "cudnn928"
     partial.mkdir()

@@ -166,34 +166,33 @@ def test_max_degrees_are_the_largest_in_and_out_degree_and_cached():
     ei = torch.tensor([[0, 0, 0, 1, 2, 2], [1, 2, 3, 3, 3, 3]])
     graph = CscGraph.from_edge_index(ei, num_nodes=4)
     assert graph.max_degrees() == (4, 3)
-    assert graph._cache["max_degrees"] == (4, 3)
+    assert graph.derived_if_built("max_degrees") == (4, 3)
     assert CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long), num_nodes=3).max_degrees() == (0, 0)
 
 
-def test_auto_policy_splits_only_hub_graphs_on_cudnn_for_plain_gat():
-    from cudnn_gnn.ops._attention import AUTO_SPLIT_DEGREE, AUTO_SPLIT_TRIGGER, auto_max_degree
+def test_auto_policy_splits_only_hub_graphs_and_only_for_backends_that_split():
+    from cudnn_gnn.backends import gat_backend
+    from cudnn_gnn.ops.plan import AUTO_SPLIT_DEGREE, AUTO_SPLIT_TRIGGER, auto_max_degree
 
     hub = _hub_graph(AUTO_SPLIT_TRIGGER + 1)
     flat = _hub_graph(AUTO_SPLIT_TRIGGER)
-    assert auto_max_degree(hub, "cudnn", v2=False, deterministic=False) == AUTO_SPLIT_DEGREE
-    assert auto_max_degree(flat, "cudnn", v2=False, deterministic=False) is None
-    assert auto_max_degree(hub, "reference", v2=False, deterministic=False) is None
-    assert auto_max_degree(hub, "cudnn", v2=True, deterministic=False) == AUTO_SPLIT_DEGREE
-    assert auto_max_degree(hub, "cudnn", v2=False, deterministic=True) == AUTO_SPLIT_DEGREE
-    hub._cache["max_degrees"] = None  # what the layers' per-call static plans carry: never sync, never split
-    assert auto_max_degree(hub, "cudnn", v2=False, deterministic=False) is None
+    assert auto_max_degree(hub) == AUTO_SPLIT_DEGREE
+    assert auto_max_degree(flat) is None
+    assert gat_backend("cudnn").splits_hubs and not gat_backend("reference").splits_hubs
+    hub.mark_rebuilt_every_call()  # what the layers' per-call static plans carry: never sync, never split
+    assert auto_max_degree(hub) is None
 
 
 def test_auto_policy_leaves_dense_graphs_without_skew_unsplit():
     """Degrees above the trigger but close to the mean (the ogbn-proteins shape): the merge would cost more than
     the kernels' hub slowdown, so no split; one extra-large destination on the same graph tips it."""
-    from cudnn_gnn.ops._attention import AUTO_SPLIT_DEGREE, AUTO_SPLIT_SKEW, AUTO_SPLIT_TRIGGER, auto_max_degree
+    from cudnn_gnn.ops.plan import AUTO_SPLIT_DEGREE, AUTO_SPLIT_SKEW, AUTO_SPLIT_TRIGGER, auto_max_degree
 
     n_src, n_dst, per_dst = 3000, 40, AUTO_SPLIT_TRIGGER + 100
     src = torch.randint(0, n_src, (n_dst * per_dst,), generator=torch.Generator().manual_seed(0))
     dst = torch.arange(n_dst).repeat_interleave(per_dst)
     dense = CscGraph.from_edge_index(torch.stack([src, dst]), size=(n_src, n_dst))
-    assert auto_max_degree(dense, "cudnn", v2=False, deterministic=False) is None
+    assert auto_max_degree(dense) is None
     # one destination with 4x the trigger among 2,000 more with 4 edges each: 4,400 / ~38 mean, > 32x
     few = torch.arange(2000).repeat_interleave(4) + n_dst + 1
     big = 4 * (AUTO_SPLIT_TRIGGER + 100)
@@ -202,23 +201,23 @@ def test_auto_policy_leaves_dense_graphs_without_skew_unsplit():
     skewed = CscGraph.from_edge_index(torch.stack([src2, dst2]), size=(n_src, n_dst + 2001))
     d_in = skewed.max_degrees()[0]
     assert d_in * skewed.num_dst_nodes > AUTO_SPLIT_SKEW * skewed.num_edges
-    assert auto_max_degree(skewed, "cudnn", v2=False, deterministic=False) == AUTO_SPLIT_DEGREE
+    assert auto_max_degree(skewed) == AUTO_SPLIT_DEGREE
 
 
 def test_auto_on_the_reference_backend_leaves_the_graph_unsplit():
     hub = _hub_graph(1100)
     x = torch.randn(1101, 8)
     gat(hub, x, torch.randn(16), heads=2)
-    assert not any(isinstance(k, tuple) and k[0] == "hub_split" for k in hub._cache)
-    assert "max_degrees" not in hub._cache  # the policy did not even sync for the degrees
+    assert hub.derived_if_built(("hub_split", 256)) is None
+    assert hub.derived_if_built("max_degrees") is None  # the policy did not even sync for the degrees
 
 
 def test_layers_static_plans_are_marked_for_no_split():
-    from cudnn_gnn.layers._graph_cache import static_plan
+    from cudnn_gnn.layers._graph_plan import static_plan
 
     ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
     plan = static_plan(ei, 3, 3, None, "coo", None)
-    assert plan.graph._cache["max_degrees"] is None
+    assert plan.graph.max_degrees() is None
 
 
 @pytest.mark.parametrize("hub", ["source_only", "destination_only"])

@@ -77,7 +77,7 @@ def test_bad_arguments(kwargs, exc, match):
 
 
 def test_cudnn_on_cpu_says_why():
-    with pytest.raises(RuntimeError, match="backend='cudnn' needs CUDA tensors"):
+    with pytest.raises(RuntimeError, match="backend='cudnn' is unavailable: cuDNN's GNN kernels need CUDA tensors"):
         cudnn_gnn.precompile(["gat"], [torch.float32], device="cpu")
 
 

@@ -3,11 +3,10 @@
 Graphs of a batch are packed back to back (PyG's layout: the nodes of graph ``b`` are rows
 ``ptr[b]:ptr[b+1]``), which is the THD / varlen layout of FlashAttention and cuDNN: ``cu_seqlens == ptr``.
 
-Why not torch's cuDNN SDPA: on the project's H200 (torch 2.11 with cuDNN 9.28 preloaded), running
-``F.scaled_dot_product_attention`` on ``SDPBackend.CUDNN_ATTENTION`` once makes every later cuDNN GAT call in the
-process fail with ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE``, while the frontend's ``cudnn.sdpa_torch``
-and torch's flash / ``varlen_attn`` leave it working (``shared/device/README.md``, "What was measured there").
-So this module never selects ``SDPBackend.CUDNN_ATTENTION``: the cuDNN path is the frontend's, and every
+Why not torch's cuDNN SDPA: running ``F.scaled_dot_product_attention`` on ``SDPBackend.CUDNN_ATTENTION`` can
+make every later cuDNN GAT call in the process fail with ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE``
+(docs/gpu-install.md), while the frontend's ``cudnn.sdpa_torch`` and torch's flash / ``varlen_attn`` leave it
+working. So this module never selects ``SDPBackend.CUDNN_ATTENTION``: the cuDNN path is the frontend's, and every
 ``F.scaled_dot_product_attention`` call here runs under ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION,
 MATH])``.
 """
@@ -21,12 +20,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from cudnn_gnn._validation import check_bool, check_float, check_index, check_int, check_probability
-from cudnn_gnn.backends import backend_info
+from cudnn_gnn._validation import check_bool, check_choice, check_float, check_index, check_int, check_probability
+from cudnn_gnn.backends import ATTENTION_BACKENDS
+from cudnn_gnn.backends.info import backend_info
 
-__all__ = ["graph_attention", "ATTENTION_BACKENDS"]
-
-ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "reference")
+__all__ = ["graph_attention", "choose_backend"]
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
 
 
@@ -86,8 +84,8 @@ def graph_attention(
               fits it (head size, no training dropout) and every cuDNN mapped into the process has
               ``libcudnn_engines_precompiled``; else ``flash``. Without those engines the SDPA backward switches
               cuDNN to JIT-only mode and later cuDNN GAT calls fail with
-              CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE (measured on the H200; with the engines present
-              the mixed model trained there). ``python -m cudnn_gnn info`` flags such an install.
+              CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE (docs/gpu-install.md). ``python -m cudnn_gnn
+              info`` flags such an install.
         validate: also check values (one host sync each): ``ptr`` starts at 0, never decreases and ends at ``N``;
             ``batch`` is sorted and in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph.
 
@@ -131,12 +129,11 @@ def graph_attention(
         check_int("num_graphs", num_graphs)
     if max_num_nodes is not None:
         check_int("max_num_nodes", max_num_nodes)
-    if not isinstance(backend, str) or backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(map(repr, ATTENTION_BACKENDS))}, got {backend!r}")
+    check_choice("backend", backend, ATTENTION_BACKENDS)
 
     ptr = _graph_offsets(n, q.device, ptr, batch, num_graphs, validate)
     p_dropout = dropout if training else 0.0
-    chosen = _resolve(backend, q.device, d, v.shape[-1], p_dropout)
+    chosen = choose_backend(backend, q.device, d, v.shape[-1], p_dropout)
     if n == 0:
         return v * 0  # [0, H, Dv], connected to autograd
     if ptr.numel() == 1:
@@ -204,17 +201,19 @@ def _precompiled_engines_everywhere() -> bool:
     at the first call that finds one mapped (torch maps its own at import) and kept: it reads /proc/self/maps."""
     global _PRECOMPILED_EVERYWHERE
     if _PRECOMPILED_EVERYWHERE is None:
-        from cudnn_gnn import backends
+        from cudnn_gnn.backends import info
 
-        paths = backends.mapped_cudnn_libraries()
+        paths = info.mapped_cudnn_libraries()
         if not paths:
             return False  # nothing to judge yet (or not Linux): flash, and ask again next call
-        _PRECOMPILED_EVERYWHERE = backends.precompiled_engines_everywhere(paths)
+        _PRECOMPILED_EVERYWHERE = info.precompiled_engines_everywhere(paths)
     return _PRECOMPILED_EVERYWHERE
 
 
-def _resolve(backend: str, device: torch.device, d: int, dv: int, p_dropout: float) -> str:
-    """The backend that runs (host-only; raises for explicit choices that cannot run)."""
+def choose_backend(backend: str, device: torch.device, d: int, dv: int, p_dropout: float) -> str:
+    """The backend that runs (host-only), the counterpart of :func:`cudnn_gnn.ops.plan.choose_backend`: the
+    requested one, or for ``"auto"`` the rule in :func:`graph_attention`'s docstring. Raises RuntimeError for an
+    explicit backend that cannot run here, NotImplementedError for one that cannot compute this call."""
     if backend == "reference":
         return "reference"
     if device.type != "cuda":
@@ -229,11 +228,8 @@ def _resolve(backend: str, device: torch.device, d: int, dv: int, p_dropout: flo
     if p_dropout > 0:
         why_not = "cudnn.sdpa_torch has no attention dropout"
     if backend == "auto":
-        # Measured on the H200 (cuDNN 9.28.1, frontend 1.32, torch 2.11, 2026-11-30): with a partial cuDNN (no
-        # libcudnn_engines_precompiled) a cudnn.sdpa_torch backward switches cuDNN to JIT-only mode and every later
-        # cuDNN GAT call fails (benchmarks/diag_mixed_cudnn.py); with the precompiled engines added, the mixed
-        # model trained (tests/gpu/test_graph_attention_gpu.py::test_mixed_gat_and_cudnn_sdpa_in_one_process).
-        # So `auto` takes cuDNN SDPA only where every cuDNN mapped into this process has them, else flash.
+        # cuDNN SDPA only where the cuDNN in use has its precompiled engines: without them its backward switches
+        # cuDNN to JIT-only mode under the GAT kernels (docs/gpu-install.md)
         if why_not is None and backend_info().sdpa_available and _precompiled_engines_everywhere():
             return "cudnn"
         return "flash"

@@ -1,0 +1,255 @@
+"""What one GAT / GATv2 call asks for: :class:`AttentionSpec`, built and validated once by :func:`attention_spec`.
+
+The first of the call path's three steps (``spec -> plan -> run``, drawn in ``docs/design.md``). Everything a user
+passes to :func:`cudnn_gnn.gat` / :func:`cudnn_gnn.gatv2` is checked here on the host, before any kernel can see
+it, with one error grammar ("`<arg>` must `<constraint>`, got `<actual>`"), and frozen into one object that the
+planner, the hub split and every backend read. Nothing here reads tensor values (no host sync).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn._segment import ACTIVATIONS
+from cudnn_gnn._validation import (
+    check_bool,
+    check_choice,
+    check_device,
+    check_float,
+    check_int,
+    check_probability,
+    check_shape,
+)
+from cudnn_gnn.backends import GAT_BACKENDS
+from cudnn_gnn.graph import CscGraph
+
+__all__ = ["AttentionSpec", "attention_spec", "make_dropout_mask", "GRAD_PRECISIONS", "ALPHA_DEFAULTS"]
+
+GRAD_PRECISIONS = ("auto", "fp32", "input")
+ALPHA_DEFAULTS = {"leaky_relu": 0.2, "scalar": 1.0}  # activations that take a parameter, and its default
+
+
+@dataclass(frozen=True, eq=False)
+class AttentionSpec:
+    """One validated GAT / GATv2 call. Shapes: ``Ns``/``Nd`` source/destination nodes, ``E`` edges,
+    ``D = H*C`` features.
+
+    Attributes:
+        v2: GATv2 (``a . act(x_j + x_i + f_e)``) instead of GAT (``act(a_s . x_j + a_d . x_i + a_e . f_e)``).
+        graph: the caller's graph (the planner may run a promoted or hub-split version of it).
+        x_src: ``[Ns, D]``; x_dst: ``[Nd, D]`` (the first ``Nd`` rows of ``x_src`` for one-tensor input), one
+            floating dtype.
+        attn_weights: GAT ``[2*D + De]`` (``att_src | att_dst | att_edge``), GATv2 ``[D]``; not yet cast.
+        heads: ``H``.
+        edge_attr: GAT ``[E, De]``, GATv2 ``[E, D]``, COO order, or None.
+        concat: ``[Nd, D]`` output, else the mean over heads ``[Nd, C]``.
+        activation / activation_alpha: the logit activation and its resolved parameter (a float for every one).
+        dropout_mask: ``[E, H]`` factors in COO order (explicit, or drawn here for ``dropout > 0`` in training),
+            or None.
+        return_attention, deterministic: as the caller gave them.
+        grad_precision: ``"auto" | "fp32" | "input"``.
+        backend: the *requested* backend name (``GAT_BACKENDS``); the planner resolves it.
+        max_degree: the requested hub bound: ``"auto"``, None or an int >= 1.
+    """
+
+    v2: bool
+    graph: CscGraph
+    x_src: Tensor
+    x_dst: Tensor
+    attn_weights: Tensor
+    heads: int
+    edge_attr: Tensor | None
+    concat: bool
+    activation: str
+    activation_alpha: float
+    dropout_mask: Tensor | None
+    return_attention: bool
+    deterministic: bool
+    grad_precision: str
+    backend: str
+    max_degree: int | str | None
+
+    @property
+    def name(self) -> str:
+        return "gatv2" if self.v2 else "gat"
+
+    @property
+    def dim(self) -> int:
+        """``D = H*C``."""
+        return self.x_src.shape[1]
+
+    @property
+    def dim_edge(self) -> int:
+        """The edge feature width (0 without edge features)."""
+        return 0 if self.edge_attr is None else self.edge_attr.shape[1]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.x_src.dtype
+
+    @property
+    def grad_fp32(self) -> bool:
+        """Whether gradients are computed in float32 (``"auto"``: for half-precision inputs)."""
+        half = self.dtype in (torch.float16, torch.bfloat16)
+        return self.grad_precision == "fp32" or (self.grad_precision == "auto" and half)
+
+    def on(self, graph: CscGraph, x_src: Tensor, x_dst: Tensor, **changes: Any) -> AttentionSpec:
+        """The same call on another graph with its features (the hub split's bounded graph); no re-validation:
+        the planner guarantees the new graph's sizes match."""
+        return replace(self, graph=graph, x_src=x_src, x_dst=x_dst, **changes)
+
+
+def make_dropout_mask(
+    num_edges: int,
+    heads: int,
+    p: float,
+    *,
+    device: torch.device | str | None = None,
+    generator: torch.Generator | None = None,
+) -> Tensor:
+    """Draw inverted-dropout factors for attention coefficients.
+
+    Returns an ``[num_edges, heads]`` float32 tensor (COO edge order, PyG's attention layout) whose entries
+    are ``0`` with probability ``p`` and ``1 / (1 - p)`` otherwise. It is stored head-major (a transposed
+    view of an ``[heads, num_edges]`` buffer), which is the layout the cuDNN kernels read, so passing it as
+    ``dropout_mask`` costs no copy. Uses torch's RNG: ``torch.manual_seed`` (or ``generator``) makes it
+    reproducible.
+    """
+    check_int("num_edges", num_edges)
+    check_int("heads", heads, minimum=1)
+    p = check_probability("p", p)
+    keep = torch.rand(heads, num_edges, device=device, generator=generator) >= p
+    return (keep.to(torch.float32) * (1.0 / (1.0 - p))).t()
+
+
+def resolve_activation_alpha(activation: str, alpha: float | None) -> float:
+    """The parameter the kernels get for ``activation``: the default for ``None``; only leaky_relu (slope) and
+    scalar (factor) take one. ELU is ``exp(x) - 1`` for ``x < 0`` (alpha fixed at 1, as in cuDNN), so
+    ``activation_alpha`` other than 1 with ``"elu"`` is refused rather than silently ignored."""
+    if alpha is None:
+        return ALPHA_DEFAULTS.get(activation, 1.0 if activation == "elu" else 0.0)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
+        raise TypeError(f"activation_alpha must be a float or None, got {type(alpha).__name__}")
+    if activation == "elu" and float(alpha) != 1.0:
+        raise ValueError(f"activation_alpha must be None or 1.0 for activation='elu' (ELU here is exp(x) - 1 for "
+                         f"x < 0, with alpha fixed at 1), got {alpha}")
+    if activation not in ALPHA_DEFAULTS and activation != "elu":
+        raise ValueError(f"activation_alpha must be None for activation={activation!r}, which takes no parameter, "
+                         f"got {alpha}")
+    return float(alpha)
+
+
+def _split_features(graph: CscGraph, x: object) -> tuple[Tensor, Tensor]:
+    if isinstance(x, Tensor):
+        x_src = check_float("x", x)
+        check_shape("x", x_src, (graph.num_src_nodes, None), f"(num_src_nodes={graph.num_src_nodes}, dim)")
+        if graph.num_dst_nodes > graph.num_src_nodes:
+            raise ValueError(
+                f"x must be a (x_src, x_dst) tuple for a graph with more destinations ({graph.num_dst_nodes}) "
+                f"than sources ({graph.num_src_nodes}), got one tensor"
+            )
+        return x_src, x_src[: graph.num_dst_nodes]
+    if isinstance(x, (tuple, list)) and len(x) == 2:
+        x_src = check_float("x[0]", x[0])
+        x_dst = check_float("x[1]", x[1])
+        check_shape("x[0]", x_src, (graph.num_src_nodes, None), f"(num_src_nodes={graph.num_src_nodes}, dim)")
+        check_shape("x[1]", x_dst, (graph.num_dst_nodes, x_src.shape[1]),
+                    f"(num_dst_nodes={graph.num_dst_nodes}, {x_src.shape[1]})")
+        if x_dst.dtype != x_src.dtype:
+            raise TypeError(f"x[1] must have the dtype of x[0] ({x_src.dtype}), got {x_dst.dtype}")
+        return x_src, x_dst
+    raise TypeError(f"x must be a Tensor or a (x_src, x_dst) tuple of Tensors, got {type(x).__name__}")
+
+
+def _check_edge_attr(v2: bool, edge_attr: Tensor, e: int, d: int, heads: int, device: torch.device) -> None:
+    check_float("edge_attr", edge_attr)
+    if v2:
+        check_shape("edge_attr", edge_attr, (e, d), f"(num_edges={e}, {d})")
+    else:
+        check_shape("edge_attr", edge_attr, (e, None), f"(num_edges={e}, dim_edge)")
+        if edge_attr.shape[1] == 0 or edge_attr.shape[1] % heads != 0:
+            raise ValueError(f"edge_attr must have a width divisible by heads={heads}, got {edge_attr.shape[1]}")
+    check_device("edge_attr", edge_attr, device)
+
+
+def _check_dropout_mask(mask: Tensor, e: int, heads: int, device: torch.device) -> None:
+    check_float("dropout_mask", mask)
+    check_shape("dropout_mask", mask, (e, heads), f"(num_edges={e}, heads={heads})")
+    check_device("dropout_mask", mask, device)
+    if mask.requires_grad:
+        raise ValueError("dropout_mask must not require grad, got a tensor with requires_grad=True")
+
+
+def _check_max_degree(max_degree: object) -> int | str | None:
+    if max_degree is None or max_degree == "auto":
+        return max_degree  # type: ignore[return-value]
+    if isinstance(max_degree, str):
+        raise ValueError(f"max_degree must be 'auto', None or a positive int, got {max_degree!r}")
+    return check_int("max_degree", max_degree, minimum=1)
+
+
+def attention_spec(
+    *,
+    v2: bool,
+    graph: CscGraph,
+    x: Tensor | tuple[Tensor, Tensor],
+    attn_weights: Tensor,
+    heads: int,
+    edge_attr: Tensor | None,
+    concat: bool,
+    activation: str,
+    activation_alpha: float | None,
+    dropout: float,
+    training: bool,
+    dropout_mask: Tensor | None,
+    return_attention: bool,
+    deterministic: bool,
+    grad_precision: str,
+    backend: str,
+    max_degree: int | str | None,
+) -> AttentionSpec:
+    """Validate one call's arguments (the public ops' keywords) and freeze them; draws the dropout mask for
+    ``dropout > 0`` in training. Raises TypeError / ValueError naming the argument, before any kernel runs."""
+    if not isinstance(graph, CscGraph):
+        raise TypeError(f"graph must be a cudnn_gnn.CscGraph, got {type(graph).__name__}")
+    x_src, x_dst = _split_features(graph, x)
+    check_device("x", x_src, graph.device)
+    check_device("x", x_dst, graph.device)
+    heads = check_int("heads", heads, minimum=1)
+    d = x_src.shape[1]
+    if d == 0 or d % heads != 0:
+        raise ValueError(f"x must have a feature dimension divisible by heads={heads}, got {d}")
+    e = graph.num_edges
+    if edge_attr is not None:
+        _check_edge_attr(v2, edge_attr, e, d, heads, graph.device)
+    de = 0 if edge_attr is None else edge_attr.shape[1]
+    check_float("attn_weights", attn_weights)
+    n_w = d if v2 else 2 * d + de
+    layout = "(dim,)" if v2 else "(2 * dim + dim_edge,) = att_src | att_dst | att_edge"
+    check_shape("attn_weights", attn_weights, (n_w,), f"{layout} = ({n_w},)")
+    check_device("attn_weights", attn_weights, graph.device)
+    check_bool("concat", concat)
+    check_choice("activation", activation, ACTIVATIONS)
+    alpha = resolve_activation_alpha(activation, activation_alpha)
+    p = check_probability("dropout", dropout)
+    check_bool("training", training)
+    check_bool("return_attention", return_attention)
+    check_bool("deterministic", deterministic)
+    check_choice("grad_precision", grad_precision, GRAD_PRECISIONS)
+    check_choice("backend", backend, GAT_BACKENDS)
+    if dropout_mask is not None:
+        if p > 0.0 and training:
+            raise ValueError(f"dropout must be 0 when dropout_mask is given, got dropout={p}")
+        _check_dropout_mask(dropout_mask, e, heads, graph.device)
+    elif p > 0.0 and training:
+        dropout_mask = make_dropout_mask(e, heads, p, device=graph.device)
+    return AttentionSpec(
+        v2=v2, graph=graph, x_src=x_src, x_dst=x_dst, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
+        concat=concat, activation=activation, activation_alpha=alpha, dropout_mask=dropout_mask,
+        return_attention=return_attention, deterministic=deterministic, grad_precision=grad_precision,
+        backend=backend, max_degree=_check_max_degree(max_degree),
+    )
