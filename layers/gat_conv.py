@@ -13,16 +13,11 @@ from torch_geometric.nn.inits import glorot, zeros
 
 from cudnn_gnn.ops.gat import gat
 
-from ._common import (
-    check_knobs,
-    check_message_passing_kwargs,
-    check_node_features,
-    check_sparse_loop_edge_attr,
-    finish,
-    graph_sizes,
-    project_edge_attr,
-)
-from ._graph_cache import resolve
+from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
+from ._edge_features import project_edge_attr
+from ._graph_inputs import graph_sizes
+from ._plan_cache import resolve
+from ._pyg_outputs import finish
 
 __all__ = ["GATConv"]
 
@@ -63,7 +58,7 @@ class GATConv(MessagePassing):
     Edge features cost ``[E, H]`` here, not PyG's ``[E, H, C]``: they enter GAT only through the logit
     ``att_edge . lin_edge(e)``, so ``att_edge`` is folded into ``lin_edge.weight`` first (same parameters, same
     gradients). On the full ogbn-proteins graph (79M edges, last layer 4 heads x 112) PyG's projection alone
-    would be a 132 GiB float32 tensor; the 3-layer example trains there at 32.5 GiB peak (H200).
+    would be a 132 GiB float32 tensor (docs/performance.md, "edge features").
 
     Shapes:
         - **input:** node features ``(|V|, F_in)`` or ``((|V_s|, F_s), (|V_t|, F_t))`` (``x_dst`` may be None);

@@ -13,15 +13,10 @@ from torch_geometric.nn.inits import glorot, zeros
 
 from cudnn_gnn.ops.gatv2 import gatv2
 
-from ._common import (
-    check_knobs,
-    check_message_passing_kwargs,
-    check_node_features,
-    check_sparse_loop_edge_attr,
-    finish,
-    project_edge_attr,
-)
-from ._graph_cache import resolve
+from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
+from ._edge_features import project_edge_attr
+from ._plan_cache import resolve
+from ._pyg_outputs import finish
 
 __all__ = ["GATv2Conv"]
 

@@ -13,7 +13,7 @@ from torch_geometric.nn.resolver import activation_resolver, normalization_resol
 
 from cudnn_gnn._validation import check_choice, check_int, check_probability
 from cudnn_gnn.layers.graph_transformer import check_packed_mha, packed_mha
-from cudnn_gnn.ops.graph_attention import ATTENTION_BACKENDS
+from cudnn_gnn.backends import ATTENTION_BACKENDS
 
 __all__ = ["GPSConv"]
 
@@ -29,7 +29,7 @@ class GPSConv(Module):
         out &= \mathrm{Norm}_3\big(h + \mathrm{MLP}(h)\big), \quad h = h_L + h_G
 
     :math:`\mathrm{MHA}_G` is ``self.attn`` (a ``torch.nn.MultiheadAttention``, so its parameters are PyG's)
-    applied among the nodes of each graph through :func:`cudnn_gnn.ops.graph_attention.graph_attention`: PyG pads
+    applied among the nodes of each graph through :func:`cudnn_gnn.graph_attention`: PyG pads
     every graph to the largest with ``to_dense_batch`` (memory and time ``B * max_n**2``); here graphs are packed
     (``sum n_b**2``) and, on a GPU with cuDNN >= 9.28, run on cuDNN's SDPA. Same constructor, parameter names and
     shapes, ``reset_parameters`` and ``__repr__`` as PyG 2.8, so ``load_state_dict(pyg_gps.state_dict(),

@@ -10,7 +10,8 @@ from torch import Tensor
 from torch.nn import Dropout, LayerNorm, Linear, Module, MultiheadAttention
 
 from cudnn_gnn._validation import check_bool, check_choice, check_int, check_probability
-from cudnn_gnn.ops.graph_attention import ATTENTION_BACKENDS, graph_attention
+from cudnn_gnn.backends import ATTENTION_BACKENDS
+from cudnn_gnn.ops import graph_attention
 
 __all__ = ["GraphTransformerBlock"]
 
@@ -70,7 +71,7 @@ class GraphTransformerBlock(Module):
         x &\leftarrow x + \mathrm{Dropout}(W_2\, \mathrm{Dropout}(\sigma(W_1 \mathrm{LN}_2(x))))
 
     post-norm applies each LayerNorm after its residual sum instead. :math:`\mathrm{MHA}_G` is multi-head
-    attention restricted to each graph (:func:`cudnn_gnn.ops.graph_attention.graph_attention`: cuDNN SDPA on
+    attention restricted to each graph (:func:`cudnn_gnn.graph_attention`: cuDNN SDPA on
     packed nodes where available). Parameters are named and shaped as in ``torch.nn.TransformerEncoderLayer``
     (``self_attn``, ``linear1``, ``linear2``, ``norm1``, ``norm2``), whose ``state_dict`` loads with
     ``strict=True``; the block then equals that layer applied to each graph on its own.
@@ -146,7 +147,7 @@ class GraphTransformerBlock(Module):
         num_graphs: int | None = None,
         max_num_nodes: int | None = None,
     ) -> Tensor:
-        """Args as in :func:`~cudnn_gnn.ops.graph_attention.graph_attention`; pass ``ptr`` (PyG's ``data.ptr``)
+        """Args as in :func:`~cudnn_gnn.graph_attention`; pass ``ptr`` (PyG's ``data.ptr``)
         and ``max_num_nodes`` once per batch to avoid host syncs. ``ptr`` wins over ``batch``."""
         graph = {"ptr": ptr, "batch": batch, "num_graphs": num_graphs, "max_num_nodes": max_num_nodes}
         if self.norm_first:

@@ -10,7 +10,7 @@ from torch_geometric.transforms import BaseTransform
 from cudnn_gnn._validation import check_bool
 from cudnn_gnn.graph import CscGraph
 
-from ._graph_cache import prepare_graph
+from ._plan_cache import prepare_graph
 
 __all__ = ["ToCscGraph"]
 

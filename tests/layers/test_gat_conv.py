@@ -19,7 +19,7 @@ from torch_geometric.utils import to_torch_csc_tensor, to_torch_csr_tensor
 
 import cudnn_gnn
 from cudnn_gnn import CscGraph
-from cudnn_gnn.layers import GATConv, _graph_cache
+from cudnn_gnn.layers import GATConv, _plan_cache
 
 DT = torch.float64
 TOL = {"rtol": 1e-9, "atol": 1e-10}
@@ -337,14 +337,17 @@ def test_graph_converted_once_per_edge_index(monkeypatch: pytest.MonkeyPatch) ->
         return real(cls, *a, **k)
 
     monkeypatch.setattr(CscGraph, "from_edge_index", classmethod(counting))
-    _graph_cache.clear_cache()
+    _plan_cache.clear_cache()
     ei, n, _ = GRAPHS["shuffled_dup_loops"]()
     c1, c2 = GATConv(5, 4, heads=2), GATConv(8, 4)
     x = features(n, 5, 0).float()
     for _ in range(3):  # an "epoch" of three steps through two layers sharing the graph
         c2(c1(x, ei), ei).sum().backward()
     assert len(calls) == 1
-    ei.add_(0)  # in-place write bumps the version: the plan is rebuilt
+    ei.add_(0)  # an in-place write that leaves the values as they were: the plan stays
+    c1(x, ei)
+    assert len(calls) == 1
+    ei[1, 0] = (ei[1, 0] + 1) % n  # new values: the plan is rebuilt
     c1(x, ei)
     assert len(calls) == 2
     GATConv(5, 4, add_self_loops=False)(x, ei)  # another self-loop config is another plan
@@ -356,7 +359,72 @@ def test_graph_converted_once_per_edge_index(monkeypatch: pytest.MonkeyPatch) ->
     import gc
 
     gc.collect()
-    assert len(_graph_cache._CACHE) == 0  # entries die with their tensor
+    assert len(_plan_cache._CACHE) == 0  # entries die with their tensor
+
+
+def _pyg_out(x: Tensor, ei: Tensor) -> Tensor:
+    torch.manual_seed(0)
+    ours = GATConv(5, 4, heads=2, backend="reference")
+    pyg = pyg_nn.GATConv(5, 4, heads=2)
+    pyg.load_state_dict(ours.state_dict())
+    return pyg(x, ei)
+
+
+@pytest.mark.parametrize("how", ["numpy_buffer", "data_write", "untyped_storage"])
+def test_a_cached_graph_never_outlives_its_values(how: str) -> None:
+    """Writes torch's version counter does not see (a ``torch.from_numpy`` buffer refilled through numpy,
+    ``.data[...] =``, a write through the storage) change the graph the next forward uses: every forward equals
+    PyG's on the values the tensor holds then."""
+    import numpy as np
+
+    _plan_cache.clear_cache()
+    n, e = 12, 40
+    g = torch.Generator().manual_seed(5)
+    buf = np.random.default_rng(0).integers(0, n, size=(2, e))
+    ei = torch.from_numpy(buf) if how == "numpy_buffer" else torch.from_numpy(buf.copy())
+    x = torch.randn(n, 5, generator=g)
+    torch.manual_seed(0)
+    conv = GATConv(5, 4, heads=2, backend="reference")
+    conv(x, ei)
+    stale = _plan_cache._CACHE.stale
+    for step in range(3):
+        new = np.random.default_rng(step + 1).integers(0, n, size=(2, e))
+        version = ei._version
+        if how == "numpy_buffer":
+            buf[...] = new
+        elif how == "data_write":
+            ei.data[...] = torch.from_numpy(new)
+        else:
+            ei.untyped_storage().copy_(torch.from_numpy(new).contiguous().untyped_storage())
+        assert ei._version == version  # invisible to the version counter
+        torch.testing.assert_close(conv(x, ei), _pyg_out(x, ei.clone()), atol=1e-6, rtol=1e-5)
+    assert _plan_cache._CACHE.stale == stale + 3
+
+
+def test_layers_run_under_inference_mode_and_give_pygs_output() -> None:
+    """An edge_index created inside ``torch.inference_mode()`` (and what ``to_undirected`` returns there) works,
+    also in a model after ``convert``, and gives PyG's output; a plan built there is not reused outside it."""
+    from torch_geometric.utils import to_undirected
+
+    from cudnn_gnn.layers import convert
+
+    _plan_cache.clear_cache()
+    ei, n, _ = GRAPHS["shuffled_dup_loops"]()
+    x = features(n, 5, 0).float()
+    torch.manual_seed(0)
+    pyg = pyg_nn.GATConv(5, 4, heads=2)
+    model = convert(torch.nn.Sequential(pyg_nn.GATConv(5, 4, heads=2)))
+    model[0].load_state_dict(pyg.state_dict())
+    with torch.inference_mode():
+        ei_inf = to_undirected(ei.clone())
+        want = pyg(x, ei_inf)
+        got = model[0](x, ei_inf)
+        torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)
+        assert model[0](x, ei_inf).shape == want.shape  # cached plan, still inside
+    ei_plain = to_undirected(ei)
+    out = model[0](x.requires_grad_(), ei_plain)
+    out.sum().backward()  # a plan from inference mode would fail here (inference tensors saved for backward)
+    torch.testing.assert_close(out, pyg(x, ei_plain), atol=1e-6, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------------------------ errors
@@ -391,7 +459,9 @@ def test_hub_split_path_gives_the_same_layer_results(monkeypatch: pytest.MonkeyP
     """The layer through the hub-split path (forced here: on the GPU ``max_degree="auto"`` picks it for skewed
     graphs) equals the plain layer: output, PyG-order attention with self-loops, every gradient, and the dropout
     mask drawn from the same RNG state."""
-    from cudnn_gnn.ops import _attention
+    from cudnn_gnn.backends import gat_backend
+    from cudnn_gnn.ops import plan as plan_module
+    from cudnn_gnn.ops import run as run_module
 
     g = torch.Generator().manual_seed(3)
     n, e = 30, 240
@@ -403,14 +473,15 @@ def test_hub_split_path_gives_the_same_layer_results(monkeypatch: pytest.MonkeyP
     ea = None if edge_dim is None else torch.randn(e, edge_dim, generator=g, dtype=torch.float64)
 
     calls = []
-    real_split_call = _attention._split_call
-    monkeypatch.setattr(_attention, "_split_call", lambda *a: calls.append(1) or real_split_call(*a))
+    real_split = run_module._run_split
+    monkeypatch.setattr(run_module, "_run_split", lambda *a: calls.append(1) or real_split(*a))
+    monkeypatch.setattr(type(gat_backend("reference")), "splits_hubs", True)  # let "auto" consider a split
 
     def run(split: bool) -> list[Tensor]:
-        monkeypatch.setattr(_attention, "auto_max_degree", (lambda *a: 5) if split else (lambda *a: None))
+        monkeypatch.setattr(plan_module, "auto_max_degree", (lambda *a: 5) if split else (lambda *a: None))
         torch.manual_seed(0)
         conv = GATConv(6, 4, heads=3, edge_dim=edge_dim, dropout=0.3, backend="reference").double()
-        _graph_cache.clear_cache()
+        _plan_cache.clear_cache()
         xl = x.clone().requires_grad_()
         torch.manual_seed(1)
         out, (ei_out, att) = conv(xl, ei, ea, return_attention_weights=True)

@@ -1,0 +1,108 @@
+"""Every ``edge_index`` form a PyG layer accepts, turned into a :class:`~._graph_plan.GraphPlan`.
+
+The forms: a ``[2, E]`` Tensor or PyG ``EdgeIndex`` (COO, row 0 sources), a ``torch_sparse.SparseTensor`` or a
+torch sparse CSR / CSC ``adj_t`` (rows are destinations, PyG's convention), or a :class:`~cudnn_gnn.CscGraph`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn.graph import CscGraph, adj_t_to_coo, storage_index_dtype
+
+from ._graph_plan import GraphPlan, eager_plan, static_plan
+
+__all__ = ["FORMS", "build_plan", "graph_sizes", "is_sparse_form", "is_sparse_tensor", "plain"]
+
+FORMS = "a [2, E] Tensor, EdgeIndex, SparseTensor, torch sparse CSR/CSC adj_t tensor or CscGraph"
+
+
+def is_sparse_tensor(obj: Any) -> bool:
+    """Whether ``obj`` is a ``torch_sparse.SparseTensor`` (False where torch_sparse is not installed)."""
+    from torch_geometric.typing import SparseTensor
+
+    return isinstance(obj, SparseTensor)
+
+
+def is_sparse_form(edge_index: Any) -> bool:
+    return is_sparse_tensor(edge_index) or (isinstance(edge_index, Tensor) and edge_index.layout != torch.strided)
+
+
+def plain(ei: Tensor) -> Tensor:
+    """``ei`` as a plain Tensor (a PyG ``EdgeIndex`` drops to its data)."""
+    from torch_geometric import EdgeIndex
+
+    return ei.as_subclass(Tensor) if isinstance(ei, EdgeIndex) else ei
+
+
+def graph_sizes(edge_index: Any) -> tuple[int | None, int | None]:
+    """(num_src, num_dst) an edge_index form fixes by itself, as PyG's ``_check_input`` reads them."""
+    if isinstance(edge_index, CscGraph):
+        return edge_index.num_src_nodes, edge_index.num_dst_nodes
+    if is_sparse_tensor(edge_index):  # pragma: no cover - needs torch_sparse
+        n_dst, n_src = edge_index.sparse_sizes()
+        return int(n_src), int(n_dst)
+    if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):
+        return int(edge_index.shape[1]), int(edge_index.shape[0])
+    return None, None
+
+
+def _check_coo(ei: Tensor) -> None:
+    if ei.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"edge_index must have dtype int32 or int64, got {ei.dtype}")
+    if ei.dim() != 2 or ei.shape[0] != 2:
+        raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
+
+
+def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | None, static: bool) -> GraphPlan:
+    """The plan of one ``edge_index`` in any accepted form (``static``: fixed-shape ops only)."""
+    make = static_plan if static else eager_plan
+    if isinstance(edge_index, CscGraph):
+        g = edge_index
+        if num_loops is None and not static:
+            return GraphPlan(g, g.num_dst_nodes, form="csc_graph")
+        return make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
+    if is_sparse_tensor(edge_index):
+        return _sparse_tensor_plan(edge_index, num_loops)
+    if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):
+        n_dst, n_src = int(edge_index.shape[0]), int(edge_index.shape[1])
+        form = "csr" if edge_index.layout == torch.sparse_csr else "csc"
+        if form == "csr" and num_loops is None and not static:  # adj_t in CSR is our CSC: no sort
+            rowptr, col = edge_index.crow_indices(), edge_index.col_indices()
+            dtype = storage_index_dtype(col.numel(), n_src, n_dst)
+            graph = CscGraph.from_csc(rowptr.to(dtype), col.to(dtype), n_src).validate()
+            return GraphPlan(graph, n_dst, form=form)
+        if form == "csr" and num_loops is not None and not static:
+            from torch_geometric.utils import add_self_loops, remove_self_loops
+
+            adj = add_self_loops(remove_self_loops(edge_index)[0])[0]  # PyG's own structure and element order
+            plan = build_plan(adj, num_src, num_dst, None, False)
+            plan.num_loops, plan.source = min(n_src, n_dst), adj
+            return plan
+        return make(adj_t_to_coo(edge_index), n_src, n_dst, num_loops, form, None)
+    if isinstance(edge_index, Tensor):
+        if edge_index.layout != torch.strided:
+            raise ValueError(f"edge_index must be a sparse CSR or CSC tensor when sparse, got layout {edge_index.layout}")
+        ei = plain(edge_index)
+        _check_coo(ei)
+        from torch_geometric import EdgeIndex
+
+        form = "edge_index" if isinstance(edge_index, EdgeIndex) else "coo"
+        return make(ei, num_src, num_dst, num_loops, form, None)
+    raise TypeError(f"edge_index must be {FORMS}, got {type(edge_index).__name__}")
+
+
+def _sparse_tensor_plan(adj: Any, num_loops: int | None) -> GraphPlan:  # pragma: no cover - needs torch_sparse
+    from torch_geometric.typing import torch_sparse
+
+    if num_loops is not None:
+        adj = torch_sparse.set_diag(adj)
+    rowptr, col, _ = adj.csr()
+    n_dst, n_src = adj.sparse_sizes()
+    dtype = storage_index_dtype(col.numel(), n_src, n_dst)
+    graph = CscGraph.from_csc(rowptr.to(dtype), col.to(dtype), int(n_src))
+    return GraphPlan(graph, int(n_dst), num_loops=0 if num_loops is None else min(n_src, n_dst),
+                     form="sparse_tensor", source=adj)

@@ -1,0 +1,114 @@
+"""PyG's self-loop rule applied to a graph: :class:`GraphPlan` and its two builders.
+
+A plan is the graph after PyG's self-loop rule (existing self-loops removed, ``num_loops`` loops ``i -> i``
+appended at the end of the COO numbering) plus what a forward needs to lay out edge features and returned
+attention in PyG's order. Two builders:
+
+* :func:`eager_plan`: self-loops dropped exactly (one boolean mask, one host sync), converted to CSC once; the
+  layers keep it between forwards (:mod:`._plan_cache`).
+* :func:`static_plan` (under ``torch.compile``, or for a graph that changes every call): fixed-shape ops only
+  (``sort``, ``searchsorted``, ``where``, ``cat``), so dynamo traces it without a graph break. Existing
+  self-loops cannot be dropped without a data-dependent shape, so they are *redirected* to one extra dummy
+  destination (row ``num_dst``) whose output row is discarded: real destinations see exactly PyG's edge set.
+  ``x_dst`` gets one zero row appended per forward for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn.graph import CscGraph, storage_index_dtype
+
+__all__ = ["GraphPlan", "eager_plan", "static_plan"]
+
+
+@dataclass(eq=False)
+class GraphPlan:
+    """The graph one layer call runs on, and how to map PyG's edge order onto it.
+
+    Attributes:
+        graph: the CSC graph for the op; its COO numbering is PyG's post-self-loop edge order (eager plans)
+            or ``[caller's E edges, num_loops loops]`` (static plans, see ``keep``).
+        num_dst: real destination count (``graph.num_dst_nodes`` minus the dummy row of static plans).
+        pad_dst: the graph has one dummy destination, row ``num_dst``, holding redirected self-loops.
+        num_loops: self-loops appended (0 when the layer adds none).
+        kept: ``[E']`` ids of the caller's edges that survive self-loop removal; None when all do or for
+            static plans.
+        loop_index: ``[E]`` per caller edge, the self-loop slot that its features feed for ``fill_value``
+            reductions, ``num_loops`` (a discarded slot) for self-loops and destinations without a loop.
+        keep: static plans only: ``[E + num_loops]`` bool, which of the graph's COO edges PyG has.
+        form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_tensor", "csc_graph".
+        source: the structure PyG returns attention on when it is not the caller's own object (the
+            self-loop form of a sparse input); None otherwise. Plans never hold the caller's tensor, so a
+            cache entry dies with it.
+    """
+
+    graph: CscGraph
+    num_dst: int
+    pad_dst: bool = False
+    num_loops: int = 0
+    kept: Tensor | None = None
+    loop_index: Tensor | None = None
+    keep: Tensor | None = None
+    form: str = "coo"
+    source: Any = None
+    _returned: dict[str, Any] = field(default_factory=dict, repr=False)
+
+
+def loops(n: int, like: Tensor) -> Tensor:
+    """``[n]`` node ids ``0..n-1`` in ``like``'s dtype and device (the self-loops' endpoints)."""
+    return torch.arange(n, device=like.device, dtype=like.dtype)
+
+
+def _static_csc(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> CscGraph:
+    """COO -> CSC with fixed-shape ops only (no bincount, no host sync): traceable by dynamo."""
+    dtype = storage_index_dtype(src.shape[0], num_src, num_dst + 1)
+    sorted_dst, perm = torch.sort(dst.to(dtype), stable=True)
+    bounds = torch.arange(num_dst + 1, device=dst.device, dtype=dtype)
+    offsets = torch.searchsorted(sorted_dst, bounds, out_int32=dtype == torch.int32)
+    graph = CscGraph.from_csc(offsets.to(dtype), src.index_select(0, perm).to(dtype), num_src, perm.to(dtype),
+                              dst_index=sorted_dst)
+    return graph.mark_rebuilt_every_call()  # no degree sync, so no automatic hub split
+
+
+def _loop_index(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:
+    drop = (src == dst) | (dst >= num_loops)
+    return torch.where(drop, torch.full_like(dst, num_loops), dst)
+
+
+def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any) -> GraphPlan:
+    """A plan from fixed-shape ops only (see the module docstring); ``num_loops=None``: no self-loop rule."""
+    src, dst = ei[0], ei[1]
+    if num_loops is None:
+        return GraphPlan(_static_csc(src, dst, num_src, num_dst), num_dst, form=form, source=source)
+    is_loop = src == dst
+    dst_pad = torch.where(is_loop, torch.full_like(dst, num_dst), dst)
+    ar = loops(num_loops, src)
+    graph = _static_csc(torch.cat([src, ar]), torch.cat([dst_pad, ar]), num_src, num_dst + 1)
+    keep = torch.cat([~is_loop, torch.ones(num_loops, dtype=torch.bool, device=src.device)])
+    return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, loop_index=_loop_index(src, dst, num_loops),
+                     keep=keep, form=form, source=source)
+
+
+def eager_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any) -> GraphPlan:
+    """A plan with self-loops dropped exactly (one host sync) and an index-range check (one more)."""
+    if num_loops is None:
+        graph = CscGraph.from_edge_index(ei, size=(num_src, num_dst))
+        return GraphPlan(graph, num_dst, form=form, source=source)
+    src, dst = ei[0], ei[1]
+    keep = torch.nonzero(src != dst).view(-1)
+    kept: Tensor | None = keep
+    base = ei
+    if keep.numel() == src.numel():
+        kept = None
+    else:
+        base = ei.index_select(1, keep)
+    ar = loops(num_loops, ei)
+    final = torch.cat([base, torch.stack([ar, ar])], dim=1)
+    graph = CscGraph.from_edge_index(final, size=(num_src, num_dst))
+    return GraphPlan(graph, num_dst, num_loops=num_loops, kept=kept, loop_index=_loop_index(src, dst, num_loops),
+                     form=form, source=source)

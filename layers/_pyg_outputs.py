@@ -1,0 +1,86 @@
+"""What a layer returns, shaped as PyG returns it: the output rows, residual and bias, and the attention weights
+in PyG's edge order (self-loops appended last) or the sparse forms PyG gives for sparse inputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn.graph import CscGraph, adj_t_to_coo
+
+from ._graph_inputs import plain
+from ._graph_plan import GraphPlan, loops
+
+__all__ = ["finish", "attention_result"]
+
+
+def finish(
+    plan: GraphPlan,
+    edge_index: Any,
+    result: Tensor | tuple[Tensor, Tensor],
+    res: Tensor | None,
+    bias: Tensor | None,
+    want_attention: bool,
+    alpha_dtype: torch.dtype,
+) -> Any:
+    """Drop the dummy row, add residual and bias, and shape the attention return as PyG does."""
+    out: Tensor
+    alpha: Tensor | None
+    if isinstance(result, tuple):
+        out, alpha = result
+    else:
+        out, alpha = result, None
+    if plan.pad_dst:
+        out = out[: plan.num_dst]
+    if res is not None:
+        out = out + res
+    if bias is not None:
+        out = out + bias
+    if alpha is None:
+        return out
+    second = attention_result(plan, alpha.to(alpha_dtype), edge_index)
+    return out, second
+
+
+def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
+    """PyG's second return value for ``return_attention_weights``: ``(edge_index, alpha)``, or the sparse
+    forms for sparse inputs, in PyG's edge order (self-loops appended last). ``edge_index`` is the caller's."""
+    if plan.keep is not None:  # static plan: the graph also holds redirected self-loops
+        src = edge_index if not isinstance(edge_index, CscGraph) else edge_index.edge_index()
+        ei = adj_t_to_coo(src) if plan.form in ("csr", "csc") else plain(src)
+        ar = loops(plan.num_loops, ei)
+        full = torch.cat([ei, torch.stack([ar, ar])], dim=1)
+        return full[:, plan.keep], alpha[plan.keep]
+    if plan.form == "sparse_tensor":  # pragma: no cover - needs torch_sparse
+        return plan.source.set_value(alpha, layout="coo")
+    if plan.form == "csr":
+        from torch_geometric.utils.sparse import set_sparse_value
+
+        return set_sparse_value(edge_index if plan.source is None else plan.source, alpha), alpha
+    if plan.form == "csc":
+        cached = plan._returned.get("ei")
+        ei = cached if cached is not None else plan._returned.setdefault("ei", plan.graph.edge_index())
+        num_dst, num_src = plan.num_dst, plan.graph.num_src_nodes
+        perm = torch.sort(ei[0] * max(num_dst, 1) + ei[1], stable=True)[1]
+        counts = torch.bincount(ei[0], minlength=num_src)
+        ccol = torch.zeros(num_src + 1, dtype=torch.long, device=ei.device)
+        ccol[1:] = counts.cumsum(0)
+        a = alpha.index_select(0, perm)
+        adj = torch.sparse_csc_tensor(ccol, ei[1, perm], a, size=(num_dst, num_src, *alpha.shape[1:]))
+        return adj, a
+    if plan.form != "csc_graph" and plan.loop_index is None:
+        return edge_index, alpha
+    cached = plan._returned.get("ei")
+    ei = cached if cached is not None else plan._returned.setdefault("ei", _returned_edge_index(plan, edge_index))
+    return ei, alpha
+
+
+def _returned_edge_index(plan: GraphPlan, edge_index: Any) -> Tensor:
+    if plan.form == "csc_graph":
+        return plan.graph.edge_index()
+    from torch_geometric.utils import add_self_loops, remove_self_loops
+
+    # PyG's own functions, so the returned type (Tensor or EdgeIndex, sizes, flags) is exactly PyG's.
+    return add_self_loops(remove_self_loops(edge_index)[0], num_nodes=plan.num_loops)[0]
