@@ -38,6 +38,21 @@ def block_sizes(c: int) -> tuple[int, int]:
     return block_e, block_c
 
 
+# ---------------------------------------------------------------------------------------------------- reductions
+# tl.sum / tl.max / tl.zeros are themselves @triton.jit functions of triton.language.standard, decorated when triton
+# is first imported; if that happened before TRITON_INTERPRET=1 was set (torch_geometric imports triton), the
+# interpreter cannot call them. The builtins below work either way, compile to the same reductions, and the
+# interpreter recognises the standard combine functions and reduces with numpy.
+@triton.jit
+def _sum(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._sum_combine)
+
+
+@triton.jit
+def _max(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._elementwise_max)
+
+
 # ---------------------------------------------------------------------------------------------------- activations
 @triton.jit
 def _act(z, ACT: tl.constexpr, alpha):
@@ -101,7 +116,7 @@ def _logits(e_pos, e_mask, src, row, h, c_off, c_mask, xj, xi,
             f_off = coo[:, None] * (H * C) + h * C + c_off[None, :]
             z += tl.load(edge_ptr + f_off, mask=e_mask[:, None] & c_mask[None, :], other=0.0).to(tl.float32)
         a = tl.load(attw_ptr + h * C + c_off, mask=c_mask, other=0.0).to(tl.float32)
-        s = tl.sum(_act(z, ACT, alpha) * a[None, :], axis=1)
+        s = _sum(_act(z, ACT, alpha) * a[None, :], 1)
     else:
         t = tl.load(ssrc_ptr + src * H + h, mask=e_mask, other=0.0) + tl.load(sdst_ptr + row * H + h)
         if HAS_EDGE:
@@ -132,11 +147,11 @@ def _fwd_kernel(
     if V2:
         xi = tl.load(x_dst_ptr + row * D + h * C + c_off, mask=c_mask, other=0.0).to(tl.float32)
     else:
-        xi = tl.zeros([BLOCK_C], dtype=tl.float32)
+        xi = tl.full([BLOCK_C], 0.0, tl.float32)
 
     m_run = tl.full([], -1.0e30, tl.float32)
-    l_run = tl.zeros([], dtype=tl.float32)
-    acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+    l_run = tl.full([], 0.0, tl.float32)
+    acc = tl.full([BLOCK_C], 0.0, tl.float32)
     for e0 in range(start, end, BLOCK_E):
         e_pos = e0 + e_ar
         e_mask = e_pos < end
@@ -149,13 +164,13 @@ def _fwd_kernel(
         s = tl.where(e_mask, s, float("-inf"))
         if RETURN_ATT:  # raw logits for now; normalised below once the row's statistics are known
             tl.store(att_ptr + coo * H + h, s, mask=e_mask)
-        m_new = tl.maximum(m_run, tl.max(s, axis=0))
+        m_new = tl.maximum(m_run, _max(s, 0))
         scale = tl.exp(m_run - m_new)
         p = tl.exp(s - m_new)
-        l_run = l_run * scale + tl.sum(p, axis=0)
+        l_run = l_run * scale + _sum(p, 0)
         if HAS_MASK:
             p = p * tl.load(mask_ptr + coo * mask_s0 + h * mask_s1, mask=e_mask, other=0.0)
-        acc = acc * scale + tl.sum(p[:, None] * xj, axis=0)
+        acc = acc * scale + _sum(p[:, None] * xj, 0)
         m_run = m_new
 
     has_edges = l_run > 0
@@ -209,10 +224,10 @@ def _bwd_dst_kernel(
     if V2:
         xi = tl.load(x_dst_ptr + row * D + h * C + c_off, mask=c_mask, other=0.0).to(tl.float32)
     else:
-        xi = tl.zeros([BLOCK_C], dtype=tl.float32)
+        xi = tl.full([BLOCK_C], 0.0, tl.float32)
 
     # pass 1: p and g per edge (kept in the [E, H] buffers), delta of the row
-    delta = tl.zeros([], dtype=tl.float32)
+    delta = tl.full([], 0.0, tl.float32)
     for e0 in range(start, end, BLOCK_E):
         e_pos = e0 + e_ar
         e_mask = e_pos < end
@@ -223,20 +238,20 @@ def _bwd_dst_kernel(
                              map_ptr, edge_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
                              H, C, alpha, V2, HAS_MAP, HAS_EDGE, ACT)
         p = tl.where(e_mask, tl.exp(s - lse), 0.0)
-        g = tl.sum(xj * dout[None, :], axis=1)
+        g = _sum(xj * dout[None, :], 1)
         if HAS_DATT:
             g += tl.load(datt_ptr + coo * H + h, mask=e_mask, other=0.0)
         a = p
         if HAS_MASK:
             a = p * tl.load(mask_ptr + coo * mask_s0 + h * mask_s1, mask=e_mask, other=0.0)
-        delta += tl.sum(a * g, axis=0)
+        delta += _sum(a * g, 0)
         tl.store(alpha_buf_ptr + e_pos * H + h, p, mask=e_mask)
         tl.store(ds_buf_ptr + e_pos * H + h, g, mask=e_mask)
 
     # pass 2: ds, then the destination-side and per-edge gradients
-    dxi = tl.zeros([BLOCK_C], dtype=tl.float32)
-    datt_w = tl.zeros([BLOCK_C], dtype=tl.float32)
-    dsd = tl.zeros([], dtype=tl.float32)
+    dxi = tl.full([BLOCK_C], 0.0, tl.float32)
+    datt_w = tl.full([BLOCK_C], 0.0, tl.float32)
+    dsd = tl.full([], 0.0, tl.float32)
     for e0 in range(start, end, BLOCK_E):
         e_pos = e0 + e_ar
         e_mask = e_pos < end
@@ -263,8 +278,8 @@ def _bwd_dst_kernel(
             a_vec = tl.load(attw_ptr + h * C + c_off, mask=c_mask, other=0.0).to(tl.float32)
             dz = ds[:, None] * a_vec[None, :] * _act_grad(z, ACT, alpha)
             dz = tl.where(tile_mask, dz, 0.0)
-            dxi += tl.sum(dz, axis=0)
-            datt_w += tl.sum(ds[:, None] * tl.where(tile_mask, _act(z, ACT, alpha), 0.0), axis=0)
+            dxi += _sum(dz, 0)
+            datt_w += _sum(ds[:, None] * tl.where(tile_mask, _act(z, ACT, alpha), 0.0), 0)
             if HAS_EDGE:
                 tl.store(dedge_ptr + f_off, dz, mask=tile_mask)
             tl.store(ds_buf_ptr + e_pos * H + h, ds, mask=e_mask)
@@ -274,7 +289,7 @@ def _bwd_dst_kernel(
             if HAS_EDGE:
                 t += tl.load(sedge_ptr + coo * H + h, mask=e_mask, other=0.0)
             dz = tl.where(e_mask, ds * _act_grad(t, ACT, alpha), 0.0)
-            dsd += tl.sum(dz, axis=0)
+            dsd += _sum(dz, 0)
             if HAS_EDGE:
                 tl.store(dsedge_ptr + coo * H + h, dz, mask=e_mask)
             tl.store(ds_buf_ptr + e_pos * H + h, dz, mask=e_mask)
@@ -309,8 +324,8 @@ def _bwd_src_kernel(
     if V2:
         xj = tl.load(x_src_ptr + j * D + h * C + c_off, mask=c_mask, other=0.0).to(tl.float32)
         a_vec = tl.load(attw_ptr + h * C + c_off, mask=c_mask, other=0.0).to(tl.float32)
-    dx = tl.zeros([BLOCK_C], dtype=tl.float32)
-    dss = tl.zeros([], dtype=tl.float32)
+    dx = tl.full([BLOCK_C], 0.0, tl.float32)
+    dss = tl.full([], 0.0, tl.float32)
     for k0 in range(start, end, BLOCK_E):
         k = k0 + e_ar
         k_mask = k < end
@@ -321,7 +336,7 @@ def _bwd_src_kernel(
         ds = tl.load(ds_buf_ptr + e_pos * H + h, mask=k_mask, other=0.0)
         row_off = i[:, None] * D + h * C + c_off[None, :]
         g = tl.load(dout_ptr + row_off, mask=tile_mask, other=0.0).to(tl.float32)
-        dx += tl.sum(a[:, None] * g, axis=0)
+        dx += _sum(a[:, None] * g, 0)
         if V2:
             z = tl.load(x_dst_ptr + row_off, mask=tile_mask, other=0.0).to(tl.float32) + xj[None, :]
             if HAS_EDGE:
@@ -332,9 +347,9 @@ def _bwd_src_kernel(
                 z += tl.load(edge_ptr + coo[:, None] * D + h * C + c_off[None, :], mask=tile_mask,
                              other=0.0).to(tl.float32)
             dz = ds[:, None] * a_vec[None, :] * _act_grad(z, ACT, alpha)
-            dx += tl.sum(tl.where(tile_mask, dz, 0.0), axis=0)
+            dx += _sum(tl.where(tile_mask, dz, 0.0), 0)
         else:
-            dss += tl.sum(ds, axis=0)
+            dss += _sum(ds, 0)
     tl.store(dx_src_ptr + j * D + h * C + c_off, dx, mask=c_mask)
     if not V2:
         tl.store(dssrc_ptr + j * H + h, dss)

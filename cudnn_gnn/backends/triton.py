@@ -28,7 +28,7 @@ from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["TritonCall", "mha_gat", "unavailable_reason"]
+__all__ = ["TritonCall", "build_call", "mha_gat", "unavailable_reason"]
 
 
 class TritonCall(NamedTuple):
@@ -263,7 +263,58 @@ def _heaviest_first(offsets: Tensor) -> Tensor:
 
 def _node_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
     """``[N, H]`` float32 ``sum_c x[n, h, c] * a[h, c]``."""
-    return (x.float().reshape(x.shape[0], heads, -1) * a.float().view(heads, -1)).sum(-1)
+    width = x.shape[1] // heads
+    return (x.float().reshape(x.shape[0], heads, width) * a.float().view(heads, width)).sum(-1)
+
+
+def build_call(
+    graph: CscGraph,
+    x_src: Tensor,
+    x_dst: Tensor,
+    attn_weights: Tensor,
+    edge_attr: Tensor | None,
+    dropout_mask: Tensor | None,
+    *,
+    v2: bool,
+    heads: int,
+    concat: bool,
+    activation_name: str,
+    activation_alpha: float,
+    return_attention: bool,
+    needs_grad: bool,
+) -> TritonCall:
+    """The op's arguments for :func:`mha_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
+    per-graph orders taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``."""
+    g = graph
+    row_order = g.derived(("triton", "row_order"), lambda: _heaviest_first(g.offsets))
+    rev_offsets = rev_to_csc = dst_index = src_order = None
+    if needs_grad:
+        rev_offsets, rev_to_csc = g.reverse_csc()
+        dst_index = g.dst_index
+        src_order = g.derived(("triton", "src_order"), lambda: _heaviest_first(g.reverse_csc()[0]))
+    needs_map = edge_attr is not None or dropout_mask is not None or return_attention
+    edge_map = g.map_csc_to_coo if needs_map else None
+    d = x_src.shape[1]
+    if v2:
+        inputs: dict[str, Tensor | None] = dict(
+            x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
+            edge_attr=None if edge_attr is None else edge_attr.contiguous(), attn_weights=attn_weights.contiguous(),
+            score_src=None, score_dst=None, score_edge=None)
+    else:
+        score_edge = None
+        if edge_attr is not None:
+            score_edge = _node_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
+        inputs = dict(
+            x_src=x_src.contiguous(), x_dst=None, edge_attr=None, attn_weights=None,
+            score_src=_node_scores(x_src, attn_weights[:d], heads).contiguous(),
+            score_dst=_node_scores(x_dst, attn_weights[d:2 * d], heads).contiguous(), score_edge=score_edge)
+    call = TritonCall(
+        offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map, row_order=row_order,
+        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, src_order=src_order,
+        num_src_nodes=g.num_src_nodes, **inputs,
+        dropout_mask=None if dropout_mask is None else dropout_mask.float(),
+        v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha))
+    return call
 
 
 def mha_gat(
@@ -308,37 +359,12 @@ def mha_gat(
     """
     if x_src.dtype == torch.float64:
         raise NotImplementedError("x_src must be float32, float16 or bfloat16 for the triton backend, got float64")
-    _check_runnable(x_src.device)
-    g = graph
+    if not torch.compiler.is_compiling():
+        _check_runnable(x_src.device)
     tensors = (x_src, x_dst, attn_weights, edge_attr)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    row_order = g.derived(("triton", "row_order"), lambda: _heaviest_first(g.offsets))
-    rev_offsets = rev_to_csc = dst_index = src_order = None
-    if needs_grad:
-        rev_offsets, rev_to_csc = g.reverse_csc()
-        dst_index = g.dst_index
-        src_order = g.derived(("triton", "src_order"), lambda: _heaviest_first(g.reverse_csc()[0]))
-    needs_map = edge_attr is not None or dropout_mask is not None or return_attention
-    edge_map = g.map_csc_to_coo if needs_map else None
-    d = x_src.shape[1]
-    if v2:
-        inputs: dict[str, Tensor | None] = dict(
-            x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
-            edge_attr=None if edge_attr is None else edge_attr.contiguous(), attn_weights=attn_weights.contiguous(),
-            score_src=None, score_dst=None, score_edge=None)
-    else:
-        score_edge = None
-        if edge_attr is not None:
-            score_edge = _node_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
-        inputs = dict(
-            x_src=x_src.contiguous(), x_dst=None, edge_attr=None, attn_weights=None,
-            score_src=_node_scores(x_src, attn_weights[:d], heads).contiguous(),
-            score_dst=_node_scores(x_dst, attn_weights[d:2 * d], heads).contiguous(), score_edge=score_edge)
-    call = TritonCall(
-        offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map, row_order=row_order,
-        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, src_order=src_order,
-        num_src_nodes=g.num_src_nodes, **inputs,
-        dropout_mask=None if dropout_mask is None else dropout_mask.float(),
-        v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha))
+    call = build_call(graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
+                      activation_name=activation_name, activation_alpha=activation_alpha,
+                      return_attention=return_attention, needs_grad=needs_grad)
     out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*call, return_attention)
     return out, (att if return_attention else None)
