@@ -76,6 +76,69 @@ def _gather_floor_bytes(num_edges: int, num_dst: int, width: int, elem: int) -> 
     return (num_edges + num_dst) * width * elem
 
 
+Pair = tuple[Callable[[], Any], Callable[[], Any]]
+
+
+def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor, edge_attr: torch.Tensor | None, *,
+                     v2: bool, dtype: torch.dtype, gen: torch.Generator, device: torch.device) -> dict[str, Callable[[], Pair]]:
+    """Per implementation, a builder of its ``(fwd, fwd_bwd)`` closures for one op and dtype."""
+    from cudnn_gnn.backends import reference
+    from cudnn_gnn.backends import triton as tb
+
+    h, c = p.heads, p.channels
+    d = h * c
+    lin = torch.nn.Linear(p.in_dim, d, bias=False, device=device, dtype=dtype)
+    lin_edge = (torch.nn.Linear(p.edge_dim, d, bias=False, device=device, dtype=dtype)
+                if v2 and edge_attr is not None else None)
+    de = 0 if edge_attr is None else (d if v2 else edge_attr.shape[1])
+    w = (torch.randn(d if v2 else 2 * d + de, device=device, generator=gen) * 0.1).to(dtype).requires_grad_()
+    x = x_in.to(dtype)
+    ea = None if edge_attr is None else edge_attr.to(dtype)
+    kw: dict[str, Any] = dict(v2=v2, heads=h, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
+
+    def edge_input() -> torch.Tensor | None:
+        return ea if lin_edge is None or ea is None else lin_edge(ea)
+
+    def ours(fn: Callable[..., Any]) -> Pair:
+        with torch.no_grad():
+            xp = lin(x)
+            ep = edge_input()
+
+        def fwd() -> Any:
+            with torch.no_grad():
+                return fn(graph, xp, xp, w, ep, None, **kw)[0]
+
+        def fwd_bwd() -> None:
+            xs = lin(x)
+            out = fn(graph, xs, xs, w, edge_input(), None, **kw)[0]
+            out.float().square().mean().backward()
+
+        return fwd, fwd_bwd
+
+    def pyg(compiled: bool) -> Pair:
+        from torch_geometric.nn import GATConv, GATv2Conv
+
+        cls = GATv2Conv if v2 else GATConv
+        conv = cls(p.in_dim, c, heads=h, add_self_loops=False, edge_dim=p.edge_dim or None).to(device, dtype)
+        call = torch.compile(conv) if compiled else conv
+
+        def fwd() -> Any:
+            with torch.no_grad():
+                return call(x, ei, ea)
+
+        def fwd_bwd() -> None:
+            call(x, ei, ea).float().square().mean().backward()
+
+        return fwd, fwd_bwd
+
+    return {
+        "triton": lambda: ours(lambda *a, **k: tb.mha_gat(*a, **k, return_attention=False)),
+        "reference": lambda: ours(reference.mha_gat),
+        "pyg": lambda: pyg(False),
+        "pyg-compiled": lambda: pyg(True),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="arxiv")
@@ -89,7 +152,6 @@ def main(argv: list[str] | None = None) -> int:
     from _bench_common import environment, free_memory, is_oom, peak_memory, time_fn, write_json
 
     from cudnn_gnn import CscGraph
-    from cudnn_gnn.backends import reference
     from cudnn_gnn.backends import triton as tb
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -108,58 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         v2 = op == "gatv2"
         for dt_name in args.dtypes:
             dtype = torch.float32 if dt_name == "fp32" else torch.bfloat16
-            lin = torch.nn.Linear(p.in_dim, d, bias=False, device=device, dtype=dtype)
-            lin_edge = (torch.nn.Linear(p.edge_dim, d, bias=False, device=device, dtype=dtype)
-                        if v2 and edge_attr is not None else None)
-            de = 0 if edge_attr is None else (d if v2 else edge_attr.shape[1])
-            w = (torch.randn(d if v2 else 2 * d + de, device=device, generator=gen) * 0.1).to(dtype).requires_grad_()
-            x = x_in.to(dtype)
-            ea = None if edge_attr is None else edge_attr.to(dtype)
-            kw = dict(v2=v2, heads=h, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
-
-            def edge_input(ea: torch.Tensor | None = ea, lin_edge: torch.nn.Module | None = lin_edge) -> Any:
-                return ea if lin_edge is None or ea is None else lin_edge(ea)
-
-            def ours(fn: Callable[..., Any]) -> tuple[Callable[[], Any], Callable[[], Any]]:
-                with torch.no_grad():
-                    xp = lin(x)
-                    ep = edge_input()
-
-                def fwd() -> Any:
-                    with torch.no_grad():
-                        return fn(graph, xp, xp, w, ep, None, **kw)[0]
-
-                def fwd_bwd() -> None:
-                    xs = lin(x)
-                    out = fn(graph, xs, xs, w, edge_input(), None, **kw)[0]
-                    out.float().square().mean().backward()
-
-                return fwd, fwd_bwd
-
-            impls: dict[str, Callable[[], tuple[Callable[[], Any], Callable[[], Any]]]] = {
-                "triton": lambda: ours(lambda *a, **k: tb.mha_gat(*a, **k, return_attention=False)),
-                "reference": lambda: ours(reference.mha_gat),
-            }
-
-            def pyg(compiled: bool, v2: bool = v2, dtype: torch.dtype = dtype, ea: Any = ea) -> Any:
-                from torch_geometric.nn import GATConv, GATv2Conv
-
-                cls = GATv2Conv if v2 else GATConv
-                conv = cls(p.in_dim, c, heads=h, add_self_loops=False, edge_dim=p.edge_dim or None).to(device, dtype)
-                call = torch.compile(conv) if compiled else conv
-
-                def fwd() -> Any:
-                    with torch.no_grad():
-                        return call(x, ei, ea)
-
-                def fwd_bwd() -> None:
-                    call(x, ei, ea).float().square().mean().backward()
-
-                return fwd, fwd_bwd
-
-            impls["pyg"] = lambda: pyg(False)
-            impls["pyg-compiled"] = lambda: pyg(True)
-
+            impls = _implementations(p, graph, ei, x_in, edge_attr, v2=v2, dtype=dtype, gen=gen, device=device)
             for impl in args.impls:
                 if impl == "triton" and tb.unavailable_reason(device) is not None:
                     print(f"  {op} {dt_name} {impl}: skipped ({tb.unavailable_reason(device)})", flush=True)

@@ -227,7 +227,8 @@ torch.library.register_fake("cudnn_gnn::triton_gat_bwd", _bwd_fake, lib=_lib)
 def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     _, lse, att = output
     c = TritonCall(*inputs[:_N_CALL])
-    ctx.call = c._replace(**dict.fromkeys(_TENSOR_NAMES))  # the non-tensor fields; tensors are saved below
+    blank: dict[str, Any] = dict.fromkeys(_TENSOR_NAMES)
+    ctx.call = c._replace(**blank)  # the non-tensor fields; tensors are saved below
     ctx.return_attention = bool(inputs[_N_CALL])
     ctx.save_for_backward(*(getattr(c, name) for name in _TENSOR_NAMES), lse)
     ctx.mark_non_differentiable(lse)
@@ -296,7 +297,7 @@ def build_call(
     edge_map = g.map_csc_to_coo if needs_map else None
     d = x_src.shape[1]
     if v2:
-        inputs: dict[str, Tensor | None] = dict(
+        inputs: dict[str, Any] = dict(
             x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
             edge_attr=None if edge_attr is None else edge_attr.contiguous(), attn_weights=attn_weights.contiguous(),
             score_src=None, score_dst=None, score_edge=None)
@@ -308,13 +309,12 @@ def build_call(
             x_src=x_src.contiguous(), x_dst=None, edge_attr=None, attn_weights=None,
             score_src=_node_scores(x_src, attn_weights[:d], heads).contiguous(),
             score_dst=_node_scores(x_dst, attn_weights[d:2 * d], heads).contiguous(), score_edge=score_edge)
-    call = TritonCall(
+    return TritonCall(
         offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map, row_order=row_order,
         rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, src_order=src_order,
         num_src_nodes=g.num_src_nodes, **inputs,
         dropout_mask=None if dropout_mask is None else dropout_mask.float(),
         v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha))
-    return call
 
 
 def mha_gat(
