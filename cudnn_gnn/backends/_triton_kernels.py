@@ -30,12 +30,13 @@ __all__ = ["ACTIVATION_CODES", "block_sizes", "launch_forward", "launch_backward
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
 
 
-def block_sizes(c: int) -> tuple[int, int]:
-    """``(BLOCK_E, BLOCK_C)`` for head width ``c``: the width rounded up to a power of two, and enough edges per
-    block for a tile of about 4k elements (16 to 64 edges), which keeps the tile in registers up to C = 256."""
+def block_sizes(c: int) -> tuple[int, int, int]:
+    """``(BLOCK_E, BLOCK_C, num_warps)`` for head width ``c``: the width rounded up to a power of two, enough edges
+    per block for a tile of about 4k elements (16 to 64 edges), and 4 warps for such a tile (32 float32 registers
+    a thread per tile), 8 for the wider tiles of C > 256."""
     block_c = triton.next_power_of_2(max(c, 1))
     block_e = max(16, min(64, 4096 // block_c))
-    return block_e, block_c
+    return block_e, block_c, 4 if block_e * block_c <= 4096 else 8
 
 
 # ---------------------------------------------------------------------------------------------------- reductions
@@ -371,7 +372,7 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
     if nd == 0:
         return
     c = x_src.shape[1] // heads
-    block_e, block_c = block_sizes(c)
+    block_e, block_c, num_warps = block_sizes(c)
     has_edge = (edge if v2 else score_edge) is not None
     _fwd_kernel[(nd, heads)](
         offsets, indices, _or(map_csc_to_coo, indices), row_order,
@@ -382,6 +383,7 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, HAS_MASK=mask is not None,
         RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[act], BLOCK_E=block_e, BLOCK_C=block_c,
+        num_warps=num_warps,
     )
 
 
@@ -399,7 +401,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     if nd == 0:
         return
     c = x_src.shape[1] // heads
-    block_e, block_c = block_sizes(c)
+    block_e, block_c, num_warps = block_sizes(c)
     has_edge = (edge if v2 else score_edge) is not None
     _bwd_dst_kernel[(nd, heads)](
         offsets, indices, _or(map_csc_to_coo, indices), row_order,
@@ -412,6 +414,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, HAS_MASK=mask is not None,
         HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], BLOCK_E=block_e, BLOCK_C=block_c,
+        num_warps=num_warps,
     )
 
 
@@ -424,7 +427,7 @@ def launch_backward_src(rev_offsets: Tensor, rev_to_csc: Tensor, dst_index: Tens
     if ns == 0:
         return
     c = x_src.shape[1] // heads
-    block_e, block_c = block_sizes(c)
+    block_e, block_c, num_warps = block_sizes(c)
     _bwd_src_kernel[(ns, heads)](
         rev_offsets, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc), src_order,
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(attw, x_src),
@@ -433,4 +436,5 @@ def launch_backward_src(rev_offsets: Tensor, rev_to_csc: Tensor, dst_index: Tens
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=edge is not None, ACT=ACTIVATION_CODES[act],
         BLOCK_E=block_e, BLOCK_C=block_c,
+        num_warps=num_warps,
     )
