@@ -1,0 +1,370 @@
+"""Triton backend: our own fused GAT / GATv2 kernels (forward and an atomic-free backward).
+
+Two ops in our ``torch.library`` namespace, ``cudnn_gnn::triton_gat_fwd`` and ``cudnn_gnn::triton_gat_bwd``,
+serve GAT and GATv2 (flag ``v2``), with shape-only fakes and an explicit autograd formula, so
+``torch.compile(fullgraph=True)`` traces through them and ``torch.library.opcheck`` covers them. The kernels live
+in :mod:`cudnn_gnn.backends._triton_kernels`, imported on first use: they run on CUDA tensors, and on any device
+under Triton's interpreter (``TRITON_INTERPRET=1``, which is how the CPU test suite runs them).
+
+GAT's logit is a sum of per-node and per-edge scores, ``act(a_src . x_j + a_dst . x_i + a_edge . f_e)``, so the
+scores are computed here once per node ``[N, H]`` (and per edge ``[E, H]``) in float32 with plain torch ops, and the
+op only gathers one source row per edge; autograd carries the score gradients the op returns back into
+``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``. GATv2's logit needs the whole feature rows, so its op
+takes them directly and recomputes ``act(x_j + x_i + f_e)`` in the backward instead of saving it.
+
+Everything here trusts its caller: :mod:`cudnn_gnn.ops` validates shapes, dtypes and devices first. The argument
+list is written once, in :class:`TritonCall`; the op schemas are derived from it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from types import ModuleType
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn.graph import CscGraph
+
+__all__ = ["TritonCall", "build_call", "mha_gat", "unavailable_reason"]
+
+
+class TritonCall(NamedTuple):
+    """One call's arguments in op-schema order: the graph, the inputs, the knobs.
+
+    Graph: ``offsets [Nd+1]``, ``indices [E]``, ``map_csc_to_coo [E]`` or None (only needed where an edge tensor is
+    read or written), ``row_order [Nd]`` (destinations heaviest first); for the backward ``rev_offsets [Ns+1]``,
+    ``rev_to_csc [E]``, ``dst_index [E]`` and ``src_order [Ns]`` (sources heaviest first), None when no gradient is
+    needed. Inputs, GATv2: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None,
+    ``attn_weights [H*C]``. Inputs, GAT: ``x_src`` and float32 scores ``score_src [Ns, H]``, ``score_dst [Nd, H]``,
+    ``score_edge [E, H]`` (COO) or None. ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
+    """
+
+    offsets: Tensor
+    indices: Tensor
+    map_csc_to_coo: Tensor | None
+    row_order: Tensor
+    rev_offsets: Tensor | None
+    rev_to_csc: Tensor | None
+    dst_index: Tensor | None
+    src_order: Tensor | None
+    num_src_nodes: int
+    x_src: Tensor
+    x_dst: Tensor | None
+    edge_attr: Tensor | None
+    attn_weights: Tensor | None
+    score_src: Tensor | None
+    score_dst: Tensor | None
+    score_edge: Tensor | None
+    dropout_mask: Tensor | None
+    v2: bool
+    heads: int
+    concat: bool
+    activation: str
+    activation_alpha: float
+
+
+_SCHEMA_TYPES = {"Tensor": "Tensor", "Tensor | None": "Tensor?", "int": "int", "bool": "bool", "str": "str",
+                 "float": "float"}
+
+def _annotation(t: Any) -> str:
+    """A field's annotation as written (a string, or a ForwardRef around one, depending on the Python version)."""
+    return str(getattr(t, "__forward_arg__", t))
+
+
+_FIELD_TYPES = {name: _annotation(t) for name, t in TritonCall.__annotations__.items()}
+_CALL_SCHEMA = ", ".join(f"{_SCHEMA_TYPES[t]} {name}" for name, t in _FIELD_TYPES.items())
+_N_CALL = len(TritonCall._fields)
+_INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "attn_weights", "score_src", "score_dst", "score_edge")
+_TENSOR_NAMES = tuple(name for name, t in _FIELD_TYPES.items() if t.startswith("Tensor"))
+
+_lib = torch.library.Library("cudnn_gnn", "FRAGMENT")
+_lib.define(f"triton_gat_fwd({_CALL_SCHEMA}, bool return_attention) -> (Tensor, Tensor, Tensor)")
+_lib.define(f"triton_gat_bwd(Tensor grad_out, Tensor? grad_attention, Tensor lse, {_CALL_SCHEMA}) -> "
+            f"({', '.join(['Tensor'] * len(_INPUT_NAMES))})")
+
+
+def _interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+def unavailable_reason(device: torch.device) -> str | None:
+    """``None`` when the Triton kernels can run on tensors of ``device``, else what is missing and how to fix it.
+
+    They run on CUDA with the ``triton`` package importable, and on any device under ``TRITON_INTERPRET=1``
+    (Triton's interpreter, slow, for tests)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return "the triton backend needs the triton package, which is not importable: pip install triton"
+    if _interpreting():
+        return None
+    if torch.device(device).type != "cuda":
+        return (f"the triton backend runs on CUDA tensors (or on any device with TRITON_INTERPRET=1 set before the "
+                f"first call), got device {torch.device(device)}")
+    if not torch.cuda.is_available():
+        return "the triton backend needs a CUDA GPU, and torch.cuda.is_available() is False"
+    return None
+
+
+@functools.lru_cache(maxsize=1)
+def _kernels() -> ModuleType:
+    """The kernel module, imported on first use (Triton reads ``TRITON_INTERPRET`` when it decorates them)."""
+    from cudnn_gnn.backends import _triton_kernels
+
+    return _triton_kernels
+
+
+def _check_runnable(device: torch.device) -> None:
+    reason = unavailable_reason(device)
+    if reason is not None:
+        raise RuntimeError(reason)
+
+
+# ---------------------------------------------------------------------------------------------------- op: forward
+def _sizes(c: TritonCall) -> tuple[int, int, int, int]:
+    """``(Nd, E, H, C)``."""
+    return c.offsets.shape[0] - 1, c.indices.shape[0], c.heads, c.x_src.shape[1] // c.heads
+
+
+def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+    c = TritonCall(*args[:_N_CALL])
+    return_attention = bool(args[_N_CALL])
+    _check_runnable(c.x_src.device)
+    nd, e, h, ch = _sizes(c)
+    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
+    out = c.x_src.new_empty(nd, h * ch) if c.concat else torch.empty(nd, h * ch, **f32)
+    lse = torch.empty(nd, h, **f32)
+    att = torch.empty(e, h, **f32) if return_attention else None
+    _kernels().launch_forward(
+        c.offsets, c.indices, c.map_csc_to_coo, c.row_order, c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
+        c.score_src, c.score_dst, c.score_edge, c.dropout_mask, out, lse, att,
+        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
+    if not c.concat:
+        out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
+    return out, lse, att if att is not None else lse.new_empty(0)
+
+
+def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+    c = TritonCall(*args[:_N_CALL])
+    return_attention = bool(args[_N_CALL])
+    nd, e, h, ch = _sizes(c)
+    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
+    out = c.x_src.new_empty(nd, h * ch if c.concat else ch)
+    return out, torch.empty(nd, h, **f32), torch.empty((e, h) if return_attention else (0,), **f32)
+
+
+# ---------------------------------------------------------------------------------------------------- op: backward
+def _like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """A fresh contiguous tensor shaped like ``t`` (its dtype unless given), or an empty stand-in for None."""
+    if t is None:
+        return fallback.new_empty(0)
+    return torch.empty(t.shape, dtype=dtype or t.dtype, device=t.device)
+
+
+def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
+    c = TritonCall(*args)
+    _check_runnable(c.x_src.device)
+    if c.rev_offsets is None or c.rev_to_csc is None or c.dst_index is None or c.src_order is None:
+        raise RuntimeError("triton_gat_bwd needs the reverse CSC (rev_offsets, rev_to_csc, dst_index, src_order), "
+                           "got None: the forward was called without them")
+    nd, e, h, ch = _sizes(c)
+    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
+    if c.concat:
+        dout = grad_out.contiguous()
+    else:  # the mean over heads: every head gets dout / H
+        dout = (grad_out.float().unsqueeze(1) / h).expand(nd, h, ch).reshape(nd, h * ch)
+    alpha_buf = torch.empty(e, h, **f32)
+    ds_buf = torch.empty(e, h, **f32)
+    d_x_src = _like(c.x_src, c.x_src)
+    if c.v2:
+        d_x_dst, d_edge, d_w_part = _like(c.x_dst, c.x_src), _like(c.edge_attr, c.x_src), torch.empty(nd, h * ch, **f32)
+        d_score_src = d_score_dst = d_score_edge = c.x_src.new_empty(0)
+    else:
+        d_x_dst, d_edge, d_w_part = c.x_src.new_empty(0), c.x_src.new_empty(0), None
+        d_score_src = _like(c.score_src, c.x_src)
+        d_score_dst = _like(c.score_dst, c.x_src)
+        d_score_edge = _like(c.score_edge, c.x_src)
+    k = _kernels()
+    k.launch_backward_dst(
+        c.offsets, c.indices, c.map_csc_to_coo, c.row_order, c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
+        c.score_src, c.score_dst, c.score_edge, c.dropout_mask, lse, dout,
+        None if grad_attention is None else grad_attention.float().contiguous(), alpha_buf, ds_buf,
+        d_x_dst if c.v2 else None, d_edge if c.v2 and c.edge_attr is not None else None, d_w_part,
+        None if c.v2 else d_score_dst, None if c.v2 or c.score_edge is None else d_score_edge,
+        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
+    k.launch_backward_src(
+        c.rev_offsets, c.rev_to_csc, c.dst_index, c.map_csc_to_coo, c.src_order, c.x_src, c.x_dst, c.edge_attr,
+        c.attn_weights, dout, alpha_buf, ds_buf, d_x_src, None if c.v2 else d_score_src,
+        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
+    if c.v2 and c.attn_weights is not None and d_w_part is not None:
+        d_w = d_w_part.sum(0).to(c.attn_weights.dtype)  # per-row partials, reduced in a fixed order
+    else:
+        d_w = c.x_src.new_empty(0)
+    return d_x_src, d_x_dst, d_edge, d_w, d_score_src, d_score_dst, d_score_edge
+
+
+def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
+    c = TritonCall(*args)
+    empty = c.x_src.new_empty(0)
+    if c.v2:
+        return (_like(c.x_src, empty), _like(c.x_dst, empty), _like(c.edge_attr, empty), _like(c.attn_weights, empty),
+                empty.new_empty(0), empty.new_empty(0), empty.new_empty(0))
+    return (_like(c.x_src, empty), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0),
+            _like(c.score_src, empty), _like(c.score_dst, empty), _like(c.score_edge, empty))
+
+
+for _key in ("CPU", "CUDA"):
+    _lib.impl("triton_gat_fwd", _fwd_impl, _key)
+    _lib.impl("triton_gat_bwd", _bwd_impl, _key)
+torch.library.register_fake("cudnn_gnn::triton_gat_fwd", _fwd_fake, lib=_lib)
+torch.library.register_fake("cudnn_gnn::triton_gat_bwd", _bwd_fake, lib=_lib)
+
+
+# ---------------------------------------------------------------------------------------------------- autograd
+def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
+    _, lse, att = output
+    c = TritonCall(*inputs[:_N_CALL])
+    blank: dict[str, Any] = dict.fromkeys(_TENSOR_NAMES)
+    ctx.call = c._replace(**blank)  # the non-tensor fields; tensors are saved below
+    ctx.return_attention = bool(inputs[_N_CALL])
+    ctx.save_for_backward(*(getattr(c, name) for name in _TENSOR_NAMES), lse)
+    ctx.mark_non_differentiable(lse)
+    if not ctx.return_attention:
+        ctx.mark_non_differentiable(att)
+
+
+def _backward(ctx, grad_out, _grad_lse, grad_att):  # type: ignore[no-untyped-def]
+    *tensors, lse = ctx.saved_tensors
+    c: TritonCall = ctx.call._replace(**dict(zip(_TENSOR_NAMES, tensors)))
+    nd, _, h, ch = _sizes(c)
+    if grad_out is None:
+        grad_out = c.x_src.new_zeros(nd, h * ch if c.concat else ch)
+    if not ctx.return_attention:
+        grad_att = None
+    grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, *c)
+    result: list[Tensor | None] = [None] * (_N_CALL + 1)
+    for name, g in zip(_INPUT_NAMES, grads):
+        if getattr(c, name) is not None:
+            result[TritonCall._fields.index(name)] = g
+    return tuple(result)
+
+
+torch.library.register_autograd("cudnn_gnn::triton_gat_fwd", _backward, setup_context=_setup_context, lib=_lib)
+
+
+# ---------------------------------------------------------------------------------------------------- entry
+def _heaviest_first(offsets: Tensor) -> Tensor:
+    """Row ids sorted by decreasing degree (ties in id order), in the offsets' dtype: launching hubs first keeps
+    one long row from becoming the kernel's tail."""
+    return torch.argsort(offsets.diff(), descending=True, stable=True).to(offsets.dtype)
+
+
+def _node_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
+    """``[N, H]`` float32 ``sum_c x[n, h, c] * a[h, c]``."""
+    width = x.shape[1] // heads
+    return (x.float().reshape(x.shape[0], heads, width) * a.float().view(heads, width)).sum(-1)
+
+
+def build_call(
+    graph: CscGraph,
+    x_src: Tensor,
+    x_dst: Tensor,
+    attn_weights: Tensor,
+    edge_attr: Tensor | None,
+    dropout_mask: Tensor | None,
+    *,
+    v2: bool,
+    heads: int,
+    concat: bool,
+    activation_name: str,
+    activation_alpha: float,
+    return_attention: bool,
+    needs_grad: bool,
+) -> TritonCall:
+    """The op's arguments for :func:`mha_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
+    per-graph orders taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``."""
+    g = graph
+    row_order = g.derived(("triton", "row_order"), lambda: _heaviest_first(g.offsets))
+    rev_offsets = rev_to_csc = dst_index = src_order = None
+    if needs_grad:
+        rev_offsets, rev_to_csc = g.reverse_csc()
+        dst_index = g.dst_index
+        src_order = g.derived(("triton", "src_order"), lambda: _heaviest_first(g.reverse_csc()[0]))
+    needs_map = edge_attr is not None or dropout_mask is not None or return_attention
+    edge_map = g.map_csc_to_coo if needs_map else None
+    d = x_src.shape[1]
+    if v2:
+        inputs: dict[str, Any] = dict(
+            x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
+            edge_attr=None if edge_attr is None else edge_attr.contiguous(), attn_weights=attn_weights.contiguous(),
+            score_src=None, score_dst=None, score_edge=None)
+    else:
+        score_edge = None
+        if edge_attr is not None:
+            score_edge = _node_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
+        inputs = dict(
+            x_src=x_src.contiguous(), x_dst=None, edge_attr=None, attn_weights=None,
+            score_src=_node_scores(x_src, attn_weights[:d], heads).contiguous(),
+            score_dst=_node_scores(x_dst, attn_weights[d:2 * d], heads).contiguous(), score_edge=score_edge)
+    return TritonCall(
+        offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map, row_order=row_order,
+        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, src_order=src_order,
+        num_src_nodes=g.num_src_nodes, **inputs,
+        dropout_mask=None if dropout_mask is None else dropout_mask.float(),
+        v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha))
+
+
+def mha_gat(
+    graph: CscGraph,
+    x_src: Tensor,
+    x_dst: Tensor,
+    attn_weights: Tensor,
+    edge_attr: Tensor | None,
+    dropout_mask: Tensor | None,
+    *,
+    v2: bool,
+    heads: int,
+    concat: bool,
+    activation_name: str,
+    activation_alpha: float,
+    return_attention: bool,
+) -> tuple[Tensor, Tensor | None]:
+    """GAT / GATv2 attention on the Triton kernels; the contract of :func:`cudnn_gnn.backends.reference.mha_gat`.
+
+    Args:
+        graph: destination-major CSC graph, int32 or int64 indices, on the features' device.
+        x_src: ``[Ns, H*C]`` float32 / float16 / bfloat16 projected source features; ``x_dst``: ``[Nd, H*C]``
+            (may be a view of ``x_src``'s first rows).
+        attn_weights: GAT ``[2*H*C + De]`` = ``att_src | att_dst | att_edge``; GATv2 ``[H*C]``.
+        edge_attr: ``[E, De]`` (GAT, ``De % H == 0``) or ``[E, H*C]`` (GATv2), COO order, or None.
+        dropout_mask: ``[E, H]`` float32 multiplicative factors in COO order (any strides), or None.
+        v2, heads, concat, activation_name, activation_alpha: as in the reference backend.
+        return_attention: also return the ``[E, H]`` float32 post-softmax, post-dropout coefficients (COO order);
+            without it they are never materialised.
+
+    Returns:
+        ``(out, attention or None)``: ``out`` ``[Nd, H*C]`` (concat) or ``[Nd, C]`` in the input dtype.
+        Everything is differentiable in ``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``.
+
+    Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores), two backward; float32
+    accumulation; bitwise repeatable (no atomics). Per graph, built once and cached on it: the degree-sorted row
+    orders, and for the backward the reverse CSC (one sort of the sources). No host sync per call.
+
+    Raises:
+        NotImplementedError: float64 inputs (use the reference backend).
+        RuntimeError: the kernels cannot run on this device (see :func:`unavailable_reason`).
+    """
+    if x_src.dtype == torch.float64:
+        raise NotImplementedError("x_src must be float32, float16 or bfloat16 for the triton backend, got float64")
+    if not torch.compiler.is_compiling():
+        _check_runnable(x_src.device)
+    tensors = (x_src, x_dst, attn_weights, edge_attr)
+    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    call = build_call(graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
+                      activation_name=activation_name, activation_alpha=activation_alpha,
+                      return_attention=return_attention, needs_grad=needs_grad)
+    out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*call, return_attention)
+    return out, (att if return_attention else None)

@@ -1,0 +1,155 @@
+"""The Triton backend's compiled kernels against the reference backend on a GPU, at realistic sizes.
+
+Outputs, returned attention and every gradient (a gradient through the returned attention included), GAT and
+GATv2, float32 and bfloat16, int32 and int64 indices, on a power-law graph with a hub; bitwise repeats of outputs
+and gradients; head widths that are not powers of two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``.
+The reference runs in float64; low precision is judged against the error of the same-precision reference path.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+if os.environ.get("TRITON_INTERPRET") == "1":
+    pytest.skip("TRITON_INTERPRET=1 runs the kernels on the interpreter; this suite is for the compiled kernels",
+                allow_module_level=True)
+pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
+
+from cudnn_gnn import CscGraph  # noqa: E402
+from cudnn_gnn.backends import reference  # noqa: E402
+from cudnn_gnn.backends import triton as tb  # noqa: E402
+
+DEV = torch.device("cuda")
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.detach().double(), b.detach().double()
+    assert not torch.isnan(a).any(), "NaN: an element was left unwritten"
+    return float((a - b).norm() / b.norm().clamp_min(1e-12))
+
+
+def _power_law_graph(n: int, e: int, seed: int, index_dtype: torch.dtype) -> CscGraph:
+    """Power-law destinations (node 0 a hub with thousands of edges), uniform sources, shuffled edge order."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.arange(1, n + 1, dtype=torch.float64).pow(-1.1)
+    dst = torch.multinomial(w, e, replacement=True, generator=g)
+    src = torch.randint(0, n, (e,), generator=g)
+    ei = torch.stack([src, dst])[:, torch.randperm(e, generator=g)]
+    return CscGraph.from_edge_index(ei.to(DEV), num_nodes=n, index_dtype=index_dtype)
+
+
+def _inputs(v2: bool, graph: CscGraph, heads: int, c: int, *, edge: bool, mask: bool, seed: int = 0):
+    gen = torch.Generator(device=DEV).manual_seed(seed)
+    n, e, d = graph.num_src_nodes, graph.num_edges, heads * c
+    de = d if v2 else 2 * heads
+    xs = torch.randn(n, d, device=DEV, generator=gen)
+    w = torch.randn(d if v2 else 2 * d + (de if edge else 0), device=DEV, generator=gen) * 0.3
+    ea = torch.randn(e, de, device=DEV, generator=gen) if edge else None
+    m = ((torch.rand(heads, e, device=DEV, generator=gen) > 0.2).float() * 1.25).t() if mask else None
+    return xs, w, ea, m
+
+
+def _run(backend: str, graph, xs, w, ea, m, dtype, *, v2, heads, concat, act="leaky_relu", alpha=0.2):
+    leaves = [t.detach().to(dtype).requires_grad_() for t in (xs, w)]
+    e_leaf = None if ea is None else ea.detach().to(dtype).requires_grad_()
+    x = leaves[0]
+    kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha)
+    if backend == "triton":
+        out, att = tb.mha_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, return_attention=True, **kw)
+    else:
+        out, att = reference.mha_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, **kw)
+    gen = torch.Generator(device=DEV).manual_seed(0)
+    go = torch.randn(out.shape, device=DEV, generator=gen)
+    ga = torch.randn(att.shape, device=DEV, generator=gen)
+    ((out.float() * go).sum() + (att.float() * ga).sum()).backward()
+    grads = [t.grad for t in leaves] + ([] if e_leaf is None else [e_leaf.grad])
+    return out, att, grads
+
+
+CASES = [
+    # op, dtype, index dtype, edge features, mask, concat, activation
+    ("gat", torch.float32, torch.int32, True, True, True, "leaky_relu"),
+    ("gat", torch.float32, torch.int64, False, False, False, "elu"),
+    ("gat", torch.bfloat16, torch.int32, True, False, True, "leaky_relu"),
+    ("gatv2", torch.float32, torch.int32, True, True, True, "leaky_relu"),
+    ("gatv2", torch.float32, torch.int64, False, True, False, "tanh"),
+    ("gatv2", torch.bfloat16, torch.int32, True, False, True, "leaky_relu"),
+]
+
+
+@pytest.mark.parametrize("op, dtype, index_dtype, edge, mask, concat, act", CASES,
+                         ids=[f"{c[0]}-{str(c[1])[6:]}-{str(c[2])[6:]}-{'edge' if c[3] else 'noedge'}-"
+                              f"{'mask' if c[4] else 'nomask'}-{'concat' if c[5] else 'mean'}-{c[6]}" for c in CASES])
+def test_triton_matches_reference(op, dtype, index_dtype, edge, mask, concat, act):
+    v2 = op == "gatv2"
+    heads, c = 8, 32
+    graph = _power_law_graph(20_000, 200_000, seed=1, index_dtype=index_dtype)
+    xs, w, ea, m = _inputs(v2, graph, heads, c, edge=edge, mask=mask)
+    kw = dict(v2=v2, heads=heads, concat=concat, act=act)
+    ref = _run("reference", graph, xs.double(), w.double(), None if ea is None else ea.double(), m, torch.float64,
+               **kw)
+    got = _run("triton", graph, xs, w, ea, m, dtype, **kw)
+    same = None if dtype == torch.float32 else _run("reference", graph, xs, w, ea, m, dtype, **kw)
+    assert got[0].dtype == dtype and got[1].dtype == torch.float32
+    names = ["output", "attention"] + [f"grad {n}" for n in ("x", "attn_weights", "edge_attr")]
+    for k, (name, a, b) in enumerate(zip(names, [got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]])):
+        bound = TOL[dtype] * (1 if k < 2 else 3)
+        if same is not None:
+            lp = [same[0], same[1], *same[2]][k]
+            bound = max(bound, 3 * _rel(lp, b))
+        assert _rel(a, b) < bound, f"{name}: {_rel(a, b):.2e} >= {bound:.2e}"
+    # a second call gives bitwise the same output, attention and gradients (no atomics anywhere)
+    again = _run("triton", graph, xs, w, ea, m, dtype, **kw)
+    for a, b in zip([got[0], got[1], *got[2]], [again[0], again[1], *again[2]]):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("heads, c", [(3, 250), (2, 375)])
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
+def test_wide_heads(op, heads, c):
+    """Widths that are not powers of two (padded tiles of 256 and 512 channels)."""
+    v2 = op == "gatv2"
+    graph = _power_law_graph(3000, 30_000, seed=2, index_dtype=torch.int32)
+    xs, w, ea, m = _inputs(v2, graph, heads, c, edge=True, mask=True)
+    ref = _run("reference", graph, xs.double(), w.double(), ea.double(), m, torch.float64, v2=v2, heads=heads,
+               concat=True)
+    got = _run("triton", graph, xs, w, ea, m, torch.float32, v2=v2, heads=heads, concat=True)
+    for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+        assert _rel(a, b) < 3e-4
+
+
+def test_compile_fullgraph():
+    graph = _power_law_graph(2000, 20_000, seed=3, index_dtype=torch.int32)
+    xs, w, ea, _ = _inputs(True, graph, 4, 16, edge=True, mask=False)
+    x = xs.requires_grad_()
+
+    def f(x, w, ea):
+        out, att = tb.mha_gat(graph, x, x, w, ea, None, v2=True, heads=4, concat=True, activation_name="leaky_relu",
+                              activation_alpha=0.2, return_attention=True)
+        return out.square().sum() + att.square().sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, fullgraph=True)
+    grad = torch.autograd.grad(compiled(x, w, ea), x)[0]
+    eager = torch.autograd.grad(f(x, w, ea), x)[0]
+    assert _rel(grad, eager) < 1e-5
+
+
+def test_empty_graph_and_no_destinations():
+    for n_dst in (5, 0):
+        graph = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), size=(4, n_dst))
+        x = torch.randn(4, 8, device=DEV, requires_grad=True)
+        w = torch.randn(8, device=DEV, requires_grad=True)
+        out, att = tb.mha_gat(graph, x, x[:n_dst], w, None, None, v2=True, heads=2, concat=True,
+                              activation_name="relu", activation_alpha=0.0, return_attention=True)
+        assert torch.equal(out, torch.zeros(n_dst, 8, device=DEV)) and att.shape == (0, 2)
+        (gx,) = torch.autograd.grad(out.sum(), x)
+        assert torch.equal(gx, torch.zeros_like(gx))

@@ -1,0 +1,216 @@
+"""The Triton backend's kernels against the reference backend, on CPU under Triton's interpreter.
+
+Outputs, returned attention and every gradient (x_src, x_dst, attn_weights, edge_attr, with a gradient flowing
+through the returned attention too), GAT and GATv2, over the graph catalogue, all activations, dropout masks,
+concat and mean, float32 and bfloat16, int32 and int64 indices; plus a bitwise repeat, ``torch.library.opcheck``
+and ``torch.compile(fullgraph=True)``. The interpreter runs every program in Python, so every case is tiny.
+
+Triton decides between compiling and interpreting when it decorates the kernels, so ``TRITON_INTERPRET=1`` is set
+here before the backend's first call. On a machine with CUDA the kernels are left compiled for the GPU suite
+(``tests/gpu/test_triton_gpu.py``) and this file skips, unless ``TRITON_INTERPRET=1`` was set from the start.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
+
+if not torch.cuda.is_available() and "cudnn_gnn.backends._triton_kernels" not in sys.modules:
+    os.environ["TRITON_INTERPRET"] = "1"
+if os.environ.get("TRITON_INTERPRET") != "1":
+    pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: tests/gpu/test_triton_gpu.py runs the compiled "
+                "kernels; set TRITON_INTERPRET=1 to run this file on the interpreter", allow_module_level=True)
+
+from cudnn_gnn import CscGraph  # noqa: E402
+from cudnn_gnn.backends import reference  # noqa: E402
+from cudnn_gnn.backends import triton as tb  # noqa: E402
+
+from ..conftest import GRAPHS  # noqa: E402
+
+TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
+
+
+def _inputs(v2: bool, ns: int, nd: int, e: int, heads: int, c: int, *, edge: bool, mask: bool, bipartite: bool,
+            dtype: torch.dtype = torch.float32, seed: int = 0):
+    """Leaf tensors (x_src, x_dst, attn_weights, edge_attr, dropout_mask); x_dst is a view of x_src's first rows
+    unless ``bipartite``, and the mask a transposed [H, E] buffer, as make_dropout_mask lays it out."""
+    g = torch.Generator().manual_seed(seed)
+    d = heads * c
+    de = d if v2 else 2 * heads
+    xs = torch.randn(ns, d, generator=g).to(dtype).requires_grad_()
+    xd = torch.randn(nd, d, generator=g).to(dtype).requires_grad_() if bipartite else None
+    w = torch.randn(d if v2 else 2 * d + (de if edge else 0), generator=g).to(dtype).requires_grad_()
+    ea = torch.randn(e, de, generator=g).to(dtype).requires_grad_() if edge else None
+    m = ((torch.rand(heads, e, generator=g) > 0.3).float() * 1.5).t() if mask else None
+    return xs, xd, w, ea, m
+
+
+def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1):
+    """Forward, then the gradients of ``<out, g_out> + <attention, g_att>`` w.r.t. every input given."""
+    x_dst = xs[: graph.num_dst_nodes] if xd is None else xd
+    kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha)
+    if backend == "triton":
+        out, att = tb.mha_gat(graph, xs, x_dst, w, ea, m, return_attention=True, **kw)
+    else:
+        out, att = reference.mha_gat(graph, xs, x_dst, w, ea, m, **kw)
+    gen = torch.Generator().manual_seed(seed)
+    g_out = torch.randn(out.shape, generator=gen).to(out.dtype)
+    g_att = torch.randn(att.shape, generator=gen)
+    leaves = [t for t in (xs, xd, w, ea) if t is not None]
+    loss = (out.float() * g_out.float()).sum() + (att * g_att).sum()
+    grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True) if leaves else ()
+    return out, att, grads
+
+
+def _compare(graph, xs, xd, w, ea, m, **kw):
+    out, att, grads = _run("triton", graph, xs, xd, w, ea, m, **kw)
+    r_out, r_att, r_grads = _run("reference", graph, xs, xd, w, ea, m, **kw)
+    tol = TOL[xs.dtype]
+    assert out.dtype == xs.dtype and att.dtype == torch.float32
+    torch.testing.assert_close(out, r_out, **tol)
+    torch.testing.assert_close(att, r_att, **tol)
+    names = [n for n, t in zip(("x_src", "x_dst", "attn_weights", "edge_attr"), (xs, xd, w, ea)) if t is not None]
+    for name, a, b in zip(names, grads, r_grads):
+        assert a.dtype == b.dtype, name
+        torch.testing.assert_close(a, b, **tol, msg=lambda s, name=name: f"grad of {name}: {s}")
+    return out, att, grads
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_catalogue_matches_reference(name, v2):
+    """Every catalogue graph, with edge features and a dropout mask; GAT in int32 and mean over heads, GATv2 in
+    int64 and concatenated."""
+    ei, ns, nd = GRAPHS[name]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd), index_dtype=torch.int64 if v2 else torch.int32)
+    heads = 2
+    xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], heads, 3, edge=True, mask=True, bipartite=ns != nd)
+    out, att, _ = _compare(graph, xs, xd, w, ea, m, v2=v2, heads=heads, concat=v2)
+    if graph.num_edges:  # zero in-degree destinations: zero rows
+        empty = graph.offsets.diff() == 0
+        assert torch.equal(out[empty], torch.zeros_like(out[empty]))
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.parametrize("act", reference.ACTIVATIONS)
+def test_every_activation(act, v2):
+    """All seven activations, forward and backward, on a shuffled graph with a duplicate edge and a self-loop;
+    without edge features or mask, alternating concat and mean."""
+    ei = torch.tensor([[0, 1, 2, 3, 4, 1, 2, 0, 0, 3], [1, 0, 0, 2, 2, 2, 3, 3, 3, 3]])
+    graph = CscGraph.from_edge_index(ei[:, torch.randperm(10, generator=torch.Generator().manual_seed(3))],
+                                     num_nodes=5)
+    xs, xd, w, ea, m = _inputs(v2, 5, 5, 10, 2, 3, edge=False, mask=False, bipartite=False, seed=4)
+    alpha = 0.3 if act in ("leaky_relu", "scalar") else 0.0
+    _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=act in ("linear", "sigmoid", "elu", "scalar"),
+             act=act, alpha=alpha)
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_bfloat16_against_the_reference_on_the_same_inputs(v2):
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False,
+                               dtype=torch.bfloat16)
+    _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_head_width_not_a_power_of_two_one_head_and_long_rows(v2):
+    """C = 5 pads to a tile of 8; a row of 40 edges spans several edge blocks of the online softmax."""
+    src = torch.arange(40) % 7
+    ei = torch.cat([torch.stack([src, torch.zeros(40, dtype=torch.long)]), torch.tensor([[1, 2], [3, 3]])], 1)
+    graph = CscGraph.from_edge_index(ei, num_nodes=7)
+    xs, xd, w, ea, m = _inputs(v2, 7, 7, ei.shape[1], 1, 5, edge=True, mask=False, bipartite=False, seed=5)
+    _compare(graph, xs, xd, w, ea, m, v2=v2, heads=1, concat=False)
+
+
+def test_backward_is_bitwise_repeatable():
+    ei, ns, nd = GRAPHS["unsorted_coo"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    for v2 in (False, True):
+        xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 3, edge=True, mask=True, bipartite=False)
+        first = _run("triton", graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
+        second = _run("triton", graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
+        assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+        assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
+
+
+def test_gradient_through_attention_only_and_no_attention_materialised():
+    ei, ns, nd = GRAPHS["multi_edges"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, _, w, ea, _ = _inputs(True, ns, nd, ei.shape[1], 2, 2, edge=True, mask=False, bipartite=False)
+    kw = dict(v2=True, heads=2, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
+    _, att = tb.mha_gat(graph, xs, xs, w, ea, None, return_attention=True, **kw)
+    _, r_att = reference.mha_gat(graph, xs, xs, w, ea, None, **kw)
+    grads = torch.autograd.grad(att[:, 0].sum() + 2 * att[:, 1].pow(2).sum(), (xs, w, ea))
+    r_grads = torch.autograd.grad(r_att[:, 0].sum() + 2 * r_att[:, 1].pow(2).sum(), (xs, w, ea))
+    for a, b in zip(grads, r_grads):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+    with torch.no_grad():
+        out, none = tb.mha_gat(graph, xs, xs, w, ea, None, return_attention=False, **kw)
+    assert none is None and out.shape == (nd, 4)
+
+
+def test_per_graph_structures_are_cached_on_the_graph():
+    ei, ns, _ = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, _, w, _, _ = _inputs(False, ns, ns, ei.shape[1], 1, 2, edge=False, mask=False, bipartite=False)
+    with torch.no_grad():
+        tb.mha_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
+                   activation_alpha=0.0, return_attention=False)
+    order = graph.derived_if_built(("triton", "row_order"))
+    assert order is not None and graph.derived_if_built(("triton", "src_order")) is None  # no backward asked
+    degrees = graph.offsets.diff()[order.long()]
+    assert bool((degrees[:-1] >= degrees[1:]).all())
+
+
+def _op_args(v2: bool, return_attention: bool) -> tuple:
+    ei, ns, nd = GRAPHS["bipartite"]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
+    xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 2, edge=True, mask=True, bipartite=True)
+    call = tb.build_call(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=not v2, activation_name="elu",
+                         activation_alpha=1.0, return_attention=return_attention, needs_grad=True)
+    leaf = {name: getattr(call, name) for name in ("score_src", "score_dst", "score_edge") if getattr(call, name) is not None}
+    call = call._replace(**{k: v.detach().requires_grad_() for k, v in leaf.items()})
+    return (*call, return_attention)
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_opcheck(v2):
+    torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, _op_args(v2, return_attention=v2))
+
+
+def test_compile_fullgraph_has_no_graph_break():
+    ei, ns, nd = GRAPHS["zero_in_degree"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, _, w, ea, _ = _inputs(False, ns, nd, ei.shape[1], 2, 2, edge=True, mask=False, bipartite=False)
+
+    def f(x, w, ea):
+        out, att = tb.mha_gat(graph, x, x, w, ea, None, v2=False, heads=2, concat=True, activation_name="leaky_relu",
+                              activation_alpha=0.2, return_attention=True)
+        return out.sum() + att.pow(2).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    loss = compiled(xs, w, ea)
+    grads = torch.autograd.grad(loss, (xs, w, ea))
+    r_grads = torch.autograd.grad(f(xs, w, ea), (xs, w, ea))
+    for a, b in zip(grads, r_grads):
+        assert torch.equal(a, b)
+
+
+def test_float64_is_refused_and_unavailable_reason(monkeypatch):
+    graph = CscGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2)
+    x = torch.randn(2, 2, dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match="float64"):
+        tb.mha_gat(graph, x, x, torch.randn(2, dtype=torch.float64), None, None, v2=True, heads=1, concat=True,
+                   activation_name="relu", activation_alpha=0.0, return_attention=False)
+    assert tb.unavailable_reason(torch.device("cpu")) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    reason = tb.unavailable_reason(torch.device("cpu"))
+    assert reason is not None and "CUDA" in reason and "TRITON_INTERPRET=1" in reason
