@@ -4,6 +4,7 @@ GAT / GATv2 (:func:`cudnn_gnn.gat`, :func:`cudnn_gnn.gatv2`), each behind :class
 
 * ``"cudnn"``: cuDNN's GNN kernels (:mod:`cudnn_gnn.backends.cudnn`, which calls the ``torch.library`` ops of
   :mod:`cudnn_gnn.backends._cudnn`); CUDA, cuDNN >= 9.28 and ``nvidia-cudnn-frontend`` >= 1.32.
+* ``"triton"``: our fused Triton kernels (:mod:`cudnn_gnn.backends.triton`); any CUDA GPU with Triton, no cuDNN.
 * ``"reference"``: plain differentiable PyTorch (:mod:`cudnn_gnn.backends.reference`); any device, the oracle.
 
 Global attention (:func:`cudnn_gnn.graph_attention`): ``"cudnn"`` (``cudnn.sdpa_torch``,
@@ -48,7 +49,7 @@ __all__ = [
 ]
 
 # The names a caller may pass as ``backend=``: the one vocabulary (layers, CLI and examples read these).
-GAT_BACKENDS = ("auto", "cudnn", "reference")
+GAT_BACKENDS = ("auto", "cudnn", "triton", "reference")
 ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "reference")
 
 
@@ -82,9 +83,11 @@ class GatBackend(Protocol):
 # The modules are light: each imports its kernel library (cudnn, triton) only when it first runs or probes.
 from cudnn_gnn.backends import cudnn as _cudnn_backend  # noqa: E402
 from cudnn_gnn.backends import reference as _reference_backend  # noqa: E402
+from cudnn_gnn.backends import triton as _triton_backend  # noqa: E402
 
 _GAT: dict[str, GatBackend] = {
     "cudnn": _cudnn_backend.BACKEND,
+    "triton": _triton_backend.BACKEND,
     "reference": _reference_backend.BACKEND,
 }
 assert set(_GAT) == set(GAT_BACKENDS) - {"auto"}, "every backend name has one implementation"

@@ -21,14 +21,17 @@ from __future__ import annotations
 import functools
 import os
 from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["TritonCall", "build_call", "mha_gat", "unavailable_reason"]
+if TYPE_CHECKING:
+    from cudnn_gnn.spec import AttentionSpec
+
+__all__ = ["TritonCall", "build_call", "mha_gat", "unavailable_reason", "BACKEND"]
 
 
 class TritonCall(NamedTuple):
@@ -368,3 +371,52 @@ def mha_gat(
                       return_attention=return_attention, needs_grad=needs_grad)
     out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*call, return_attention)
     return out, (att if return_attention else None)
+
+
+@torch.compiler.assume_constant_result
+def _runs_on_cuda() -> bool:
+    """Whether the kernels run on CUDA tensors here, read as a constant under ``torch.compile`` (the check imports
+    triton and queries the driver once, at trace time, instead of breaking the graph)."""
+    return _cuda_check()
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_check() -> bool:
+    return unavailable_reason(torch.device("cuda")) is None
+
+
+class TritonBackend:
+    """The Triton kernels behind the backend interface (:class:`cudnn_gnn.backends.GatBackend`)."""
+
+    name = "triton"
+    # rows are launched heaviest first and every head of a hub is its own program, so a hub costs one long
+    # program, not a slower kernel: no degree-bounded rewrite (docs/performance.md says what it costs)
+    splits_hubs = False
+
+    def unavailable(self, device: torch.device) -> tuple[str, str] | None:
+        if device.type == "cuda" and _runs_on_cuda():
+            return None
+        reason = unavailable_reason(device)
+        if reason is None:
+            return None
+        fix = "pip install triton" if "not importable" in reason else "use CUDA tensors, or backend='reference'"
+        return reason, fix
+
+    def unsupported(self, spec: AttentionSpec) -> str | None:
+        if spec.dtype == torch.float64:
+            return f"backend='triton' supports float32, float16 and bfloat16, got {spec.dtype}"
+        return None
+
+    def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> CscGraph:
+        return graph  # the kernels take int32 or int64 indices and compute every offset in int64
+
+    def failed_to_launch_before(self, spec: AttentionSpec, graph: CscGraph) -> bool:
+        return False
+
+    def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
+        return mha_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
+                       v2=spec.v2, heads=spec.heads, concat=spec.concat, activation_name=spec.activation,
+                       activation_alpha=spec.activation_alpha, return_attention=spec.return_attention)
+
+
+BACKEND = TritonBackend()

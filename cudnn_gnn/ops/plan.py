@@ -37,7 +37,7 @@ AUTO_SPLIT_DEGREE = 256
 
 # `backend="auto"` on CUDA: the first of these that runs here and supports the call (docs/performance.md says
 # which is faster where); CPU tensors and calls no GPU backend supports run the reference.
-AUTO_ORDER = ("cudnn",)
+AUTO_ORDER = ("cudnn", "triton")
 
 
 @dataclass(frozen=True, eq=False)

@@ -214,3 +214,68 @@ def test_float64_is_refused_and_unavailable_reason(monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     reason = tb.unavailable_reason(torch.device("cpu"))
     assert reason is not None and "CUDA" in reason and "TRITON_INTERPRET=1" in reason
+
+
+# ------------------------------------------------------------------------------ through the public call path
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_public_op_with_backend_triton_matches_the_reference(v2):
+    """``cudnn_gnn.gat/gatv2(..., backend="triton")``: spec -> plan -> the Triton backend, with edge features, a
+    drawn dropout mask (same RNG state), returned attention and every gradient equal to ``backend="reference"``."""
+    import cudnn_gnn
+
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
+    fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
+    results = []
+    for backend in ("triton", "reference"):
+        xs, _, w, ea, _ = _inputs(v2, ns, nd, ei.shape[1], 2, 3, edge=True, mask=False, bipartite=False)
+        torch.manual_seed(7)
+        out, att = fn(graph, xs, w, heads=2, edge_attr=ea, dropout=0.25, training=True, return_attention=True,
+                      backend=backend)
+        g = torch.Generator().manual_seed(3)
+        ((out * torch.randn(out.shape, generator=g)).sum() + (att * torch.randn(att.shape, generator=g)).sum()).backward()
+        results.append([out, att, xs.grad, w.grad, ea.grad])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+def test_gatconv_with_backend_triton_matches_the_reference_layer():
+    """The drop-in layer on the Triton backend: same state_dict, same output, PyG-order attention and gradients."""
+    from cudnn_gnn import GATConv
+
+    ei, n, _ = GRAPHS["self_loops"]()
+    x = torch.randn(n, 5, generator=torch.Generator().manual_seed(0))
+    results = []
+    for backend in ("triton", "reference"):
+        torch.manual_seed(0)
+        conv = GATConv(5, 3, heads=2, edge_dim=2, backend=backend)
+        xl = x.clone().requires_grad_()
+        out, (ei_out, att) = conv(xl, ei, torch.ones(ei.shape[1], 2), return_attention_weights=True)
+        (out.sum() + att.square().sum()).backward()
+        results.append([out, ei_out.float(), att, xl.grad, *[p.grad for p in conv.parameters()]])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+def test_a_shape_that_failed_to_launch_on_cudnn_is_planned_on_triton(monkeypatch):
+    """The planner's launch fallback: once cuDNN failed to launch a shape, later calls of it go to Triton where
+    Triton runs (here: the interpreter), not to cuDNN again."""
+    import cudnn_gnn
+    from cudnn_gnn.backends import gat_backend
+    from cudnn_gnn.ops import plan as plan_module
+    from cudnn_gnn.spec import attention_spec
+
+    cudnn = gat_backend("cudnn")
+    monkeypatch.setattr(plan_module, "choose_backend", lambda spec: cudnn)
+    monkeypatch.setattr(type(cudnn), "failed_to_launch_before", lambda self, spec, graph: True)
+    ei, n, _ = GRAPHS["multi_edges"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=n)
+    xs, _, w, _, _ = _inputs(False, n, n, ei.shape[1], 2, 4, edge=False, mask=False, bipartite=False)
+    spec = attention_spec(v2=False, graph=graph, x=xs, attn_weights=w, heads=2, edge_attr=None, concat=True,
+                          activation="leaky_relu", activation_alpha=None, dropout=0.0, training=False,
+                          dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
+                          backend="auto", max_degree="auto")
+    planned = plan_module.plan(spec)
+    assert planned.backend.name == "triton" and planned.fallback_from == "cudnn" and planned.split is None
+    torch.testing.assert_close(cudnn_gnn.ops.run.run(planned), cudnn_gnn.gat(graph, xs, w, heads=2,
+                                                                             backend="reference"))
