@@ -349,9 +349,10 @@ def mapped_neighbor_loader(colptr: Tensor, row: Tensor, *, node_attrs: dict[str,
     data = Data(edge_index=empty, num_nodes=n, **node_attrs)
     sampler = NeighborSampler(Data(edge_index=empty, num_nodes=n), num_neighbors=fanout)
     sampler.colptr, sampler.row, sampler.perm = colptr, row, None
+    kwargs.setdefault("persistent_workers", num_workers > 0)
     return NeighborLoader(data, num_neighbors=fanout, input_nodes=input_nodes, batch_size=batch_size,
-                          shuffle=shuffle, num_workers=num_workers, persistent_workers=num_workers > 0,
-                          pin_memory=pin_memory, neighbor_sampler=sampler, **kwargs)
+                          shuffle=shuffle, num_workers=num_workers, pin_memory=pin_memory, neighbor_sampler=sampler,
+                          **kwargs)
 
 
 # ---------------------------------------------------------------------------------------------- memory model
