@@ -20,9 +20,12 @@ linear function of ``h`` averaged with the mean ``h`` of its in-neighbours (over
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -31,7 +34,8 @@ from torch_geometric.data import Data
 from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
 from cudnn_gnn.datasets.ogb_node import add_inverse_edges
 
-__all__ = ["synthetic_ogbn", "degree_stats", "SYNTHETIC_DEGREE_MODEL", "MEMORY_WARN_BYTES"]
+__all__ = ["synthetic_ogbn", "synthetic_ogbn_mmap", "load_mapped", "MappedGraph", "degree_stats", "SYNTHETIC_DEGREE_MODEL",
+           "MEMORY_WARN_BYTES"]
 
 #: A warning is issued when the estimated size of the generated tensors exceeds this many bytes.
 MEMORY_WARN_BYTES = 16 * 2**30
@@ -92,8 +96,9 @@ class _PowerLawSampler:
         self.gen = gen
         self.perm = torch.randperm(n, generator=gen, device=gen.device)
 
-    def sample(self, count: int) -> torch.Tensor:
-        u = torch.rand(count, generator=self.gen, device=self.gen.device, dtype=torch.float64)
+    def sample(self, count: int, gen: torch.Generator | None = None) -> torch.Tensor:
+        gen = self.gen if gen is None else gen
+        u = torch.rand(count, generator=gen, device=gen.device, dtype=torch.float64)
         r = (self.g0 + u * (self.gn - self.g0)).pow_(1.0 / (1.0 - self.a)).sub_(self.r0)
         ranks = r.floor_().clamp_(0, self.n - 1).to(torch.int64)
         return self.perm[ranks]
@@ -144,6 +149,46 @@ def _mean_in(h: torch.Tensor, edge_index: torch.Tensor, n: int) -> torch.Tensor:
         acc.index_add_(0, chunk[1], h[chunk[0]])
     count = torch.bincount(edge_index[1], minlength=n).to(h.dtype).unsqueeze(1)
     return acc / count.clamp(min=1.0)
+
+
+def _edge_laws(meta: OgbnMeta, n: int, raw_edges: int, scale: float,
+               gen: torch.Generator) -> tuple[_PowerLawSampler, _PowerLawSampler]:
+    """The (source, destination) degree laws of a preset; one shared law for undirected graphs."""
+    model = SYNTHETIC_DEGREE_MODEL[meta.name]
+    undirected = meta.add_inverse_edge
+    # Undirected: both endpoints from one law; each node's degree counts both ends of its edges.
+    draws_in = 2 * raw_edges if undirected else raw_edges
+    # The largest degree of a power law grows like N ** (1 / (gamma - 1)); shrink the target with the graph.
+    max_in = model.max_in * scale ** (1.0 / (model.gamma_in - 1.0))
+    max_out = model.max_out * scale ** (1.0 / (model.gamma_out - 1.0))
+    dst_law = _PowerLawSampler(n, model.gamma_in, draws_in, max_in, gen)
+    src_law = dst_law if undirected else _PowerLawSampler(n, model.gamma_out, raw_edges, max_out, gen)
+    return src_law, dst_law
+
+
+def _labels_and_split(meta: OgbnMeta, h: torch.Tensor, sample: torch.Tensor, sizes: tuple[int, int, int],
+                      gen: torch.Generator) -> tuple[torch.Tensor, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Labels from the hidden vectors smoothed over the in-neighbours of ``sample`` edges, and a random split;
+    papers100M's labels are float with NaN off the split, as in OGB."""
+    n, device = h.size(0), h.device
+    n_train, n_valid, n_test = sizes
+    smooth = 0.5 * h + 0.5 * _mean_in(h, sample, n)
+    outputs = meta.num_tasks if meta.num_tasks > 1 else meta.num_classes
+    weight = torch.randn(_HIDDEN, outputs, generator=gen, device=device)
+    logits = smooth @ weight
+    if meta.num_tasks > 1:  # binary tasks (proteins)
+        y = (logits > 0).to(torch.int64)
+    else:
+        y = logits.argmax(dim=1, keepdim=True)
+
+    order = torch.randperm(n, generator=gen, device=device)
+    split = (order[:n_train], order[n_train : n_train + n_valid], order[n_train + n_valid : n_train + n_valid + n_test])
+    if meta.binary:  # papers100M: only split nodes are labelled, the rest are NaN as in OGB
+        labelled = torch.zeros(n, dtype=torch.bool, device=device)
+        labelled[order[: n_train + n_valid + n_test]] = True
+        nan = torch.full(y.shape, float("nan"), device=device)
+        y = torch.where(labelled.unsqueeze(1), y.to(torch.float32), nan)
+    return y, split
 
 
 def synthetic_ogbn(
@@ -197,7 +242,6 @@ def synthetic_ogbn(
     meta = ogbn_meta(name)
     _check_args(scale, seed, num_features)
     device = torch.device(device)
-    model = SYNTHETIC_DEGREE_MODEL[meta.name]
     n, raw_edges, (n_train, n_valid, n_test) = _sizes(meta, float(scale))
     width = (meta.num_features or meta.num_edge_features) if num_features is None else num_features
     needed = _estimate_bytes(meta, n, raw_edges, width)
@@ -212,13 +256,7 @@ def synthetic_ogbn(
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
     undirected = meta.add_inverse_edge
-    # Undirected: both endpoints from one law; each node's degree counts both ends of its edges.
-    draws_in = 2 * raw_edges if undirected else raw_edges
-    # The largest degree of a power law grows like N ** (1 / (gamma - 1)); shrink the target with the graph.
-    max_in = model.max_in * scale ** (1.0 / (model.gamma_in - 1.0))
-    max_out = model.max_out * scale ** (1.0 / (model.gamma_out - 1.0))
-    dst_law = _PowerLawSampler(n, model.gamma_in, draws_in, max_in, gen)
-    src_law = dst_law if undirected else _PowerLawSampler(n, model.gamma_out, raw_edges, max_out, gen)
+    src_law, dst_law = _edge_laws(meta, n, raw_edges, float(scale), gen)
     edge_index = torch.empty((2, raw_edges), dtype=torch.int64, device=device)
     for start in range(0, raw_edges, _CHUNK):
         count = min(_CHUNK, raw_edges - start)
@@ -249,24 +287,8 @@ def synthetic_ogbn(
     # Raw edges are i.i.d. draws, so a prefix is a uniform sample of them: smoothing over at most
     # _SMOOTH_EDGES of them keeps label generation O(min(E, 4M)) while labels still depend on neighbours.
     sample = edge_index[:, : _SMOOTH_EDGES * (2 if undirected else 1)]
-    smooth = 0.5 * h + 0.5 * _mean_in(h, sample, n)
-    outputs = meta.num_tasks if meta.num_tasks > 1 else meta.num_classes
-    weight = torch.randn(_HIDDEN, outputs, generator=gen, device=device)
-    logits = smooth @ weight
-    if meta.num_tasks > 1:  # binary tasks (proteins)
-        y = (logits > 0).to(torch.int64)
-    else:
-        y = logits.argmax(dim=1, keepdim=True)
-
-    order = torch.randperm(n, generator=gen, device=device)
-    data.train_idx = order[:n_train]
-    data.valid_idx = order[n_train : n_train + n_valid]
-    data.test_idx = order[n_train + n_valid : n_train + n_valid + n_test]
-    if meta.binary:  # papers100M: only split nodes are labelled, the rest are NaN as in OGB
-        labelled = torch.zeros(n, dtype=torch.bool, device=device)
-        labelled[order[: n_train + n_valid + n_test]] = True
-        nan = torch.full(y.shape, float("nan"), device=device)
-        y = torch.where(labelled.unsqueeze(1), y.to(torch.float32), nan)
+    y, (data.train_idx, data.valid_idx, data.test_idx) = _labels_and_split(meta, h, sample, (n_train, n_valid, n_test),
+                                                                            gen)
     data.y = y
     data.num_classes = meta.num_classes
     data.num_tasks = meta.num_tasks
@@ -331,3 +353,227 @@ def degree_stats(edge_index: torch.Tensor, num_nodes: int, *, xmin: int | None =
         "power_law_exponent": exponent,
         "xmin": float(xmin),
     }
+
+
+# ------------------------------------------------------------------------------------ memory-mapped layout
+
+_MMAP_FORMAT = 1
+_MMAP_DTYPES = {"float32": np.float32, "float16": np.float16}
+
+
+@dataclass(frozen=True)
+class MappedGraph:
+    """A node dataset laid out for sampled training on a large graph: every array a ``.npy`` file in ``root``,
+    memory-mapped read-only, so all processes of a host (DDP ranks, loader workers) share one copy in the page
+    cache. Writing to these tensors is an error (the pages are read-only); gather rows (``x[n_id]``) instead.
+
+    Attributes:
+        root: The folder holding ``manifest.json`` and the arrays.
+        name: The OGB preset.
+        num_nodes, num_edges: ``N`` and ``E`` (directed edges, after the inverse edges of undirected presets).
+        x: ``[N, F]`` float32 or float16 features.
+        y: ``[N, 1]``: int64 classes, or float32 with NaN off the split (papers100M, as in OGB).
+        colptr: ``[N + 1]`` int64 CSC offsets (the in-edges of node ``v`` are ``colptr[v]:colptr[v + 1]``).
+        row: ``[E]`` int64 sources of the edges in CSC order (destination-major).
+        train_idx, valid_idx, test_idx: int64 node ids.
+        num_classes: Classes of ``y``.
+        files: The ``.npy`` path of each array.
+    """
+
+    root: Path
+    name: str
+    num_nodes: int
+    num_edges: int
+    x: torch.Tensor
+    y: torch.Tensor
+    colptr: torch.Tensor
+    row: torch.Tensor
+    train_idx: torch.Tensor
+    valid_idx: torch.Tensor
+    test_idx: torch.Tensor
+    num_classes: int
+    files: dict[str, Path]
+
+    def edge_index(self) -> torch.Tensor:
+        """``[2, E]`` int64 COO in CSC order, materialised in memory (16 bytes per edge: small scales only)."""
+        dst = torch.repeat_interleave(torch.arange(self.num_nodes), self.colptr.diff())
+        return torch.stack([self.row.clone(), dst])
+
+
+def _chunk_generator(seed: int, tag: int, index: int) -> torch.Generator:
+    """An independent generator per (seed, stream, chunk): a chunk can be drawn again, alone, identically."""
+    state = np.random.SeedSequence([seed, tag, index]).generate_state(2, dtype=np.uint32)
+    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+
+
+def _raw_edge_chunk(src_law: _PowerLawSampler, dst_law: _PowerLawSampler, seed: int, index: int, start: int,
+                    count: int, undirected: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chunk ``index`` of the raw edges (``count`` draws from edge ``start``), with reverse edges if undirected."""
+    gen = _chunk_generator(seed, 1, index)
+    src, dst = src_law.sample(count, gen), dst_law.sample(count, gen)
+    dst = torch.where(src == dst, (dst + 1) % src_law.n, dst)
+    if undirected:
+        return torch.cat([src, dst]), torch.cat([dst, src])
+    return src, dst
+
+
+def _open_npy(path: Path, dtype: type | np.dtype, shape: tuple[int, ...]) -> np.memmap:
+    return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+
+
+def _write_mapped(meta: OgbnMeta, root: Path, scale: float, seed: int, width: int, feature_dtype: str,
+                  chunk: int) -> None:
+    """Generate into ``root`` in two passes over seeded edge chunks (degrees, then a counting sort into the
+    memory-mapped CSC): the edge list is never held in memory, not even once."""
+    n, raw_edges, sizes = _sizes(meta, scale)
+    undirected = meta.add_inverse_edge
+    num_edges = raw_edges * (2 if undirected else 1)
+    gen = torch.Generator().manual_seed(seed)
+    src_law, dst_law = _edge_laws(meta, n, raw_edges, scale, gen)
+    chunks = [(i, start, min(chunk, raw_edges - start)) for i, start in enumerate(range(0, raw_edges, chunk))]
+
+    deg = torch.zeros(n, dtype=torch.int64)
+    for i, start, count in chunks:  # pass 1: in-degrees
+        _, dst = _raw_edge_chunk(src_law, dst_law, seed, i, start, count, undirected)
+        deg.index_add_(0, dst, torch.ones_like(dst))
+    colptr_np = _open_npy(root / "colptr.npy", np.int64, (n + 1,))
+    colptr = torch.from_numpy(colptr_np)
+    colptr[0] = 0
+    torch.cumsum(deg, 0, out=colptr[1:])
+    del deg
+
+    row_np = _open_npy(root / "row.npy", np.int64, (num_edges,))
+    row = torch.from_numpy(row_np)
+    cursor = colptr[:-1].clone()
+    sample: torch.Tensor | None = None
+    for i, start, count in chunks:  # pass 2: each edge to its slot; within a destination in draw order
+        src, dst = _raw_edge_chunk(src_law, dst_law, seed, i, start, count, undirected)
+        if sample is None:  # a uniform sample of the edges (i.i.d. draws) for the label smoothing
+            sample = torch.stack([src, dst])[:, : _SMOOTH_EDGES * (2 if undirected else 1)]
+        dst, order = torch.sort(dst, stable=True)
+        first = torch.ones_like(dst, dtype=torch.bool)
+        first[1:] = dst[1:] != dst[:-1]
+        starts = first.nonzero().view(-1)
+        group = torch.cumsum(first, 0) - 1
+        slot = cursor[dst] + torch.arange(dst.numel()) - starts[group]
+        row[slot] = src[order]
+        cursor.index_add_(0, dst, torch.ones_like(dst))
+    row_np.flush()
+    colptr_np.flush()
+    del row, row_np, cursor
+
+    h = torch.randn(n, _HIDDEN, generator=gen)
+    if width:
+        x_np = _open_npy(root / "x.npy", _MMAP_DTYPES[feature_dtype], (n, width))
+        x = torch.from_numpy(x_np)
+        mix = torch.randn(_HIDDEN, width, generator=gen) / math.sqrt(_HIDDEN)
+        for i, start in enumerate(range(0, n, chunk // max(width, 1) or 1)):
+            stop = min(n, start + (chunk // max(width, 1) or 1))
+            noise = torch.randn(stop - start, width, generator=_chunk_generator(seed, 2, i))
+            x[start:stop] = h[start:stop] @ mix + 0.5 * noise
+        x_np.flush()
+        del x, x_np
+    assert sample is not None  # raw_edges >= 1
+    y, split = _labels_and_split(meta, h, sample, sizes, gen)
+    np.save(root / "y.npy", y.numpy())
+    for part, idx in zip(("train_idx", "valid_idx", "test_idx"), split):
+        np.save(root / f"{part}.npy", idx.numpy())
+
+
+def _manifest(meta: OgbnMeta, scale: float, seed: int, width: int, feature_dtype: str) -> dict:
+    n, raw_edges, _ = _sizes(meta, scale)
+    return {"format": _MMAP_FORMAT, "name": meta.name, "scale": scale, "seed": seed, "num_features": width,
+            "feature_dtype": feature_dtype, "num_nodes": n,
+            "num_edges": raw_edges * (2 if meta.add_inverse_edge else 1), "num_classes": meta.num_classes}
+
+
+def _map(path: Path) -> torch.Tensor:
+    array = np.load(path, mmap_mode="r")
+    with warnings.catch_warnings():  # read-only pages: torch warns that writes would be undefined; we never write
+        warnings.filterwarnings("ignore", message=".*not writable.*")
+        return torch.from_numpy(array)
+
+
+def synthetic_ogbn_mmap(
+    name: str,
+    root: str | os.PathLike[str],
+    *,
+    scale: float = 1.0,
+    seed: int = 0,
+    num_features: int | None = None,
+    feature_dtype: str = "float32",
+    chunk_edges: int = _CHUNK,
+) -> MappedGraph:
+    """Generate (once) and memory-map a synthetic OGB-shaped node dataset laid out for sampled training.
+
+    The graph has the same degree model and sizes as :func:`synthetic_ogbn` (ogbn-papers100M at ``scale=1``:
+    111,059,956 nodes, 1,615,685,872 directed edges, 128 float features, 172 classes), but is written to
+    ``root`` as ``.npy`` files and never held in memory: edges are drawn in seeded chunks twice (in-degrees,
+    then a counting sort of every chunk into the memory-mapped CSC ``row``), so peak memory is ``O(N)`` plus
+    one chunk (about ``8 N`` bytes for the degrees and cursors, ``64 N`` for the hidden vectors, not the edge
+    list). Files: ``colptr`` ``[N + 1]`` and ``row`` ``[E]`` int64 (the samplers' type), ``x`` ``[N, F]``, ``y``,
+    ``train_idx``/``valid_idx``/``test_idx``, and ``manifest.json`` (written last). A folder whose manifest
+    matches the arguments is memory-mapped without generating; call this once per host (rank 0 or the
+    launcher) before the ranks load it.
+
+    The graph is not the one :func:`synthetic_ogbn` returns for the same seed (edges come from per-chunk
+    generators, so it also depends on ``chunk_edges``), but has the same sizes and degree laws.
+
+    Args:
+        name: An ``ogbn-*`` preset without edge features (arxiv, products, papers100M).
+        root: Folder for the files (created).
+        scale: Multiplies nodes, raw edges and split sizes.
+        seed: Seed; the same arguments give byte-identical files.
+        num_features: Width of ``x``; ``None`` for the preset's.
+        feature_dtype: ``"float32"`` or ``"float16"`` (half the host memory and disk).
+        chunk_edges: Raw edges drawn per chunk (memory per chunk is about 60 bytes per edge).
+
+    Returns:
+        A :class:`MappedGraph` of read-only memory-mapped tensors.
+
+    Raises:
+        TypeError, ValueError: Bad arguments.
+        NotImplementedError: A preset with edge features (ogbn-proteins).
+    """
+    meta = ogbn_meta(name)
+    _check_args(scale, seed, num_features)
+    if meta.num_edge_features:
+        raise NotImplementedError(f"name must be a preset without edge features for the memory-mapped layout, got {name!r}")
+    if feature_dtype not in _MMAP_DTYPES:
+        raise ValueError(f"feature_dtype must be one of {sorted(_MMAP_DTYPES)}, got {feature_dtype!r}")
+    if isinstance(chunk_edges, bool) or not isinstance(chunk_edges, int) or chunk_edges < 1:
+        raise ValueError(f"chunk_edges must be an int >= 1, got {chunk_edges!r}")
+    width = meta.num_features if num_features is None else num_features
+    folder = Path(root).expanduser()
+    want = {**_manifest(meta, float(scale), seed, width, feature_dtype), "chunk_edges": chunk_edges}
+    manifest = folder / "manifest.json"
+    have = json.loads(manifest.read_text()) if manifest.is_file() else None
+    if have != want:
+        folder.mkdir(parents=True, exist_ok=True)
+        manifest.unlink(missing_ok=True)  # invalid until rewritten
+        _write_mapped(meta, folder, float(scale), seed, width, feature_dtype, chunk_edges)
+        tmp = folder / "manifest.json.tmp"
+        tmp.write_text(json.dumps(want, indent=1))
+        os.replace(tmp, manifest)
+    return load_mapped(folder)
+
+
+def load_mapped(root: str | os.PathLike[str]) -> MappedGraph:
+    """Memory-map a folder written by :func:`synthetic_ogbn_mmap` (read-only; no generation, no copy).
+
+    Raises:
+        FileNotFoundError: ``root`` has no ``manifest.json`` (not generated, or generation did not finish).
+    """
+    folder = Path(root).expanduser()
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        raise FileNotFoundError(f"root must hold a generated dataset (manifest.json), got {str(folder)!r}; "
+                                "generate it with synthetic_ogbn_mmap(name, root, scale=...)")
+    info = json.loads(manifest.read_text())
+    keys = ["colptr", "row", "y", "train_idx", "valid_idx", "test_idx"] + (["x"] if info["num_features"] else [])
+    files = {key: folder / f"{key}.npy" for key in keys}
+    t = {key: _map(path) for key, path in files.items()}
+    x = t.get("x", torch.empty(info["num_nodes"], 0))
+    return MappedGraph(root=folder, name=info["name"], num_nodes=info["num_nodes"], num_edges=info["num_edges"],
+                       x=x, y=t["y"], colptr=t["colptr"], row=t["row"], train_idx=t["train_idx"],
+                       valid_idx=t["valid_idx"], test_idx=t["test_idx"], num_classes=info["num_classes"], files=files)

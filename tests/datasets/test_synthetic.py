@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -156,3 +157,89 @@ def test_degree_stats_errors() -> None:
         degree_stats(good, 2, xmin=0)
     with pytest.raises(TypeError, match="`num_nodes`"):
         degree_stats(good, 2.0)
+
+
+# ------------------------------------------------------------------------------------ memory-mapped layout
+
+PAPERS_TINY = 3e-5  # 3,332 nodes, 48,471 edges
+
+
+def test_mmap_papers_shapes_dtypes_and_skew(tmp_path) -> None:
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
+
+    g = synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "p", scale=PAPERS_TINY, chunk_edges=10_000)
+    meta = OGBN_META["ogbn-papers100M"]
+    n, e = round(meta.num_nodes * PAPERS_TINY), round(meta.num_raw_edges * PAPERS_TINY)
+    assert (g.num_nodes, g.num_edges, g.num_classes) == (n, e, 172)
+    assert g.x.shape == (n, 128) and g.x.dtype == torch.float32
+    assert g.y.shape == (n, 1) and g.y.dtype == torch.float32
+    assert g.colptr.shape == (n + 1,) and g.row.shape == (e,)
+    assert g.colptr.dtype == g.row.dtype == torch.int64
+    assert int(g.colptr[0]) == 0 and int(g.colptr[-1]) == e and bool((g.colptr.diff() >= 0).all())
+    assert 0 <= int(g.row.min()) and int(g.row.max()) < n
+    labelled = torch.cat([g.train_idx, g.valid_idx, g.test_idx])
+    assert not torch.isnan(g.y[labelled]).any() and int(torch.isnan(g.y).sum()) == n - len(labelled)
+    ei = g.edge_index()
+    assert not bool((ei[0] == ei[1]).any())
+    stats = degree_stats(ei, n)
+    assert stats["max"] > 5 * stats["mean"] and stats["median"] < stats["mean"]  # heavy tail
+    assert 2.0 < stats["power_law_exponent"] < 3.5
+
+
+def test_mmap_csc_holds_exactly_the_drawn_edges(tmp_path) -> None:
+    """The counting sort puts every drawn edge (and, undirected, its reverse) in its destination's CSC range."""
+    from cudnn_gnn.datasets.synthetic import _edge_laws, _raw_edge_chunk, _sizes, synthetic_ogbn_mmap
+
+    g = synthetic_ogbn_mmap("ogbn-products", tmp_path / "p", scale=0.0005, seed=2, chunk_edges=7_000)
+    meta = OGBN_META["ogbn-products"]
+    n, raw, _ = _sizes(meta, 0.0005)
+    laws = _edge_laws(meta, n, raw, 0.0005, torch.Generator().manual_seed(2))
+    drawn = [_raw_edge_chunk(*laws, 2, i, s, min(7_000, raw - s), True) for i, s in enumerate(range(0, raw, 7_000))]
+    src, dst = torch.cat([d[0] for d in drawn]), torch.cat([d[1] for d in drawn])
+    ei = g.edge_index()
+    key = lambda s, d: torch.sort(d * n + s).values  # noqa: E731
+    assert torch.equal(key(ei[0], ei[1]), key(src, dst))
+    assert g.y.dtype == torch.int64 and g.x.shape == (n, 100)
+
+
+def test_mmap_is_seeded_and_loads_share_the_files(tmp_path, monkeypatch) -> None:
+    from cudnn_gnn.datasets import synthetic as syn
+
+    a = syn.synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "a", scale=PAPERS_TINY, seed=1, feature_dtype="float16")
+    b = syn.synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "b", scale=PAPERS_TINY, seed=1, feature_dtype="float16")
+    c = syn.synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "c", scale=PAPERS_TINY, seed=2, feature_dtype="float16")
+    assert a.x.dtype == torch.float16
+    for key, path in a.files.items():
+        assert path.read_bytes() == b.files[key].read_bytes(), key
+    assert not torch.equal(a.row, c.row) and not torch.equal(a.x, c.x)
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("a matching folder must be mapped, not generated again")
+
+    monkeypatch.setattr(syn, "_write_mapped", no_generation)
+    again = syn.synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "a", scale=PAPERS_TINY, seed=1, feature_dtype="float16")
+    other = syn.load_mapped(tmp_path / "a")
+    for g in (again, other):  # memory maps of the same files: no copy in either process view
+        for key in ("x", "row", "colptr"):
+            mapped = np.load(g.files[key], mmap_mode="r")
+            assert isinstance(mapped, np.memmap) and str(g.files[key]) == str(a.files[key])
+        assert torch.equal(g.x, a.x) and torch.equal(g.row, a.row)
+        if Path("/proc/self/maps").exists():  # the tensors' memory is a mapping of the file itself, not a copy
+            for key in ("x", "row", "colptr"):
+                assert _mapping_of(getattr(g, key).data_ptr()) == str(a.files[key].resolve()), key
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
+        syn.load_mapped(tmp_path / "missing")
+    with pytest.raises(NotImplementedError, match="edge features"):
+        syn.synthetic_ogbn_mmap("ogbn-proteins", tmp_path / "q", scale=0.001)
+    with pytest.raises(ValueError, match="feature_dtype"):
+        syn.synthetic_ogbn_mmap("ogbn-arxiv", tmp_path / "q", scale=0.001, feature_dtype="bfloat16")
+
+
+def _mapping_of(address: int) -> str | None:
+    """The file mapped at ``address`` in this process (Linux ``/proc/self/maps``), or None."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        parts = line.split(maxsplit=5)
+        lo, hi = (int(v, 16) for v in parts[0].split("-"))
+        if lo <= address < hi:
+            return parts[5] if len(parts) == 6 else None
+    return None

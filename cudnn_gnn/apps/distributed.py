@@ -1,0 +1,466 @@
+"""Data-parallel and neighbour-sampled training on ``torch.distributed``, the way PyG's multi-GPU examples do it.
+
+One entry point for 1..N processes on one host and for several hosts:
+
+- :func:`launch` runs ``worker(ctx, *args)`` once per rank. Under ``torchrun`` (``RANK``/``WORLD_SIZE``/
+  ``LOCAL_RANK`` set) it runs the calling process as its rank; otherwise ``nprocs > 1`` spawns that many
+  processes with :func:`torch.multiprocessing.spawn` (``MASTER_ADDR=127.0.0.1``, a free port), and
+  ``nprocs == 1`` runs in-process with no process group at all.
+- :func:`init_distributed` joins the process group: NCCL for CUDA, gloo for CPU. For NCCL it sets
+  ``NCCL_NVLS_ENABLE=0`` (NVLink multicast off) unless the user set it.
+- :func:`shard_seeds`: every rank permutes the training seeds with the same seed per epoch, drops the
+  ``len % world_size`` trailing ones (different ones each epoch) and takes its ``tensor_split`` part, so every
+  rank runs the same number of equal batches (DDP needs matched collectives) and the union over ranks of step
+  ``k``'s batches is the single-process global batch ``k``.
+- :func:`wrap_ddp`: ``DistributedDataParallel(find_unused_parameters=False)``; gradients are averaged over ranks,
+  so with equal local batches the update equals a single process's on the global batch (mean loss).
+- :func:`all_reduce_counts`: sharded evaluation, correct/total counts summed over ranks.
+- :class:`Prefetcher`, :class:`BusyMeter`: the next batch's host->device copy issued on a side CUDA stream
+  while the current step runs, and CUDA events around compute for the GPU-busy fraction; both are plain
+  pass-throughs on a CPU (the busy fraction is ``None`` there).
+- :func:`mapped_neighbor_loader`: PyG's ``NeighborLoader`` over a CSC that already lives in (memory-mapped)
+  host memory, so ranks and loader workers share one copy of the structure and the features.
+- :func:`estimate_memory`: host and GPU bytes of a sampled run (the model of ``docs/scale.md``).
+
+Our layers need nothing special under DDP: every parameter of ``GATConv`` takes part in every forward (so
+``find_unused_parameters=False`` works), and graph caches are per process (each rank converts its own batches).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+__all__ = [
+    "BusyMeter",
+    "DistContext",
+    "MemoryEstimate",
+    "Prefetcher",
+    "all_reduce_counts",
+    "estimate_memory",
+    "free_port",
+    "init_distributed",
+    "launch",
+    "launched_by_torchrun",
+    "mapped_neighbor_loader",
+    "sampled_hop_sizes",
+    "shard_seeds",
+    "wrap_ddp",
+]
+
+
+# ---------------------------------------------------------------------------------------------- process group
+
+
+@dataclass(frozen=True)
+class DistContext:
+    """Where this process stands: its rank, the world size, its local rank on the host and its device.
+
+    ``backend`` is ``"nccl"`` or ``"gloo"`` when a process group was joined, ``None`` for a single process.
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    device: torch.device = torch.device("cpu")
+    backend: str | None = None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.backend is not None
+
+
+def launched_by_torchrun() -> bool:
+    """Whether ``torchrun`` (or another launcher using its variables) started this process."""
+    return all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+
+
+def free_port() -> int:
+    """A TCP port that was free on 127.0.0.1 a moment ago (for ``MASTER_PORT`` of a single-host spawn)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _device_for(device: str, local_rank: int) -> torch.device:
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:
+        dev = torch.device("cuda", local_rank)
+    return dev
+
+
+def init_distributed(device: str = "auto", *, rank: int | None = None, world_size: int | None = None,
+                     local_rank: int | None = None) -> DistContext:
+    """Join the process group described by the arguments or by ``RANK``/``WORLD_SIZE``/``LOCAL_RANK``.
+
+    With a world size of 1 no process group is created (a plain single-process run). Otherwise NCCL is used for
+    CUDA devices (each rank on ``cuda:<local_rank>``) and gloo for CPU; ``MASTER_ADDR``/``MASTER_PORT`` come from
+    the environment (``torchrun`` and :func:`launch` set them).
+
+    Raises:
+        ValueError: ``rank`` is not in ``[0, world_size)``.
+    """
+    rank = int(os.environ.get("RANK", 0)) if rank is None else rank
+    world_size = int(os.environ.get("WORLD_SIZE", 1)) if world_size is None else world_size
+    local_rank = int(os.environ.get("LOCAL_RANK", rank)) if local_rank is None else local_rank
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    dev = _device_for(device, local_rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    if world_size == 1:
+        return DistContext(0, 1, 0, dev, None)
+    backend = "nccl" if dev.type == "cuda" else "gloo"
+    if backend == "nccl":
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # NVLink multicast off unless the user chose otherwise
+    if not dist.is_initialized():
+        kwargs: dict[str, Any] = {"device_id": dev} if dev.type == "cuda" else {}
+        dist.init_process_group(backend, rank=rank, world_size=world_size, **kwargs)
+    return DistContext(rank, world_size, local_rank, dev, backend)
+
+
+def cleanup() -> None:
+    """Leave the process group (no-op when none was joined)."""
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def _spawned(local_rank: int, world_size: int, device: str, worker: Callable[..., Any], args: tuple) -> None:
+    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size))
+    ctx = init_distributed(device)
+    try:
+        worker(ctx, *args)
+    finally:
+        cleanup()
+
+
+def launch(worker: Callable[..., Any], *, nprocs: int = 1, args: tuple = (), device: str = "auto") -> Any:
+    """Run ``worker(ctx, *args)`` on every rank: under ``torchrun`` as this process's rank, else in ``nprocs``
+    processes spawned here (one per GPU), else (``nprocs == 1``) in this process without a process group.
+
+    Returns what ``worker`` returns in this process (``None`` after a spawn: spawned ranks return nothing; have
+    rank 0 write its results to a file).
+
+    Raises:
+        ValueError: ``nprocs < 1``.
+    """
+    if nprocs < 1:
+        raise ValueError(f"nprocs must be >= 1, got {nprocs}")
+    if launched_by_torchrun() or nprocs == 1:
+        ctx = init_distributed(device)
+        try:
+            return worker(ctx, *args)
+        finally:
+            cleanup()
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", str(free_port()))
+    if _device_for(device, 0).type == "cuda":
+        os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # inherited by the spawned ranks
+    torch.multiprocessing.spawn(_spawned, args=(nprocs, device, worker, args), nprocs=nprocs, join=True)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------- data parallel
+
+
+def shard_seeds(seeds: Tensor, *, epoch: int, seed: int, rank: int, world_size: int, shuffle: bool = True) -> Tensor:
+    """This rank's training seeds for ``epoch``: a permutation shared by all ranks (``seed``, ``epoch``), the
+    ``len % world_size`` last entries dropped, then part ``rank`` of ``tensor_split(world_size)``.
+
+    Shapes: ``seeds`` ``[n]`` -> ``[n // world_size]``.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, world_size={world_size}), got {rank}")
+    if shuffle:
+        gen = torch.Generator().manual_seed((seed * 1_000_003 + epoch) % (2**63))
+        seeds = seeds[torch.randperm(seeds.numel(), generator=gen).to(seeds.device)]
+    usable = seeds.numel() - seeds.numel() % world_size
+    return seeds[:usable].tensor_split(world_size)[rank]
+
+
+def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
+    """``DistributedDataParallel(model)`` when a process group is joined (``find_unused_parameters=False``: every
+    parameter must take part in every forward, which holds for our layers); the model itself otherwise."""
+    if not ctx.distributed:
+        return model
+    from torch.nn.parallel import DistributedDataParallel
+
+    ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+    return DistributedDataParallel(model, device_ids=ids, find_unused_parameters=False)
+
+
+def all_reduce_counts(counts: Sequence[int] | Tensor, ctx: DistContext) -> list[int]:
+    """Sum integer counts (e.g. ``[correct, total]`` of each split) over ranks; unchanged for one process."""
+    t = torch.as_tensor(counts, dtype=torch.int64).to(ctx.device)
+    if ctx.distributed:
+        dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return [int(v) for v in t.tolist()]
+
+
+# ---------------------------------------------------------------------------------------------- data pipeline
+
+
+def _tensors_of(batch: Any) -> Iterator[Tensor]:
+    if isinstance(batch, Tensor):
+        yield batch
+    elif isinstance(batch, (list, tuple)):
+        for item in batch:
+            yield from _tensors_of(item)
+    elif isinstance(batch, dict):
+        for item in batch.values():
+            yield from _tensors_of(item)
+    elif hasattr(batch, "items") and callable(batch.items):  # PyG Data
+        for _, item in batch.items():
+            yield from _tensors_of(item)
+
+
+class Prefetcher:
+    """Iterate ``loader`` with ``to_device(batch, device, non_blocking)`` of batch ``i + 1`` issued on a side CUDA
+    stream while batch ``i`` is computed on the current stream. Pinned host batches (``pin_memory=True`` in the
+    loader) make those copies truly asynchronous. On a CPU it is ``to_device(batch, device, False)`` in order.
+    """
+
+    def __init__(self, loader: Iterable[Any], device: torch.device,
+                 to_device: Callable[[Any, torch.device, bool], Any] | None = None) -> None:
+        self.loader = loader
+        self.device = device
+        self.to_device = to_device or (lambda b, d, nb: b.to(d, non_blocking=nb))
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self.device.type != "cuda":
+            for batch in self.loader:
+                yield self.to_device(batch, self.device, False)
+            return
+        stream = torch.cuda.Stream(self.device)
+        it = iter(self.loader)
+
+        def issue() -> Any:
+            batch = next(it, None)
+            if batch is None:
+                return None
+            with torch.cuda.stream(stream):
+                return self.to_device(batch, self.device, True)
+
+        nxt = issue()
+        while nxt is not None:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_stream(stream)
+            for t in _tensors_of(nxt):  # allocated on the side stream, used on this one
+                if t.is_cuda:
+                    t.record_stream(current)
+            batch, nxt = nxt, issue()
+            yield batch
+
+
+class BusyMeter:
+    """GPU-busy fraction of an epoch: CUDA events around each compute step, summed, over the epoch's wall time.
+
+    ``with meter.step(): ...`` around forward/backward/optimizer; ``meter.fraction(wall_seconds)`` after a
+    synchronise. On a CPU the steps are not timed and the fraction is ``None``.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.pairs: list[tuple[Any, Any]] = []
+
+    def reset(self) -> None:
+        self.pairs.clear()
+
+    def step(self) -> Any:
+        meter = self
+
+        class _Step:
+            def __enter__(self) -> None:
+                if meter.cuda:
+                    self.start = torch.cuda.Event(enable_timing=True)
+                    self.start.record()
+
+            def __exit__(self, *exc: object) -> None:
+                if meter.cuda:
+                    end = torch.cuda.Event(enable_timing=True)
+                    end.record()
+                    meter.pairs.append((self.start, end))
+
+        return _Step()
+
+    def busy_seconds(self) -> float | None:
+        if not self.cuda:
+            return None
+        return sum(a.elapsed_time(b) for a, b in self.pairs) / 1e3  # events are complete after a synchronise
+
+    def fraction(self, wall_seconds: float) -> float | None:
+        busy = self.busy_seconds()
+        return None if busy is None or wall_seconds <= 0 else min(1.0, busy / wall_seconds)
+
+
+def sampler_available() -> bool:
+    """Whether PyG's ``NeighborLoader`` can sample here (``pyg-lib`` or ``torch-sparse`` installed)."""
+    import torch_geometric.typing as pyg_typing
+
+    return bool(pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE)
+
+
+def mapped_neighbor_loader(colptr: Tensor, row: Tensor, *, node_attrs: dict[str, Tensor], input_nodes: Tensor,
+                           fanout: list[int], batch_size: int, shuffle: bool = False, num_workers: int = 0,
+                           pin_memory: bool = False, **kwargs: Any) -> Any:
+    """PyG's ``NeighborLoader`` over a CSC held in host memory (``colptr [N + 1]``, ``row [E]``, int64, usually
+    memory-mapped), without the copy and sort ``NeighborLoader(data)`` makes of ``edge_index`` in every process.
+
+    The sampler is PyG's ``NeighborSampler``, built on an empty graph and given the CSC (its ``colptr``/``row``/
+    ``perm`` attributes, which PyG's own ``to_csc`` would otherwise fill). ``node_attrs`` (``x``, ``y``: ``[N, ...]``,
+    memory-mapped or shared) are gathered for the sampled nodes in the loader workers. A batch has PyG's fields:
+    ``n_id``, ``edge_index`` (local, hop by hop), ``batch_size``, ``num_sampled_nodes``/``num_sampled_edges``
+    (pyg-lib), and the gathered attributes.
+
+    Raises:
+        RuntimeError: neither ``pyg-lib`` nor ``torch-sparse`` is installed (the message has the pip command).
+    """
+    if not sampler_available():
+        ver = torch.__version__.split("+")[0]
+        tag = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+        raise RuntimeError(
+            "sampled training needs pyg-lib or torch-sparse for PyG's NeighborLoader, and neither is installed; "
+            f"install one with: pip install pyg-lib -f https://data.pyg.org/whl/torch-{ver}+{tag}.html")
+    from torch_geometric.data import Data
+    from torch_geometric.loader import NeighborLoader
+    from torch_geometric.sampler import NeighborSampler
+
+    n = colptr.numel() - 1
+    if colptr.dtype != torch.int64 or row.dtype != torch.int64:
+        raise TypeError(f"colptr and row must be int64 (the samplers' index type), got {colptr.dtype}, {row.dtype}")
+    empty = torch.empty(2, 0, dtype=torch.int64)
+    data = Data(edge_index=empty, num_nodes=n, **node_attrs)
+    sampler = NeighborSampler(Data(edge_index=empty, num_nodes=n), num_neighbors=fanout)
+    sampler.colptr, sampler.row, sampler.perm = colptr, row, None
+    kwargs.setdefault("persistent_workers", num_workers > 0)
+    return NeighborLoader(data, num_neighbors=fanout, input_nodes=input_nodes, batch_size=batch_size,
+                          shuffle=shuffle, num_workers=num_workers, pin_memory=pin_memory, neighbor_sampler=sampler,
+                          **kwargs)
+
+
+# ---------------------------------------------------------------------------------------------- memory model
+
+
+def sampled_hop_sizes(batch_size: int, fanout: Sequence[int], num_nodes: int | None = None) -> tuple[list[int], list[int]]:
+    """Upper bounds of the nodes and edges a ``NeighborLoader`` batch adds per hop: hop 0 holds the seeds, hop
+    ``l + 1`` at most ``nodes[l] * fanout[l]`` new nodes (no two sampled neighbours coinciding), capped by the
+    graph; ``edges[l] = nodes[l] * fanout[l]``. Real batches are smaller where neighbourhoods overlap (hubs)."""
+    nodes, edges = [batch_size], []
+    cap = num_nodes if num_nodes is not None else math.inf
+    for f in fanout:
+        edges.append(nodes[-1] * f)
+        nodes.append(int(min(nodes[-1] * f, max(cap - sum(nodes), 0))))
+    return nodes, edges
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes of one sampled training run (see ``docs/scale.md`` for the formulas). Host figures are per host
+    (shared by the ranks) unless named per rank; GPU figures are per GPU."""
+
+    host_features: int
+    host_structure: int
+    host_labels: int
+    host_per_rank: int
+    host_total: int
+    gpu_model_state: int
+    gpu_batch_inputs: int
+    gpu_structure_per_batch: int
+    gpu_activations: int
+    gpu_total: int
+    batch_nodes: int
+    batch_edges: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        gib = 2**30
+        return (f"memory model: host {self.host_total / gib:.1f} GiB (features {self.host_features / gib:.1f}, "
+                f"structure {self.host_structure / gib:.1f}, per rank {self.host_per_rank / gib:.2f}); GPU "
+                f"{self.gpu_total / gib:.2f} GiB per rank (model state {self.gpu_model_state / gib:.2f}, batch "
+                f"{(self.gpu_batch_inputs + self.gpu_structure_per_batch) / gib:.2f}, activations "
+                f"{self.gpu_activations / gib:.2f}; {self.batch_nodes:,} nodes, {self.batch_edges:,} edges per batch)")
+
+
+def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_classes: int, batch_size: int,
+                    fanout: Sequence[int], hidden: int, heads: int, model: str = "gat", feature_bytes: int = 4,
+                    act_bytes: int = 4, ranks: int = 1, num_workers: int = 0, params: int | None = None,
+                    hop_nodes: Sequence[int] | None = None, hop_edges: Sequence[int] | None = None) -> MemoryEstimate:
+    """Predict host and GPU bytes of neighbour-sampled training of the example's GAT (``len(fanout)`` layers of
+    ``heads x hidden``, the last averaging ``heads`` heads into ``num_classes``, a residual linear map per layer).
+
+    Host, once per host: features ``N F feature_bytes``, CSC ``8 (N + 1) + 8 E`` (int64: the samplers' type),
+    labels ``8 N``. Per rank: one batch's gathered features and structure in each of ``num_workers + 1``
+    in-flight slots (pinned). GPU per rank: parameters, gradients, Adam's two moments (``16`` bytes per
+    parameter, ``+4`` for DDP's gradient buckets when ``ranks > 1``), two batches' inputs (the prefetched next
+    one), and per layer ``l`` on its trimmed block (``n_src`` sources, ``n_dst`` targets, ``e`` edges):
+
+    - ours: ``act_bytes (n_src (C_in + HC) + 3 n_dst HC) + 4 (n_src + 2 n_dst) H + 16 e`` (layer input and
+      projection saved for backward, output, residual, activation; per-node scores and log-sum-exp in fp32;
+      COO int64 edge index, CSC indices and permutation);
+    - PyG: the same plus the per-edge messages ``[E, H, C]`` (``act_bytes e HC``, kept for backward) and the
+      attention ``[E, H]`` in three forms (logits, softmax, dropout; ``12 e H``).
+
+    ``hop_nodes``/``hop_edges``: measured per-hop counts of a batch (``num_sampled_nodes``/``num_sampled_edges``);
+    default :func:`sampled_hop_sizes`' upper bounds. ``params``: the model's parameter count if known.
+    """
+    if model not in ("gat", "pyg-gat"):
+        raise ValueError(f"model must be 'gat' or 'pyg-gat', got {model!r}")
+    L = len(fanout)
+    if hop_nodes is None or hop_edges is None:
+        hop_nodes, hop_edges = sampled_hop_sizes(batch_size, fanout, num_nodes)
+    hop_nodes, hop_edges = list(hop_nodes), list(hop_edges)
+    H, C = heads, hidden
+    if params is None:  # per layer: lin (in x H out), res and bias (in x total, total), att_src/att_dst
+        params, c_in = 0, num_features
+        for i in range(L):
+            out = num_classes if i == L - 1 else C
+            total = out if i == L - 1 else H * out  # the last layer averages its heads
+            params += c_in * H * out + c_in * total + total + 2 * H * out
+            c_in = H * C
+    batch_nodes, batch_edges = sum(hop_nodes), sum(hop_edges)
+
+    act = 0
+    c_in = num_features
+    for i in range(L):
+        hops = L - i
+        n_src, n_dst, e = sum(hop_nodes[: hops + 1]), sum(hop_nodes[:hops]), sum(hop_edges[:hops])
+        e += n_dst  # self-loops
+        hc = H * (num_classes if i == L - 1 else C)
+        layer = act_bytes * (n_src * (c_in + hc) + 3 * n_dst * hc) + 4 * (n_src + 2 * n_dst) * H + 16 * e
+        if model == "pyg-gat":
+            layer += act_bytes * e * hc + 12 * e * H
+        act += layer
+        c_in = H * C
+
+    batch_in = batch_nodes * (num_features * feature_bytes + 8 + 8) + 16 * batch_edges  # x, n_id, y, edge_index
+    host_features = num_nodes * num_features * feature_bytes
+    host_structure = 8 * (num_nodes + 1) + 8 * num_edges
+    host_labels = 8 * num_nodes
+    host_per_rank = (num_workers + 1) * 2 * batch_in  # in-flight batches (prefetch factor 2), pinned copies
+    gpu_state = (16 + (4 if ranks > 1 else 0)) * params
+    return MemoryEstimate(
+        host_features=host_features, host_structure=host_structure, host_labels=host_labels,
+        host_per_rank=host_per_rank,
+        host_total=host_features + host_structure + host_labels + ranks * host_per_rank,
+        gpu_model_state=gpu_state, gpu_batch_inputs=2 * batch_in, gpu_structure_per_batch=16 * batch_edges,
+        gpu_activations=act, gpu_total=gpu_state + 2 * batch_in + 16 * batch_edges + act,
+        batch_nodes=batch_nodes, batch_edges=batch_edges)

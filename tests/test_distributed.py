@@ -1,0 +1,208 @@
+"""Tests for cudnn_gnn.apps.distributed: DDP parity on CPU (gloo), seed sharding, the pipeline helpers that run
+without a GPU or a sampler, and the memory model."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudnn_gnn.apps.distributed import (
+    BusyMeter,
+    DistContext,
+    Prefetcher,
+    all_reduce_counts,
+    estimate_memory,
+    init_distributed,
+    launched_by_torchrun,
+    sampled_hop_sizes,
+    sampler_available,
+    shard_seeds,
+    wrap_ddp,
+)
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_ddp_two_gloo_ranks_equal_single_process(tmp_path: Path) -> None:
+    """2 spawned gloo ranks of a small GAT (our GATConv, reference backend, each rank's loss the mean over its half
+    of the seeds) end with the parameters of one process trained on the mean over all seeds; ranks agree bitwise,
+    no parameter is left without a gradient (find_unused_parameters=False), sharded evaluation counts add up."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("RANK", None)
+    subprocess.run([sys.executable, str(HERE / "_ddp_parity.py"), str(tmp_path), "4"], check=True, env=env,
+                   timeout=120)
+    single = torch.load(tmp_path / "single-rank0.pt")
+    r0, r1 = (torch.load(tmp_path / f"ddp-rank{r}.pt") for r in (0, 1))
+    assert r0["world_size"] == r1["world_size"] == 2 and single["world_size"] == 1
+    assert single["state"].keys() == r0["state"].keys()
+    for key, value in single["state"].items():
+        assert torch.equal(r0["state"][key], r1["state"][key]), key
+        torch.testing.assert_close(r0["state"][key], value, atol=1e-6, rtol=0, msg=key)
+    assert r0["counts"] == r1["counts"] and r0["counts"][1] == 60
+    assert abs(r0["counts"][0] - single["counts"][0]) <= 1
+
+
+def test_shard_seeds_partition_the_same_permutation() -> None:
+    seeds = torch.arange(100, 203)  # 103 seeds: 1 dropped for 2 ranks, 3 for 4
+    for world in (1, 2, 4):
+        parts = [shard_seeds(seeds, epoch=3, seed=5, rank=r, world_size=world) for r in range(world)]
+        assert len({p.numel() for p in parts}) == 1 and parts[0].numel() == 103 // world
+        union = torch.cat(parts)
+        assert union.unique().numel() == union.numel() and bool(torch.isin(union, seeds).all())
+    one = shard_seeds(seeds, epoch=3, seed=5, rank=0, world_size=1)
+    two = torch.cat([shard_seeds(seeds, epoch=3, seed=5, rank=r, world_size=2) for r in range(2)])
+    assert torch.equal(one[:102], two)  # the global batch order is the single-process order
+    assert not torch.equal(one, shard_seeds(seeds, epoch=4, seed=5, rank=0, world_size=1))
+    assert torch.equal(shard_seeds(seeds, epoch=0, seed=0, rank=1, world_size=2, shuffle=False), seeds[51:102])
+    with pytest.raises(ValueError, match="rank must be in"):
+        shard_seeds(seeds, epoch=0, seed=0, rank=2, world_size=2)
+
+
+def test_single_process_context_has_no_process_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(key, raising=False)
+    assert not launched_by_torchrun()
+    ctx = init_distributed("cpu")
+    assert ctx == DistContext() and ctx.is_main and not ctx.distributed
+    model = torch.nn.Linear(2, 2)
+    assert wrap_ddp(model, ctx) is model
+    assert all_reduce_counts([3, 4], ctx) == [3, 4]
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert launched_by_torchrun()
+    with pytest.raises(ValueError, match="rank must be in"):
+        init_distributed("cpu", rank=2, world_size=2)
+
+
+def test_prefetcher_and_busy_meter_are_pass_throughs_on_cpu() -> None:
+    batches = [torch.full((3,), float(i)) for i in range(4)]
+    seen = list(Prefetcher(batches, torch.device("cpu")))
+    assert [int(b[0]) for b in seen] == [0, 1, 2, 3]
+    meter = BusyMeter(torch.device("cpu"))
+    with meter.step():
+        pass
+    assert meter.busy_seconds() is None and meter.fraction(1.0) is None
+
+
+def test_memory_model_grows_as_the_formulas_say() -> None:
+    nodes, edges = sampled_hop_sizes(512, [10, 10, 5])
+    assert nodes == [512, 5120, 51200, 256000] and edges == [5120, 51200, 256000]
+    assert sampled_hop_sizes(10, [5, 5], num_nodes=40)[0] == [10, 30, 0]
+    kw = dict(num_nodes=1000, num_edges=20000, num_features=128, num_classes=172, batch_size=64, fanout=[5, 5],
+              hidden=32, heads=4)
+    ours, pyg = estimate_memory(**kw), estimate_memory(**kw, model="pyg-gat")
+    assert ours.host_features == 1000 * 128 * 4 and ours.host_structure == 8 * 1001 + 8 * 20000
+    assert ours.host_total == pyg.host_total and pyg.gpu_activations > ours.gpu_activations
+    # PyG's extra is the [E, H, C] messages and three [E, H] attention tensors per layer (edges + self-loops).
+    e1 = 64 * 5 + 320 * 5 + 64 + 320  # layer 1: both hops' edges and the loops of its targets
+    e2 = 64 * 5 + 64
+    assert pyg.gpu_activations - ours.gpu_activations == 4 * (e1 * 128 + e2 * 4 * 172) + 12 * 4 * (e1 + e2)
+    two = estimate_memory(**kw, ranks=2, num_workers=2)
+    assert two.host_total - two.host_features - two.host_structure - two.host_labels == 2 * two.host_per_rank
+    assert two.gpu_model_state > ours.gpu_model_state  # DDP's gradient buckets
+    assert set(ours.as_dict()) >= {"host_total", "gpu_total"} and "GiB" in ours.summary()
+    with pytest.raises(ValueError, match="model must be"):
+        estimate_memory(**kw, model="sage")
+
+
+def test_memory_model_counts_the_example_parameters() -> None:
+    from cudnn_gnn import GATConv
+
+    layers = [GATConv(128, 32, heads=4, residual=True), GATConv(128, 32, heads=4, residual=True),
+              GATConv(128, 172, heads=4, concat=False, residual=True)]
+    params = sum(p.numel() for m in layers for p in m.parameters())
+    est = estimate_memory(num_nodes=10, num_edges=10, num_features=128, num_classes=172, batch_size=1,
+                          fanout=[1, 1, 1], hidden=32, heads=4)
+    assert est.gpu_model_state == 16 * params
+
+
+@pytest.mark.skipif(sampler_available(), reason="checks the error raised when no sampler is installed")
+def test_mapped_loader_without_sampler_names_the_install_command() -> None:
+    from cudnn_gnn.apps.distributed import mapped_neighbor_loader
+
+    with pytest.raises(RuntimeError, match="pip install pyg-lib"):
+        mapped_neighbor_loader(torch.zeros(3, dtype=torch.long), torch.zeros(0, dtype=torch.long), node_attrs={},
+                               input_nodes=torch.arange(2), fanout=[1], batch_size=1)
+
+
+# ---------------------------------------------------------------------------------------------- the example
+
+EXAMPLES = HERE.parent / "examples"
+TINY = ["--scale", "3e-5", "--device", "cpu", "--no-progress", "--hidden", "8", "--heads", "2", "--batch-size", "256",
+        "--num-workers", "0"]
+
+
+@pytest.fixture
+def papers(monkeypatch: pytest.MonkeyPatch):
+    import importlib.util
+
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    spec = importlib.util.spec_from_file_location("example_papers100m", EXAMPLES / "papers100m.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    yield module
+    sys.modules.pop("_common", None)
+
+
+def test_papers100m_plan_only_writes_the_memory_model(papers, tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    plan = papers.main([*TINY, "--root", str(tmp_path / "d"), "--plan-only", "--json", str(out)])
+    assert plan == __import__("json").loads(out.read_text())
+    n = plan["num_nodes"]
+    mem = plan["memory_model_bound"]
+    assert n == 3332 and mem["host_features"] == n * 128 * 4 and mem["host_structure"] == 8 * (n + 1) + 8 * plan["num_edges"]
+    assert mem["gpu_model_state"] == 16 * plan["params"] and mem["gpu_total"] > mem["gpu_activations"] > 0
+    assert (tmp_path / "d" / "manifest.json").is_file()
+
+
+def _full_neighbourhood_loader(colptr, row, *, node_attrs, input_nodes, fanout, batch_size, **kwargs):
+    """A stand-in for NeighborLoader (no sampler here): each batch is its seeds first, then every other node, with
+    the whole graph relabelled (torch-sparse's layout: no per-hop counts, every layer on the whole subgraph)."""
+    from torch_geometric.data import Data
+
+    n = colptr.numel() - 1
+    dst = torch.repeat_interleave(torch.arange(n), colptr.diff())
+    batches = []
+    for seeds in input_nodes.split(batch_size):
+        rest = torch.ones(n, dtype=torch.bool)
+        rest[seeds] = False
+        n_id = torch.cat([seeds, torch.arange(n)[rest]])
+        local = torch.empty(n, dtype=torch.long)
+        local[n_id] = torch.arange(n)
+        batches.append(Data(x=node_attrs["x"][n_id], y=node_attrs["y"][n_id], n_id=n_id, batch_size=seeds.numel(),
+                            edge_index=torch.stack([local[row], local[dst]])))
+    return batches
+
+
+def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training loop (seed shards, prefetcher, busy meter, sharded evaluation, JSON) with the loader replaced by
+    a full-neighbourhood stand-in, so it runs without pyg-lib/torch-sparse."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: True)
+    monkeypatch.setattr(papers, "mapped_neighbor_loader", _full_neighbourhood_loader)
+    out = tmp_path / "run.json"
+    rec = papers.main([*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "1", "--json", str(out),
+                       "--backend", "reference", "--fanout", "2,2,2"])
+    assert rec["world_size"] == 1 and len(rec["epochs"]) == 2 and rec["memory_model_bound"]["host_total"] > 0
+    last = rec["epochs"][-1]
+    assert last["gpu_busy_fraction"] is None and last["peak_gpu_bytes"] is None and last["batches"] == 1
+    assert 0.0 <= last["valid_acc"] <= 1.0 and last["loss"] > 0 and last["peak_host_rss_bytes"] > 0
+    assert out.is_file()
+
+
+@pytest.mark.skipif(not sampler_available(), reason="sampled training needs pyg-lib or torch-sparse (neither installed)")
+def test_papers100m_sampled_on_cpu(papers, tmp_path: Path) -> None:
+    rec = papers.main([*TINY, "--root", str(tmp_path / "d"), "--epochs", "1", "--max-batches", "2", "--fanout", "3,3,2",
+                       "--backend", "reference"])
+    assert rec["epochs"][0]["batches"] == 2 and rec["epochs"][0]["loss"] > 0
+
+
+@pytest.mark.skipif(sampler_available(), reason="checks the message given when no sampler is installed")
+def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path) -> None:
+    with pytest.raises(SystemExit, match="pip install pyg-lib"):
+        papers.main([*TINY, "--root", str(tmp_path / "d")])
