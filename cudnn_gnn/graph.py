@@ -402,14 +402,13 @@ class CscGraph:
         """``(rev_offsets [num_src_nodes + 1], rev_to_csc [num_edges])``: the source-major order of the edges,
         as offsets per source and the CSC position of each reverse position (built once, in the graph's index
         dtype). Source ``j``'s outgoing edges are the CSC positions ``rev_to_csc[rev_offsets[j]:rev_offsets[j+1]]``,
-        in CSC order. One stable sort of the sources plus a histogram; what a source-major pass (a backward
-        without atomics) walks."""
+        in CSC order. One stable sort of the sources and a binary search per source, fixed-shape ops only (no
+        host sync, traceable by ``torch.compile``); what a source-major pass (a backward without atomics) walks."""
         if "rev_to_csc" not in self._cache:
-            order = torch.sort(self.indices, stable=True)[1]
-            counts = torch.bincount(self.indices, minlength=self.num_src_nodes)
-            rev = torch.zeros(self.num_src_nodes + 1, dtype=self.index_dtype, device=self.device)
-            rev[1:] = counts.cumsum(0)
-            self._cache["csc_rev_offsets"] = rev
+            sorted_src, order = torch.sort(self.indices, stable=True)
+            bounds = torch.arange(self.num_src_nodes + 1, device=self.device, dtype=self.index_dtype)
+            rev = torch.searchsorted(sorted_src, bounds, out_int32=self.index_dtype == torch.int32)
+            self._cache["csc_rev_offsets"] = rev.to(self.index_dtype)
             self._cache["rev_to_csc"] = order.to(self.index_dtype)
         return self._cache["csc_rev_offsets"], self._cache["rev_to_csc"]
 

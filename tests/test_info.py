@@ -19,6 +19,8 @@ def fake_env(monkeypatch):
     from cudnn_gnn.ops import plan
 
     monkeypatch.setattr(plan, "_warned_reference_on_gpu", False)
+    # no Triton unless a test says so: these tests are about cuDNN's probe
+    monkeypatch.setattr(backends, "_probe_triton", lambda cuda: (None, "the triton package is not importable"))
 
     def make(*, sm=(9, 0), frontend="1.32.0", backend_version=92801, gnn=True):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -73,11 +75,22 @@ def _cuda_call(backend: str) -> types.SimpleNamespace:
     return types.SimpleNamespace(graph=graph, backend=backend, dtype=torch.float32, name="gat")
 
 
-def test_auto_on_gpu_without_cudnn_warns_once(fake_env):
+def test_auto_on_gpu_without_cudnn_takes_triton(fake_env, monkeypatch):
+    """cuDNN too old, Triton there: `auto` runs the Triton kernels, and `info` says so and why not cuDNN."""
+    from cudnn_gnn.ops.plan import choose_backend
+
+    monkeypatch.setattr(backends, "_probe_triton", lambda cuda: ("3.6.0", None))
+    info = fake_env(backend_version=92600)
+    assert info.auto_backend == "triton" and "the loaded cuDNN is 9.26" in info.reason
+    assert "triton              3.6.0 (kernels run here)" in str(info) and "backend='auto'      triton" in str(info)
+    assert choose_backend(_cuda_call("auto")).name == "triton"
+
+
+def test_auto_on_gpu_without_cudnn_and_triton_warns_once(fake_env, monkeypatch):
     from cudnn_gnn.ops.plan import choose_backend
 
     fake_env(backend_version=92600)
-    with pytest.warns(RuntimeWarning, match="reference backend .* because cudnn: the loaded cuDNN is 9.26"):
+    with pytest.warns(RuntimeWarning, match="reference backend .* because cudnn: the loaded cuDNN is 9.26.*triton: "):
         assert choose_backend(_cuda_call("auto")).name == "reference"
     import warnings
 

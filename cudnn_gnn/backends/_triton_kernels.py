@@ -180,6 +180,7 @@ def _fwd_kernel(
     lse = tl.where(has_edges, m_run + tl.log(tl.where(has_edges, l_run, 1.0)), 0.0)
     tl.store(lse_ptr + row * H + h, lse)
     if RETURN_ATT:
+        tl.debug_barrier()  # the raw logits stored above, by other threads of this program, are read below
         for e0 in range(start, end, BLOCK_E):
             e_pos = e0 + e_ar
             e_mask = e_pos < end
@@ -249,7 +250,10 @@ def _bwd_dst_kernel(
         tl.store(alpha_buf_ptr + e_pos * H + h, p, mask=e_mask)
         tl.store(ds_buf_ptr + e_pos * H + h, g, mask=e_mask)
 
-    # pass 2: ds, then the destination-side and per-edge gradients
+    # pass 2: ds, then the destination-side and per-edge gradients. p and g were stored in pass 1 in the layout of
+    # a reduction and are read back here in another: without the barrier a thread can read them before another
+    # thread's store lands (a race the sequential interpreter cannot show)
+    tl.debug_barrier()
     dxi = tl.full([BLOCK_C], 0.0, tl.float32)
     datt_w = tl.full([BLOCK_C], 0.0, tl.float32)
     dsd = tl.full([], 0.0, tl.float32)

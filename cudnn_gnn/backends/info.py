@@ -15,7 +15,7 @@ import torch
 
 __all__ = ["BackendInfo", "backend_info", "mapped_cudnn_libraries", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION",
            "CUDNN_SUBLIBRARIES", "PRECOMPILED", "JIT_ONLY_NOTE", "library_dirs", "lacking_precompiled",
-           "precompiled_engines_everywhere", "incomplete_cudnn", "cudnn_available"]
+           "precompiled_engines_everywhere", "incomplete_cudnn", "cudnn_available", "triton_available"]
 
 MIN_CUDNN_VERSION = 92800  # cudnnGetVersion() encoding of 9.28.0
 MIN_FRONTEND_VERSION = (1, 32)
@@ -40,6 +40,8 @@ class BackendInfo:
     reason: str | None
     fix: str | None
     cudnn_libraries: tuple[str, ...] = ()  # the libcudnn*.so files this process had mapped when probed
+    triton_version: str | None = None
+    triton_reason: str | None = "not probed"  # None: the Triton kernels run on this process's CUDA GPU
 
     @property
     def cudnn_dirs(self) -> tuple[str, ...]:
@@ -61,7 +63,9 @@ class BackendInfo:
             f"cuDNN (torch)       {ver(self.torch_cudnn_version)}",
             f"GNN kernels         {'found' if self.gnn_symbols else 'missing'}",
             f"cuDNN SDPA          {'available' if self.sdpa_available else 'unavailable'}",
-            f"backend='auto'      {self.auto_backend}",
+            f"triton              {self.triton_version or 'not installed'}"
+            + (" (kernels run here)" if self.triton_reason is None else f" (not used: {self.triton_reason})"),
+            f"backend='auto'      {self.auto_backend} (GAT and GATv2; CPU tensors: reference)",
         ]
         for i, d in enumerate(self.cudnn_dirs):
             names = sorted(os.path.basename(p) for p in self.cudnn_libraries if os.path.dirname(p) == d)
@@ -81,7 +85,8 @@ class BackendInfo:
 
 MIXED_CUDNN_NOTE = (
     "libcudnn files from more than one directory are loaded (two cuDNN builds). Two builds alone do not break the "
-    "GAT kernels, an incomplete one does: see 'incomplete cuDNN' where it applies"
+    "GAT kernels, an incomplete one (without libcudnn_engines_precompiled) does: see 'incomplete cuDNN' where it "
+    "applies"
 )
 
 
@@ -209,7 +214,8 @@ def _probe() -> BackendInfo:
             f'pip install --no-deps -U "{wheel}>=9.28" (after torch; pip will warn that torch pins an older one), '
             "or put a cuDNN >= 9.28 libcudnn.so.9 first with LD_PRELOAD"
         )
-    auto = "cudnn" if reason is None else "reference"
+    triton_version, triton_reason = _probe_triton(cuda)
+    auto = "cudnn" if reason is None else "triton" if triton_reason is None else "reference"
     return BackendInfo(
         torch_version=torch.__version__,
         torch_cuda=torch.version.cuda,
@@ -225,7 +231,20 @@ def _probe() -> BackendInfo:
         reason=reason,
         fix=fix,
         cudnn_libraries=mapped_cudnn_libraries(),
+        triton_version=triton_version,
+        triton_reason=triton_reason,
     )
+
+
+def _probe_triton(cuda: bool) -> tuple[str | None, str | None]:
+    """``(triton's version or None, why the Triton kernels do not run on this GPU or None)``."""
+    try:
+        import triton
+    except ImportError:
+        return None, "the triton package is not importable (pip install triton)"
+    if not cuda:
+        return triton.__version__, "no CUDA GPU visible to torch"
+    return triton.__version__, None
 
 
 def backend_info(refresh: bool = False) -> BackendInfo:
@@ -237,6 +256,12 @@ def backend_info(refresh: bool = False) -> BackendInfo:
 
 @torch.compiler.assume_constant_result
 def cudnn_available() -> bool:
-    """``backend_info().auto_backend == "cudnn"``, read as a constant under ``torch.compile``: the probe (an
-    import, device queries) runs once at trace time instead of breaking the graph."""
-    return backend_info().auto_backend == "cudnn"
+    """Whether cuDNN's GNN kernels run here (``backend_info().reason is None``), read as a constant under
+    ``torch.compile``: the probe (an import, device queries) runs once at trace time instead of breaking the graph."""
+    return backend_info().reason is None
+
+
+@torch.compiler.assume_constant_result
+def triton_available() -> bool:
+    """Whether the Triton kernels run on this process's CUDA GPU, a constant under ``torch.compile`` likewise."""
+    return backend_info().triton_reason is None

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from torch import Tensor
 
+from cudnn_gnn.backends.info import backend_info, triton_available
 from cudnn_gnn.graph import CscGraph
 
 if TYPE_CHECKING:
@@ -373,18 +374,6 @@ def mha_gat(
     return out, (att if return_attention else None)
 
 
-@torch.compiler.assume_constant_result
-def _runs_on_cuda() -> bool:
-    """Whether the kernels run on CUDA tensors here, read as a constant under ``torch.compile`` (the check imports
-    triton and queries the driver once, at trace time, instead of breaking the graph)."""
-    return _cuda_check()
-
-
-@functools.lru_cache(maxsize=1)
-def _cuda_check() -> bool:
-    return unavailable_reason(torch.device("cuda")) is None
-
-
 class TritonBackend:
     """The Triton kernels behind the backend interface (:class:`cudnn_gnn.backends.GatBackend`)."""
 
@@ -394,9 +383,11 @@ class TritonBackend:
     splits_hubs = False
 
     def unavailable(self, device: torch.device) -> tuple[str, str] | None:
-        if device.type == "cuda" and _runs_on_cuda():
-            return None
-        reason = unavailable_reason(device)
+        reason: str | None
+        if device.type == "cuda":
+            reason = None if triton_available() else backend_info().triton_reason or "the Triton kernels do not run"
+        else:
+            reason = unavailable_reason(device)  # runs under TRITON_INTERPRET=1 only
         if reason is None:
             return None
         fix = "pip install triton" if "not importable" in reason else "use CUDA tensors, or backend='reference'"

@@ -8,7 +8,8 @@ One place decides, in this order (``docs/design.md`` draws it):
    largest degree;
 3. **the kernel graph**: the (split) graph in the index dtype the backend needs;
 4. **the launch fallback**: a call whose kernel shape failed to launch earlier in the process (cuDNN) goes to
-   the fallback backend instead: Triton on CUDA where it runs, else the reference.
+   the fallback backend instead: Triton on CUDA where it runs, else the reference (deterministic calls stay on
+   the backend's own fallback math, which the failing call ran, so that they repeat bitwise).
 
 No tensor is computed here except, once per graph, its degree maxima and its split (kept on the graph).
 """
@@ -147,7 +148,9 @@ def plan(spec: AttentionSpec) -> AttentionPlan:
     split, graph = _bounded(backend, spec)
     # the split runs its rows with concat=True (the merge needs every head), so its kernels have that shape
     kernel_spec = spec if split is None else replace(spec, concat=True)
-    if not backend.failed_to_launch_before(kernel_spec, graph):
+    # A deterministic call stays where the failing call ran (the backend's own fallback math), so that it repeats
+    # bitwise from its first call on; the others go to the fallback backend, which is faster.
+    if spec.deterministic or not backend.failed_to_launch_before(kernel_spec, graph):
         return AttentionPlan(spec, backend, graph, split)
     fallback = _launch_fallback(spec)
     split, graph = _bounded(fallback, spec)

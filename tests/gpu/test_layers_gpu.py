@@ -203,14 +203,41 @@ def test_converted_three_layer_gat_trains_like_pyg_on_cora() -> None:
 @pytest.mark.skipif(DRY_RUN, reason="host-sync detection needs CUDA")
 @pytest.mark.parametrize("kind", ["gat", "gatv2"])
 def test_cached_forward_backward_has_no_host_sync(kind: str) -> None:
+    """On a CscGraph (ToCscGraph) a forward+backward after the first syncs nowhere. A raw edge_index costs exactly
+    the value check that keeps its cached plan honest (layers/_plan_cache.py), and no other sync."""
+    from cudnn_gnn import CscGraph
+
     ei = _graph(200, 200, 1500, seed=13)
     ea = torch.randn(ei.shape[1], 4, device=DEV)
     _, ours = _pair(kind, 16, 8, heads=2, edge_dim=4)
     x = torch.randn(200, 16, device=DEV)
-    ours(x, ei, ea).sum().backward()  # first call converts (and may sync) once, and builds cuDNN plans
+    graph = CscGraph.from_edge_index(ei, num_nodes=200)
+    for edge_index in (graph, ei):
+        ours(x, edge_index, ea).sum().backward()  # first call converts (and may sync) once, builds kernels
     torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        ours(x, graph, ea).sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    from cudnn_gnn.layers import _plan_cache
+
+    real_get = _plan_cache._CACHE.get
+    checks = []
+
+    def counted(*a):
+        checks.append(1)
+        torch.cuda.set_sync_debug_mode("default")  # the value check itself syncs once
+        try:
+            return real_get(*a)
+        finally:
+            torch.cuda.set_sync_debug_mode("error")
+
+    _plan_cache._CACHE.get = counted
     torch.cuda.set_sync_debug_mode("error")
     try:
         ours(x, ei, ea).sum().backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
+        _plan_cache._CACHE.get = real_get
+    assert checks == [1]
