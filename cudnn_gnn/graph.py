@@ -9,6 +9,7 @@ the caller's own edge order.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -26,6 +27,43 @@ INT32_MAX = 2**31 - 1
 def _storage_index_dtype(*sizes: int) -> torch.dtype:
     """int32 where every index and count fits, int64 otherwise."""
     return torch.int32 if max(sizes, default=0) < INT32_MAX else torch.int64
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Memory that can still be allocated on ``device``: free GPU memory (``torch.cuda.mem_get_info``), or the
+    host's available memory (psutil, else ``/proc/meminfo``-backed sysconf); ``None`` where unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not POSIX
+        return None
+
+
+def _check_offsets_fit(arg: str, num_nodes: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse, before allocating, a node count whose ``num_nodes + 1`` offsets (plus the int64 degree histogram
+    and its prefix sum that build them) cannot fit in the memory ``device`` has free, with the figures."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    offsets = (num_nodes + 1) * itemsize
+    need = offsets + 2 * num_nodes * 8  # bincount (int64) and its cumsum (int64)
+    if need < 1 << 30:  # under 1 GiB: never worth a probe
+        return
+    free = _free_bytes(device)
+    if free is not None and need > free:
+        gib = 2.0**30
+        raise ValueError(
+            f"{arg} must fit in memory, got {arg}={num_nodes:,}: its offsets alone need {offsets / gib:.1f} GiB "
+            f"({need / gib:.1f} GiB while being built), more than the {free / gib:.1f} GiB free on {device}; "
+            "pass the real node count (a few edges do not need 2**31 nodes) or relabel the nodes"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -212,6 +250,7 @@ class CscGraph:
             key = dst.to(torch.int32) if num_dst < INT32_MAX else dst
             sorted_dst, perm = torch.sort(key, stable=True)
             indices = src[perm].to(dtype)
+        _check_offsets_fit("num_dst_nodes" if size is not None else "num_nodes", num_dst, dtype, ei.device)
         counts = torch.bincount(sorted_dst, minlength=num_dst) if num_edges > 0 else dst.new_zeros(num_dst)
         offsets = torch.zeros(num_dst + 1, dtype=dtype, device=ei.device)
         offsets[1:] = counts.cumsum(0)
@@ -249,6 +288,7 @@ class CscGraph:
             return cls(rowptr.to(dtype), col.to(dtype), num_src)
         if t.layout == torch.sparse_csc:
             colptr, row = t.ccol_indices(), t.row_indices()
+            _check_offsets_fit("num_src_nodes", num_src, torch.int64, t.device)  # the arange below
             col = torch.repeat_interleave(torch.arange(num_src, device=t.device), colptr.diff(), output_size=row.numel())
             ei = torch.stack([col, row.to(col.dtype)])
         elif t.layout == torch.sparse_coo:
