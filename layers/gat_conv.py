@@ -11,6 +11,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 
+from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gat import gat
 
 from ._common import (
@@ -113,7 +114,7 @@ class GATConv(MessagePassing):
         self.heads = heads
         self.concat = concat
         self.negative_slope = negative_slope
-        self.dropout = dropout
+        self.dropout = check_probability("dropout", dropout, allow_one=True)  # 1.0 as in PyG: all attention dropped
         self.add_self_loops = add_self_loops
         self.edge_dim = edge_dim
         self.fill_value = fill_value
@@ -229,6 +230,8 @@ class GATConv(MessagePassing):
         else:
             num_dst = g_dst if g_dst is not None else num_src
 
+        if edge_attr is not None and self.edge_dim is not None:
+            check_edge_attr(edge_attr, self.edge_dim, edge_index)  # the user's shape, before any projection
         num_loops: int | None = None
         if self.add_self_loops:
             check_sparse_loop_edge_attr(edge_index, edge_attr is not None and self.edge_dim is not None)
@@ -254,9 +257,14 @@ class GATConv(MessagePassing):
             ea = project_edge_attr(plan, edge_attr, self.fill_value, lambda e: torch.nn.functional.linear(e, folded))
             parts.append(self.att_src.new_ones(H))
         want = bool(return_attention_weights)
+        p, mask = self.dropout, None
+        if p == 1.0:  # as PyG: in training every coefficient is dropped (the op takes p < 1: it scales by 1/(1-p))
+            p = 0.0
+            if self.training:
+                mask = x_src.new_zeros(plan.graph.num_edges, H, dtype=torch.float32)
         result = gat(
             plan.graph, (x_src, x_dst_full), torch.cat(parts), heads=H, edge_attr=ea, concat=self.concat,
-            activation="leaky_relu", activation_alpha=self.negative_slope, dropout=self.dropout,
+            activation="leaky_relu", activation_alpha=self.negative_slope, dropout=p, dropout_mask=mask,
             training=self.training, return_attention=want, deterministic=self.deterministic,
             grad_precision=self.grad_precision, backend=self.backend,
         )

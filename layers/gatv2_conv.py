@@ -11,6 +11,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 
+from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gatv2 import gatv2
 
 from ._common import (
@@ -86,7 +87,7 @@ class GATv2Conv(MessagePassing):
         self.heads = heads
         self.concat = concat
         self.negative_slope = negative_slope
-        self.dropout = dropout
+        self.dropout = check_probability("dropout", dropout, allow_one=True)  # 1.0 as in PyG: all attention dropped
         self.add_self_loops = add_self_loops
         self.edge_dim = edge_dim
         self.fill_value = fill_value
@@ -166,6 +167,8 @@ class GATv2Conv(MessagePassing):
 
         if edge_attr is not None and self.lin_edge is None:
             raise ValueError("edge_attr must be None for a GATv2Conv built without edge_dim, got a Tensor")
+        if edge_attr is not None and self.edge_dim is not None:
+            check_edge_attr(edge_attr, self.edge_dim, edge_index)  # the user's shape, before any projection
         num_loops: int | None = None
         if self.add_self_loops:
             check_sparse_loop_edge_attr(edge_index, edge_attr is not None)
@@ -177,9 +180,14 @@ class GATv2Conv(MessagePassing):
             x_r = torch.cat([x_r, x_r.new_zeros(1, H * C)])
         ea = project_edge_attr(plan, edge_attr, self.fill_value, self.lin_edge)
         want = bool(return_attention_weights)
+        p, mask = self.dropout, None
+        if p == 1.0:  # as PyG: in training every coefficient is dropped (the op takes p < 1: it scales by 1/(1-p))
+            p = 0.0
+            if self.training:
+                mask = x_l.new_zeros(plan.graph.num_edges, H, dtype=torch.float32)
         result = gatv2(
             plan.graph, (x_l, x_r), self.att.reshape(-1), heads=H, edge_attr=ea, concat=self.concat,
-            activation="leaky_relu", activation_alpha=self.negative_slope, dropout=self.dropout,
+            activation="leaky_relu", activation_alpha=self.negative_slope, dropout=p, dropout_mask=mask,
             training=self.training, return_attention=want, deterministic=self.deterministic,
             grad_precision=self.grad_precision, backend=self.backend,
         )
