@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import datetime
 import gc
-import json
 import os
 import platform
 import statistics
@@ -26,6 +25,8 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+
+from cudnn_gnn.apps._util import is_oom, write_json  # one implementation, shared with the examples
 
 __all__ = [
     "is_oom",
@@ -38,16 +39,6 @@ __all__ = [
     "environment",
     "write_json",
 ]
-
-
-def is_oom(exc: BaseException) -> bool:
-    """True for torch's OOM error and for allocator failures reported as plain RuntimeErrors (cuDNN, cuBLAS)."""
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
-        return True
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and any(
-        s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
-    )
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -183,27 +174,3 @@ def environment(device: torch.device) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - reported, never fatal for a benchmark
         env["backend_info_error"] = f"{type(exc).__name__}: {exc}"
     return env
-
-
-def _clean(obj: Any) -> Any:
-    """JSON-safe copy: NaN/inf become None, tuples become lists, unknown objects their str()."""
-    if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
-    if isinstance(obj, dict):
-        return {str(k): _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    if obj is None or isinstance(obj, (int, str, bool)):
-        return obj
-    return str(obj)
-
-
-def write_json(path: str, payload: Any) -> None:
-    """Write strict JSON (no NaN), creating the folder; written to a temporary name first, then renamed."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(_clean(payload), f, indent=1, allow_nan=False)
-        f.write("\n")
-    os.replace(tmp, path)

@@ -20,9 +20,11 @@ def _info(argv: list[str]) -> int:
 
 
 def _train(argv: list[str]) -> int:
+    from cudnn_gnn.apps._cli import run_main
     from cudnn_gnn.apps.train import main as train_main
 
-    return int(train_main(argv) or 0)
+    # a user mistake exits through argparse (status 2, one line); anything else is a bug: traceback + hint, status 1
+    return run_main(train_main, argv, prog="python -m cudnn_gnn train")
 
 
 COMMANDS = {"info": _info, "train": _train}

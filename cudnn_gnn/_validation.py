@@ -71,9 +71,31 @@ def check_choice(name: str, value: object, choices: Sequence[str]) -> str:
     return value
 
 
-def check_probability(name: str, value: object) -> float:
+def check_probability(name: str, value: object, *, allow_one: bool = False) -> float:
+    """A dropout probability: ``[0, 1)``, or ``[0, 1]`` with ``allow_one`` (p = 1 drops everything, as in torch
+    and PyG; its caller must not scale by ``1 / (1 - p)``)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
-    if not 0.0 <= float(value) < 1.0:
+    if allow_one:
+        if not 0.0 <= float(value) <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value}")
+    elif not 0.0 <= float(value) < 1.0:
         raise ValueError(f"{name} must be in [0, 1), got {value}")
     return float(value)
+
+
+def check_edge_attr(edge_attr: object, edge_dim: int, edge_index: object) -> None:
+    """The user's ``edge_attr`` against the layer's ``edge_dim`` and the user's edge count, before any projection,
+    so the message quotes the shape the user passed: ``[num_edges, edge_dim]``, or ``[num_edges]`` when
+    ``edge_dim == 1`` (as PyG). The edge count is read from a ``[2, E]`` tensor or a graph's ``num_edges``."""
+    t = check_float("edge_attr", edge_attr)
+    num_edges: int | None = None
+    if isinstance(edge_index, Tensor) and edge_index.dim() == 2 and edge_index.shape[0] == 2:
+        num_edges = int(edge_index.shape[1])
+    elif isinstance(getattr(edge_index, "num_edges", None), int):
+        num_edges = int(getattr(edge_index, "num_edges"))  # noqa: B009 - duck-typed CscGraph
+    rows = "num_edges" if num_edges is None else f"num_edges={num_edges}"
+    want = f"({rows}, edge_dim={edge_dim})" + (f" or ({rows},)" if edge_dim == 1 else "")
+    ok = (t.dim() == 2 and t.shape[1] == edge_dim) or (t.dim() == 1 and edge_dim == 1)
+    if not ok or (num_edges is not None and t.shape[0] != num_edges):
+        raise ValueError(f"edge_attr must have shape {want}, got {tuple(t.shape)}")

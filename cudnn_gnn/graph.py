@@ -9,6 +9,7 @@ the caller's own edge order.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -42,6 +43,43 @@ def adj_t_to_coo(adj_t: Tensor) -> Tensor:
                                        output_size=other.numel())
         return torch.stack([cols.to(other.dtype), other])
     raise TypeError(f"adj_t must be a sparse CSR or CSC tensor, got layout {adj_t.layout}")
+
+
+def _free_bytes(device: torch.device) -> int | None:
+    """Memory that can still be allocated on ``device``: free GPU memory (``torch.cuda.mem_get_info``), or the
+    host's available memory (psutil, else ``/proc/meminfo``-backed sysconf); ``None`` where unknown."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    if device.type != "cpu":
+        return None
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:
+        pass
+    try:
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):  # not POSIX
+        return None
+
+
+def _check_offsets_fit(arg: str, num_nodes: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse, before allocating, a node count whose ``num_nodes + 1`` offsets (plus the int64 degree histogram
+    and its prefix sum that build them) cannot fit in the memory ``device`` has free, with the figures."""
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    offsets = (num_nodes + 1) * itemsize
+    need = offsets + 2 * num_nodes * 8  # bincount (int64) and its cumsum (int64)
+    if need < 1 << 30:  # under 1 GiB: never worth a probe
+        return
+    free = _free_bytes(device)
+    if free is not None and need > free:
+        gib = 2.0**30
+        raise ValueError(
+            f"{arg} must fit in memory, got {arg}={num_nodes:,}: its offsets alone need {offsets / gib:.1f} GiB "
+            f"({need / gib:.1f} GiB while being built), more than the {free / gib:.1f} GiB free on {device}; "
+            "pass the real node count (a few edges do not need 2**31 nodes) or relabel the nodes"
+        )
 
 
 @dataclass(frozen=True, eq=False)
@@ -235,6 +273,7 @@ class CscGraph:
             key = dst.to(torch.int32) if num_dst < INT32_MAX else dst
             sorted_dst, perm = torch.sort(key, stable=True)
             indices = src[perm].to(dtype)
+        _check_offsets_fit("num_dst_nodes" if size is not None else "num_nodes", num_dst, dtype, ei.device)
         counts = torch.bincount(sorted_dst, minlength=num_dst) if num_edges > 0 else dst.new_zeros(num_dst)
         offsets = torch.zeros(num_dst + 1, dtype=dtype, device=ei.device)
         offsets[1:] = counts.cumsum(0)
@@ -271,6 +310,7 @@ class CscGraph:
             dtype = index_dtype or storage_index_dtype(col.numel(), num_src, num_dst)
             return cls(rowptr.to(dtype), col.to(dtype), num_src)
         if t.layout == torch.sparse_csc:
+            _check_offsets_fit("num_src_nodes", num_src, torch.int64, t.device)  # adj_t_to_coo's arange
             ei = adj_t_to_coo(t)
         elif t.layout == torch.sparse_coo:
             idx = t.coalesce().indices()
@@ -405,6 +445,7 @@ class CscGraph:
         in CSC order. One stable sort of the sources and a binary search per source, fixed-shape ops only (no
         host sync, traceable by ``torch.compile``); what a source-major pass (a backward without atomics) walks."""
         if "rev_to_csc" not in self._cache:
+            _check_offsets_fit("num_src_nodes", self.num_src_nodes, self.index_dtype, self.device)
             sorted_src, order = torch.sort(self.indices, stable=True)
             bounds = torch.arange(self.num_src_nodes + 1, device=self.device, dtype=self.index_dtype)
             rev = torch.searchsorted(sorted_src, bounds, out_int32=self.index_dtype == torch.int32)

@@ -114,16 +114,16 @@ def make_dropout_mask(
     """Draw inverted-dropout factors for attention coefficients.
 
     Returns an ``[num_edges, heads]`` float32 tensor (COO edge order, PyG's attention layout) whose entries
-    are ``0`` with probability ``p`` and ``1 / (1 - p)`` otherwise. It is stored head-major (a transposed
-    view of an ``[heads, num_edges]`` buffer), which is the layout the cuDNN kernels read, so passing it as
-    ``dropout_mask`` costs no copy. Uses torch's RNG: ``torch.manual_seed`` (or ``generator``) makes it
-    reproducible.
+    are ``0`` with probability ``p`` and ``1 / (1 - p)`` otherwise (all ``0`` for ``p = 1``, as in torch). It is
+    stored head-major (a transposed view of an ``[heads, num_edges]`` buffer), which is the layout the cuDNN
+    kernels read, so passing it as ``dropout_mask`` costs no copy. Uses torch's RNG: ``torch.manual_seed`` (or
+    ``generator``) makes it reproducible.
     """
     check_int("num_edges", num_edges)
     check_int("heads", heads, minimum=1)
-    p = check_probability("p", p)
+    p = check_probability("p", p, allow_one=True)
     keep = torch.rand(heads, num_edges, device=device, generator=generator) >= p
-    return (keep.to(torch.float32) * (1.0 / (1.0 - p))).t()
+    return (keep.to(torch.float32) * (0.0 if p == 1.0 else 1.0 / (1.0 - p))).t()
 
 
 def resolve_activation_alpha(activation: str, alpha: float | None) -> float:
@@ -235,7 +235,7 @@ def attention_spec(
     check_bool("concat", concat)
     check_choice("activation", activation, ACTIVATIONS)
     alpha = resolve_activation_alpha(activation, activation_alpha)
-    p = check_probability("dropout", dropout)
+    p = check_probability("dropout", dropout, allow_one=True)
     check_bool("training", training)
     check_bool("return_attention", return_attention)
     check_bool("deterministic", deterministic)

@@ -2,15 +2,57 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
+import pickle
+import tempfile
 import warnings
-from collections.abc import Iterable
+import zipfile
+import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["package_data_dir", "user_cache_dir", "as_path", "require_files", "read_csv_gz"]
+__all__ = ["package_data_dir", "user_cache_dir", "as_path", "require_files", "read_csv_gz", "corrupt_file_error",
+           "reading", "atomic_save_npy"]
+
+#: What a damaged file raises while it is read: truncated gzip (EOFError), not gzip (BadGzipFile), damaged deflate
+#: stream (zlib.error), damaged zip/npz (BadZipFile), damaged pickle (UnpicklingError).
+CORRUPT_ERRORS: tuple[type[BaseException], ...] = (
+    EOFError, gzip.BadGzipFile, zlib.error, zipfile.BadZipFile, pickle.UnpicklingError, UnicodeDecodeError,
+)
+
+
+@contextlib.contextmanager
+def reading(path: Path, extra: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Turn what a damaged ``path`` raises while it is read (:data:`CORRUPT_ERRORS` and ``extra``) into
+    :func:`corrupt_file_error`."""
+    try:
+        yield
+    except CORRUPT_ERRORS + extra as exc:
+        raise corrupt_file_error(path, exc) from exc
+
+
+def corrupt_file_error(path: Path, exc: BaseException, hint: str = "delete it and download the dataset again") -> ValueError:
+    """``ValueError: raw file <path> is corrupt (<what>): <hint>`` for a file that could not be read."""
+    what = f"{type(exc).__name__}: {' '.join(str(exc).split())}" if str(exc) else type(exc).__name__
+    return ValueError(f"raw file {path} is corrupt ({what[:300]}): {hint}")
+
+
+def atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save(path, array)`` through a temporary file in the same folder renamed over ``path``, so an
+    interrupted write never leaves half a file under the final name."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def package_data_dir() -> Path:
@@ -65,11 +107,12 @@ def read_csv_gz(path: Path, dtype: type | np.dtype, *, ncols: int | None = None)
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        ValueError: The file is not a numeric table with ``ncols`` columns.
+        ValueError: The file is not a numeric table with ``ncols`` columns, or it is corrupt (truncated or not
+            gzip): the message names the file and says to download it again.
     """
     if not path.is_file():
         raise FileNotFoundError(f"`path` must be an existing file, got {str(path)!r}")
-    with gzip.open(path, "rt") as f, warnings.catch_warnings():
+    with reading(path, (ValueError,)), gzip.open(path, "rt") as f, warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*[Ee]mpty input file.*")
         array = np.loadtxt(f, delimiter=",", dtype=dtype, ndmin=2, comments=None)
     if array.size == 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -28,11 +29,11 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from cudnn_gnn.datasets._io import as_path, read_csv_gz, require_files
+from cudnn_gnn.datasets._io import as_path, atomic_save_npy, read_csv_gz, reading, require_files
 from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
 from cudnn_gnn.datasets._metrics import make_evaluator
 
-__all__ = ["load_ogbn", "ogb_evaluator", "add_inverse_edges", "CACHE_DIR_NAME"]
+__all__ = ["OgbnData", "load_ogbn", "ogb_evaluator", "add_inverse_edges", "CACHE_DIR_NAME"]
 
 #: Name of the cache folder created next to ``raw/`` and ``split/``.
 CACHE_DIR_NAME = "processed_cudnn_gnn"
@@ -58,6 +59,15 @@ def add_inverse_edges(edge_index: torch.Tensor, edge_attr: torch.Tensor | None =
     if edge_attr is not None:
         edge_attr = edge_attr.repeat_interleave(2, dim=0)
     return out, edge_attr
+
+
+class OgbnData(Data):
+    """The ``Data`` :func:`load_ogbn` returns: PyG's ``Data`` plus ``get_idx_split()``, as on ``ogb``'s
+    ``PygNodePropPredDataset``, so OGB scripts run unchanged (``split_idx = data.get_idx_split()``)."""
+
+    def get_idx_split(self) -> dict[str, torch.Tensor]:
+        """``{"train", "valid", "test"}`` -> ``[n] int64`` node indices (the ``*_idx`` attributes)."""
+        return {"train": self.train_idx, "valid": self.valid_idx, "test": self.test_idx}
 
 
 def _download_hint(meta: OgbnMeta, root: Path) -> str:
@@ -156,7 +166,7 @@ def _parse_split(meta: OgbnMeta, ds_dir: Path, num_nodes: int) -> dict[str, np.n
 
 def _extract_npz_member(archive: Path, member: str, target: Path) -> None:
     """Copy ``<member>.npy`` out of an ``.npz`` archive to ``target`` by streaming (O(1) memory)."""
-    with zipfile.ZipFile(archive) as zf:
+    with reading(archive), zipfile.ZipFile(archive) as zf:
         names = zf.namelist()
         if f"{member}.npy" not in names:
             raise ValueError(f"`{archive.name}` must contain {member!r}, got {sorted(n[:-4] for n in names)}")
@@ -168,7 +178,7 @@ def _extract_npz_member(archive: Path, member: str, target: Path) -> None:
 
 def _binary_members(meta: OgbnMeta, ds_dir: Path) -> dict[str, tuple[Path, str]]:
     raw = ds_dir / "raw"
-    with zipfile.ZipFile(raw / "data.npz") as zf:
+    with reading(raw / "data.npz"), zipfile.ZipFile(raw / "data.npz") as zf:
         present = {n[:-4] for n in zf.namelist()}
     members = {"edge_index": (raw / "data.npz", "edge_index"), "y": (raw / "node-label.npz", "node_label")}
     pairs = [("x", "node_feat"), ("num_nodes_list", "num_nodes_list")]
@@ -185,7 +195,7 @@ def _parse_binary_raw(meta: OgbnMeta, ds_dir: Path, out_dir: Path | None) -> dic
     arrays: dict[str, np.ndarray] = {}
     for ours, (archive, member) in _binary_members(meta, ds_dir).items():
         if out_dir is None:
-            with np.load(archive) as npz:
+            with reading(archive, (ValueError,)), np.load(archive) as npz:
                 arrays[ours] = npz[member]
         else:
             _extract_npz_member(archive, member, out_dir / f"{ours}.npy")
@@ -218,7 +228,12 @@ def _load_cache(cache_dir: Path, stamp: dict, mmap: bool) -> dict[str, np.ndarra
         path = cache_dir / f"{key}.npy"
         if not path.is_file():
             return None
-        arrays[key] = np.load(path, mmap_mode="c" if mmap else None)
+        try:
+            arrays[key] = np.load(path, mmap_mode="c" if mmap else None, allow_pickle=False)
+        except (ValueError, OSError, EOFError) as exc:  # truncated or overwritten: rebuild from the raw files
+            warnings.warn(f"cache file {path} is corrupt ({type(exc).__name__}: {' '.join(str(exc).split())}); "
+                          "rebuilding the cache from the raw files", stacklevel=3)
+            return None
     return arrays
 
 
@@ -226,13 +241,12 @@ def _write_cache(cache_dir: Path, stamp: dict, arrays: dict[str, np.ndarray]) ->
     for key, value in arrays.items():
         if isinstance(value, np.memmap):  # already streamed into the cache by _parse_binary_raw
             continue
-        tmp = cache_dir / f"{key}.tmp.npy"
-        np.save(tmp, value)
-        os.replace(tmp, cache_dir / f"{key}.npy")
+        atomic_save_npy(cache_dir / f"{key}.npy", value)
     info = {"format": _CACHE_FORMAT, "sources": stamp, "arrays": sorted(arrays)}
-    tmp = cache_dir / "manifest.json.tmp"
-    tmp.write_text(json.dumps(info, indent=1))
-    os.replace(tmp, cache_dir / "manifest.json")
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".manifest.json.", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps(info, indent=1))
+    os.replace(tmp, cache_dir / "manifest.json")  # last: the cache is valid only once every array is in place
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -252,7 +266,7 @@ def _to_data(meta: OgbnMeta, arrays: dict[str, np.ndarray]) -> Data:
     y = _tensor(arrays["y"])
     if "classification" in meta.task_type and not bool(torch.isnan(y.float()).any()):
         y = y.to(torch.long)  # as OGB: integer labels unless some are missing (NaN)
-    data = Data(num_nodes=num_nodes, edge_index=edge_index, y=y)
+    data = OgbnData(num_nodes=num_nodes, edge_index=edge_index, y=y)
     if "x" in arrays:
         data.x = _tensor(arrays["x"])
     if edge_attr is not None:
@@ -305,12 +319,14 @@ def load_ogbn(
     Returns:
         ``Data`` with ``num_nodes``, ``edge_index [2, E] int64``, ``y``, ``x`` (when the dataset has node features),
         ``edge_attr`` (proteins), ``node_year``/``node_species`` ``[N, 1]`` when their raw files are present,
-        ``train_idx``/``valid_idx``/``test_idx`` ``[n] int64``, and the plain attributes ``num_classes``,
-        ``num_tasks``, ``task_type`` and ``eval_metric``.
+        ``train_idx``/``valid_idx``/``test_idx`` ``[n] int64`` (also as ``get_idx_split()``, the ``ogb`` API), and the
+        plain attributes ``num_classes``, ``num_tasks``, ``task_type`` and ``eval_metric``.
 
     Raises:
         TypeError: An argument has the wrong type.
-        ValueError: Unknown ``name``; ``mmap=True`` with ``cache=False``; raw files inconsistent with each other.
+        ValueError: Unknown ``name``; ``mmap=True`` with ``cache=False``; raw files inconsistent with each other; a
+            raw file corrupt (truncated or not gzip/zip: the file is named). A corrupt cache file is not an error:
+            it is reported with a warning and rebuilt from the raw files.
         FileNotFoundError: The dataset folder or a required file is missing (every missing path is named with
             the OGB URL to fetch by hand).
 

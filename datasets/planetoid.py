@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from torch_geometric.data import Data
 
-from cudnn_gnn.datasets._io import as_path, package_data_dir, require_files
+from cudnn_gnn.datasets._io import as_path, corrupt_file_error, package_data_dir, require_files
 
 __all__ = ["load_planetoid", "PLANETOID_NAMES"]
 
@@ -27,6 +28,21 @@ _SPLITS = ("public", "full")
 
 def _raw_paths(raw_dir: Path, name: str) -> list[Path]:
     return [raw_dir / f"ind.{name.lower()}.{suffix}" for suffix in _SUFFIXES]
+
+
+def _raise_corrupt(raw_dir: Path, name: str, exc: BaseException) -> NoReturn:
+    """PyG's reader failed: read the raw files one by one and name the first damaged one (else re-raise)."""
+    from torch_geometric.io.planetoid import read_file
+
+    for path in _raw_paths(raw_dir, name):
+        suffix = path.name[len(f"ind.{name.lower()}."):]
+        try:
+            read_file(str(raw_dir), name.lower(), suffix)
+        except Exception as file_exc:  # noqa: BLE001 - any failure to read one file means that file is damaged
+            raise corrupt_file_error(
+                path, file_exc, f"delete it and put a fresh copy in {raw_dir} "
+                "(from https://github.com/kimiyoung/planetoid/tree/master/data)") from exc
+    raise exc
 
 
 def load_planetoid(
@@ -66,6 +82,7 @@ def load_planetoid(
         TypeError: ``name``, ``root``, ``split`` or ``normalize_features`` has the wrong type.
         ValueError: ``name`` or ``split`` is not one of the accepted values.
         FileNotFoundError: A raw file is missing (every missing file is named, with where to put it).
+        ValueError: A raw file is corrupt (truncated or not a Planetoid pickle): the file is named.
 
     Example:
         >>> data = load_planetoid("Cora", normalize_features=True)
@@ -108,7 +125,10 @@ def load_planetoid(
     # Local import: torch_geometric.io pulls in optional readers we do not need at package import time.
     from torch_geometric.io import read_planetoid_data
 
-    data = read_planetoid_data(str(raw_dir), canonical.lower())
+    try:
+        data = read_planetoid_data(str(raw_dir), canonical.lower())
+    except Exception as exc:  # noqa: BLE001 - find the damaged file and name it
+        _raise_corrupt(raw_dir, canonical, exc)
     if split == "full":
         train_mask = torch.ones_like(data.train_mask)
         train_mask[data.val_mask | data.test_mask] = False

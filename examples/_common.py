@@ -13,12 +13,39 @@ import math
 import os
 import statistics
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+# One implementation for the CLI and the scripts.
+from cudnn_gnn.apps._cli import (  # noqa: F401
+    ArgumentParser,
+    check_backend,
+    check_data_root,
+    check_device,
+    check_matplotlib,
+    check_output_path,
+    int_list,
+    nonnegative_float,
+    nonnegative_int,
+    one_line,
+    positive_float,
+    positive_int,
+    probability,
+    run_main,
+)
+from cudnn_gnn.apps._progress import progress  # noqa: F401
+from cudnn_gnn.apps._util import conv_class, is_oom, plot_curves, save_checkpoint, write_json  # noqa: F401
+from cudnn_gnn.apps.train import (  # noqa: F401
+    autocast,
+    grad_scaler,
+    optimizer_step,
+    resolve_device,
+    seed_everything,
+)
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 MODELS = ("gat", "pyg-gat")
@@ -46,24 +73,41 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
-def add_common_arguments(ap: argparse.ArgumentParser, *, epochs: int, runs: int = 1, eval_every: int = 1) -> None:
-    """Flags every OGB script has."""
+def add_common_arguments(ap: argparse.ArgumentParser, *, epochs: int | None, runs: int = 1,
+                         eval_every: int = 1) -> None:
+    """Flags every OGB script has (``epochs=None``: the script picks a default after parsing)."""
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--data-root", default=None, help="folder with the OGB download (<root>/ogbn_<name>/raw, split)")
     src.add_argument("--synthetic", action="store_true", help="an OGB-shaped seeded power-law graph (the default)")
-    ap.add_argument("--scale", type=float, default=1.0, help="--synthetic: fraction of the real node and edge counts")
+    ap.add_argument("--scale", type=positive_float, default=1.0, help="--synthetic: fraction of the real node and edge counts")
     ap.add_argument("--model", choices=MODELS, default="gat", help="gat: cudnn_gnn.layers.GATConv; pyg-gat: PyG's")
     ap.add_argument("--backend", choices=("auto", "cudnn", "reference"), default="auto",
                     help="attention backend of our layers (ignored by pyg-gat)")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
-    ap.add_argument("--epochs", type=int, default=epochs, help="epochs per run (0: the mode's default)" if not epochs else None)
-    ap.add_argument("--eval-every", type=int, default=eval_every, help="evaluate every N epochs (and after the last)")
+    ap.add_argument("--epochs", type=positive_int, default=epochs,
+                    help="epochs per run (default: the mode's)" if epochs is None else None)
+    ap.add_argument("--eval-every", type=positive_int, default=eval_every,
+                    help="evaluate every N epochs (and after the last)")
     ap.add_argument("--seeds", type=parse_seeds, default=None, help="e.g. 0-9; default: 0..runs-1")
-    ap.add_argument("--runs", type=int, default=runs, help="number of seeds when --seeds is not given")
+    ap.add_argument("--runs", type=positive_int, default=runs, help="number of seeds when --seeds is not given")
     ap.add_argument("--log", metavar="PATH", default=None, help="JSON lines: one per epoch (time, memory, metrics)")
     ap.add_argument("--json", metavar="PATH", default=None, help="the summary as JSON")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--save", metavar="PATH", default=None,
+                    help="save each run's model: torch.save({'state_dict', 'config'}); several seeds: PATH gets -seedN")
+    ap.add_argument("--plot", metavar="PATH", default=None, help="the loss and score curves of every run as a PNG")
+
+
+def check_common_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> torch.device:
+    """Every user mistake in the common flags, as one ``ap.error`` line before any data is read; the device."""
+    check_data_root(ap, args.data_root)
+    device = check_device(ap, args.device)
+    check_backend(ap, args.backend, device, ours=not args.model.startswith("pyg-"))
+    for flag in ("--json", "--log", "--save"):
+        check_output_path(ap, flag, getattr(args, flag[2:]))
+    check_matplotlib(ap, args.plot)
+    return device
 
 
 def seeds_of(args: argparse.Namespace) -> list[int]:
@@ -71,17 +115,6 @@ def seeds_of(args: argparse.Namespace) -> list[int]:
 
 
 # ----------------------------------------------------------------------------------------------- runtime
-
-
-# One implementation for the CLI and the scripts.
-from cudnn_gnn.apps.train import (  # noqa: E402, F401
-    autocast,
-    grad_scaler,
-    optimizer_step,
-    resolve_device,
-    seed_everything,
-    write_json,
-)
 
 
 def report_seed(seed: int, res: dict[str, Any], valid: str, test: str) -> bool:
@@ -93,33 +126,6 @@ def report_seed(seed: int, res: dict[str, Any], valid: str, test: str) -> bool:
     print(f"seed {seed}: best {valid} {res['valid']:.4f} at epoch {res['epoch']}, {test} {res['test']:.4f}, "
           f"{res['sec_per_epoch']:.3f} s/epoch{peak}")
     return False
-
-
-def progress(iterable: Iterable[Any] | None = None, *, total: int | None = None, desc: str = "",
-             enabled: bool = True) -> Any:
-    """A tqdm bar (or the bare iterable when tqdm is missing or the bar is disabled)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _NoBar(iterable)
-    return tqdm(iterable, total=total, desc=desc, disable=not enabled, leave=False, dynamic_ncols=True)
-
-
-class _NoBar:
-    def __init__(self, iterable: Iterable[Any] | None) -> None:
-        self.iterable = iterable
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self.iterable or ())
-
-    def update(self, n: int = 1) -> None:
-        pass
-
-    def set_postfix(self, **kwargs: Any) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
 
 
 def sync(device: torch.device) -> None:
@@ -134,10 +140,6 @@ def reset_peak(device: torch.device) -> None:
 
 def peak_bytes(device: torch.device) -> int | None:
     return int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None
-
-
-def is_oom(err: BaseException) -> bool:
-    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
 
 
 class JsonLines:
@@ -174,12 +176,19 @@ def count_params(model: nn.Module) -> int:
 # ----------------------------------------------------------------------------------------------- data
 
 
-def load_node_data(name: str, args: argparse.Namespace, device: torch.device) -> Any:
-    """``load_ogbn(name, --data-root)`` or ``synthetic_ogbn(name, scale=--scale)`` (the default)."""
+def load_node_data(name: str, args: argparse.Namespace, device: torch.device,
+                   ap: argparse.ArgumentParser | None = None) -> Any:
+    """``load_ogbn(name, --data-root)`` or ``synthetic_ogbn(name, scale=--scale)`` (the default). Missing or
+    corrupt files under ``--data-root`` end in one ``ap.error`` line naming them (raised as is without ``ap``)."""
     from cudnn_gnn.datasets import load_ogbn, synthetic_ogbn
 
     if args.data_root:
-        return load_ogbn(name, args.data_root)
+        try:
+            return load_ogbn(name, args.data_root)
+        except (FileNotFoundError, ValueError) as exc:  # missing or corrupt files: say which, and what to do
+            if ap is None:
+                raise
+            ap.error(f"--data-root: {one_line(exc)}")
     gen_device = device if device.type == "cuda" else torch.device("cpu")
     return synthetic_ogbn(name, scale=args.scale, seed=0, device=gen_device)
 
@@ -193,19 +202,6 @@ def describe(data: Any, name: str, args: argparse.Namespace) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- model
-
-
-def gat_conv(model: str) -> tuple[type, dict[str, Any]]:
-    """(layer class, extra kwargs) for ``--model``: our GATConv gets ``backend``; PyG's none."""
-    if model == "gat":
-        from cudnn_gnn.layers import GATConv
-
-        return GATConv, {"backend_kw": True}
-    if model == "pyg-gat":
-        from torch_geometric.nn import GATConv
-
-        return GATConv, {}
-    raise ValueError(f"model must be one of {MODELS}, got {model!r}")
 
 
 class OgbGAT(nn.Module):
@@ -223,7 +219,14 @@ class OgbGAT(nn.Module):
                  out_heads: int = 1, dropout: float = 0.5, input_drop: float = 0.0, attn_drop: float = 0.0,
                  norm: bool = True, activation: str = "relu", edge_dim: int | None = None, backend: str = "auto") -> None:
         super().__init__()
-        conv, extra = gat_conv(model)
+        #: The constructor arguments (saved with the weights by ``--save``).
+        self.config = {"model": model, "in_channels": in_channels, "hidden": hidden, "out_channels": out_channels,
+                       "layers": layers, "heads": heads, "out_heads": out_heads, "dropout": dropout,
+                       "input_drop": input_drop, "attn_drop": attn_drop, "norm": norm, "activation": activation,
+                       "edge_dim": edge_dim, "backend": backend}
+        if model not in MODELS:
+            raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+        conv, extra = conv_class(model)
         kw: dict[str, Any] = {"backend": backend} if extra.get("backend_kw") else {}
         self.convs = nn.ModuleList()
         self.norms = nn.ModuleList()
@@ -346,24 +349,37 @@ def finish_summary(name: str, args: argparse.Namespace, device: torch.device, me
     summary = summarize(name, args.model, metric, runs, params)
     summary.update(precision=args.precision, backend=args.backend, device=str(device), synthetic=not args.data_root,
                    scale=None if args.data_root else args.scale, epochs=args.epochs, **extra)
+    curves = {f"seed {r['seed']} {k}": v for r in runs for k, v in r.pop("_curves", {}).items()}
     print_summary(summary)
     write_json(args.json, summary)
+    if args.plot:
+        plot_curves(args.plot, curves, title=f"{name} {args.model}")
     return summary
+
+
+def save_path(path: str, seed: int, seeds: list[int]) -> str:
+    """``--save PATH`` for one seed: PATH itself for a single run, else ``<stem>-seed<N><suffix>``."""
+    if len(seeds) <= 1:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}-seed{seed}{ext}"
 
 
 def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, label: str,
                  step: Callable[[int], float], evaluate: Callable[[], tuple[float, float, float]],
-                 log: JsonLines, higher_better: bool = True) -> dict[str, Any]:
+                 log: JsonLines, higher_better: bool = True, model: nn.Module | None = None) -> dict[str, Any]:
     """The epoch loop every OGB script shares: time and peak memory per epoch (JSON lines), evaluation every
     ``--eval-every`` epochs, the test score at the best valid score. A CUDA out-of-memory error ends the run
     and is reported (``{"oom": True, "error": ...}``) instead of raised, so a baseline that does not fit is a
-    result, not a crash."""
+    result, not a crash. With ``--save`` the trained ``model`` is saved with ``vars(args)`` and its constructor
+    arguments (``model.config``); the curves for ``--plot`` come back under ``"_curves"``."""
     best = {"epoch": 0, "train": float("nan"), "valid": -math.inf if higher_better else math.inf, "test": float("nan")}
     times: list[float] = []
     peaks: list[int] = []
+    curves: dict[str, list[tuple[int, float]]] = {"loss": [], "train": [], "valid": [], "test": []}
     bar = progress(total=args.epochs, desc=f"{label} seed {seed}", enabled=not args.no_progress)
     try:
-        _epoch_loop(args, device, seed, step, evaluate, log, higher_better, best, times, peaks, bar)
+        _epoch_loop(args, device, seed, step, evaluate, log, higher_better, best, times, peaks, bar, curves)
     except RuntimeError as err:  # torch.OutOfMemoryError is one
         if not is_oom(err):
             raise
@@ -375,14 +391,19 @@ def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, l
         return {"seed": seed, "oom": True, "error": message, "epoch": 0, "valid": float("nan"), "test": float("nan"),
                 "sec_per_epoch": None, "peak_memory_bytes": None}
     bar.close()
+    if args.save and model is not None:
+        config = {**vars(args), "seed": seed, "model_config": getattr(model, "config", None)}
+        save_checkpoint(save_path(args.save, seed, seeds_of(args)), model, config)
     # Epoch 1 carries one-off costs (cuDNN plan building, allocator warm-up): leave it out when there are more.
     steady = times[1:] if len(times) > 1 else times
-    return {"seed": seed, **best, "sec_per_epoch": statistics.fmean(steady), "peak_memory_bytes": max(peaks, default=None)}
+    return {"seed": seed, **best, "sec_per_epoch": statistics.fmean(steady), "peak_memory_bytes": max(peaks, default=None),
+            "_curves": curves}
 
 
 def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step: Callable[[int], float],
                 evaluate: Callable[[], tuple[float, float, float]], log: JsonLines, higher_better: bool,
-                best: dict[str, Any], times: list[float], peaks: list[int], bar: Any) -> None:
+                best: dict[str, Any], times: list[float], peaks: list[int], bar: Any,
+                curves: dict[str, list[tuple[int, float]]]) -> None:
     for epoch in range(1, args.epochs + 1):
         reset_peak(device)
         sync(device)
@@ -396,9 +417,12 @@ def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step:
                                   "peak_memory_bytes": epoch_peak}
         if epoch_peak is not None:
             peaks.append(epoch_peak)
+        curves["loss"].append((epoch, loss))
         if epoch % args.eval_every == 0 or epoch == args.epochs:
             train_s, valid_s, test_s = evaluate()
             record.update(train=train_s, valid=valid_s, test=test_s)
+            for key, value in (("train", train_s), ("valid", valid_s), ("test", test_s)):
+                curves[key].append((epoch, value))
             if (valid_s > best["valid"]) if higher_better else (valid_s < best["valid"]):
                 best.update(epoch=epoch, train=train_s, valid=valid_s, test=test_s)
             bar.set_postfix(loss=f"{loss:.4f}", valid=f"{valid_s:.4f}", test=f"{test_s:.4f}")

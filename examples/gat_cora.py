@@ -19,20 +19,29 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import multiprocessing as mp
+import os
 import sys
 import time
 from typing import Any
 
-from _common import mean_std, parse_seeds, write_json
+from _common import ArgumentParser, mean_std, parse_seeds, positive_int, run_main, write_json
 
-from cudnn_gnn.apps.train import MODELS, TrainConfig, add_arguments, format_result, resolve_device, run_config
+from cudnn_gnn.apps.train import MODELS, TrainConfig, add_arguments, check_arguments, format_result, run_config
+
+
+def run_path(path: str | None, model: str, seed: int, single: bool) -> str | None:
+    """``--save``/``--plot`` PATH for one run: PATH itself when there is one run, else ``<stem>-<model>-seed<N><ext>``."""
+    if not path or single:
+        return path
+    root, ext = os.path.splitext(path)
+    return f"{root}-{model}-seed{seed}{ext}"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", default="gat,pyg-gat", help=f"comma-separated, from {', '.join(MODELS)}")
     ap.add_argument("--seeds", type=parse_seeds, default=parse_seeds("0-9"), help="e.g. 0-9 or 0,1,5")
-    ap.add_argument("--jobs", type=int, default=1, help="parallel single-threaded runs (CPU only)")
+    ap.add_argument("--jobs", type=positive_int, default=1, help="parallel single-threaded runs (CPU only)")
     add_arguments(ap)
     ap.add_argument("--json", metavar="PATH", default=None, help="write every run and the summary as JSON")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
@@ -40,15 +49,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for m in models:
         if m not in MODELS:
             ap.error(f"--models must be drawn from {MODELS}, got {m!r}")
-    if args.dataset == "PubMed" and args.data_root is None:
-        ap.error("--dataset PubMed needs --data-root")
-    device = resolve_device(args.device)
+    device = check_arguments(ap, args, models)
     jobs = args.jobs if device.type == "cpu" else 1
 
+    single = len(models) * len(args.seeds) == 1
     configs = [
         TrainConfig(dataset=args.dataset, model=m, backend=args.backend, device=str(device), precision=args.precision,
                     seed=s, epochs=args.epochs, patience=args.patience, data_root=args.data_root,
-                    threads=1 if jobs > 1 else args.threads, progress=not args.no_progress and jobs == 1).__dict__
+                    threads=1 if jobs > 1 else args.threads, progress=not args.no_progress and jobs == 1,
+                    save=run_path(args.save, m, s, single), plot=run_path(args.plot, m, s, single)).__dict__
         for m in models
         for s in args.seeds
     ]
@@ -88,4 +97,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(main))

@@ -26,6 +26,18 @@ from torch import Tensor, nn
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import global_mean_pool
 
+from cudnn_gnn.apps._cli import (
+    ArgumentParser,
+    check_device,
+    check_output_path,
+    nonnegative_int,
+    positive_float,
+    positive_int,
+    probability,
+    run_main,
+)
+from cudnn_gnn.apps._progress import progress
+from cudnn_gnn.apps._util import write_json
 from cudnn_gnn.layers.gps_conv import GPSConv
 
 DATASETS = ("ogbg-molbace", "ogbg-molbbbp", "ogbg-molesol", "ogbg-molfreesolv")
@@ -103,37 +115,33 @@ def evaluate(model: nn.Module, loader: DataLoader, evaluator: Any, device: torch
     return float(next(iter(res.values())))
 
 
-def _progress(iterable: Any, desc: str, enabled: bool) -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return iterable
-    return tqdm(iterable, desc=desc, leave=False, disable=not enabled)
-
-
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dataset", choices=DATASETS, default="ogbg-molbace")
-    ap.add_argument("--epochs", type=int, default=50)
+    ap.add_argument("--epochs", type=positive_int, default=50)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--backend", choices=("auto", "cudnn", "flash", "reference"), default="auto", help="global attention")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=int, default=128)
-    ap.add_argument("--channels", type=int, default=64)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--dropout", type=float, default=0.1)
-    ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--limit", type=int, default=0, help="use N random graphs of each split (smoke tests)")
+    ap.add_argument("--batch-size", type=positive_int, default=128)
+    ap.add_argument("--channels", type=positive_int, default=64)
+    ap.add_argument("--layers", type=positive_int, default=3)
+    ap.add_argument("--heads", type=positive_int, default=4)
+    ap.add_argument("--dropout", type=probability, default=0.1)
+    ap.add_argument("--lr", type=positive_float, default=1e-3)
+    ap.add_argument("--limit", type=nonnegative_int, default=0, help="use N random graphs of each split (smoke tests)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--json", metavar="PATH", default=None, help="the result as JSON")
     args = ap.parse_args(argv)
+    device = check_device(ap, args.device)
+    check_output_path(ap, "--json", args.json)
+    if args.channels % args.heads:
+        ap.error(f"--channels must be divisible by --heads ({args.heads}), got {args.channels}")
 
     from cudnn_gnn.datasets import load_ogbg, ogbg_evaluator
 
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)
-    device = torch.device(args.device)
 
     ds = load_ogbg(args.dataset)
     evaluator = ogbg_evaluator(args.dataset)
@@ -159,7 +167,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for epoch in range(1, args.epochs + 1):
         model.train()
         total, count = torch.zeros((), device=device), 0
-        for data in _progress(train_loader, f"epoch {epoch}", not args.no_progress):
+        for data in progress(train_loader, desc=f"epoch {epoch}", enabled=not args.no_progress):
             data = data.to(device)
             loss = loss_fn(model(data), data.y, ds.task_type)
             opt.zero_grad()
@@ -176,8 +184,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"final: {args.dataset} {ds.eval_metric} valid {best['valid']:.4f} test {best['test']:.4f} "
         f"(best valid at epoch {best['epoch']}, {result['seconds']:.1f} s)"
     )
+    write_json(args.json, result)
     return result
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(main))

@@ -25,18 +25,25 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    ArgumentParser,
     JsonLines,
     OgbGAT,
     add_common_arguments,
     autocast,
+    check_common_arguments,
     count_params,
     describe,
     finish_summary,
     grad_scaler,
     load_node_data,
+    nonnegative_float,
+    nonnegative_int,
     optimizer_step,
+    positive_float,
+    positive_int,
+    probability,
     report_seed,
-    resolve_device,
+    run_main,
     seed_everything,
     seeds_of,
     train_epochs,
@@ -54,20 +61,21 @@ def log_ce(logits: Tensor, y: Tensor) -> Tensor:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(ap, epochs=2000)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--heads", type=int, default=3)
-    ap.add_argument("--hidden", type=int, default=250)
-    ap.add_argument("--dropout", type=float, default=0.75)
-    ap.add_argument("--input-drop", type=float, default=0.1)
-    ap.add_argument("--attn-drop", type=float, default=0.0)
-    ap.add_argument("--lr", type=float, default=0.002)
-    ap.add_argument("--wd", type=float, default=0.0)
-    ap.add_argument("--warmup", type=int, default=50, help="epochs of linear learning-rate warm-up")
+    ap.add_argument("--layers", type=positive_int, default=3)
+    ap.add_argument("--heads", type=positive_int, default=3)
+    ap.add_argument("--hidden", type=positive_int, default=250)
+    ap.add_argument("--dropout", type=probability, default=0.75)
+    ap.add_argument("--input-drop", type=probability, default=0.1)
+    ap.add_argument("--attn-drop", type=probability, default=0.0)
+    ap.add_argument("--lr", type=positive_float, default=0.002)
+    ap.add_argument("--wd", type=nonnegative_float, default=0.0)
+    ap.add_argument("--warmup", type=nonnegative_int, default=50, help="epochs of linear learning-rate warm-up")
     ap.add_argument("--use-labels", action="store_true", help="label reuse as input features (DGL's --use-labels)")
-    ap.add_argument("--mask-rate", type=float, default=0.5, help="--use-labels: share of train nodes used as labels")
+    ap.add_argument("--mask-rate", type=probability, default=0.5, help="--use-labels: share of train nodes used as labels")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    device = check_common_arguments(ap, args)
 
     from torch_geometric.data import Data
     from torch_geometric.utils import to_undirected
@@ -75,8 +83,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cudnn_gnn.datasets import ogb_evaluator
     from cudnn_gnn.layers import ToCscGraph
 
-    device = resolve_device(args.device)
-    data = load_node_data(NAME, args, device)
+    data = load_node_data(NAME, args, device, ap)
     print(describe(data, NAME, args))
     n = data.num_nodes
     edge_index = to_undirected(data.edge_index.to(device), num_nodes=n)  # DGL: to_bidirected (+ self-loops in conv)
@@ -134,7 +141,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 pred = model(feats, graph).argmax(dim=-1)
             return acc(pred, split["train"]), acc(pred, split["valid"]), acc(pred, split["test"])
 
-        res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", step=step,
+        res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", model=model, step=step,
                            evaluate=evaluate, log=log)
         runs.append(res)
         if report_seed(seed, res, "valid acc", "test acc"):
@@ -144,4 +151,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(main))

@@ -31,22 +31,30 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    ArgumentParser,
     JsonLines,
     OgbGAT,
     add_common_arguments,
     autocast,
+    check_common_arguments,
     count_params,
     describe,
     finish_summary,
     grad_scaler,
+    int_list,
     layerwise_inference,
     load_node_data,
     neighbor_loader,
+    nonnegative_int,
+    one_line,
     optimizer_step,
+    positive_float,
+    positive_int,
+    probability,
     progress,
     report_seed,
     require_sampler,
-    resolve_device,
+    run_main,
     seed_everything,
     seeds_of,
     train_epochs,
@@ -57,35 +65,38 @@ NAME = "ogbn-products"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common_arguments(ap, epochs=0, eval_every=10)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common_arguments(ap, epochs=None, eval_every=10)
     ap.add_argument("--sampled", action="store_true", help="NeighborLoader mini-batches (PyG's recipe)")
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--dropout", type=float, default=0.5)
-    ap.add_argument("--lr", type=float, default=None, help="default: 0.001 sampled (PyG), 0.005 full batch")
-    ap.add_argument("--fanout", default="10,10,5", help="--sampled: neighbours per layer, input side first")
-    ap.add_argument("--batch-size", type=int, default=512, help="--sampled: seed nodes per batch")
-    ap.add_argument("--eval-batch-size", type=int, default=2048, help="--sampled: nodes per inference batch")
-    ap.add_argument("--num-workers", type=int, default=0, help="--sampled: NeighborLoader workers")
+    ap.add_argument("--layers", type=positive_int, default=3)
+    ap.add_argument("--heads", type=positive_int, default=4)
+    ap.add_argument("--hidden", type=positive_int, default=128)
+    ap.add_argument("--dropout", type=probability, default=0.5)
+    ap.add_argument("--lr", type=positive_float, default=None, help="default: 0.001 sampled (PyG), 0.005 full batch")
+    ap.add_argument("--fanout", type=int_list, default=[10, 10, 5], help="--sampled: neighbours per layer, input side first")
+    ap.add_argument("--batch-size", type=positive_int, default=512, help="--sampled: seed nodes per batch")
+    ap.add_argument("--eval-batch-size", type=positive_int, default=2048, help="--sampled: nodes per inference batch")
+    ap.add_argument("--num-workers", type=nonnegative_int, default=0, help="--sampled: NeighborLoader workers")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    if not args.epochs:
+    device = check_common_arguments(ap, args)
+    if args.epochs is None:
         args.epochs = 100 if args.sampled else 300
     lr = args.lr if args.lr is not None else (0.001 if args.sampled else 0.005)
-    fanout = [int(f) for f in args.fanout.split(",")]
+    fanout: list[int] = list(args.fanout)
     if args.sampled:
-        require_sampler()  # fail before loading a large dataset
+        try:
+            require_sampler()  # fail before loading a large dataset
+        except RuntimeError as exc:
+            ap.error(one_line(exc))  # names --sampled and the pip command
         if len(fanout) != args.layers:
-            ap.error(f"--fanout must have one entry per layer ({args.layers}), got {args.fanout!r}")
+            ap.error(f"--fanout must have one entry per layer ({args.layers}), got {','.join(map(str, fanout))!r}")
 
     from torch_geometric.data import Data
 
     from cudnn_gnn.datasets import ogb_evaluator
     from cudnn_gnn.layers import ToCscGraph
 
-    device = resolve_device(args.device)
-    data = load_node_data(NAME, args, device)
+    data = load_node_data(NAME, args, device, ap)
     print(describe(data, NAME, args) + f"; {'sampled' if args.sampled else 'full batch'}, lr {lr}")
     n = data.num_nodes
     x = data.x.to(device).float()
@@ -165,7 +176,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             pred = out.argmax(dim=-1)
             return acc(pred, split["train"]), acc(pred, split["valid"]), acc(pred, split["test"])
 
-        res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}",
+        res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", model=model,
                            step=step_sampled if args.sampled else step_full, evaluate=evaluate, log=log)
         runs.append(res)
         del model, opt
@@ -176,4 +187,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(main))

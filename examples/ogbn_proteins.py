@@ -29,18 +29,24 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    ArgumentParser,
     JsonLines,
     OgbGAT,
     add_common_arguments,
     autocast,
+    check_common_arguments,
     count_params,
     describe,
     finish_summary,
     grad_scaler,
     load_node_data,
+    nonnegative_float,
     optimizer_step,
+    positive_float,
+    positive_int,
+    probability,
     report_seed,
-    resolve_device,
+    run_main,
     seed_everything,
     seeds_of,
     train_epochs,
@@ -59,25 +65,25 @@ def mean_incoming(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) -> Tens
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_common_arguments(ap, epochs=1200, eval_every=5)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=16)
-    ap.add_argument("--dropout", type=float, default=0.25)
-    ap.add_argument("--input-drop", type=float, default=0.1)
-    ap.add_argument("--attn-drop", type=float, default=0.0)
-    ap.add_argument("--lr", type=float, default=0.01)
-    ap.add_argument("--wd", type=float, default=0.0)
+    ap.add_argument("--layers", type=positive_int, default=3)
+    ap.add_argument("--heads", type=positive_int, default=4)
+    ap.add_argument("--hidden", type=positive_int, default=16)
+    ap.add_argument("--dropout", type=probability, default=0.25)
+    ap.add_argument("--input-drop", type=probability, default=0.1)
+    ap.add_argument("--attn-drop", type=probability, default=0.0)
+    ap.add_argument("--lr", type=positive_float, default=0.01)
+    ap.add_argument("--wd", type=nonnegative_float, default=0.0)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    device = check_common_arguments(ap, args)
 
     from torch_geometric.data import Data
 
     from cudnn_gnn.datasets import ogb_evaluator
     from cudnn_gnn.layers import ToCscGraph
 
-    device = resolve_device(args.device)
-    data = load_node_data(NAME, args, device)
+    data = load_node_data(NAME, args, device, ap)
     print(describe(data, NAME, args))
     n = data.num_nodes
     edge_index = data.edge_index.to(device)
@@ -128,7 +134,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             sched.step(scores[1])
             return scores
 
-        res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", step=step,
+        res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", model=model, step=step,
                            evaluate=evaluate, log=log)
         runs.append(res)
         del model, opt
@@ -139,4 +145,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(main))

@@ -11,6 +11,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 
+from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gat import gat
 
 from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
@@ -108,7 +109,7 @@ class GATConv(MessagePassing):
         self.heads = heads
         self.concat = concat
         self.negative_slope = negative_slope
-        self.dropout = dropout
+        self.dropout = check_probability("dropout", dropout, allow_one=True)  # 1.0 as in PyG: all attention dropped
         self.add_self_loops = add_self_loops
         self.edge_dim = edge_dim
         self.fill_value = fill_value
@@ -224,6 +225,8 @@ class GATConv(MessagePassing):
         else:
             num_dst = g_dst if g_dst is not None else num_src
 
+        if edge_attr is not None and self.edge_dim is not None:
+            check_edge_attr(edge_attr, self.edge_dim, edge_index)  # the user's shape, before any projection
         num_loops: int | None = None
         if self.add_self_loops:
             check_sparse_loop_edge_attr(edge_index, edge_attr is not None and self.edge_dim is not None)

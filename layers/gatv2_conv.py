@@ -11,6 +11,7 @@ from torch_geometric.nn.conv import MessagePassing
 from torch_geometric.nn.dense.linear import Linear
 from torch_geometric.nn.inits import glorot, zeros
 
+from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gatv2 import gatv2
 
 from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
@@ -81,7 +82,7 @@ class GATv2Conv(MessagePassing):
         self.heads = heads
         self.concat = concat
         self.negative_slope = negative_slope
-        self.dropout = dropout
+        self.dropout = check_probability("dropout", dropout, allow_one=True)  # 1.0 as in PyG: all attention dropped
         self.add_self_loops = add_self_loops
         self.edge_dim = edge_dim
         self.fill_value = fill_value
@@ -161,6 +162,8 @@ class GATv2Conv(MessagePassing):
 
         if edge_attr is not None and self.lin_edge is None:
             raise ValueError("edge_attr must be None for a GATv2Conv built without edge_dim, got a Tensor")
+        if edge_attr is not None and self.edge_dim is not None:
+            check_edge_attr(edge_attr, self.edge_dim, edge_index)  # the user's shape, before any projection
         num_loops: int | None = None
         if self.add_self_loops:
             check_sparse_loop_edge_attr(edge_index, edge_attr is not None)

@@ -204,3 +204,35 @@ def test_a_graph_marked_rebuilt_every_call_never_reads_its_degrees():
     assert g.max_degrees() is None
     g.set_max_degrees(5, 5)
     assert g.max_degrees() is None
+
+
+# ------------------------------------------------------------------ sizes that cannot fit
+
+
+@pytest.mark.parametrize("kwargs", [{"num_nodes": 2**40}, {"size": (3, 2**40)}])
+def test_huge_num_nodes_refused_before_allocating(kwargs):
+    """A few edges and 2**40 nodes: the 8 TiB of offsets are refused with the figure, nothing is allocated."""
+    ei = torch.tensor([[0, 1, 2], [1, 2, 0]])
+    arg = "num_nodes" if "num_nodes" in kwargs else "num_dst_nodes"
+    with pytest.raises(ValueError, match=rf"{arg} must fit in memory, got {arg}=1,099,511,627,776: its offsets "
+                                         r"alone need 8192\.0 GiB .* GiB free on cpu"):
+        CscGraph.from_edge_index(ei, **kwargs)
+
+
+def test_offsets_checked_against_free_memory(monkeypatch):
+    """2**31 nodes (16 GiB of offsets) are refused when the host has 4 GiB free; sizes that fit still build."""
+    import cudnn_gnn.graph as graph_mod
+
+    monkeypatch.setattr(graph_mod, "_free_bytes", lambda device: 4 << 30)
+    ei = torch.tensor([[0, 1], [1, 0]])
+    with pytest.raises(ValueError, match=r"num_nodes=2,147,483,648: its offsets alone need 16\.0 GiB \(48\.0 GiB "
+                                         r"while being built\), more than the 4\.0 GiB free on cpu"):
+        CscGraph.from_edge_index(ei, num_nodes=2**31)
+    assert CscGraph.from_edge_index(ei, num_nodes=1000).num_dst_nodes == 1000
+
+
+def test_free_bytes_reports_host_memory():
+    from cudnn_gnn.graph import _free_bytes
+
+    free = _free_bytes(torch.device("cpu"))
+    assert free is None or free > 0

@@ -21,12 +21,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import random
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -35,9 +33,24 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-__all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "build_gat", "main", "run_config", "train_planetoid"]
+from cudnn_gnn.apps._cli import (
+    ArgumentParser,
+    check_backend,
+    check_data_root,
+    check_device,
+    check_matplotlib,
+    check_output_path,
+    nonnegative_int,
+    one_line,
+    positive_int,
+    run_main,
+)
+from cudnn_gnn.apps._progress import progress
+from cudnn_gnn.apps._util import CONV_MODELS, conv_class, plot_curves, save_checkpoint, write_json
 
-MODELS = ("gat", "gatv2", "pyg-gat", "pyg-gatv2")
+__all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "build_gat", "load_gat", "main", "run_config", "train_planetoid"]
+
+MODELS = CONV_MODELS
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 # The GAT paper's transductive hyperparameters per dataset (section 3.3).
@@ -69,19 +82,8 @@ class TrainConfig:
     data_root: str | None = None
     threads: int = 0  # torch.set_num_threads (0: leave as is)
     progress: bool = True
-
-
-def conv_class(model: str) -> tuple[type, dict[str, Any]]:
-    """The layer class for ``model`` and the extra keyword arguments only our layers take."""
-    if model in ("gat", "gatv2"):
-        from cudnn_gnn.layers import GATConv, GATv2Conv
-
-        return (GATConv if model == "gat" else GATv2Conv), {"backend_kw": True}
-    if model in ("pyg-gat", "pyg-gatv2"):
-        from torch_geometric.nn import GATConv, GATv2Conv
-
-        return (GATConv if model == "pyg-gat" else GATv2Conv), {}
-    raise ValueError(f"model must be one of {MODELS}, got {model!r}")
+    save: str | None = None  # torch.save({"state_dict", "config"}) of the trained model to this path
+    plot: str | None = None  # the loss/accuracy curves as a PNG at this path
 
 
 class GAT(nn.Module):
@@ -158,14 +160,6 @@ def grad_scaler(precision: str, device: torch.device) -> Any:
     return torch.amp.GradScaler("cuda") if precision == "fp16" and device.type == "cuda" else None
 
 
-def write_json(path: str | None, obj: Any) -> None:
-    """Write ``obj`` as indented JSON to ``path`` (creating its folder); nothing when ``path`` is empty."""
-    if path:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        with open(path, "w") as f:
-            json.dump(obj, f, indent=1)
-
-
 def optimizer_step(loss: Tensor, opt: torch.optim.Optimizer, scaler: Any = None) -> None:
     """Backward and step, through a ``GradScaler`` when one is given (float16 autocast)."""
     if scaler is not None:
@@ -175,21 +169,6 @@ def optimizer_step(loss: Tensor, opt: torch.optim.Optimizer, scaler: Any = None)
     else:
         loss.backward()
         opt.step()
-
-
-def _progress(total: int, desc: str, enabled: bool) -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:  # tqdm is optional: no bar
-        return None
-    return tqdm(total=total, desc=desc, disable=not enabled, leave=False, dynamic_ncols=True)
-
-
-def _epochs(bar: Any, epochs: int) -> Iterator[int]:
-    for epoch in range(1, epochs + 1):
-        yield epoch
-        if bar is not None:
-            bar.update(1)
 
 
 def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
@@ -210,6 +189,10 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         raise ValueError(f"precision must be one of {tuple(PRECISIONS)}, got {cfg.precision!r}")
     if cfg.dataset not in DATASET_PRESETS:
         raise ValueError(f"dataset must be one of {tuple(DATASET_PRESETS)}, got {cfg.dataset!r}")
+    for name in ("epochs", "patience"):
+        value = getattr(cfg, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     preset = DATASET_PRESETS[cfg.dataset]
@@ -245,9 +228,10 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
     best_acc, best_loss = -1.0, float("inf")  # running maxima/minima (the authors' vacc_mx / vlss_mn)
     chosen = {"best_epoch": 0, "val_acc": 0.0, "val_loss": float("inf"), "test_acc": 0.0}
     bad, epoch = 0, 0
-    bar = _progress(cfg.epochs, f"{cfg.dataset} {cfg.model} seed {cfg.seed}", cfg.progress)
+    curves: dict[str, list[tuple[int, float]]] = {"train loss": [], "val loss": [], "val acc": [], "test acc": []}
+    bar = progress(total=cfg.epochs, desc=f"{cfg.dataset} {cfg.model} seed {cfg.seed}", enabled=cfg.progress)
     t0 = time.perf_counter()
-    for epoch in _epochs(bar, cfg.epochs):
+    for epoch in range(1, cfg.epochs + 1):
         model.train()
         opt.zero_grad(set_to_none=True)
         with autocast(device, cfg.precision):
@@ -269,13 +253,22 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
             bad = 0
         else:
             bad += 1
-        if bar is not None:
+        if cfg.plot:
+            for name, value in zip(curves, (loss.item(), val_loss, val_acc, test_acc)):
+                curves[name].append((epoch, value))
+        bar.update(1)
+        if bar.active:
             bar.set_postfix(loss=f"{loss.item():.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
         if bad >= cfg.patience:
             break
     seconds = time.perf_counter() - t0
-    if bar is not None:
-        bar.close()
+    bar.close()  # an early stop shows as complete
+    if cfg.save:
+        config = {**asdict(cfg), "in_channels": data.num_features, "num_classes": num_classes, "out_heads": out_heads,
+                  "lr": lr, "weight_decay": weight_decay}
+        save_checkpoint(cfg.save, model, config)
+    if cfg.plot:
+        plot_curves(cfg.plot, curves, title=f"{cfg.dataset} {cfg.model} seed {cfg.seed}")
     return {
         **asdict(cfg),
         "out_heads": out_heads,
@@ -289,6 +282,16 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         "params": sum(p.numel() for p in model.parameters()),
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
     }
+
+
+def load_gat(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> tuple[GAT, dict[str, Any]]:
+    """The model a ``--save PATH`` run wrote, rebuilt from its config, with its trained weights; and the config."""
+    ckpt = torch.load(path, map_location=map_location, weights_only=True)
+    cfg = ckpt["config"]
+    model = build_gat(cfg["model"], cfg["in_channels"], cfg["num_classes"], hidden=cfg["hidden"], heads=cfg["heads"],
+                      out_heads=cfg["out_heads"], dropout=cfg["dropout"], backend=cfg["backend"])
+    model.load_state_dict(ckpt["state_dict"])
+    return model, cfg
 
 
 def run_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -305,10 +308,34 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="attention backend of our layers (ignored by pyg-* models)")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
-    ap.add_argument("--epochs", type=int, default=1000, help="at most this many epochs (early stopping ends sooner)")
-    ap.add_argument("--patience", type=int, default=100, help="early-stopping patience (val loss and val acc)")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--epochs", type=positive_int, default=1000,
+                    help="at most this many epochs (early stopping ends sooner)")
+    ap.add_argument("--patience", type=positive_int, default=100, help="early-stopping patience (val loss and val acc)")
+    ap.add_argument("--threads", type=nonnegative_int, default=0, help="torch CPU threads (0: torch's default)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--save", metavar="PATH", default=None,
+                    help="save the trained model: torch.save({'state_dict', 'config'}) (load with load_gat)")
+    ap.add_argument("--plot", metavar="PATH", default=None, help="draw the loss/accuracy curves to a PNG")
+
+
+def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace, models: list[str]) -> torch.device:
+    """Every user mistake in the shared flags, as one ``ap.error`` line before any work; returns the device."""
+    if args.dataset == "PubMed" and args.data_root is None:
+        ap.error("--dataset PubMed needs --data-root (PubMed is not bundled; see cudnn_gnn/datasets/README.md)")
+    check_data_root(ap, args.data_root)
+    device = check_device(ap, args.device)
+    check_backend(ap, args.backend, device, ours=any(not m.startswith("pyg-") for m in models))
+    check_output_path(ap, "--json", args.json)
+    check_output_path(ap, "--save", args.save)
+    check_matplotlib(ap, args.plot)
+    if args.data_root is not None:  # a folder without the files: the loader names every missing one
+        from cudnn_gnn.datasets import load_planetoid
+
+        try:
+            load_planetoid(args.dataset, args.data_root)
+        except (FileNotFoundError, ValueError) as exc:
+            ap.error(f"--data-root: {one_line(exc)}")
+    return device
 
 
 def format_result(res: dict[str, Any]) -> str:
@@ -319,7 +346,7 @@ def format_result(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m cudnn_gnn train [options]``; prints a final ``test accuracy`` line and returns 0."""
-    ap = argparse.ArgumentParser(prog="python -m cudnn_gnn train", description=__doc__,
+    ap = ArgumentParser(prog="python -m cudnn_gnn train", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", choices=MODELS, default="gat",
                     help="gat/gatv2: cudnn_gnn's layers; pyg-gat/pyg-gatv2: PyG's, same training")
@@ -327,13 +354,12 @@ def main(argv: list[str] | None = None) -> int:
     add_arguments(ap)
     ap.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    if args.dataset == "PubMed" and args.data_root is None:
-        ap.error("--dataset PubMed needs --data-root (PubMed is not bundled; see cudnn_gnn/datasets/README.md)")
+    device = check_arguments(ap, args, [args.model])
 
-    cfg = TrainConfig(dataset=args.dataset, model=args.model, backend=args.backend, device=args.device,
+    cfg = TrainConfig(dataset=args.dataset, model=args.model, backend=args.backend, device=str(device),
                       precision=args.precision, seed=args.seed, epochs=args.epochs, patience=args.patience,
-                      data_root=args.data_root, threads=args.threads, progress=not args.no_progress)
-    device = resolve_device(cfg.device)
+                      data_root=args.data_root, threads=args.threads, progress=not args.no_progress,
+                      save=args.save, plot=args.plot)
     backend = args.backend if not args.model.startswith("pyg-") else "PyG's message passing"
     print(f"GAT paper setup on {cfg.dataset}: model {cfg.model} ({backend}), device {device}, precision {cfg.precision}, "
           f"seed {cfg.seed}, up to {cfg.epochs} epochs, patience {cfg.patience}")
@@ -344,4 +370,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_main(main, prog="python -m cudnn_gnn train"))

@@ -118,7 +118,7 @@ def graph_attention(
             raise TypeError(f"{name} must have q's dtype {q.dtype}, got {t.dtype}")
         if t.device != q.device:
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
-    dropout = check_probability("dropout", dropout)
+    dropout = check_probability("dropout", dropout, allow_one=True)
     training = check_bool("training", training)
     validate = check_bool("validate", validate)
     if scale is None:

@@ -6,6 +6,7 @@ import gzip
 import os
 import sys
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -295,3 +296,82 @@ def test_evaluator_without_ogb(monkeypatch: pytest.MonkeyPatch) -> None:
     assert isinstance(ogb_evaluator("ogbn-arxiv"), BuiltinEvaluator)
     with pytest.raises(RuntimeError, match=r"cudnn-gnn\[ogb\]"):
         ogb_evaluator("ogbn-arxiv", backend="ogb")
+
+
+# ------------------------------------------------------------------------------------ corrupt files, OGB API
+
+
+def _truncate(path: Path, keep: float = 0.5) -> None:
+    data = path.read_bytes()
+    path.write_bytes(data[: max(1, int(len(data) * keep))])
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+@pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
+def test_corrupt_cache_file_is_rebuilt_with_warning(tmp_path: Path, damage: str, mmap: bool) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    first_x = load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap).x.clone()  # a copy: the test damages the mapped file
+    cached = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME / "x.npy"
+    {"truncate": _truncate, "garbage": lambda p: p.write_bytes(b"not an npy file at all"),
+     "empty": lambda p: p.write_bytes(b"")}[damage](cached)
+    with pytest.warns(UserWarning, match=r"cache file .*x\.npy is corrupt.*rebuilding"):
+        again = load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap)
+    assert torch.equal(first_x, again.x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # rebuilt: the next load is clean
+        assert torch.equal(load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap).x, first_x)
+
+
+def test_cache_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write interrupted half-way leaves neither a half file under the final name nor a temporary file."""
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    cache_dir = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME
+    real_save = np.save
+
+    def interrupted(file, array, *args, **kwargs):
+        if np.asarray(array).ndim == 2 and np.asarray(array).shape[1] == 128:  # x: write half, then die
+            file.write(b"\x93NUMPY half")
+            raise KeyboardInterrupt
+        return real_save(file, array, *args, **kwargs)
+
+    monkeypatch.setattr(np, "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        load_ogbn("ogbn-arxiv", tmp_path)
+    assert not (cache_dir / "x.npy").exists() and not (cache_dir / "manifest.json").exists()
+    assert not [p for p in cache_dir.iterdir() if p.name.endswith(".tmp")]
+    monkeypatch.setattr(np, "save", real_save)
+    assert load_ogbn("ogbn-arxiv", tmp_path).x.shape == (N, 128)
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+@pytest.mark.parametrize("file", ["raw/edge.csv.gz", "raw/node-feat.csv.gz", "split/time/valid.csv.gz"])
+def test_corrupt_raw_csv_gz_named(tmp_path: Path, file: str, damage: str) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    path = tmp_path / "ogbn_arxiv" / file
+    if damage == "truncate":
+        _truncate(path)
+    else:
+        path.write_bytes(b"\x00\x01 definitely not gzip")
+    with pytest.raises(ValueError, match=r"raw file .* is corrupt \((EOFError|BadGzipFile|error).*delete it") as info:
+        load_ogbn("ogbn-arxiv", tmp_path)
+    assert str(path) in str(info.value)
+
+
+def test_corrupt_papers_npz_named(tmp_path: Path) -> None:
+    make_papers(tmp_path)
+    path = tmp_path / "ogbn_papers100M" / "raw" / "data.npz"
+    _truncate(path)
+    with pytest.raises(ValueError, match=r"raw file .*data\.npz is corrupt \(BadZipFile"):
+        load_ogbn("ogbn-papers100M", tmp_path)
+
+
+def test_get_idx_split_like_ogb(tmp_path: Path) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    data = load_ogbn("ogbn-arxiv", tmp_path)
+    split = data.get_idx_split()
+    assert set(split) == {"train", "valid", "test"}
+    for part in split:
+        assert split[part].dtype == torch.int64 and torch.equal(split[part], data[f"{part}_idx"])
+    assert data.num_classes == 40 and data.eval_metric == "acc"  # the attributes stay
+    assert isinstance(data, ogb_node.OgbnData)
+    assert torch.equal(data.to("cpu").get_idx_split()["test"], split["test"])  # survives Data.to / copies

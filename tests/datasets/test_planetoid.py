@@ -113,3 +113,18 @@ def test_missing_root_folder(tmp_path: Path) -> None:
 def test_argument_errors(kwargs: dict, exc: type, arg: str) -> None:
     with pytest.raises(exc, match=arg):
         load_planetoid(**kwargs)
+
+
+@pytest.mark.parametrize("suffix", ["x", "graph", "ally"])
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_raw_file_named(tmp_path: Path, suffix: str, damage: str) -> None:
+    raw = tmp_path / "Cora" / "raw"
+    shutil.copytree(package_data_dir() / "planetoid" / "Cora" / "raw", raw)
+    path = raw / f"ind.cora.{suffix}"
+    if damage == "truncate":
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    else:
+        path.write_bytes(b"this is not a pickle")
+    with pytest.raises(ValueError, match=r"raw file .* is corrupt \(.*\): delete it") as info:
+        load_planetoid("Cora", root=tmp_path)
+    assert str(path) in str(info.value)

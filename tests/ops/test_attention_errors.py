@@ -41,7 +41,7 @@ def _call(**over):
         (dict(activation_alpha="0.2"), TypeError, "activation_alpha must be a float or None"),
         (dict(activation="elu", activation_alpha=0.7), ValueError, "activation_alpha must be None or 1.0 for activation='elu'"),
         (dict(activation="relu", activation_alpha=0.3), ValueError, "activation_alpha must be None for activation='relu'"),
-        (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\)"),
+        (dict(dropout=1.5), ValueError, r"dropout must be in \[0, 1\]"),
         (dict(dropout=0.1, training=True, dropout_mask=torch.ones(4, 2)), ValueError, "dropout must be 0 when dropout_mask"),
         (dict(dropout_mask=torch.ones(2, 4)), ValueError, r"dropout_mask must have shape \(num_edges=4, heads=2\)"),
         (dict(dropout_mask=torch.ones(4, 2, requires_grad=True)), ValueError, "dropout_mask must not require grad"),

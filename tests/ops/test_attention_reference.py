@@ -246,3 +246,19 @@ def test_opcheck_and_autograd_of_the_kernel_op_on_cpu(v2, with_edge):
     want = torch.autograd.grad([ref_out, ref_att], leaves, cot)
     for a, b in zip(got, want):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
+def test_dropout_one_drops_every_coefficient_like_torch(op):
+    """``dropout=1.0`` in training: every attention coefficient dropped (zeros, finite gradients), as torch's and
+    PyG's dropout do; in eval it changes nothing."""
+    fn = getattr(cudnn_gnn, op)
+    g = CscGraph.from_edge_index(torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]]), num_nodes=3)
+    x = torch.randn(3, 4, requires_grad=True)
+    w = torch.randn(4 if op == "gatv2" else 8)
+    out, att = fn(g, x, w, heads=2, dropout=1.0, training=True, return_attention=True)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.equal(att, torch.zeros_like(att))
+    out.sum().backward()
+    assert torch.isfinite(x.grad).all()
+    torch.testing.assert_close(fn(g, x, w, heads=2, dropout=1.0, training=False), fn(g, x, w, heads=2))
+    assert torch.equal(cudnn_gnn.make_dropout_mask(5, 2, 1.0), torch.zeros(5, 2))

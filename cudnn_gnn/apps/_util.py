@@ -1,0 +1,133 @@
+"""Helpers shared by the main job, the example scripts and the benchmarks (one implementation of each).
+
+- :func:`is_oom`: is this exception an out-of-memory error (torch's, or an allocator failure a library reports
+  as a plain ``RuntimeError``)?
+- :func:`write_json`: strict JSON (NaN/inf become ``null``), written atomically (temporary file, then rename).
+- :func:`conv_class`: the layer class behind ``--model`` (our GATConv/GATv2Conv or PyG's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from typing import Any
+
+import torch
+
+__all__ = ["CONV_MODELS", "conv_class", "is_oom", "json_safe", "plot_curves", "save_checkpoint", "write_json"]
+
+#: ``--model`` names: ours and PyG's, GAT and GATv2.
+CONV_MODELS = ("gat", "gatv2", "pyg-gat", "pyg-gatv2")
+
+
+def is_oom(exc: BaseException) -> bool:
+    """True for torch's OOM error and for allocator failures reported as plain RuntimeErrors (cuDNN, cuBLAS)."""
+    if isinstance(exc, torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
+    )
+
+
+def json_safe(obj: Any) -> Any:
+    """JSON-safe copy: NaN/inf become None, tuples become lists, unknown objects their str()."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if obj is None or isinstance(obj, (int, str, bool)):
+        return obj
+    return str(obj)
+
+
+def write_json(path: str | os.PathLike[str] | None, obj: Any) -> None:
+    """Write ``obj`` as indented strict JSON to ``path``, creating its folder; nothing when ``path`` is empty.
+
+    Written to a temporary file in the same folder and renamed over ``path``, so an interrupted run never
+    leaves half a file.
+    """
+    if not path:
+        return
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(json_safe(obj), f, indent=1, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def conv_class(model: str) -> tuple[type, dict[str, Any]]:
+    """``(layer class, extra constructor kwargs)`` for ``model`` in :data:`CONV_MODELS`.
+
+    ``gat``/``gatv2`` are :class:`cudnn_gnn.layers.GATConv`/``GATv2Conv`` (the extra dict says they take
+    ``backend``); ``pyg-gat``/``pyg-gatv2`` are PyG's layers of the same constructor.
+    """
+    if model in ("gat", "gatv2"):
+        from cudnn_gnn.layers import GATConv, GATv2Conv
+
+        return (GATConv if model == "gat" else GATv2Conv), {"backend_kw": True}
+    if model in ("pyg-gat", "pyg-gatv2"):
+        from torch_geometric.nn import GATConv as PygGATConv
+        from torch_geometric.nn import GATv2Conv as PygGATv2Conv
+
+        return (PygGATConv if model == "pyg-gat" else PygGATv2Conv), {}
+    raise ValueError(f"model must be one of {CONV_MODELS}, got {model!r}")
+
+
+def save_checkpoint(path: str | os.PathLike[str], model: torch.nn.Module, config: dict[str, Any]) -> None:
+    """``torch.save({"state_dict": model.state_dict(), "config": config}, path)``, atomically (temporary file in
+    the same folder, then rename). ``config`` holds plain values only (it loads with ``weights_only=True``)."""
+    path = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+        torch.save({"state_dict": state, "config": json_safe(config)}, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def plot_curves(path: str | os.PathLike[str], curves: dict[str, list[tuple[int, float]]], *, title: str = "",
+                xlabel: str = "epoch") -> None:
+    """Draw ``{name: [(epoch, value), ...]}`` to a PNG at ``path`` with matplotlib's Agg backend: losses on the
+    left axes, every other curve (accuracies, scores) on the right."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_score) = plt.subplots(1, 2, figsize=(10, 4), constrained_layout=True)
+    for name, points in curves.items():
+        if not points:
+            continue
+        xs, ys = zip(*points)
+        (ax_loss if "loss" in name else ax_score).plot(xs, ys, label=name)
+    for ax, ylabel in ((ax_loss, "loss"), (ax_score, "score")):
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend()
+    if title:
+        fig.suptitle(title)
+    path = os.fspath(path)
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    fig.savefig(path, format="png", dpi=100)
+    plt.close(fig)
