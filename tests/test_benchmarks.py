@@ -181,3 +181,24 @@ def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
                         processes=False)
     assert calls == [(["gat"], (f32, b16), False, False, (i32,))]
 
+
+
+INVESTIGATIONS = os.path.join(BENCH, "investigations")
+
+
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py")))
+def test_investigation_scripts_import_without_cuda_and_define_main(script: str) -> None:
+    """benchmarks/investigations/*.py do no CUDA work at import, define main(), and find the parent's helpers
+    (_bench_common, _graphs) when imported as `python benchmarks/investigations/x.py` would."""
+    code = ("import runpy, sys; sys.argv = ['x']; "
+            f"ns = runpy.run_path({os.path.join(INVESTIGATIONS, script)!r}, run_name='not_main'); "
+            "assert callable(ns.get('main')), 'main() missing'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("script", ["investigations/diag_degree_skew.py", "investigations/probe_jit.py"])
+def test_investigation_scripts_run_from_the_repo_root(script: str) -> None:
+    proc = _run(script, "--help")
+    assert proc.returncode == 0 and "usage" in proc.stdout, proc.stderr[-3000:]
