@@ -17,10 +17,9 @@ What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) 
 * ``layer_cudnn`` / ``layer_cudnn_det`` / ``layer_reference``  ``cudnn_gnn.layers.GATConv/GATv2Conv`` with
                    the PyG layer's ``state_dict`` loaded, when ``cudnn_gnn.layers`` provides them.
 
-Time on an H200 (benchmarks/results/h200-2026-11-30-s5/): the default run on a fresh machine took 547 s in all:
-first-call kernel builds 206 s (seconds once the driver's cache holds them), cora 19 s, arxiv 58 s, proteins 146 s,
-the sweep 86 s, products and products3 19 s. The proteins and 4x-sweep presets still paid 16-74 s per first call
-for int64-index kernels; the prebuild now builds those too (``index_dtypes``), not yet measured.
+Time on an H200: the default run on a fresh machine took 290 s in all, 116 s of it kernel builds in parallel
+processes (benchmarks/results/h200-2026-11-30-97d733c/; per preset and earlier runs in docs/performance.md,
+"First-call kernel build").
 
 Honesty rules: every implementation gets the same ``x``, edges, ``edge_attr``, weights (copied from the PyG
 layer) and upstream gradient; PyG's fp32 forward output is the oracle and every other forward is checked against

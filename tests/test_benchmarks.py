@@ -2,16 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BENCH = os.path.join(ROOT, "benchmarks")
+
+
+@contextlib.contextmanager
+def _bench_on_path() -> Iterator[None]:
+    """Import the benchmark scripts and their helpers (benchmarks/ is a folder of scripts, not a package)."""
+    sys.path.insert(0, BENCH)
+    try:
+        yield
+    finally:
+        sys.path.remove(BENCH)
 
 
 def _run(script: str, *args: str, timeout: float = 120.0) -> subprocess.CompletedProcess[str]:
@@ -57,11 +69,8 @@ def test_bench_layers_quick_writes_valid_json(tmp_path) -> None:
 
 def test_plot_writes_png(tmp_path) -> None:
     pytest.importorskip("matplotlib")
-    sys.path.insert(0, BENCH)
-    try:
+    with _bench_on_path():
         from plot import plot
-    finally:
-        sys.path.remove(BENCH)
     row = {"preset": "p", "layer": "GAT", "dtype": "fp32", "pass": "fwd+bwd", "speedup_vs_pyg": 2.0,
            "mem_ratio_pyg_over_ours": 3.0, "pyg_status": "ok", "ours_status": "ok", "ours_ms": 1.0, "ours_mem": 1}
     oom = {**row, "preset": "big", "speedup_vs_pyg": None, "mem_ratio_pyg_over_ours": None, "pyg_status": "oom"}
@@ -71,11 +80,8 @@ def test_plot_writes_png(tmp_path) -> None:
 
 
 def test_power_law_generator_is_exact_and_seeded() -> None:
-    sys.path.insert(0, BENCH)
-    try:
+    with _bench_on_path():
         from _graphs import power_law_edge_index
-    finally:
-        sys.path.remove(BENCH)
     a = power_law_edge_index(1000, 10_001, exponent=0.6, seed=3)
     b = power_law_edge_index(1000, 10_001, exponent=0.6, seed=3)
     assert a.shape == (2, 10_001) and a.dtype.is_signed and bool((a == b).all())
@@ -97,12 +103,9 @@ def test_bench_conversion_and_profile_quick(tmp_path) -> None:
 
 
 def test_summary_reports_oom_and_ratios() -> None:
-    sys.path.insert(0, BENCH)
-    try:
+    with _bench_on_path():
         import bench_layers as bl
         from _bench_common import is_oom
-    finally:
-        sys.path.remove(BENCH)
     assert is_oom(torch_oom()) and not is_oom(ValueError("x"))
     base = {"preset": "p", "layer": "GAT", "dtype": "bf16", "pass": "fwd+bwd", "num_nodes": 1, "num_edges": 1}
     recs = [
@@ -146,11 +149,8 @@ def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
 
     import torch
 
-    sys.path.insert(0, BENCH)
-    try:
+    with _bench_on_path():
         import bench_layers as bl
-    finally:
-        sys.path.remove(BENCH)
     calls: list[tuple[list[str], tuple[torch.dtype, ...], bool, bool, tuple[torch.dtype, ...]]] = []
     expect_processes = True
 
@@ -181,3 +181,24 @@ def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
                         processes=False)
     assert calls == [(["gat"], (f32, b16), False, False, (i32,))]
 
+
+
+INVESTIGATIONS = os.path.join(BENCH, "investigations")
+
+
+@pytest.mark.parametrize("script", sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py")))
+def test_investigation_scripts_import_without_cuda_and_define_main(script: str) -> None:
+    """benchmarks/investigations/*.py do no CUDA work at import, define main(), and find the parent's helpers
+    (_bench_common, _graphs) when imported as `python benchmarks/investigations/x.py` would."""
+    code = ("import runpy, sys; sys.argv = ['x']; "
+            f"ns = runpy.run_path({os.path.join(INVESTIGATIONS, script)!r}, run_name='not_main'); "
+            "assert callable(ns.get('main')), 'main() missing'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=120,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize("script", ["investigations/diag_degree_skew.py", "investigations/probe_jit.py"])
+def test_investigation_scripts_run_from_the_repo_root(script: str) -> None:
+    proc = _run(script, "--help")
+    assert proc.returncode == 0 and "usage" in proc.stdout, proc.stderr[-3000:]

@@ -9,8 +9,8 @@ in memory only. This probe times first calls (GPU synchronised) in one fresh pro
 3. one knob changed at a time: heads, features, index dtype, edge features, returned attention, backward,
    deterministic backward.
 
-Usage: ``python benchmarks/probe_jit.py --out probe_jit.json`` (on a GPU with the cuDNN backend). Prints one line per
-step and rewrites the JSON after each, so a run stopped at a time limit still leaves what it measured.
+Usage: ``python benchmarks/investigations/probe_jit.py --out probe_jit.json`` (on a GPU with the cuDNN backend).
+Prints one line per step and rewrites the JSON after each, so a run stopped at a time limit still leaves what it measured.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/, for _bench_common
 
 from _bench_common import environment, write_json  # noqa: E402
 

@@ -4,7 +4,7 @@ The arxiv shape (169,343 nodes, ~2.3M edges, Linear(128->256) + 8-head GAT/GATv2
 CUDA-event timings after warm-up, for each combination of dtype, ``grad_precision``, ``deterministic`` and index
 dtype. JSON records on stdout and in ``--out``.
 
-    python benchmarks/bench_policies.py --out policies.json
+    python benchmarks/investigations/bench_policies.py --out policies.json
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 
 import cudnn_gnn
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/, for _bench_common
 from _bench_common import time_fn, write_json  # noqa: E402
 
 

@@ -7,7 +7,7 @@ answer shows up as a large ``rel_diff_*_vs_int64`` (bf16 inputs; the backward us
 Prints one JSON record per case; ``--out`` writes them all. The guard in
 ``cudnn_gnn/backends/cudnn.py`` (NODE_ELEMS_LIMIT, EDGE_ELEMS_LIMIT) is set from these results with a margin.
 
-    python benchmarks/probe_int32_boundary.py --out probe.json
+    python benchmarks/investigations/probe_int32_boundary.py --out probe.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/, for _bench_common
 
 from _bench_common import write_json  # noqa: E402
 

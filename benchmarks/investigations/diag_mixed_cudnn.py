@@ -17,7 +17,7 @@ from the first ``nvidia/cudnn/lib`` on ``sys.path`` (``torch/__init__.py``), so 
 that same file instead of its wheel's older one. Each child runs with cuDNN's error log on stderr
 (``CUDNN_LOGERR_DBG``); the lines that name an error are kept with the result.
 
-    python benchmarks/diag_mixed_cudnn.py --out mixed.json
+    python benchmarks/investigations/diag_mixed_cudnn.py --out mixed.json
 
 Needs CUDA and cuDNN >= 9.28 with its SDPA engines (the device's ``part1`` and ``part2``). The first scenario
 builds the GAT kernels (minutes on a fresh machine; later processes reuse the driver's cache).

@@ -15,8 +15,8 @@ nodes, 39.6M edges, mean degree ~597, largest ~5,500: long rows everywhere, no h
 layer shape, to see whether splitting rows (``max_degree=B``) helps the backward where ``auto`` does not split;
 there our layer's forward+backward was 0.42x of PyG's. Use few repeats (a call takes ~1 s).
 
-    python benchmarks/diag_degree_skew.py --out skew.json
-    python benchmarks/diag_degree_skew.py --graphs dense --repeats 3 --out dense.json
+    python benchmarks/investigations/diag_degree_skew.py --out skew.json
+    python benchmarks/investigations/diag_degree_skew.py --graphs dense --repeats 3 --out dense.json
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # benchmarks/, for _bench_common
 
 from _bench_common import environment, time_fn, write_json  # noqa: E402
 

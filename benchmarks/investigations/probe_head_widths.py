@@ -2,8 +2,8 @@
 backward, called without the library's reference fallback for failed launches (``_cudnn.LAUNCH_FALLBACK = False``) and without hub
 splitting, on a 2,000-node random graph.
 
-    python benchmarks/probe_head_widths.py probe.jsonl            # the first survey: both ops, fp32 and bf16, no map
-    python benchmarks/probe_head_widths.py probe.jsonl --set gat  # GAT fp32 widths around the failures, map and not
+    python benchmarks/investigations/probe_head_widths.py probe.jsonl            # first survey: both ops, fp32/bf16, no map
+    python benchmarks/investigations/probe_head_widths.py probe.jsonl --set gat  # GAT fp32 widths around the failures
 
 ``--set gat`` runs each (heads, width) twice: map-less, and with returned attention (the CSC->COO map path).
 
@@ -76,7 +76,7 @@ def child(start, out, cases):
                 sys.exit(3)
 
 
-if __name__ == "__main__":
+def main() -> None:
     path = sys.argv[1]
     which = sys.argv[sys.argv.index("--set") + 1] if "--set" in sys.argv else "all"
     cases = GAT_CASES if which == "gat" else CASES
@@ -94,3 +94,7 @@ if __name__ == "__main__":
     for rec in (json.loads(line) for line in open(path)):
         print(rec["op"], rec["dtype"], rec["heads"], rec["channels"], rec["dim"], "det" if rec["det"] else "",
               "map" if rec.get("map") else "", rec.get("fwd", "-"), rec.get("bwd", "-"), rec.get("error", "")[:150])
+
+
+if __name__ == "__main__":
+    main()
