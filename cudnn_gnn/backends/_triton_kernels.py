@@ -189,6 +189,7 @@ def _fwd_kernel(
             else:
                 coo = e_pos
             s = tl.load(att_ptr + coo * H + h, mask=e_mask, other=0.0)
+            tl.debug_barrier()  # the slots read above are overwritten below, possibly by other threads
             a = tl.exp(s - lse)
             if HAS_MASK:
                 a = a * tl.load(mask_ptr + coo * mask_s0 + h * mask_s1, mask=e_mask, other=0.0)
@@ -266,6 +267,9 @@ def _bwd_dst_kernel(
             coo = e_pos
         p = tl.load(alpha_buf_ptr + e_pos * H + h, mask=e_mask, other=0.0)
         g = tl.load(ds_buf_ptr + e_pos * H + h, mask=e_mask, other=0.0)
+        # this iteration overwrites the slots it just read, possibly from other threads (the stores below take the
+        # layout of the [BLOCK_E, BLOCK_C] tile): every read lands before any of those writes
+        tl.debug_barrier()
         if HAS_MASK:
             mk = tl.load(mask_ptr + coo * mask_s0 + h * mask_s1, mask=e_mask, other=0.0)
         else:

@@ -162,7 +162,7 @@ def test_errors_name_the_argument():
     _err(ValueError, "^ptr and batch must not both be given", batch=torch.zeros(5, dtype=torch.long))
     _err(ValueError, r"^batch must have shape \[N\]", ptr=None, batch=torch.zeros(4, dtype=torch.long))
     _err(TypeError, "^batch must have dtype", ptr=None, batch=torch.zeros(5))
-    _err(ValueError, r"^dropout must be in \[0, 1\)", dropout=1.0)
+    _err(ValueError, r"^dropout must be in \[0, 1\]", dropout=1.5)
     _err(TypeError, "^training must be a bool", training=1)
     _err(TypeError, "^scale must be a float", scale="x")
     _err(TypeError, "^max_num_nodes must be an int", max_num_nodes=2.0)
