@@ -20,7 +20,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-# One implementation for the CLI and the scripts.
 from cudnn_gnn.apps._cli import (  # noqa: F401
     ArgumentParser,
     check_backend,
@@ -46,6 +45,9 @@ from cudnn_gnn.apps.train import (  # noqa: F401
     resolve_device,
     seed_everything,
 )
+
+# One implementation for the CLI and the scripts.
+from cudnn_gnn.backends import GAT_BACKENDS
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 MODELS = ("gat", "pyg-gat")
@@ -81,7 +83,7 @@ def add_common_arguments(ap: argparse.ArgumentParser, *, epochs: int | None, run
     src.add_argument("--synthetic", action="store_true", help="an OGB-shaped seeded power-law graph (the default)")
     ap.add_argument("--scale", type=positive_float, default=1.0, help="--synthetic: fraction of the real node and edge counts")
     ap.add_argument("--model", choices=MODELS, default="gat", help="gat: cudnn_gnn.layers.GATConv; pyg-gat: PyG's")
-    ap.add_argument("--backend", choices=("auto", "cudnn", "reference"), default="auto",
+    ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto",
                     help="attention backend of our layers (ignored by pyg-gat)")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")

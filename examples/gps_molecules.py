@@ -26,6 +26,7 @@ from torch import Tensor, nn
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import global_mean_pool
 
+from cudnn_gnn.backends import ATTENTION_BACKENDS
 from cudnn_gnn.apps._cli import (
     ArgumentParser,
     check_device,
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--dataset", choices=DATASETS, default="ogbg-molbace")
     ap.add_argument("--epochs", type=positive_int, default=50)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--backend", choices=("auto", "cudnn", "flash", "reference"), default="auto", help="global attention")
+    ap.add_argument("--backend", choices=ATTENTION_BACKENDS, default="auto", help="global attention")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch-size", type=positive_int, default=128)
     ap.add_argument("--channels", type=positive_int, default=64)

@@ -60,6 +60,7 @@ from cudnn_gnn.apps.distributed import (
     wrap_ddp,
 )
 from cudnn_gnn.apps.train import autocast
+from cudnn_gnn.backends import GAT_BACKENDS
 
 DATASETS = ("ogbn-papers100M", "ogbn-products", "ogbn-arxiv")
 
@@ -71,7 +72,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--root", default=None, help="folder of the memory-mapped dataset (generated if missing)")
     ap.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
     ap.add_argument("--model", choices=("gat", "pyg-gat"), default="gat")
-    ap.add_argument("--backend", choices=("auto", "cudnn", "reference"), default="auto")
+    ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cuda' or 'cpu'")
     ap.add_argument("--gpus", type=int, default=1, help="processes to spawn when not under torchrun (one per GPU; "
                     "with --device cpu, gloo processes)")

@@ -84,21 +84,26 @@ def test_device_unknown(capsys, script, name):
     refused(capsys, script(name), ["--device", "gpu0"], "--device", "'gpu0'")
 
 
+@pytest.mark.parametrize("backend", ["cudnn", "triton"])
 @pytest.mark.parametrize("name", ("train", "gat_cora", *OGB_SCRIPTS))
-def test_backend_cudnn_on_cpu(capsys, script, name):
-    refused(capsys, script(name), ["--device", "cpu", "--backend", "cudnn"], "--backend cudnn", "--backend reference")
+def test_gpu_backend_on_cpu(capsys, script, name, backend):
+    refused(capsys, script(name), ["--device", "cpu", "--backend", backend], f"--backend {backend}",
+            "--backend reference")
 
 
 def test_backend_cudnn_without_cudnn_gives_reason_and_fix(capsys, monkeypatch):
     """On a GPU without cuDNN's GNN kernels, the error quotes backend_info()'s reason and fix."""
     import argparse
 
-    import cudnn_gnn.backends as backends
     from cudnn_gnn.apps import _cli
+    from cudnn_gnn.backends import cudnn as cudnn_backend
+    from cudnn_gnn.backends import info
 
     fake = SimpleNamespace(auto_backend="reference", reason="cudnn frontend not installed",
                            fix="pip install 'cudnn-gnn[cuda]'")
-    monkeypatch.setattr(backends, "backend_info", lambda: fake)
+    monkeypatch.setattr(cudnn_backend, "backend_info", lambda: fake)
+    monkeypatch.setattr(cudnn_backend, "cudnn_available", lambda: False)
+    monkeypatch.setattr(info, "backend_info", lambda: fake)
     ap = _cli.ArgumentParser(prog="prog")
     with pytest.raises(SystemExit) as exc:
         _cli.check_backend(ap, "cudnn", torch.device("cuda"))

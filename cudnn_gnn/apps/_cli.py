@@ -120,16 +120,17 @@ def _cuda_reason() -> str:
 
 def check_backend(ap: argparse.ArgumentParser, backend: str, device: torch.device, *, ours: bool = True,
                   flag: str = "--backend") -> None:
-    """``--backend cudnn`` needs a CUDA device and cuDNN's GNN kernels: say why not and the fix."""
-    if backend != "cudnn" or not ours:
+    """An explicit GPU backend (``cudnn``, ``triton``) needs a CUDA device and its kernels: say why not and the
+    fix, through the backend's own check (:meth:`cudnn_gnn.backends.GatBackend.unavailable`)."""
+    if backend in ("auto", "reference") or not ours:
         return
     if device.type != "cuda":
-        ap.error(f"{flag} cudnn runs on a GPU, got --device {device}; use {flag} reference (or auto) on the CPU")
-    from cudnn_gnn.backends import backend_info
+        ap.error(f"{flag} {backend} runs on a GPU, got --device {device}; use {flag} reference (or auto) on the CPU")
+    from cudnn_gnn.backends import gat_backend
 
-    info = backend_info()
-    if info.auto_backend != "cudnn":
-        ap.error(f"{flag} cudnn is not available here: {info.reason}; fix: {info.fix} (or use {flag} auto)")
+    missing = gat_backend(backend).unavailable(device)
+    if missing is not None:
+        ap.error(f"{flag} {backend} is not available here: {missing[0]}; fix: {missing[1]} (or use {flag} auto)")
 
 
 def check_output_path(ap: argparse.ArgumentParser, flag: str, path: str | None) -> None:

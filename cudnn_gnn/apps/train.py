@@ -47,6 +47,7 @@ from cudnn_gnn.apps._cli import (
 )
 from cudnn_gnn.apps._progress import progress
 from cudnn_gnn.apps._util import CONV_MODELS, conv_class, plot_curves, save_checkpoint, write_json
+from cudnn_gnn.backends import GAT_BACKENDS
 
 __all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "build_gat", "load_gat", "main", "run_config", "train_planetoid"]
 
@@ -304,7 +305,7 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--dataset", choices=tuple(DATASET_PRESETS), default="Cora",
                     help="Cora and CiteSeer ship with the package; PubMed needs --data-root")
     ap.add_argument("--data-root", default=None, help="folder holding <Name>/raw/ind.<name>.* (needed for PubMed)")
-    ap.add_argument("--backend", choices=("auto", "cudnn", "reference"), default="auto",
+    ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto",
                     help="attention backend of our layers (ignored by pyg-* models)")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
