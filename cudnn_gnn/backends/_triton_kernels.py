@@ -48,19 +48,19 @@ MAX_TILE_D = 1024
 in one program, 8 x 256 two programs of 4 heads, a head wider than this one program per head."""
 
 
-@functools.lru_cache(maxsize=None)
-def block_sizes(heads: int, c: int, v2: bool) -> tuple[int, int, int, int, int]:
+@functools.cache
+def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
     """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` for ``heads`` heads of width ``c``.
 
     ``BLOCK_C`` = ``c`` rounded up to a power of two; ``HG`` (heads per program) = ``heads`` rounded up to a power of
-    two, halved until ``HG * BLOCK_C <= MAX_TILE_D`` (at least 1). With the tile width ``W = HG * BLOCK_C``:
+    two, halved until ``HG * BLOCK_C <= max_tile_d`` (at least 1). With the tile width ``W = HG * BLOCK_C``:
     ``BLOCK_E = clamp(2048 / W, 2, 16)`` edges for light rows (16 x 128 ... 8 x 256 ... 2 x 1024) and
     ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` for long rows, with a register budget of 8192 tile elements (GAT, one
     live feature tile) or 4096 (GATv2, whose backward holds several); ``num_warps = clamp(BIG_E * W / 1024, 2, 8)``,
     about 32 float32 registers a thread per big tile. Independent of the storage dtype: tiles are float32 in
     registers."""
     block_c = triton.next_power_of_2(max(c, 1))
-    hg = min(triton.next_power_of_2(max(heads, 1)), max(1, MAX_TILE_D // block_c))
+    hg = min(triton.next_power_of_2(max(heads, 1)), max(1, max_tile_d // block_c))
     width = hg * block_c
     block_e = max(2, min(16, 2048 // width))
     big_e = max(block_e, min(64, (4096 if v2 else 8192) // width))
@@ -502,7 +502,7 @@ def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
 def _config(x_src: Tensor, heads: int, v2: bool) -> tuple[int, int, dict[str, int]]:
     """``(C, head groups, launch keywords)`` for a call."""
     c = x_src.shape[1] // heads
-    block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2)
+    block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2, MAX_TILE_D)  # the global read per call
     return c, triton.cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c,
                                            num_warps=num_warps)
 
