@@ -378,7 +378,7 @@ class TritonBackend:
     """The Triton kernels behind the backend interface (:class:`cudnn_gnn.backends.GatBackend`)."""
 
     name = "triton"
-    # rows are launched heaviest first and every head of a hub is its own program, so a hub costs one long
+    # rows are launched heaviest first and walked in big edge blocks, so a hub costs one long
     # program, not a slower kernel: no degree-bounded rewrite (docs/performance.md says what it costs)
     splits_hubs = False
 

@@ -129,6 +129,44 @@ def test_head_width_not_a_power_of_two_one_head_and_long_rows(v2):
     _compare(graph, xs, xd, w, ea, m, v2=v2, heads=1, concat=False)
 
 
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.parametrize("max_tile_d", [1024, 16, 8], ids=["all_heads", "head_groups", "one_head"])
+def test_padded_heads_head_groups_and_rows_of_big_and_small_blocks(v2, max_tile_d, monkeypatch):
+    """H = 3, C = 5: heads pad to 4 and channels to 8 in one all-heads tile; with a smaller tile budget the heads
+    split into groups of 2 (the second group half padding) or one head per program (the wide-row path). A row of
+    150 edges takes two big blocks (BIG_E = 64) and two small ones (BLOCK_E = 16); others have 0 to 3 edges.
+    Bipartite, shuffled, with edge features and a strided dropout mask."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
+    block_e, big_e, hg, block_c, _ = kernels.block_sizes(3, 5, v2, max_tile_d)
+    assert (block_e, big_e, block_c) == (16, 64, 8) and hg == {1024: 4, 16: 2, 8: 1}[max_tile_d]
+    hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
+    light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
+    ei = torch.cat([hub, light], 1)
+    ei = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(2))]
+    graph = CscGraph.from_edge_index(ei, size=(9, 5), index_dtype=torch.int32 if v2 else torch.int64)
+    xs, xd, w, ea, m = _inputs(v2, 9, 5, ei.shape[1], 3, 5, edge=True, mask=True, bipartite=True, seed=6)
+    out, _, _ = _compare(graph, xs, xd, w, ea, m, v2=v2, heads=3, concat=not v2)
+    assert torch.equal(out[4], torch.zeros_like(out[4]))  # zero in-degree
+
+
+def test_block_sizes_for_the_named_shapes():
+    """All heads in one program up to a padded width of 1024 (arxiv's 8 x 32, 3 x 250, 2 x 375); 8 x 256 in two
+    groups of 4; a head wider than 1024 alone. Small blocks for light rows, bigger ones for long rows."""
+    from cudnn_gnn.backends._triton_kernels import block_sizes
+
+    assert block_sizes(8, 32, False) == (8, 32, 8, 32, 8)
+    assert block_sizes(8, 32, True) == (8, 16, 8, 32, 4)
+    assert block_sizes(3, 250, False)[2:4] == (4, 256) and block_sizes(2, 375, True)[2:4] == (2, 512)
+    assert block_sizes(8, 256, False)[2] == 4 and block_sizes(1, 2000, False)[2:4] == (1, 2048)
+    for heads, c in ((8, 32), (3, 250), (2, 375), (8, 256), (1, 2000), (3, 5)):
+        for v2 in (False, True):
+            block_e, big_e, hg, block_c, warps = block_sizes(heads, c, v2)
+            assert 2 <= block_e <= big_e <= 64 and hg * block_c <= max(1024, block_c) and 2 <= warps <= 8
+            assert big_e * hg * block_c <= (4096 if v2 else 8192)
+
+
 def test_backward_is_bitwise_repeatable():
     ei, ns, nd = GRAPHS["unsorted_coo"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
