@@ -41,7 +41,7 @@ def graph_attention(
     training: bool = False,
     scale: float | None = None,
     backend: str = "auto",
-    validate: bool = False,
+    validate: bool | None = None,
 ) -> Tensor:
     r"""Multi-head softmax attention among the nodes of each graph of a batch (no mask across graphs).
 
@@ -86,8 +86,12 @@ def graph_attention(
               cuDNN to JIT-only mode and later cuDNN GAT calls fail with
               CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE (docs/gpu-install.md). ``python -m cudnn_gnn
               info`` flags such an install.
-        validate: also check values (one host sync each): ``ptr`` starts at 0, never decreases and ends at ``N``;
-            ``batch`` is sorted and in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph.
+        validate: the value checks: ``ptr`` starts at 0, never decreases and ends at ``N``; ``batch`` is sorted and
+            in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph. ``None`` (default): checked in the host
+            sync the call makes anyway to read the largest graph (no ``max_num_nodes``), or on CPU tensors, raising
+            ValueError; on CUDA with ``max_num_nodes`` given (no sync wanted) checked on the device, and a batch
+            that fails gets NaN outputs instead of wrong numbers. ``True``: always checked and raised (one sync).
+            ``False``: trusted (for callers that guarantee their batches).
 
     Returns:
         ``[N, H, Dv]`` in q's dtype.
@@ -120,7 +124,8 @@ def graph_attention(
             raise ValueError(f"{name} must be on q's device {q.device}, got {t.device}")
     dropout = check_probability("dropout", dropout, allow_one=True)
     training = check_bool("training", training)
-    validate = check_bool("validate", validate)
+    if validate is not None:
+        validate = check_bool("validate", validate)
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d > 0 else 1.0
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
@@ -131,32 +136,78 @@ def graph_attention(
         check_int("max_num_nodes", max_num_nodes)
     check_choice("backend", backend, ATTENTION_BACKENDS)
 
-    ptr = _graph_offsets(n, q.device, ptr, batch, num_graphs, validate)
+    batch_given = batch if ptr is None else None
+    ptr = _graph_offsets(n, q.device, ptr, batch, num_graphs)
     p_dropout = dropout if training else 0.0
     chosen = choose_backend(backend, q.device, d, v.shape[-1], p_dropout)
     if n == 0:
         return v * 0  # [0, H, Dv], connected to autograd
     if ptr.numel() == 1:
         raise ValueError(f"ptr must end at N={n}, got a batch of no graphs")
-    if max_num_nodes is None:
-        max_num_nodes = int((ptr[1:] - ptr[:-1]).max())  # the one host sync of the default forward
-    elif validate and int((ptr[1:] - ptr[:-1]).max()) > max_num_nodes:
-        raise ValueError(f"max_num_nodes must bound the nodes of every graph, got {max_num_nodes}")
+    largest = (ptr[1:] - ptr[:-1]).max()
+    poison = None
+    if validate is False:
+        if max_num_nodes is None:
+            max_num_nodes = int(largest)  # the one host sync of the default forward
+    elif validate or max_num_nodes is None or not _sync_is_costly(q.device):
+        bad, big = torch.stack([_invalid(ptr, n, batch_given, num_graphs).long(), largest]).tolist()  # one sync
+        if bad:
+            _raise_invalid(ptr, n, batch_given, num_graphs)
+        if max_num_nodes is None:
+            max_num_nodes = big
+        elif big > max_num_nodes:
+            raise ValueError(f"max_num_nodes must bound the nodes of every graph, got {max_num_nodes} for a graph "
+                             f"of {big}")
+    else:  # CUDA, max_num_nodes given: checked on the device, no sync; a bad batch gets NaN, not wrong numbers
+        poison = _invalid(ptr, n, batch_given, num_graphs) | (largest > max_num_nodes)
+        # what the kernels see is a valid layout whatever ptr held (within [0, N], non-decreasing, 0 to N), and
+        # node positions are clamped below max_num_nodes (_pad_index), so nothing indexes out of range
+        ptr = torch.cummax(ptr.clamp(0, n), 0).values
+        ptr = torch.cat([ptr.new_zeros(1), ptr[1:-1], ptr.new_full((1,), n)])
     max_num_nodes = max(max_num_nodes, 1)
 
     if chosen == "cudnn":
         from cudnn_gnn.backends import _cudnn_sdpa
 
-        return _cudnn_sdpa.sdpa_varlen(q, k, v, ptr, max_num_nodes, float(scale))
-    if chosen == "flash":
-        return _attention_torch_fused(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
-    return _attention_reference(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
+        out = _cudnn_sdpa.sdpa_varlen(q, k, v, ptr, max_num_nodes, float(scale))
+    elif chosen == "flash":
+        out = _attention_torch_fused(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
+    else:
+        out = _attention_reference(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
+    return out if poison is None else torch.where(poison, torch.full_like(out, float("nan")), out)
 
 
-def _graph_offsets(
-    n: int, device: torch.device, ptr: Tensor | None, batch: Tensor | None, num_graphs: int | None, validate: bool
-) -> Tensor:
-    """``[B+1]`` int64 offsets on ``device`` from ``ptr``, ``batch`` or neither (one graph)."""
+def _sync_is_costly(device: torch.device) -> bool:
+    """Whether reading a value back stalls a device queue (CUDA), so that checks should stay on the device."""
+    return device.type == "cuda"
+
+
+def _invalid(ptr: Tensor, n: int, batch: Tensor | None, num_graphs: int | None) -> Tensor:
+    """A device bool: ``ptr`` (``[B+1]``, from the caller or derived from ``batch``) does not start at 0, decreases
+    or does not end at ``n``, or ``batch`` (``[n]``, ``n > 0``) is unsorted, negative or not below ``num_graphs``."""
+    bad = (ptr[0] != 0) | (ptr[-1] != n) | (ptr[1:] < ptr[:-1]).any()
+    if batch is not None:
+        bad = bad | (batch[1:] < batch[:-1]).any() | (batch[0] < 0)
+        if num_graphs is not None:
+            bad = bad | (batch[-1] >= num_graphs)
+    return bad
+
+
+def _raise_invalid(ptr: Tensor, n: int, batch: Tensor | None, num_graphs: int | None) -> None:
+    """Name what :func:`_invalid` found (the error path: syncs freely)."""
+    if batch is not None:
+        if bool((batch[1:] < batch[:-1]).any()) or int(batch[0]) < 0:
+            raise ValueError("batch must be sorted and non-negative (nodes of one graph contiguous), got unsorted")
+        if num_graphs is not None and int(batch[-1]) >= num_graphs:
+            raise ValueError(f"batch must be < num_graphs={num_graphs}, got {int(batch[-1])}")
+    p = ptr.tolist()
+    raise ValueError(f"ptr must start at 0, never decrease and end at N={n}, got {p[:8]}{'...' if len(p) > 8 else ''}")
+
+
+def _graph_offsets(n: int, device: torch.device, ptr: Tensor | None, batch: Tensor | None,
+                   num_graphs: int | None) -> Tensor:
+    """``[B+1]`` int64 offsets on ``device`` from ``ptr``, ``batch`` or neither (one graph); shapes checked here,
+    values by the caller (:func:`_invalid`)."""
     if ptr is not None and batch is not None:
         raise ValueError("ptr and batch must not both be given, got both")
     if ptr is not None:
@@ -167,10 +218,6 @@ def _graph_offsets(
             raise ValueError(f"ptr must be on q's device {device}, got {ptr.device}")
         if num_graphs is not None and ptr.numel() != num_graphs + 1:
             raise ValueError(f"ptr must have num_graphs + 1 = {num_graphs + 1} entries, got {ptr.numel()}")
-        if validate:
-            p = ptr.tolist()
-            if p[0] != 0 or p[-1] != n or any(b < a for a, b in zip(p, p[1:])):
-                raise ValueError(f"ptr must start at 0, never decrease and end at N={n}, got {p[:8]}...")
         return ptr.long()
     if batch is None:
         return torch.tensor([0, n], device=device)
@@ -179,11 +226,6 @@ def _graph_offsets(
         raise ValueError(f"batch must have shape [N] = ({n},), got {tuple(batch.shape)}")
     if batch.device != device:
         raise ValueError(f"batch must be on q's device {device}, got {batch.device}")
-    if validate and n > 0:
-        if bool((batch[1:] < batch[:-1]).any()) or int(batch[0]) < 0:
-            raise ValueError("batch must be sorted and non-negative (nodes of one graph contiguous), got unsorted")
-        if num_graphs is not None and int(batch[-1]) >= num_graphs:
-            raise ValueError(f"batch must be < num_graphs={num_graphs}, got {int(batch[-1])}")
     if num_graphs is not None:
         bounds = torch.arange(num_graphs + 1, device=device, dtype=batch.dtype)
         return torch.searchsorted(batch, bounds).long()
@@ -244,11 +286,13 @@ def choose_backend(backend: str, device: torch.device, d: int, dv: int, p_dropou
     return "cudnn"
 
 
-def _pad_index(ptr: Tensor, n: int) -> tuple[Tensor, Tensor, Tensor]:
-    """Graph id and position of each node, and the node count of each graph (device-side, no sync)."""
+def _pad_index(ptr: Tensor, n: int, s: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Graph id and position (below ``s``) of each node, and the node count of each graph (device-side, no sync).
+    Positions of a graph larger than ``s`` (a wrong ``max_num_nodes``, whose output is NaN) are clamped, not
+    written out of range."""
     counts = ptr[1:] - ptr[:-1]
     graph = torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts, output_size=n)
-    pos = torch.arange(n, device=ptr.device) - ptr[graph]
+    pos = (torch.arange(n, device=ptr.device) - ptr[graph]).clamp(max=s - 1)
     return graph, pos, counts
 
 
@@ -261,7 +305,7 @@ def _to_padded(x: Tensor, graph: Tensor, pos: Tensor, b: int, s: int) -> Tensor:
 
 def _attention_reference(q: Tensor, k: Tensor, v: Tensor, ptr: Tensor, s: int, scale: float, p: float) -> Tensor:
     n = q.shape[0]
-    graph, pos, counts = _pad_index(ptr, n)
+    graph, pos, counts = _pad_index(ptr, n, s)
     b = counts.numel()
     qd, kd, vd = (_to_padded(x, graph, pos, b, s) for x in (q, k, v))
     scores = torch.matmul(qd, kd.transpose(-1, -2)) * scale  # [B, H, S, S]
@@ -306,7 +350,7 @@ def _attention_torch_fused(q: Tensor, k: Tensor, v: Tensor, ptr: Tensor, s: int,
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     n = q.shape[0]
-    graph, pos, counts = _pad_index(ptr, n)
+    graph, pos, counts = _pad_index(ptr, n, s)
     b = counts.numel()
     qd, kd, vd = (_to_padded(x, graph, pos, b, s) for x in (q, k, v))
     mask = (torch.arange(s, device=q.device) < counts[:, None])[:, None, None, :]  # [B, 1, 1, S], True = attend

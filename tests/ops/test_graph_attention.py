@@ -171,6 +171,36 @@ def test_errors_name_the_argument():
     _err(RuntimeError, "backend='flash' needs CUDA tensors", backend="flash")
 
 
+def test_bad_ptr_and_batch_are_refused_by_default():
+    """Without validate=: an unsorted batch (PyG's layout broken), a ptr that does not cover the nodes, and a
+    max_num_nodes below the largest graph raise, checked in the sync the call makes anyway (or free on CPU)."""
+    _err(ValueError, "^batch must be sorted", ptr=None, batch=torch.tensor([0, 1, 0, 1, 1]))
+    _err(ValueError, "^batch must be sorted", ptr=None, batch=torch.tensor([0, 1, 0, 1, 1]), num_graphs=2)
+    _err(ValueError, "^batch must be < num_graphs", ptr=None, batch=torch.tensor([0, 0, 1, 1, 2]), num_graphs=2)
+    _err(ValueError, "^ptr must start at 0, never decrease and end at N", ptr=torch.tensor([0, 3, 2, 5]))
+    _err(ValueError, "^ptr must start at 0, never decrease and end at N", ptr=torch.tensor([1, 2, 5]))
+    _err(ValueError, "^ptr must start at 0, never decrease and end at N", ptr=torch.tensor([0, 2, 4]),
+         max_num_nodes=3)
+    _err(ValueError, "^max_num_nodes must bound", max_num_nodes=2)
+
+
+def test_a_bad_batch_without_a_sync_gives_nan_not_wrong_numbers(monkeypatch):
+    """Where a host sync is costly (CUDA) and the caller passed max_num_nodes to avoid one, the checks run on the
+    device: a bad batch gets NaN outputs; a good one is untouched; validate=False trusts the caller."""
+    monkeypatch.setattr(ga_module, "_sync_is_costly", lambda device: True)
+    q = torch.randn(5, 2, 8)
+    good = graph_attention(q, q, q, torch.tensor([0, 2, 5]), max_num_nodes=3, backend="reference")
+    assert torch.isfinite(good).all()
+    torch.testing.assert_close(good, graph_attention(q, q, q, torch.tensor([0, 2, 5]), backend="reference"))
+    for kw in (dict(ptr=torch.tensor([0, 3, 2, 5]), max_num_nodes=3),
+               dict(ptr=None, batch=torch.tensor([0, 1, 0, 1, 1]), num_graphs=2, max_num_nodes=3),
+               dict(ptr=torch.tensor([0, 2, 5]), max_num_nodes=2)):
+        p = kw.pop("ptr")
+        assert torch.isnan(graph_attention(q, q, q, p, backend="reference", **kw)).all()
+    trusted = graph_attention(q, q, q, torch.tensor([0, 2, 5]), max_num_nodes=3, backend="reference", validate=False)
+    torch.testing.assert_close(trusted, good)
+
+
 def test_value_checks_behind_validate():
     _err(ValueError, "^ptr must start at 0, never decrease and end at N", ptr=torch.tensor([0, 3, 2, 5]), validate=True)
     _err(ValueError, "^ptr must start at 0, never decrease and end at N", ptr=torch.tensor([0, 2, 4]), validate=True)
