@@ -52,8 +52,23 @@ def grads_of(module: torch.nn.Module, tensors: dict[str, Tensor]) -> dict[str, T
     return out
 
 
+def _is_sparse_tensor(t: Any) -> bool:
+    return type(t).__name__ == "SparseTensor"  # torch_sparse's: no .shape or .layout; PyG returns it for such input
+
+
+def attention_values(att: Any) -> Tensor:
+    """The ``[E, H]`` coefficients of a layer's attention return: ``(edge_index, alpha)``, a torch sparse tensor,
+    or a ``torch_sparse.SparseTensor`` whose values they are."""
+    if isinstance(att, tuple):
+        return att[1]
+    return att.storage.value() if _is_sparse_tensor(att) else att
+
+
 def assert_close_tree(a: Any, b: Any, what: str, **tol: float) -> None:
     tol = tol or TOL
+    if _is_sparse_tensor(a):
+        assert _is_sparse_tensor(b), f"{what}: {type(b).__name__} != SparseTensor"
+        a, b = a.coo(), b.coo()  # (row, col, value): indices must be equal, values close
     if isinstance(a, (tuple, list)):
         assert isinstance(b, (tuple, list)) and len(a) == len(b), f"{what}: structure differs"
         for i, (u, v) in enumerate(zip(a, b)):
@@ -107,7 +122,7 @@ def run_parity(
                        for i, t in enumerate(x))
         ea = None if edge_attr is None else leaves.setdefault("edge_attr", edge_attr.detach().clone().requires_grad_())
         out, att = layer(xs, ei, ea, **extra, return_attention_weights=True)
-        alpha = att[1] if isinstance(att, tuple) else att
+        alpha = attention_values(att)
         cot = torch.randn(out.shape, generator=_gen(1), dtype=out.dtype)
         loss = (out * cot).sum()
         if alpha.numel() and compare_attention:
@@ -121,9 +136,7 @@ def run_parity(
     assert out_o.dtype == out_p.dtype
     if compare_attention:
         assert_close_tree(att_p, att_o, "attention")
-        alpha_p = att_p[1] if isinstance(att_p, tuple) else att_p
-        alpha_o = att_o[1] if isinstance(att_o, tuple) else att_o
-        assert alpha_o.dtype == alpha_p.dtype
+        assert attention_values(att_o).dtype == attention_values(att_p).dtype
     gp, go = grads
     assert gp.keys() == go.keys()
     for k in gp:
