@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import Tensor
@@ -170,9 +170,7 @@ class GATConv(MessagePassing):
         """``(source, destination)`` projections: ``lin`` for both, or ``lin_src`` / ``lin_dst``."""
         if self.lin is not None:
             return self.lin, self.lin
-        if self.lin_src is None or self.lin_dst is None:  # not reachable: __init__ builds one or the other
-            raise RuntimeError("GATConv has neither lin nor lin_src and lin_dst")
-        return self.lin_src, self.lin_dst
+        return cast(Linear, self.lin_src), cast(Linear, self.lin_dst)  # __init__ builds these where lin is None
 
     def forward(  # type: ignore[override]
         self,

@@ -1,6 +1,6 @@
 """Which head shapes (heads x channels, dtype, op, deterministic) cuDNN's GAT / GATv2 kernels launch, forward and
-backward, called without the library's reference fallback for failed launches (``_cudnn.LAUNCH_FALLBACK = False``) and without hub
-splitting, on a 2,000-node random graph.
+backward, with the library's fallback warning for failed launches turned into an error (so the raw failure is seen) and
+without hub splitting, on a 2,000-node random graph.
 
     python benchmarks/investigations/probe_head_widths.py probe.jsonl            # first survey: both ops, fp32/bf16, no map
     python benchmarks/investigations/probe_head_widths.py probe.jsonl --set gat  # GAT fp32 widths around the failures
@@ -34,9 +34,11 @@ GAT_CASES = [("gat", "fp32", h, c, False, m) for m in (False, True) for h in (1,
 
 
 def child(start, out, cases):
+    import warnings
+
     import cudnn_gnn
-    from cudnn_gnn.backends import _cudnn
-    _cudnn.LAUNCH_FALLBACK = False  # the raw kernels' failures, not the fallback
+
+    warnings.filterwarnings("error", "cuDNN's .* failed to launch", RuntimeWarning)  # the raw failure, no fallback
     dev = "cuda"
     if start == 0:
         t = time.time()

@@ -141,9 +141,9 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
 # heads and the width, so no padding rule avoids it (docs/performance.md, "head widths"). A call whose kernel fails
 # to launch runs the fallback math below (the reference, float32 for half inputs, same contract and results) with
 # one warning per shape; the planner then routes later calls of that shape to another backend
-# (:meth:`cudnn_gnn.backends.cudnn.CudnnBackend.failed_to_launch_before`). LAUNCH_FALLBACK = False shows the raw
-# failure (the head-width probe does).
-LAUNCH_FALLBACK = True
+# (:meth:`cudnn_gnn.backends.cudnn.CudnnBackend.failed_to_launch_before`). To see the raw failure instead, turn the
+# warning into an error (``warnings.filterwarnings("error", "cuDNN's .* failed to launch")``), as the head-width
+# probe does.
 _LAUNCH_FAILED: set[tuple[str, tuple[Any, ...]]] = set()
 
 
@@ -171,18 +171,19 @@ def launch_failed(key: tuple[Any, ...]) -> bool:
 
 def _launch_failed(direction: str, c: GatCall, exc: RuntimeError) -> bool:
     """Whether ``exc`` is a kernel launch failure to fall back from; records the shape and warns once for it."""
-    if not LAUNCH_FALLBACK or "CUDNN_STATUS_EXECUTION_FAILED" not in str(exc):
+    if "CUDNN_STATUS_EXECUTION_FAILED" not in str(exc):
         return False
     key = (direction, _shape_key(c))
     if key not in _LAUNCH_FAILED:
-        _LAUNCH_FAILED.add(key)
         warnings.warn(
             f"cuDNN's {'GATv2' if c.v2 else 'GAT'} {direction} kernel failed to launch ({exc}) for {c.heads} heads x "
             f"{c.x_src.shape[1] // c.heads} channels, {str(c.x_src.dtype).removeprefix('torch.')}, "
             f"{c.num_src_nodes:,} -> {c.offsets.shape[0] - 1:,} nodes, {c.indices.shape[0]:,} edges (cuDNN 9.28.1 "
             "fails so for some shapes; see docs/performance.md). This call runs the reference math instead (same "
-            "results, slower, more memory), and later calls of this shape another backend.",
+            "results, slower, more memory); later calls of this shape run on another backend (deterministic ones "
+            "on this fallback).",
             RuntimeWarning, stacklevel=2)
+        _LAUNCH_FAILED.add(key)  # after the warning: where it is turned into an error, nothing is recorded
     return True
 
 
