@@ -36,9 +36,10 @@ from cudnn_gnn.apps._cli import (
     positive_int,
     probability,
     run_main,
+    check_matplotlib,
 )
 from cudnn_gnn.apps._progress import progress
-from cudnn_gnn.apps._util import write_json
+from cudnn_gnn.apps._util import plot_curves, save_checkpoint, write_json
 from cudnn_gnn.layers.gps_conv import GPSConv
 
 DATASETS = ("ogbg-molbace", "ogbg-molbbbp", "ogbg-molesol", "ogbg-molfreesolv")
@@ -132,9 +133,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--limit", type=nonnegative_int, default=0, help="use N random graphs of each split (smoke tests)")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--json", metavar="PATH", default=None, help="the result as JSON")
+    ap.add_argument("--save", metavar="PATH", default=None,
+                    help="save the trained model: torch.save({'state_dict', 'config'}); GPS(**config['model'])")
+    ap.add_argument("--plot", metavar="PATH", default=None, help="the loss and score curves as a PNG")
     args = ap.parse_args(argv)
     device = check_device(ap, args.device)
-    check_output_path(ap, "--json", args.json)
+    for flag in ("--json", "--save", "--plot"):
+        check_output_path(ap, flag, getattr(args, flag[2:]))
+    check_matplotlib(ap, args.plot)
     if args.channels % args.heads:
         ap.error(f"--channels must be divisible by --heads ({args.heads}), got {args.channels}")
 
@@ -156,7 +162,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     train_loader = DataLoader(parts["train"], batch_size=args.batch_size, shuffle=True, generator=g)
     loaders = {p: DataLoader(parts[p], batch_size=args.batch_size) for p in ("valid", "test")}
 
-    model = GPS(args.channels, args.layers, args.heads, ds.num_tasks, args.dropout, args.backend).to(device)
+    model_config = dict(channels=args.channels, layers=args.layers, heads=args.heads, num_tasks=ds.num_tasks,
+                        dropout=args.dropout, backend=args.backend)
+    model = GPS(**model_config).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     print(
         f"{args.dataset}: {len(ds)} graphs ({', '.join(f'{p} {len(v)}' for p, v in parts.items())}), "
@@ -164,6 +172,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     higher_better = ds.eval_metric == "rocauc"
     best: dict[str, float] = {}
+    curves: dict[str, list[tuple[int, float]]] = {"train loss": [], f"valid {ds.eval_metric}": [],
+                                                  f"test {ds.eval_metric}": []}
     t0 = time.perf_counter()
     for epoch in range(1, args.epochs + 1):
         model.train()
@@ -179,13 +189,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         test = evaluate(model, loaders["test"], evaluator, device)
         if not best or (valid > best["valid"] if higher_better else valid < best["valid"]):
             best = {"epoch": epoch, "valid": valid, "test": test}
-        print(f"epoch {epoch:3d}  loss {float(total) / max(count, 1):.4f}  valid {ds.eval_metric} {valid:.4f}  test {test:.4f}")
+        train_loss = float(total) / max(count, 1)
+        for name, value in zip(curves, (train_loss, valid, test)):
+            curves[name].append((epoch, value))
+        print(f"epoch {epoch:3d}  loss {train_loss:.4f}  valid {ds.eval_metric} {valid:.4f}  test {test:.4f}")
     result = {"dataset": args.dataset, "metric": ds.eval_metric, **best, "seconds": time.perf_counter() - t0}
     print(
         f"final: {args.dataset} {ds.eval_metric} valid {best['valid']:.4f} test {best['test']:.4f} "
         f"(best valid at epoch {best['epoch']}, {result['seconds']:.1f} s)"
     )
     write_json(args.json, result)
+    if args.save:  # the weights after the last epoch, with what rebuilds the model
+        save_checkpoint(args.save, model, {"model": model_config, "args": vars(args)})
+    if args.plot:
+        plot_curves(args.plot, curves, title=f"{args.dataset} GPS")
     return result
 
 

@@ -30,3 +30,18 @@ def test_gps_molecules_smoke(dataset, metric, capsys):
     out = capsys.readouterr().out
     assert res["metric"] == metric and math.isfinite(res["valid"]) and math.isfinite(res["test"])
     assert "local conv" in out and out.strip().splitlines()[-1].startswith(f"final: {dataset} {metric}")
+
+
+def test_gps_molecules_saves_a_model_that_loads_back_and_plots(tmp_path):
+    import torch
+
+    example = _load_example()
+    ckpt, png = tmp_path / "gps.pt", tmp_path / "curves.png"
+    example.main(["--dataset", "ogbg-molbace", "--epochs", "2", "--device", "cpu", "--limit", "32", "--batch-size",
+                  "16", "--channels", "16", "--layers", "1", "--heads", "2", "--no-progress", "--save", str(ckpt),
+                  "--plot", str(png)])
+    saved = torch.load(ckpt, weights_only=True)
+    model = example.GPS(**saved["config"]["model"])
+    model.load_state_dict(saved["state_dict"], strict=True)
+    assert saved["config"]["args"]["epochs"] == 2
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
