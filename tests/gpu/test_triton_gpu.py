@@ -2,7 +2,8 @@
 
 Outputs, returned attention and every gradient (a gradient through the returned attention included), GAT and
 GATv2, float32 and bfloat16, int32 and int64 indices, on a power-law graph with a hub (cut into chunks) and with a
-20,000-edge hub row and hub source; bitwise repeats of outputs and gradients; head widths that are not powers of two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``.
+20,000-edge hub row and hub source; bitwise repeats of outputs and gradients; head widths that are not powers of
+two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``.
 The reference runs in float64; low precision is judged against the error of the same-precision reference path.
 """
 
