@@ -11,16 +11,21 @@ channels are masked), reduces over channels for the per-head logits ``[BLOCK_E, 
 state per head (``[HG]``). Only where ``HG * BLOCK_C`` would pass :data:`MAX_TILE_D` (wide rows: 8 x 256, 3 x 1000)
 are the heads split over several programs, down to one head per program. See :func:`block_sizes` for the rules.
 
-A program walks its row in blocks of ``BIG_E`` edges while at least that many remain, then in blocks of ``BLOCK_E``
+Hub rows are cut into chunks: the programs take the items of a per-graph work list (built once by
+:func:`cudnn_gnn.backends.triton.work_list`), a whole row or a chunk of at most ``B`` edges of a longer one, heaviest
+first. A chunk writes a partial state to its slot (forward: per-head max, sum of exponentials and unnormalised
+accumulator; backward: per-head ``delta`` and the destination- or source-side sums), and one merge program per hub
+row combines the slots in their fixed order (log-sum-exp for the forward, plain sums for the backward).
+
+A program walks its row (or chunk) in blocks of ``BIG_E`` edges while at least that many remain, then in blocks of ``BLOCK_E``
 (small, for the many light rows of a power-law graph): a hub of thousands of edges takes few long iterations, a
-row of three edges loads a small masked tile. Rows are launched heaviest first (a degree-sorted order cached on
-the graph), so a hub starts at once instead of setting the kernel's tail.
+row of three edges loads a small masked tile.
 
 Softmax statistics are kept per (destination, head) as a log-sum-exp ``[Nd, H]`` float32; the backward recomputes
 the logits from it and never stores anything of size ``[E, H*C]``. Node-sized gradients are written by exactly one
-program each (destinations in the destination pass, sources in the source pass over the reverse CSC), per-edge
-gradients once per edge, and GATv2's attention-vector gradient as per-row partial sums reduced in a fixed order by
-the caller: no atomics anywhere, so every result is bitwise repeatable.
+program each (destinations in the destination pass, sources in the source pass over the reverse CSC; for a hub, its
+merge program), per-edge gradients once per edge, and GATv2's attention-vector gradient as per-row and per-chunk
+partial sums reduced in a fixed order by the caller: no atomics anywhere, so every result is bitwise repeatable.
 
 Where a program stores values (a reduction's layout) and reads them back in another layout, a ``tl.debug_barrier()``
 separates the write from the read and the read from the next overwrite (threads of other warps hold the other
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import functools
 
+import torch
 import triton
 import triton.language as tl
 from torch import Tensor
@@ -56,15 +62,18 @@ def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> t
     two, halved until ``HG * BLOCK_C <= max_tile_d`` (at least 1). With the tile width ``W = HG * BLOCK_C``:
     ``BLOCK_E = clamp(2048 / W, 2, 16)`` edges for light rows (16 x 128 ... 8 x 256 ... 2 x 1024) and
     ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` for long rows, with a register budget of 8192 tile elements (GAT, one
-    live feature tile) or 4096 (GATv2, whose backward holds several); ``num_warps = clamp(BIG_E * W / 1024, 2, 8)``,
-    about 32 float32 registers a thread per big tile. Independent of the storage dtype: tiles are float32 in
+    live feature tile) or 4096 (GATv2, whose backward holds several); ``num_warps = clamp(min(BIG_E * W, 4096) / 1024,
+    2, 8)``: about 32 float32 registers a thread per GATv2 big tile, 64 for GAT's. GAT used to take 8 warps at 8 x 32
+    (twice GATv2's 4): a light row's ``[8, 8, 32]`` tile is then 8 elements a thread and every reduction over the edge
+    axis crosses 8 warps through shared memory, and half as many programs fit on an SM, in a kernel whose programs are
+    mostly light rows (arxiv: 7 edges on average). Independent of the storage dtype: tiles are float32 in
     registers."""
     block_c = triton.next_power_of_2(max(c, 1))
     hg = min(triton.next_power_of_2(max(heads, 1)), max(1, max_tile_d // block_c))
     width = hg * block_c
     block_e = max(2, min(16, 2048 // width))
     big_e = max(block_e, min(64, (4096 if v2 else 8192) // width))
-    num_warps = max(2, min(8, big_e * width // 1024))
+    num_warps = max(2, min(8, min(big_e * width, 4096) // 1024))
     return block_e, big_e, hg, block_c, num_warps
 
 
@@ -127,17 +136,17 @@ def _act_grad(z, ACT: tl.constexpr, alpha):
 
 # ---------------------------------------------------------------------------------------------------- logits
 @triton.jit
-def _logits(e_pos, e_mask, src, row, h_off, hm, hc, hc_mask, xj, xi, aw,
-            map_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
+            map_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
             H, D, alpha,
             V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, ACT: tl.constexpr):
     """Logits ``s [BLOCK, HG]`` (float32) of a block of CSC positions ``e_pos [BLOCK]`` with sources ``src`` for the
     heads ``h_off [HG]``, and ``coo``, their COO ids (int64).
 
-    GAT: ``act(score_src[j, h] + score_dst[i, h] + score_edge[coo, h])``. GATv2: ``sum_c a[h, c] act(z[h, c])`` with
-    ``z = x_j + x_i + f_coo``; ``xj [BLOCK, HG, BLOCK_C]`` is the gathered source tile, ``xi [HG, BLOCK_C]`` the
-    destination's slice, ``aw [HG, BLOCK_C]`` the attention vector; ``hc [HG, BLOCK_C]`` the offsets ``h * C + c``
-    inside a feature row."""
+    GAT: ``act(score_src[j, h] + sd[h] + score_edge[coo, h])`` with ``sd`` the destination's scores (loaded once per
+    program, not per block). GATv2: ``sum_c a[h, c] act(z[h, c])`` with ``z = x_j + x_i + f_coo``;
+    ``xj [BLOCK, HG, BLOCK_C]`` is the gathered source tile, ``xi [HG, BLOCK_C]`` the destination's slice,
+    ``aw [HG, BLOCK_C]`` the attention vector; ``hc [HG, BLOCK_C]`` the offsets ``h * C + c`` inside a feature row."""
     if HAS_MAP:
         coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
     else:
@@ -150,18 +159,48 @@ def _logits(e_pos, e_mask, src, row, h_off, hm, hc, hc_mask, xj, xi, aw,
         s = _sum(_act(z, ACT, alpha) * aw[None, :, :], 2)
     else:
         eh_mask = e_mask[:, None] & hm[None, :]
-        t = tl.load(ssrc_ptr + src[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
-        t += tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)[None, :]
+        t = tl.load(ssrc_ptr + src[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0) + sd[None, :]
         if HAS_EDGE:
             t += tl.load(sedge_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
         s = _act(t, ACT, alpha)
     return s, coo
 
 
+@triton.jit
+def _item(work_ptr):
+    """A work item ``(row, start, end, slot)`` (int64): the row's CSC positions ``start .. end`` and where its
+    results go, ``slot == -1``: the row itself (the whole row), ``slot >= 0``: partial slot ``slot`` (one chunk of a
+    hub row, merged later), ``slot == -2``: nothing (padding of the fixed-size work list)."""
+    item = work_ptr + tl.program_id(0).to(tl.int64) * 4
+    return (tl.load(item).to(tl.int64), tl.load(item + 1).to(tl.int64), tl.load(item + 2).to(tl.int64),
+            tl.load(item + 3).to(tl.int64))
+
+
+@triton.jit
+def _normalise_att(start, end, lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1, att_ptr, H,
+                   HAS_MAP: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
+    """Turn the raw logits stored in ``att`` for the CSC positions ``start .. end`` into ``exp(s - lse) * mask``."""
+    for e0 in range(start, end, BLOCK):
+        e_pos = e0 + tl.arange(0, BLOCK)
+        e_mask = e_pos < end
+        eh_mask = e_mask[:, None] & hm[None, :]
+        if HAS_MAP:
+            coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+        else:
+            coo = e_pos
+        att_off = coo[:, None] * H + h_off[None, :]
+        s = tl.load(att_ptr + att_off, mask=eh_mask, other=0.0)
+        tl.debug_barrier()  # the slots read above are overwritten below, possibly by other threads
+        a = tl.exp(s - lse[None, :])
+        if HAS_MASK:
+            a = a * tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
+        tl.store(att_ptr + att_off, a, mask=eh_mask)
+
+
 # ---------------------------------------------------------------------------------------------------- forward
 @triton.jit
-def _fwd_block(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, m_run, l_run, acc,
-               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
+               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
                mask_ptr, mask_s0, mask_s1, att_ptr,
                H, D, alpha,
                V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
@@ -173,8 +212,8 @@ def _fwd_block(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, m_run, l_run, acc,
     src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
     tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
     xj = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
-    s, coo = _logits(e_pos, e_mask, src, row, h_off, hm, hc, hc_mask, xj, xi, aw,
-                     map_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT)
+    s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
+                     map_ptr, edge_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT)
     s = tl.where(eh_mask, s, float("-inf"))
     if RETURN_ATT:  # raw logits for now; normalised once the row's statistics are known
         tl.store(att_ptr + coo[:, None] * H + h_off[None, :], s, mask=eh_mask)
@@ -190,74 +229,135 @@ def _fwd_block(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, m_run, l_run, acc,
 
 @triton.jit
 def _fwd_kernel(
-    offsets_ptr, indices_ptr, map_ptr, order_ptr,
+    work_ptr, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     mask_ptr, mask_s0, mask_s1,
-    out_ptr, lse_ptr, att_ptr,
+    out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
     H, C, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
     RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    row = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
+    """One work item: a whole row writes ``out`` and ``lse`` (and normalises its attention); a chunk of a hub row
+    writes its unnormalised state ``(max, sumexp, acc)`` per head to its partial slot, for :func:`_fwd_merge_kernel`.
+    """
+    row, start, end, slot = _item(work_ptr)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
+    part = (h_off * 0 + slot) >= 0
     hm = h_off < H
     c_off = tl.arange(0, BLOCK_C)
     hc = h_off[:, None] * C + c_off[None, :]
     hc_mask = hm[:, None] & (c_off < C)[None, :]
-    start = tl.load(offsets_ptr + row).to(tl.int64)
-    end = tl.load(offsets_ptr + row + 1).to(tl.int64)
     D = H * C
     if V2:
         xi = tl.load(x_dst_ptr + row * D + hc, mask=hc_mask, other=0.0).to(tl.float32)
         aw = tl.load(attw_ptr + hc, mask=hc_mask, other=0.0).to(tl.float32)
+        sd = tl.full([HG], 0.0, tl.float32)
     else:
         xi = tl.full([HG, BLOCK_C], 0.0, tl.float32)
         aw = xi
+        sd = tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)
 
     m_run = tl.full([HG], -1.0e30, tl.float32)
     l_run = tl.full([HG], 0.0, tl.float32)
     acc = tl.full([HG, BLOCK_C], 0.0, tl.float32)
     big_end = start + (end - start) // BIG_E * BIG_E
     for e0 in range(start, big_end, BIG_E):  # long rows: full big blocks
-        m_run, l_run, acc = _fwd_block(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, m_run, l_run, acc,
-                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+        m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
+                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
                                        mask_ptr, mask_s0, mask_s1, att_ptr, H, D, alpha,
                                        V2, HAS_MAP, HAS_EDGE, HAS_MASK, RETURN_ATT, ACT, BIG_E)
     for e0 in range(big_end, end, BLOCK_E):  # light rows and the rest: small blocks
-        m_run, l_run, acc = _fwd_block(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, m_run, l_run, acc,
-                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+        m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
+                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
                                        mask_ptr, mask_s0, mask_s1, att_ptr, H, D, alpha,
                                        V2, HAS_MAP, HAS_EDGE, HAS_MASK, RETURN_ATT, ACT, BLOCK_E)
 
+    # a chunk of a hub row: its partial state (no normalisation; the merge kernel combines the chunks)
+    ps = tl.maximum(slot, 0)
+    tl.store(m_part_ptr + ps * H + h_off, m_run, mask=hm & part)
+    tl.store(l_part_ptr + ps * H + h_off, l_run, mask=hm & part)
+    tl.store(acc_part_ptr + ps * D + hc, acc, mask=hc_mask & part[:, None])
+    # a whole row
     has_edges = l_run > 0
     inv = tl.where(has_edges, 1.0 / tl.where(has_edges, l_run, 1.0), 0.0)
-    tl.store(out_ptr + row * D + hc, acc * inv[:, None], mask=hc_mask)
+    tl.store(out_ptr + row * D + hc, acc * inv[:, None], mask=hc_mask & whole[:, None])
     lse = tl.where(has_edges, m_run + tl.log(tl.where(has_edges, l_run, 1.0)), 0.0)
-    tl.store(lse_ptr + row * H + h_off, lse, mask=hm)
+    tl.store(lse_ptr + row * H + h_off, lse, mask=hm & whole)
     if RETURN_ATT:
         tl.debug_barrier()  # the raw logits stored above, by other threads of this program, are read below
-        for e0 in range(start, end, BIG_E):
-            e_pos = e0 + tl.arange(0, BIG_E)
-            e_mask = e_pos < end
-            eh_mask = e_mask[:, None] & hm[None, :]
-            if HAS_MAP:
-                coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-            else:
-                coo = e_pos
-            att_off = coo[:, None] * H + h_off[None, :]
-            s = tl.load(att_ptr + att_off, mask=eh_mask, other=0.0)
-            tl.debug_barrier()  # the slots read above are overwritten below, possibly by other threads
-            a = tl.exp(s - lse[None, :])
-            if HAS_MASK:
-                a = a * tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
-            tl.store(att_ptr + att_off, a, mask=eh_mask)
+        _normalise_att(start, tl.where(slot == -1, end, start), lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1,
+                       att_ptr, H, HAS_MAP, HAS_MASK, BIG_E)
+
+
+@triton.jit
+def _fwd_merge_kernel(
+    hubs_ptr, offsets_ptr, map_ptr, mask_ptr, mask_s0, mask_s1,
+    m_part_ptr, l_part_ptr, acc_part_ptr, out_ptr, lse_ptr, att_ptr,
+    H, C,
+    HAS_MAP: tl.constexpr, HAS_MASK: tl.constexpr, RETURN_ATT: tl.constexpr,
+    BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """One hub row (``hubs[pid] = (row, first slot, chunk count)``, count 0 = padding): the chunks' partial states
+    combined in slot order by log-sum-exp into ``out`` and ``lse``; then the row's attention normalised."""
+    hub = hubs_ptr + tl.program_id(0).to(tl.int64) * 3
+    row = tl.load(hub).to(tl.int64)
+    slot0 = tl.load(hub + 1).to(tl.int64)
+    n = tl.load(hub + 2).to(tl.int64)
+    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    valid = (h_off * 0 + n) > 0
+    hm = h_off < H
+    c_off = tl.arange(0, BLOCK_C)
+    hc = h_off[:, None] * C + c_off[None, :]
+    hc_mask = hm[:, None] & (c_off < C)[None, :]
+    D = H * C
+    m = tl.full([HG], -1.0e30, tl.float32)
+    ell = tl.full([HG], 0.0, tl.float32)
+    acc = tl.full([HG, BLOCK_C], 0.0, tl.float32)
+    for k in range(0, n):  # fixed order: the chunks in row order
+        s = slot0 + k
+        mk = tl.load(m_part_ptr + s * H + h_off, mask=hm, other=-1.0e30)
+        lk = tl.load(l_part_ptr + s * H + h_off, mask=hm, other=0.0)
+        ak = tl.load(acc_part_ptr + s * D + hc, mask=hc_mask, other=0.0)
+        m_new = tl.maximum(m, mk)
+        a = tl.exp(m - m_new)
+        b = tl.exp(mk - m_new)
+        ell = ell * a + lk * b
+        acc = acc * a[:, None] + ak * b[:, None]
+        m = m_new
+    has_edges = ell > 0
+    inv = tl.where(has_edges, 1.0 / tl.where(has_edges, ell, 1.0), 0.0)
+    tl.store(out_ptr + row * D + hc, acc * inv[:, None], mask=hc_mask & valid[:, None])
+    lse = tl.where(has_edges, m + tl.log(tl.where(has_edges, ell, 1.0)), 0.0)
+    tl.store(lse_ptr + row * H + h_off, lse, mask=hm & valid)
+    if RETURN_ATT:  # the raw logits were stored by the chunk programs (an earlier launch)
+        start = tl.load(offsets_ptr + row).to(tl.int64)
+        end = tl.load(offsets_ptr + row + 1).to(tl.int64)
+        _normalise_att(start, tl.where(n > 0, end, start), lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1,
+                       att_ptr, H, HAS_MAP, HAS_MASK, BIG_E)
+
+
+@triton.jit
+def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr):
+    """``out[row, :W] = sum_k part[slot0 + k, :W]`` for the hub ``hubs[pid0] = (row, slot0, n)``, in slot order
+    (float32 sums, stored in ``out``'s dtype); padding entries (``n == 0``) write nothing."""
+    hub = hubs_ptr + tl.program_id(0).to(tl.int64) * 3
+    row = tl.load(hub).to(tl.int64)
+    slot0 = tl.load(hub + 1).to(tl.int64)
+    n = tl.load(hub + 2).to(tl.int64)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK_W + tl.arange(0, BLOCK_W)
+    cm = cols < W
+    acc = tl.full([BLOCK_W], 0.0, tl.float32)
+    for k in range(0, n):
+        acc += tl.load(part_ptr + (slot0 + k) * W + cols, mask=cm, other=0.0)
+    tl.store(out_ptr + row * W + cols, acc, mask=cm & ((cols * 0 + n) > 0))
 
 
 # ---------------------------------------------------------------------------------------------------- backward
 @triton.jit
-def _bwd_dst_block1(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, dout, lse, delta,
-                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
+                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
                     mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr,
                     H, D, alpha,
                     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
@@ -269,8 +369,8 @@ def _bwd_dst_block1(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, dout, lse, del
     src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
     tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
     xj = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
-    s, coo = _logits(e_pos, e_mask, src, row, h_off, hm, hc, hc_mask, xj, xi, aw,
-                     map_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT)
+    s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
+                     map_ptr, edge_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT)
     p = tl.where(eh_mask, tl.exp(s - lse[None, :]), 0.0)
     g = _sum(xj * dout[None, :, :], 2)
     if HAS_DATT:
@@ -286,8 +386,8 @@ def _bwd_dst_block1(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, dout, lse, del
 
 
 @triton.jit
-def _bwd_dst_block2(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, delta, dxi, datt_w, dsd,
-                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
+                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
                     mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr, dsedge_ptr,
                     H, D, alpha,
                     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
@@ -328,8 +428,7 @@ def _bwd_dst_block2(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, delta, dxi, da
             tl.store(dedge_ptr + f_off, dz, mask=tile_mask)
         tl.store(ds_buf_ptr + buf_off, ds, mask=eh_mask)
     else:
-        t = tl.load(ssrc_ptr + src[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
-        t += tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)[None, :]
+        t = tl.load(ssrc_ptr + src[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0) + sd[None, :]
         if HAS_EDGE:
             t += tl.load(sedge_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
         dz = tl.where(eh_mask, ds * _act_grad(t, ACT, alpha), 0.0)
@@ -340,78 +439,102 @@ def _bwd_dst_block2(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, delta, dxi, da
     return dxi, datt_w, dsd
 
 
+
+
 @triton.jit
 def _bwd_dst_kernel(
-    offsets_ptr, indices_ptr, map_ptr, order_ptr,
+    work_ptr, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     mask_ptr, mask_s0, mask_s1,
     lse_ptr, dout_ptr, datt_ptr,
-    alpha_buf_ptr, ds_buf_ptr,
-    dx_dst_ptr, dedge_ptr, dattw_part_ptr, dsdst_ptr, dsedge_ptr,
+    alpha_buf_ptr, ds_buf_ptr, delta_part_ptr, delta_rows_ptr,
+    dx_dst_ptr, dedge_ptr, dattw_ptr, dsdst_ptr, dsedge_ptr,
+    dxd_part_ptr, dattw_part_ptr, dsd_part_ptr,
     H, C, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_DATT: tl.constexpr, ACT: tl.constexpr,
+    HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Destination pass: for destination ``i`` and each head ``h`` of the program's group, recompute
     ``p_e = exp(s_e - lse_i)`` and ``alpha_e = p_e m_e``; ``g_e = <dout_i, x_j> + datt_e``;
     ``delta_i = sum_e alpha_e g_e``; ``ds_e = p_e (m_e g_e - delta_i)`` (the softmax backward with the dropout
     factor inside). Writes ``alpha`` and the logit gradient to ``[E, H]`` CSC buffers for the source pass (GAT:
-    ``dz = ds act'(z)``; GATv2: ``ds``), and the destination-side and per-edge gradients."""
-    row = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
+    ``dz = ds act'(z)``; GATv2: ``ds``), and the destination-side and per-edge gradients.
+
+    A whole row (``slot == -1``) does both passes itself. A hub row's chunks need the row's ``delta`` first: a
+    launch with ``ONLY_DELTA`` runs pass 1 over each chunk (``p``, ``g`` into the buffers, the chunk's ``delta`` to
+    its slot), the slots are summed per row in a fixed order into ``delta_rows``, and the main launch then runs only
+    pass 2 over each chunk, writing its destination-side sums (GATv2 ``dx_dst`` and the attention-vector partial,
+    GAT ``d score_dst``) to its slot, merged in a fixed order afterwards."""
+    row, start, end, slot = _item(work_ptr)
+    ps = tl.maximum(slot, 0)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
+    part = (h_off * 0 + slot) >= 0
     hm = h_off < H
     c_off = tl.arange(0, BLOCK_C)
     hc = h_off[:, None] * C + c_off[None, :]
     hc_mask = hm[:, None] & (c_off < C)[None, :]
-    start = tl.load(offsets_ptr + row).to(tl.int64)
-    end = tl.load(offsets_ptr + row + 1).to(tl.int64)
     D = H * C
     lse = tl.load(lse_ptr + row * H + h_off, mask=hm, other=0.0)
     dout = tl.load(dout_ptr + row * D + hc, mask=hc_mask, other=0.0).to(tl.float32)
     if V2:
         xi = tl.load(x_dst_ptr + row * D + hc, mask=hc_mask, other=0.0).to(tl.float32)
         aw = tl.load(attw_ptr + hc, mask=hc_mask, other=0.0).to(tl.float32)
+        sd = tl.full([HG], 0.0, tl.float32)
     else:
         xi = tl.full([HG, BLOCK_C], 0.0, tl.float32)
         aw = xi
-    big_end = start + (end - start) // BIG_E * BIG_E
+        sd = tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)
 
-    # pass 1: p and g per edge (kept in the [E, H] buffers), delta of the row
+    # pass 1: p and g per edge (kept in the [E, H] buffers), delta of the row; in the main launch, a hub's chunk
+    # skips it (done by the ONLY_DELTA launch) and reads its row's merged delta
+    p1_end = end
+    if not ONLY_DELTA:
+        p1_end = tl.where(slot >= 0, start, end)
+    big_end = start + (p1_end - start) // BIG_E * BIG_E
     delta = tl.full([HG], 0.0, tl.float32)
     for e0 in range(start, big_end, BIG_E):
-        delta = _bwd_dst_block1(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, dout, lse, delta,
-                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+        delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
+                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
                                 mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
                                 V2, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, BIG_E)
-    for e0 in range(big_end, end, BLOCK_E):
-        delta = _bwd_dst_block1(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, dout, lse, delta,
-                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+    for e0 in range(big_end, p1_end, BLOCK_E):
+        delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
+                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
                                 mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
                                 V2, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, BLOCK_E)
-
-    # pass 2: ds, then the destination-side and per-edge gradients. p and g were stored in pass 1 in the layout of
-    # a reduction and are read back here in another: without the barrier a thread can read them before another
-    # thread's store lands (a race the sequential interpreter cannot show)
-    tl.debug_barrier()
-    dxi = tl.full([HG, BLOCK_C], 0.0, tl.float32)
-    datt_w = tl.full([HG, BLOCK_C], 0.0, tl.float32)
-    dsd = tl.full([HG], 0.0, tl.float32)
-    for e0 in range(start, big_end, BIG_E):
-        dxi, datt_w, dsd = _bwd_dst_block2(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, delta, dxi, datt_w, dsd,
-                                           indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
-                                           mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr,
-                                           dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, HAS_MASK, ACT, BIG_E)
-    for e0 in range(big_end, end, BLOCK_E):
-        dxi, datt_w, dsd = _bwd_dst_block2(e0, end, row, h_off, hm, hc, hc_mask, xi, aw, delta, dxi, datt_w, dsd,
-                                           indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
-                                           mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr,
-                                           dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, HAS_MASK, ACT, BLOCK_E)
-    if V2:
-        tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask)
-        tl.store(dattw_part_ptr + row * D + hc, datt_w, mask=hc_mask)
+    if ONLY_DELTA:
+        tl.store(delta_part_ptr + ps * H + h_off, delta, mask=hm & part)
     else:
-        tl.store(dsdst_ptr + row * H + h_off, dsd, mask=hm)
+        delta = tl.where(part, tl.load(delta_rows_ptr + row * H + h_off, mask=hm & part, other=0.0), delta)
+        # pass 2: ds, then the destination-side and per-edge gradients. p and g were stored in pass 1 in the layout
+        # of a reduction and are read back here in another: without the barrier a thread can read them before
+        # another thread's store lands (a race the sequential interpreter cannot show)
+        tl.debug_barrier()
+        big_end = start + (end - start) // BIG_E * BIG_E
+        dxi = tl.full([HG, BLOCK_C], 0.0, tl.float32)
+        datt_w = tl.full([HG, BLOCK_C], 0.0, tl.float32)
+        dsd = tl.full([HG], 0.0, tl.float32)
+        for e0 in range(start, big_end, BIG_E):
+            dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
+                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                                               mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr,
+                                               dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, HAS_MASK, ACT, BIG_E)
+        for e0 in range(big_end, end, BLOCK_E):
+            dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
+                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                                               mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr,
+                                               dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, HAS_MASK, ACT,
+                                               BLOCK_E)
+        if V2:
+            tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask & whole[:, None])
+            tl.store(dattw_ptr + row * D + hc, datt_w, mask=hc_mask & whole[:, None])
+            tl.store(dxd_part_ptr + ps * D + hc, dxi, mask=hc_mask & part[:, None])
+            tl.store(dattw_part_ptr + ps * D + hc, datt_w, mask=hc_mask & part[:, None])
+        else:
+            tl.store(dsdst_ptr + row * H + h_off, dsd, mask=hm & whole)
+            tl.store(dsd_part_ptr + ps * H + h_off, dsd, mask=hm & part)
 
 
 @triton.jit
@@ -451,25 +574,27 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
 
 @triton.jit
 def _bwd_src_kernel(
-    rev_offsets_ptr, rev_to_csc_ptr, dst_index_ptr, map_ptr, order_ptr,
+    work_ptr, rev_to_csc_ptr, dst_index_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, attw_ptr,
     dout_ptr, alpha_buf_ptr, ds_buf_ptr,
-    dx_src_ptr, dssrc_ptr,
+    dx_src_ptr, dssrc_ptr, dx_part_ptr, dss_part_ptr,
     H, C, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """Source pass over the reverse CSC: for source ``j`` and each head ``h`` of the program's group,
-    ``dx_j = sum_e alpha_e dout_i`` plus, for GATv2, ``sum_e ds_e a act'(x_j + x_i + f_e)``; for GAT the score
-    gradient ``dscore_src_j = sum_e dz_e``."""
-    j = tl.load(order_ptr + tl.program_id(0)).to(tl.int64)
+    """Source pass over the reverse CSC: for source ``j`` (a work item over reverse-CSC positions) and each head
+    ``h`` of the program's group, ``dx_j = sum_e alpha_e dout_i`` plus, for GATv2, ``sum_e ds_e a act'(x_j + x_i +
+    f_e)``; for GAT the score gradient ``dscore_src_j = sum_e dz_e``. A chunk of a hub source writes its sums to its
+    partial slot (merged in a fixed order afterwards)."""
+    j, start, end, slot = _item(work_ptr)
+    ps = tl.maximum(slot, 0)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
+    part = (h_off * 0 + slot) >= 0
     hm = h_off < H
     c_off = tl.arange(0, BLOCK_C)
     hc = h_off[:, None] * C + c_off[None, :]
     hc_mask = hm[:, None] & (c_off < C)[None, :]
-    start = tl.load(rev_offsets_ptr + j).to(tl.int64)
-    end = tl.load(rev_offsets_ptr + j + 1).to(tl.int64)
     D = H * C
     if V2:
         xj = tl.load(x_src_ptr + j * D + hc, mask=hc_mask, other=0.0).to(tl.float32)
@@ -488,9 +613,11 @@ def _bwd_src_kernel(
         dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, dout_ptr,
                                  alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT, BLOCK_E)
-    tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask)
+    tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
+    tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     if not V2:
-        tl.store(dssrc_ptr + j * H + h_off, dss, mask=hm)
+        tl.store(dssrc_ptr + j * H + h_off, dss, mask=hm & whole)
+        tl.store(dss_part_ptr + ps * H + h_off, dss, mask=hm & part)
 
 
 # ---------------------------------------------------------------------------------------------------- launchers
@@ -507,30 +634,59 @@ def _config(x_src: Tensor, heads: int, v2: bool) -> tuple[int, int, dict[str, in
                                            num_warps=num_warps)
 
 
-def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, row_order: Tensor,
-                   x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
+def _partial(rows: int, width: int, like: Tensor) -> Tensor:
+    """A float32 ``[rows, width]`` partial buffer (at least one row, so that the pointer is always valid)."""
+    return torch.empty(max(rows, 1), width, device=like.device, dtype=torch.float32)
+
+
+def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
+    """``out[row] = sum of the row's partial slots`` for every hub row, in slot order (see :func:`_merge_sum_kernel`)."""
+    if hubs.shape[0] == 0:
+        return
+    block_w = min(1024, triton.next_power_of_2(max(width, 1)))
+    _merge_sum_kernel[(hubs.shape[0], triton.cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w,
+                                                                    num_warps=4)
+
+
+def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, work: Tensor, hub_work: Tensor,
+                   hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
                    score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
                    mask: Tensor | None, out: Tensor, lse: Tensor, att: Tensor | None, *,
                    v2: bool, heads: int, act: str, alpha: float) -> None:
-    """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO)."""
-    nd = offsets.shape[0] - 1
-    if nd == 0:
+    """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO).
+
+    ``work [P, 4]``, ``hub_work [S, 4]`` and ``hubs [R, 3]`` are the row work list of
+    :func:`cudnn_gnn.backends.triton.work_list`: one launch over every item, then one merge program per hub row."""
+    if work.shape[0] == 0:
         return
     c, groups, cfg = _config(x_src, heads, v2)
     has_edge = (edge if v2 else score_edge) is not None
-    _fwd_kernel[(nd, groups)](
-        offsets, indices, _or(map_csc_to_coo, indices), row_order,
+    n_slots = hub_work.shape[0]
+    m_part, l_part, acc_part = _partial(n_slots, heads, lse), _partial(n_slots, heads, lse), \
+        _partial(n_slots, heads * c, lse)
+    mask_args = (_or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1))
+    _fwd_kernel[(work.shape[0], groups)](
+        work, indices, _or(map_csc_to_coo, indices),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
-        _or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1),
-        out, lse, _or(att, lse),
+        *mask_args,
+        out, lse, _or(att, lse), m_part, l_part, acc_part,
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, HAS_MASK=mask is not None,
         RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[act], **cfg,
     )
+    if hubs.shape[0]:
+        _fwd_merge_kernel[(hubs.shape[0], groups)](
+            hubs, offsets, _or(map_csc_to_coo, indices), *mask_args,
+            m_part, l_part, acc_part, out, lse, _or(att, lse),
+            heads, c,
+            HAS_MAP=map_csc_to_coo is not None, HAS_MASK=mask is not None, RETURN_ATT=att is not None,
+            BIG_E=cfg["BIG_E"], HG=cfg["HG"], BLOCK_C=cfg["BLOCK_C"], num_warps=cfg["num_warps"],
+        )
 
 
-def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, row_order: Tensor,
+def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, work: Tensor,
+                        hub_work: Tensor, hubs: Tensor,
                         x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
                         score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
                         mask: Tensor | None, lse: Tensor, dout: Tensor, datt: Tensor | None,
@@ -538,41 +694,69 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
                         dattw_part: Tensor | None, dscore_dst: Tensor | None, dscore_edge: Tensor | None, *,
                         v2: bool, heads: int, act: str, alpha: float) -> None:
     """Destination pass; fills ``alpha_buf``/``ds_buf`` ``[E, H]`` fp32 (CSC order) for the source pass and the
-    destination-side outputs (GATv2: ``dx_dst``, ``dedge``, ``dattw_part [Nd, H*C]``; GAT: ``dscore_dst``,
-    ``dscore_edge``)."""
-    nd = offsets.shape[0] - 1
-    if nd == 0:
+    destination-side outputs (GATv2: ``dx_dst``, ``dedge``, ``dattw_part [Nd + S, H*C]`` fp32 zeros on entry,
+    whose rows sum to the attention-vector gradient; GAT: ``dscore_dst``, ``dscore_edge``).
+
+    With hub rows: a pass-1 launch over the chunks (``hub_work``), their ``delta`` merged per row, then the main
+    launch over every item and the merges of the chunks' destination-side sums."""
+    if work.shape[0] == 0:
         return
+    nd = offsets.shape[0] - 1
     c, groups, cfg = _config(x_src, heads, v2)
+    d = heads * c
     has_edge = (edge if v2 else score_edge) is not None
-    _bwd_dst_kernel[(nd, groups)](
-        offsets, indices, _or(map_csc_to_coo, indices), row_order,
+    n_slots, n_hubs = hub_work.shape[0], hubs.shape[0]
+    delta_part = _partial(n_slots, heads, lse)
+    delta_rows = _partial(nd if n_hubs else 0, heads, lse)
+    dxd_part = _partial(n_slots if v2 else 0, d, lse)
+    dsd_part = _partial(0 if v2 else n_slots, heads, lse)
+    if dattw_part is None:
+        dattw_rows = dattw_slots = lse
+    else:
+        dattw_rows, dattw_slots = dattw_part[:nd], dattw_part[nd:]
+    common = (
+        indices, _or(map_csc_to_coo, indices),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
         _or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1),
         lse, dout, _or(datt, lse),
-        alpha_buf, ds_buf,
-        _or(dx_dst, lse), _or(dedge, lse), _or(dattw_part, lse), _or(dscore_dst, lse), _or(dscore_edge, lse),
+        alpha_buf, ds_buf, delta_part, delta_rows,
+        _or(dx_dst, lse), _or(dedge, lse), dattw_rows, _or(dscore_dst, lse), _or(dscore_edge, lse),
+        dxd_part, dattw_slots, dsd_part,
         heads, c, alpha,
-        V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, HAS_MASK=mask is not None,
-        HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg,
     )
+    flags = dict(V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, HAS_MASK=mask is not None,
+                 HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
+    if n_hubs:
+        _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, **flags)
+        _merge_sum(hubs, delta_part, delta_rows, heads)
+    _bwd_dst_kernel[(work.shape[0], groups)](work, *common, ONLY_DELTA=False, **flags)
+    if v2 and dx_dst is not None:
+        _merge_sum(hubs, dxd_part, dx_dst, d)
+    if not v2 and dscore_dst is not None:
+        _merge_sum(hubs, dsd_part, dscore_dst, heads)
 
 
-def launch_backward_src(rev_offsets: Tensor, rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: Tensor | None,
-                        src_order: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None,
+def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: Tensor | None, work: Tensor,
+                        hub_work: Tensor, hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None,
                         attw: Tensor | None, dout: Tensor, alpha_buf: Tensor, ds_buf: Tensor, dx_src: Tensor,
                         dscore_src: Tensor | None, *, v2: bool, heads: int, act: str, alpha: float) -> None:
-    """Source pass; fills ``dx_src [Ns, H*C]`` and, for GAT, ``dscore_src [Ns, H]`` fp32."""
-    ns = rev_offsets.shape[0] - 1
-    if ns == 0:
+    """Source pass over the source work list (items over reverse-CSC positions); fills ``dx_src [Ns, H*C]`` and, for
+    GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk sums merged in slot order."""
+    if work.shape[0] == 0:
         return
     c, groups, cfg = _config(x_src, heads, v2)
-    _bwd_src_kernel[(ns, groups)](
-        rev_offsets, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc), src_order,
+    n_slots = hub_work.shape[0]
+    dx_part = _partial(n_slots, heads * c, alpha_buf)
+    dss_part = _partial(0 if v2 else n_slots, heads, alpha_buf)
+    _bwd_src_kernel[(work.shape[0], groups)](
+        work, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(attw, x_src),
         dout, alpha_buf, ds_buf,
-        dx_src, _or(dscore_src, alpha_buf),
+        dx_src, _or(dscore_src, alpha_buf), dx_part, dss_part,
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=edge is not None, ACT=ACTIVATION_CODES[act], **cfg,
     )
+    _merge_sum(hubs, dx_part, dx_src, heads * c)
+    if not v2 and dscore_src is not None:
+        _merge_sum(hubs, dss_part, dscore_src, heads)

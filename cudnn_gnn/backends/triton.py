@@ -32,15 +32,17 @@ from cudnn_gnn.graph import CscGraph
 if TYPE_CHECKING:
     from cudnn_gnn.spec import AttentionSpec
 
-__all__ = ["TritonCall", "build_call", "mha_gat", "unavailable_reason", "BACKEND"]
+__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "mha_gat", "unavailable_reason", "work_list",
+           "BACKEND"]
 
 
 class TritonCall(NamedTuple):
     """One call's arguments in op-schema order: the graph, the inputs, the knobs.
 
     Graph: ``offsets [Nd+1]``, ``indices [E]``, ``map_csc_to_coo [E]`` or None (only needed where an edge tensor is
-    read or written), ``row_order [Nd]`` (destinations heaviest first); for the backward ``rev_offsets [Ns+1]``,
-    ``rev_to_csc [E]``, ``dst_index [E]`` and ``src_order [Ns]`` (sources heaviest first), None when no gradient is
+    read or written), the destination work list ``row_work [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]``
+    (see :func:`work_list`); for the backward ``rev_offsets [Ns+1]``, ``rev_to_csc [E]``, ``dst_index [E]`` and the
+    source work list over the reverse CSC (``src_work``, ``src_hub_work``, ``src_hubs``), None when no gradient is
     needed. Inputs, GATv2: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None,
     ``attn_weights [H*C]``. Inputs, GAT: ``x_src`` and float32 scores ``score_src [Ns, H]``, ``score_dst [Nd, H]``,
     ``score_edge [E, H]`` (COO) or None. ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
@@ -49,11 +51,15 @@ class TritonCall(NamedTuple):
     offsets: Tensor
     indices: Tensor
     map_csc_to_coo: Tensor | None
-    row_order: Tensor
+    row_work: Tensor
+    row_hub_work: Tensor
+    row_hubs: Tensor
     rev_offsets: Tensor | None
     rev_to_csc: Tensor | None
     dst_index: Tensor | None
-    src_order: Tensor | None
+    src_work: Tensor | None
+    src_hub_work: Tensor | None
+    src_hubs: Tensor | None
     num_src_nodes: int
     x_src: Tensor
     x_dst: Tensor | None
@@ -143,7 +149,8 @@ def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
     lse = torch.empty(nd, h, **f32)
     att = torch.empty(e, h, **f32) if return_attention else None
     _kernels().launch_forward(
-        c.offsets, c.indices, c.map_csc_to_coo, c.row_order, c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
+        c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
+        c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
         c.score_src, c.score_dst, c.score_edge, c.dropout_mask, out, lse, att,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
     if not c.concat:
@@ -171,8 +178,10 @@ def _like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) 
 def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
     c = TritonCall(*args)
     _check_runnable(c.x_src.device)
-    if c.rev_offsets is None or c.rev_to_csc is None or c.dst_index is None or c.src_order is None:
-        raise RuntimeError("triton_gat_bwd needs the reverse CSC (rev_offsets, rev_to_csc, dst_index, src_order), "
+    if (c.rev_offsets is None or c.rev_to_csc is None or c.dst_index is None or c.src_work is None
+            or c.src_hub_work is None or c.src_hubs is None):
+        raise RuntimeError("triton_gat_bwd needs the reverse CSC (rev_offsets, rev_to_csc, dst_index, src_work, "
+                           "src_hub_work, src_hubs), "
                            "got None: the forward was called without them")
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
@@ -184,7 +193,9 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *arg
     ds_buf = torch.empty(e, h, **f32)
     d_x_src = _like(c.x_src, c.x_src)
     if c.v2:
-        d_x_dst, d_edge, d_w_part = _like(c.x_dst, c.x_src), _like(c.edge_attr, c.x_src), torch.empty(nd, h * ch, **f32)
+        # one row per whole destination and one per hub chunk (zeros: hub rows' own rows and unused slots add 0)
+        d_w_part = torch.zeros(nd + c.row_hub_work.shape[0], h * ch, **f32)
+        d_x_dst, d_edge = _like(c.x_dst, c.x_src), _like(c.edge_attr, c.x_src)
         d_score_src = d_score_dst = d_score_edge = c.x_src.new_empty(0)
     else:
         d_x_dst, d_edge, d_w_part = c.x_src.new_empty(0), c.x_src.new_empty(0), None
@@ -193,18 +204,19 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *arg
         d_score_edge = _like(c.score_edge, c.x_src)
     k = _kernels()
     k.launch_backward_dst(
-        c.offsets, c.indices, c.map_csc_to_coo, c.row_order, c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
+        c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
+        c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
         c.score_src, c.score_dst, c.score_edge, c.dropout_mask, lse, dout,
         None if grad_attention is None else grad_attention.float().contiguous(), alpha_buf, ds_buf,
         d_x_dst if c.v2 else None, d_edge if c.v2 and c.edge_attr is not None else None, d_w_part,
         None if c.v2 else d_score_dst, None if c.v2 or c.score_edge is None else d_score_edge,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
     k.launch_backward_src(
-        c.rev_offsets, c.rev_to_csc, c.dst_index, c.map_csc_to_coo, c.src_order, c.x_src, c.x_dst, c.edge_attr,
+        c.rev_to_csc, c.dst_index, c.map_csc_to_coo, c.src_work, c.src_hub_work, c.src_hubs, c.x_src, c.x_dst, c.edge_attr,
         c.attn_weights, dout, alpha_buf, ds_buf, d_x_src, None if c.v2 else d_score_src,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
     if c.v2 and c.attn_weights is not None and d_w_part is not None:
-        d_w = d_w_part.sum(0).to(c.attn_weights.dtype)  # per-row partials, reduced in a fixed order
+        d_w = d_w_part.sum(0).to(c.attn_weights.dtype)  # per-row and per-chunk partials, reduced in a fixed order
     else:
         d_w = c.x_src.new_empty(0)
     return d_x_src, d_x_dst, d_edge, d_w, d_score_src, d_score_dst, d_score_edge
@@ -260,16 +272,84 @@ torch.library.register_autograd("cudnn_gnn::triton_gat_fwd", _backward, setup_co
 
 
 # ---------------------------------------------------------------------------------------------------- entry
-def _heaviest_first(offsets: Tensor) -> Tensor:
-    """Row ids sorted by decreasing degree (ties in id order), in the offsets' dtype: launching hubs first keeps
-    one long row from becoming the kernel's tail."""
-    return torch.argsort(offsets.diff(), descending=True, stable=True).to(offsets.dtype)
+MIN_CHUNK_E = 256
+MAX_CHUNK_E = 1024
+"""Bounds of the chunk size of :func:`chunk_size` (module globals so that tests can force tiny chunks)."""
+
+
+def chunk_size(num_edges: int) -> int:
+    """The most edges one program walks, ``B = clamp(next_pow2(ceil(E / 4096)), MIN_CHUNK_E, MAX_CHUNK_E)``.
+
+    Rows (and, in the backward source pass, sources) with more than ``B`` edges are cut into chunks of ``B``. Why:
+    a program's time grows with its edge count, and the kernel ends with its longest program; with ``B >= E / 4096``
+    there are at most ~4096 full chunks, several waves of the ~1-2k programs an H200 keeps resident, so a hub no
+    longer sets the tail, while a chunk of at least 256 edges (4 to 128 big blocks) amortises its partial-state write
+    and the merge. arxiv (1.17M edges): 512; Cora: 256; products-sized graphs: 1024. Depends on ``E`` only, so the
+    work list built for a graph stays valid."""
+    b = _next_pow2(-(-num_edges // 4096))
+    return max(MIN_CHUNK_E, min(MAX_CHUNK_E, b))
+
+
+def _next_pow2(n: int) -> int:
+    """The smallest power of two ``>= n`` (1 for ``n <= 1``), without importing triton."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+class WorkList(NamedTuple):
+    """The programs of one pass over a CSC (or reverse CSC) ``offsets [N+1]``, with rows of more than ``B`` edges
+    cut into chunks of ``B`` (the last one shorter). All int64, fixed shapes (from ``N``, ``E`` and ``B`` alone).
+
+    ``work [P, 4]`` (``P = N + E // B``): ``(row, start, end, slot)``, heaviest first (by ``end - start``; ties in
+    row order); ``slot == -1``: the whole row, its results written in place; ``slot >= 0``: a chunk of a hub row,
+    its partial results in slot ``slot``; ``slot == -2``: padding (empty, writes nothing). A row with no edges is one
+    empty whole item (it writes zeros). ``hub_work [S, 4]`` (``S = E // B + R``): the chunk items in slot order,
+    then padding. ``hubs [R, 3]`` (``R = min(N, E // (B + 1))``): ``(row, first slot, chunk count)`` per hub row in
+    row order, then padding rows with count 0. A hub row's slots are consecutive, in the order of its edges."""
+
+    work: Tensor
+    hub_work: Tensor
+    hubs: Tensor
+
+
+def work_list(offsets: Tensor, num_edges: int, chunk: int) -> WorkList:
+    """Build the :class:`WorkList` of ``offsets`` with chunks of at most ``chunk`` edges; fixed-shape torch ops only
+    (no host sync, traceable by ``torch.compile``)."""
+    n = offsets.shape[0] - 1
+    dev = offsets.device
+    i64: dict[str, Any] = dict(device=dev, dtype=torch.int64)
+    r_max = min(n, num_edges // (chunk + 1))
+    s_max = num_edges // chunk + r_max
+    if n == 0:
+        return WorkList(torch.zeros(0, 4, **i64), torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
+    off = offsets.long()
+    n_chunks = ((off.diff() + chunk - 1) // chunk).clamp_min(1)
+    multi = n_chunks > 1
+    cum = n_chunks.cumsum(0)
+    p = torch.arange(n + num_edges // chunk, **i64)
+    valid = p < cum[-1]
+    row = torch.searchsorted(cum, p, right=True).clamp_max(n - 1)
+    k = p - (cum[row] - n_chunks[row])
+    start = off[row] + k * chunk
+    end = torch.minimum(start + chunk, off[row + 1])
+    hub_slots = torch.where(multi, n_chunks, 0)
+    slot0 = hub_slots.cumsum(0) - hub_slots
+    slot = torch.where(valid, torch.where(multi[row], slot0[row] + k, -1), -2)
+    items = torch.stack([torch.where(valid, row, 0), torch.where(valid, start, 0), torch.where(valid, end, 0), slot], 1)
+    length = torch.where(valid, end - start, -1)
+    work = items[torch.argsort(length, descending=True, stable=True)]
+    hub_work = items[torch.argsort((slot < 0).to(torch.int8), stable=True)[:s_max]]
+    padding = torch.tensor([0, 0, 0, -2], **i64)
+    hub_work = torch.where(hub_work[:, 3:] >= 0, hub_work, padding)  # empty ranges: the padding does no work
+    hub_rows = torch.argsort((~multi).to(torch.int8), stable=True)[:r_max]
+    hubs = torch.stack([hub_rows, slot0[hub_rows], torch.where(multi[hub_rows], n_chunks[hub_rows], 0)], 1)
+    return WorkList(work, hub_work, hubs)
 
 
 def _node_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
-    """``[N, H]`` float32 ``sum_c x[n, h, c] * a[h, c]``."""
+    """``[N, H]`` float32 ``sum_c x[n, h, c] * a[h, c]``, as one GEMM with the block-diagonal ``[H*C, H]`` matrix of
+    the per-head vectors: ``x`` is read once and no ``[N, H, C]`` product is materialised (forward or backward)."""
     width = x.shape[1] // heads
-    return (x.float().reshape(x.shape[0], heads, width) * a.float().view(heads, width)).sum(-1)
+    return x.float() @ torch.block_diag(*a.float().view(heads, width, 1).unbind(0))
 
 
 def build_call(
@@ -289,14 +369,17 @@ def build_call(
     needs_grad: bool,
 ) -> TritonCall:
     """The op's arguments for :func:`mha_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
-    per-graph orders taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``."""
+    per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``."""
     g = graph
-    row_order = g.derived(("triton", "row_order"), lambda: _heaviest_first(g.offsets))
-    rev_offsets = rev_to_csc = dst_index = src_order = None
+    chunk = chunk_size(g.num_edges)
+    rows = g.derived(("triton", "row_work", chunk), lambda: work_list(g.offsets, g.num_edges, chunk))
+    rev_offsets = rev_to_csc = dst_index = None
+    src_work = src_hub_work = src_hubs = None
     if needs_grad:
         rev_offsets, rev_to_csc = g.reverse_csc()
         dst_index = g.dst_index
-        src_order = g.derived(("triton", "src_order"), lambda: _heaviest_first(g.reverse_csc()[0]))
+        src_work, src_hub_work, src_hubs = g.derived(("triton", "src_work", chunk),
+                                                     lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk))
     needs_map = edge_attr is not None or dropout_mask is not None or return_attention
     edge_map = g.map_csc_to_coo if needs_map else None
     d = x_src.shape[1]
@@ -314,8 +397,10 @@ def build_call(
             score_src=_node_scores(x_src, attn_weights[:d], heads).contiguous(),
             score_dst=_node_scores(x_dst, attn_weights[d:2 * d], heads).contiguous(), score_edge=score_edge)
     return TritonCall(
-        offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map, row_order=row_order,
-        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, src_order=src_order,
+        offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map,
+        row_work=rows.work, row_hub_work=rows.hub_work, row_hubs=rows.hubs,
+        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index,
+        src_work=src_work, src_hub_work=src_hub_work, src_hubs=src_hubs,
         num_src_nodes=g.num_src_nodes, **inputs,
         dropout_mask=None if dropout_mask is None else dropout_mask.float(),
         v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha))
@@ -353,9 +438,11 @@ def mha_gat(
         ``(out, attention or None)``: ``out`` ``[Nd, H*C]`` (concat) or ``[Nd, C]`` in the input dtype.
         Everything is differentiable in ``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``.
 
-    Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores), two backward; float32
-    accumulation; bitwise repeatable (no atomics). Per graph, built once and cached on it: the degree-sorted row
-    orders, and for the backward the reverse CSC (one sort of the sources). No host sync per call.
+    Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores; plus a merge launch where some row
+    has more than :func:`chunk_size` edges), two backward (plus, with hub rows or sources, a pass-1 launch over the
+    hub chunks and small merge launches); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
+    order). Per graph, built once and cached on it: the work lists (rows, and for the backward sources, cut into
+    chunks, heaviest first), and for the backward the reverse CSC (one sort of the sources). No host sync per call.
 
     Raises:
         NotImplementedError: float64 inputs (use the reference backend).
@@ -378,8 +465,8 @@ class TritonBackend:
     """The Triton kernels behind the backend interface (:class:`cudnn_gnn.backends.GatBackend`)."""
 
     name = "triton"
-    # rows are launched heaviest first and walked in big edge blocks, so a hub costs one long
-    # program, not a slower kernel: no degree-bounded rewrite (docs/performance.md says what it costs)
+    # hub rows are cut into chunks of at most chunk_size(E) edges inside the backend (a work list per graph,
+    # partial states merged in a fixed order), so the time does not follow the largest degree: no graph rewrite
     splits_hubs = False
 
     def unavailable(self, device: torch.device) -> tuple[str, str] | None:

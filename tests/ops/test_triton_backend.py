@@ -156,14 +156,14 @@ def test_block_sizes_for_the_named_shapes():
     groups of 4; a head wider than 1024 alone. Small blocks for light rows, bigger ones for long rows."""
     from cudnn_gnn.backends._triton_kernels import block_sizes
 
-    assert block_sizes(8, 32, False) == (8, 32, 8, 32, 8)
+    assert block_sizes(8, 32, False) == (8, 32, 8, 32, 4)
     assert block_sizes(8, 32, True) == (8, 16, 8, 32, 4)
     assert block_sizes(3, 250, False)[2:4] == (4, 256) and block_sizes(2, 375, True)[2:4] == (2, 512)
     assert block_sizes(8, 256, False)[2] == 4 and block_sizes(1, 2000, False)[2:4] == (1, 2048)
     for heads, c in ((8, 32), (3, 250), (2, 375), (8, 256), (1, 2000), (3, 5)):
         for v2 in (False, True):
             block_e, big_e, hg, block_c, warps = block_sizes(heads, c, v2)
-            assert 2 <= block_e <= big_e <= 64 and hg * block_c <= max(1024, block_c) and 2 <= warps <= 8
+            assert 2 <= block_e <= big_e <= 64 and hg * block_c <= max(1024, block_c) and 2 <= warps <= 4
             assert big_e * hg * block_c <= (4096 if v2 else 8192)
 
 
@@ -201,10 +201,11 @@ def test_per_graph_structures_are_cached_on_the_graph():
     with torch.no_grad():
         tb.mha_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
                    activation_alpha=0.0, return_attention=False)
-    order = graph.derived_if_built(("triton", "row_order"))
-    assert order is not None and graph.derived_if_built(("triton", "src_order")) is None  # no backward asked
-    degrees = graph.offsets.diff()[order.long()]
-    assert bool((degrees[:-1] >= degrees[1:]).all())
+    chunk = tb.chunk_size(graph.num_edges)
+    rows = graph.derived_if_built(("triton", "row_work", chunk))
+    assert rows is not None and graph.derived_if_built(("triton", "src_work", chunk)) is None  # no backward asked
+    lengths = rows.work[:, 2] - rows.work[:, 1]
+    assert bool((lengths[:-1] >= lengths[1:]).all())  # heaviest first
 
 
 def _op_args(v2: bool, return_attention: bool) -> tuple:
@@ -317,3 +318,94 @@ def test_a_shape_that_failed_to_launch_on_cudnn_is_planned_on_triton(monkeypatch
     assert planned.backend.name == "triton" and planned.fallback_from == "cudnn" and planned.split is None
     torch.testing.assert_close(cudnn_gnn.ops.run.run(planned), cudnn_gnn.gat(graph, xs, w, heads=2,
                                                                              backend="reference"))
+
+
+# ------------------------------------------------------------------------------ hub rows cut into chunks
+@pytest.fixture
+def chunk(monkeypatch):
+    """Force the chunk size of the work lists (normally 256 to 1024 edges) to ``chunk.set(b)``."""
+
+    class _Set:
+        def set(self, b: int) -> None:
+            monkeypatch.setattr(tb, "MIN_CHUNK_E", b)
+            monkeypatch.setattr(tb, "MAX_CHUNK_E", b)
+
+    return _Set()
+
+
+def test_chunk_size_rule():
+    assert tb.chunk_size(0) == 256 and tb.chunk_size(10_556) == 256  # Cora
+    assert tb.chunk_size(1_166_243) == 512  # arxiv
+    assert tb.chunk_size(61_859_140) == 1024  # products
+
+
+def test_work_list_cuts_rows_into_chunks_heaviest_first():
+    """Rows of 0, 10, 1, 19, 0 edges with chunks of 4: rows 1 and 3 are hubs (3 and 5 chunks, slots 0..2 and 3..7),
+    the others whole items; fixed shapes P = N + E // B, S = E // B + R, R = min(N, E // (B + 1))."""
+    w = tb.work_list(torch.tensor([0, 0, 10, 11, 30, 30], dtype=torch.int32), 30, 4)
+    assert w.work.shape == (5 + 7, 4) and w.hub_work.shape == (7 + 5, 4) and w.hubs.shape == (5, 3)
+    lengths = (w.work[:, 2] - w.work[:, 1]).tolist()
+    assert lengths == sorted(lengths, reverse=True)
+    assert sorted(w.work[w.work[:, 3] >= 0, 3].tolist()) == list(range(8))
+    assert w.hub_work[:8].tolist() == [[1, 0, 4, 0], [1, 4, 8, 1], [1, 8, 10, 2], [3, 11, 15, 3], [3, 15, 19, 4],
+                                       [3, 19, 23, 5], [3, 23, 27, 6], [3, 27, 30, 7]]
+    assert bool((w.hub_work[8:] == torch.tensor([0, 0, 0, -2])).all())
+    assert w.hubs[:2].tolist() == [[1, 0, 3], [3, 3, 5]] and bool((w.hubs[2:, 2] == 0).all())
+    whole = w.work[w.work[:, 3] == -1]
+    assert sorted(whole[:, 0].tolist()) == [0, 2, 4]  # empty rows are whole items too (they write zeros)
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_catalogue_with_tiny_chunks_matches_reference(name, v2, chunk):
+    """Chunks of 3 edges: every row and source of more than 3 edges is cut (forward merge, backward delta merge,
+    destination and source partial sums), with edge features, a dropout mask, returned attention with a gradient;
+    GAT int64 concatenated, GATv2 int32 mean over heads."""
+    chunk.set(3)
+    ei, ns, nd = GRAPHS[name]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd), index_dtype=torch.int32 if v2 else torch.int64)
+    xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 3, edge=True, mask=True, bipartite=ns != nd, seed=8)
+    _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=not v2)
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.parametrize("b", [7, 80])
+def test_a_150_edge_hub_in_and_out_in_chunks_matches_reference_and_repeats_bitwise(v2, b, chunk):
+    """A destination with 180 in-edges and a source with 166 out-edges (both hubs), H = 3 (padded to 4), C = 5.
+    Chunks of 7 (26 and 24 chunks of small blocks) or 80 (80 = a big block of 64 + a small one; 20 = 16 + 4). Bitwise
+    equal on a second run; the work lists really hold hubs."""
+    chunk.set(b)
+    hub_in = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
+    hub_out = torch.stack([torch.full((150,), 8), torch.arange(150) % 5])
+    light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
+    ei = torch.cat([hub_in, hub_out, light], 1)
+    ei = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(4))]
+    graph = CscGraph.from_edge_index(ei, size=(9, 6), index_dtype=torch.int32 if v2 else torch.int64)
+    xs, xd, w, ea, m = _inputs(v2, 9, 6, ei.shape[1], 3, 5, edge=True, mask=True, bipartite=True, seed=9)
+    first = _compare(graph, xs, xd, w, ea, m, v2=v2, heads=3, concat=True)
+    assert torch.equal(first[0][5], torch.zeros_like(first[0][5]))  # zero in-degree
+    second = _run("triton", graph, xs, xd, w, ea, m, v2=v2, heads=3, concat=True)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
+    rows = graph.derived_if_built(("triton", "row_work", b))
+    srcs = graph.derived_if_built(("triton", "src_work", b))
+    assert int(rows.hubs[0, 0]) == 0 and int(rows.hubs[0, 2]) == -(-180 // b)  # destination 0: 150 + 30 edges
+    assert int(srcs.hubs[:, 2].max()) == -(-166 // b)  # source 8: 150 + 16 edges
+
+
+def test_chunked_bfloat16_and_gradient_through_attention_only(chunk):
+    """Chunks of 4 on the power-law graph in bfloat16 (GATv2), and a loss on the returned attention alone (GAT)."""
+    chunk.set(4)
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, ea, m = _inputs(True, ns, nd, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False,
+                               dtype=torch.bfloat16)
+    _compare(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True)
+    xs, _, w, ea, _ = _inputs(False, ns, nd, ei.shape[1], 2, 2, edge=True, mask=False, bipartite=False)
+    kw = dict(v2=False, heads=2, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
+    _, att = tb.mha_gat(graph, xs, xs, w, ea, None, return_attention=True, **kw)
+    _, r_att = reference.mha_gat(graph, xs, xs, w, ea, None, **kw)
+    grads = torch.autograd.grad(att[:, 0].sum() + 2 * att[:, 1].pow(2).sum(), (xs, w, ea))
+    r_grads = torch.autograd.grad(r_att[:, 0].sum() + 2 * r_att[:, 1].pow(2).sum(), (xs, w, ea))
+    for a, b in zip(grads, r_grads):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
