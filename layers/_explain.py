@@ -81,7 +81,8 @@ def edge_factor(conv: MessagePassing, plan: GraphPlan, edge_index: Any) -> Tenso
         loop_mask = conv._loop_mask
         if loop_mask is None:
             loop_mask = edge_index[0] != edge_index[1]
-        mask = torch.cat([mask[loop_mask], mask.new_ones(plan.num_loops)])
+        if loop_mask.size(0) == mask.size(0):
+            mask = torch.cat([mask[loop_mask], mask.new_ones(plan.num_loops)])
         if mask.size(0) != n:
             raise ValueError(f"_edge_mask must have one entry per edge of edge_index ({n} messages with self-loops), "
                              f"got {conv._edge_mask.size(0)} entries")
