@@ -12,7 +12,11 @@ PyG's ``MessagePassing.propagate`` explains a layer in two places, and both have
 * **message forward hooks** (``AttentionExplainer``): called with ``({"x_j": [E', H, C], "alpha": [E', H]},)`` and
   the messages ``alpha * x_j``, in PyG's edge order, ``alpha`` before the edge mask (as PyG's ``message`` sees it).
 
-Nothing here runs unless explain is on or a message hook is registered; the layers' plain forward is untouched.
+As in PyG, a mask as long as the layer's messages (no self-loops added, or as many removed as added) is applied
+position by position. ``return_attention_weights`` under a mask returns the coefficients before it, as PyG does
+(one more op call, explain path only). Hooks that need a separate message or aggregate step, and a replaced
+``explain_message`` (GraphMaskExplainer), are refused rather than silently ignored. Nothing here runs unless
+explain is on or a message hook is registered; the layers' plain forward is untouched.
 """
 
 from __future__ import annotations

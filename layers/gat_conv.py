@@ -58,6 +58,9 @@ class GATConv(MessagePassing):
     On cuDNN, graphs with strongly skewed degrees are run with their hubs split into bounded rows and the rows
     merged exactly (:func:`cudnn_gnn.gat`'s ``max_degree="auto"``); the split is built once per cached graph.
 
+    ``torch_geometric.explain`` works as on PyG's layer: edge masks (GNNExplainer, PGExplainer, Captum) enter the
+    op as its dropout mask on the reference backend, and message forward hooks (AttentionExplainer) see ``alpha``.
+
     Edge features cost ``[E, H]`` here, not PyG's ``[E, H, C]``: they enter GAT only through the logit
     ``att_edge . lin_edge(e)``, so ``att_edge`` is folded into ``lin_edge.weight`` first (same parameters, same
     gradients). On the full ogbn-proteins graph (79M edges, last layer 4 heads x 112) PyG's projection alone
