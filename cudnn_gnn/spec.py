@@ -49,7 +49,8 @@ class AttentionSpec:
         concat: ``[Nd, D]`` output, else the mean over heads ``[Nd, C]``.
         activation / activation_alpha: the logit activation and its resolved parameter (a float for every one).
         dropout_mask: ``[E, H]`` factors in COO order (explicit, or drawn here for ``dropout > 0`` in training),
-            or None.
+            or None. It may require grad (an explainer's edge mask): only the reference backend differentiates
+            through it, so the planner runs such calls there (:attr:`mask_requires_grad`).
         return_attention, deterministic: as the caller gave them.
         grad_precision: ``"auto" | "fp32" | "input"``.
         backend: the *requested* backend name (``GAT_BACKENDS``); the planner resolves it.
@@ -90,6 +91,11 @@ class AttentionSpec:
     @property
     def dtype(self) -> torch.dtype:
         return self.x_src.dtype
+
+    @property
+    def mask_requires_grad(self) -> bool:
+        """Whether the dropout mask takes part in autograd (e.g. GNNExplainer's edge mask): reference backend only."""
+        return self.dropout_mask is not None and self.dropout_mask.requires_grad
 
     @property
     def grad_fp32(self) -> bool:
@@ -176,12 +182,20 @@ def _check_edge_attr(v2: bool, edge_attr: Tensor, e: int, d: int, heads: int, de
     check_device("edge_attr", edge_attr, device)
 
 
-def _check_dropout_mask(mask: Tensor, e: int, heads: int, device: torch.device) -> None:
+# backends that differentiate through a dropout mask that requires grad ("auto" routes such calls to them)
+MASK_GRAD_BACKENDS = ("auto", "reference")
+
+
+def _check_dropout_mask(mask: Tensor, e: int, heads: int, device: torch.device, backend: str) -> None:
     check_float("dropout_mask", mask)
     check_shape("dropout_mask", mask, (e, heads), f"(num_edges={e}, heads={heads})")
     check_device("dropout_mask", mask, device)
-    if mask.requires_grad:
-        raise ValueError("dropout_mask must not require grad, got a tensor with requires_grad=True")
+    if mask.requires_grad and backend not in MASK_GRAD_BACKENDS:
+        raise NotImplementedError(
+            f"dropout_mask must not require grad with backend={backend!r}, which cannot differentiate through it "
+            "(only the reference backend can: pass backend='reference' or 'auto', or detach the mask), "
+            "got a tensor with requires_grad=True"
+        )
 
 
 def _check_max_degree(max_degree: object) -> int | str | None:
@@ -244,7 +258,7 @@ def attention_spec(
     if dropout_mask is not None:
         if p > 0.0 and training:
             raise ValueError(f"dropout must be 0 when dropout_mask is given, got dropout={p}")
-        _check_dropout_mask(dropout_mask, e, heads, graph.device)
+        _check_dropout_mask(dropout_mask, e, heads, graph.device, backend)
     elif p > 0.0 and training:
         dropout_mask = make_dropout_mask(e, heads, p, device=graph.device)
     return AttentionSpec(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any, cast
 
 import torch
@@ -16,6 +17,7 @@ from cudnn_gnn.ops.gat import gat
 
 from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
 from ._edge_features import project_edge_attr
+from ._explain import explained, run_explained
 from ._graph_inputs import graph_sizes
 from ._plan_cache import resolve
 from ._pyg_outputs import finish
@@ -55,6 +57,9 @@ class GATConv(MessagePassing):
 
     On cuDNN, graphs with strongly skewed degrees are run with their hubs split into bounded rows and the rows
     merged exactly (:func:`cudnn_gnn.gat`'s ``max_degree="auto"``); the split is built once per cached graph.
+
+    ``torch_geometric.explain`` works as on PyG's layer: edge masks (GNNExplainer, PGExplainer, Captum) enter the
+    op as its dropout mask on the reference backend, and message forward hooks (AttentionExplainer) see ``alpha``.
 
     Edge features cost ``[E, H]`` here, not PyG's ``[E, H, C]``: they enter GAT only through the logit
     ``att_edge . lin_edge(e)``, so ``att_edge`` is folded into ``lin_edge.weight`` first (same parameters, same
@@ -185,8 +190,6 @@ class GATConv(MessagePassing):
         As in PyG 2.8, attention is returned when ``return_attention_weights`` is truthy (``False`` returns
         ``out`` only).
         """
-        if getattr(self, "_explain", None):
-            raise NotImplementedError("explain must be off for cudnn_gnn's GATConv; convert with to_pyg() to explain")
         H, C = self.heads, self.out_channels
         res: Tensor | None = None
         x_dst: Tensor | None
@@ -250,13 +253,15 @@ class GATConv(MessagePassing):
             ea = project_edge_attr(plan, edge_attr, self.fill_value, lambda e: torch.nn.functional.linear(e, folded))
             parts.append(self.att_src.new_ones(H))
         want = bool(return_attention_weights)
-        result = gat(
-            plan.graph, (x_src, x_dst_full), torch.cat(parts), heads=H, edge_attr=ea, concat=self.concat,
-            activation="leaky_relu", activation_alpha=self.negative_slope, dropout=self.dropout,
-            training=self.training, return_attention=want, deterministic=self.deterministic,
-            grad_precision=self.grad_precision, backend=self.backend,
-        )
-        return finish(plan, edge_index, result, res, self.bias, want, torch.promote_types(x_src.dtype, self.att_src.dtype))
+        alpha_dtype = torch.promote_types(x_src.dtype, self.att_src.dtype)
+        op = partial(gat, plan.graph, (x_src, x_dst_full), torch.cat(parts), heads=H, edge_attr=ea,
+                     concat=self.concat, activation="leaky_relu", activation_alpha=self.negative_slope,
+                     deterministic=self.deterministic, grad_precision=self.grad_precision, backend=self.backend)
+        if explained(self):  # torch_geometric.explain: edge masks and message hooks (layers/_explain.py)
+            result = run_explained(self, plan, edge_index, op, x_src, want, alpha_dtype)
+        else:
+            result = op(dropout=self.dropout, training=self.training, return_attention=want)
+        return finish(plan, edge_index, result, res, self.bias, want, alpha_dtype)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import torch
@@ -16,6 +17,7 @@ from cudnn_gnn.ops.gatv2 import gatv2
 
 from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
 from ._edge_features import project_edge_attr
+from ._explain import explained, run_explained
 from ._plan_cache import resolve
 from ._pyg_outputs import finish
 
@@ -139,8 +141,6 @@ class GATv2Conv(MessagePassing):
         return_attention_weights: bool | None = None,
     ) -> Any:
         """Same arguments and returns as PyG's ``GATv2Conv.forward``; ``edge_index`` may also be a CscGraph."""
-        if getattr(self, "_explain", None):
-            raise NotImplementedError("explain must be off for cudnn_gnn's GATv2Conv; convert with to_pyg() to explain")
         H, C = self.heads, self.out_channels
         res: Tensor | None = None
         if isinstance(x, Tensor):
@@ -175,13 +175,15 @@ class GATv2Conv(MessagePassing):
             x_r = torch.cat([x_r, x_r.new_zeros(1, H * C)])
         ea = project_edge_attr(plan, edge_attr, self.fill_value, self.lin_edge)
         want = bool(return_attention_weights)
-        result = gatv2(
-            plan.graph, (x_l, x_r), self.att.reshape(-1), heads=H, edge_attr=ea, concat=self.concat,
-            activation="leaky_relu", activation_alpha=self.negative_slope, dropout=self.dropout,
-            training=self.training, return_attention=want, deterministic=self.deterministic,
-            grad_precision=self.grad_precision, backend=self.backend,
-        )
-        return finish(plan, edge_index, result, res, self.bias, want, torch.promote_types(x_l.dtype, self.att.dtype))
+        alpha_dtype = torch.promote_types(x_l.dtype, self.att.dtype)
+        op = partial(gatv2, plan.graph, (x_l, x_r), self.att.reshape(-1), heads=H, edge_attr=ea, concat=self.concat,
+                     activation="leaky_relu", activation_alpha=self.negative_slope, deterministic=self.deterministic,
+                     grad_precision=self.grad_precision, backend=self.backend)
+        if explained(self):  # torch_geometric.explain: edge masks and message hooks (layers/_explain.py)
+            result = run_explained(self, plan, edge_index, op, x_l, want, alpha_dtype)
+        else:
+            result = op(dropout=self.dropout, training=self.training, return_attention=want)
+        return finish(plan, edge_index, result, res, self.bias, want, alpha_dtype)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.in_channels}, {self.out_channels}, heads={self.heads})"

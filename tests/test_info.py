@@ -69,10 +69,11 @@ def test_old_frontend_and_old_gpu(fake_env):
     assert "compute capability 7.5" in info.reason and info.auto_backend == "reference"
 
 
-def _cuda_call(backend: str) -> types.SimpleNamespace:
+def _cuda_call(backend: str, mask_requires_grad: bool = False) -> types.SimpleNamespace:
     """What the planner reads of a call on a CUDA graph (no CUDA tensor needed)."""
     graph = types.SimpleNamespace(device=torch.device("cuda"), num_edges=3)
-    return types.SimpleNamespace(graph=graph, backend=backend, dtype=torch.float32, name="gat")
+    return types.SimpleNamespace(graph=graph, backend=backend, dtype=torch.float32, name="gat",
+                                 mask_requires_grad=mask_requires_grad)
 
 
 def test_auto_on_gpu_without_cudnn_takes_triton(fake_env, monkeypatch):
@@ -84,6 +85,19 @@ def test_auto_on_gpu_without_cudnn_takes_triton(fake_env, monkeypatch):
     assert info.auto_backend == "triton" and "the loaded cuDNN is 9.26" in info.reason
     assert "triton              3.6.0 (kernels run here)" in str(info) and "backend='auto'      triton" in str(info)
     assert choose_backend(_cuda_call("auto")).name == "triton"
+
+
+def test_auto_with_a_mask_that_requires_grad_takes_the_reference(fake_env, monkeypatch):
+    """An explainer's edge mask (a dropout mask requiring grad) runs where autograd reaches it, without a warning."""
+    import warnings
+
+    from cudnn_gnn.ops.plan import choose_backend
+
+    monkeypatch.setattr(backends, "_probe_triton", lambda cuda: ("3.6.0", None))
+    fake_env(backend_version=92600)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert choose_backend(_cuda_call("auto", mask_requires_grad=True)).name == "reference"
 
 
 def test_auto_on_gpu_without_cudnn_and_triton_warns_once(fake_env, monkeypatch):

@@ -63,7 +63,9 @@ def gat(
             mask with torch's RNG (``torch.manual_seed`` makes it reproducible; autograd reuses it).
         training: whether ``dropout`` applies.
         dropout_mask: explicit ``[E, H]`` float factors (COO order), e.g. from
-            :func:`~cudnn_gnn.make_dropout_mask`; exclusive with ``dropout > 0`` in training.
+            :func:`~cudnn_gnn.make_dropout_mask`; exclusive with ``dropout > 0`` in training. Any per-edge factor
+            on the messages is one on the coefficients, so this is also how an explainer's edge mask enters. A
+            mask that requires grad runs on the reference backend (``"auto"``), which differentiates through it.
         return_attention: also return ``alpha [E, H]`` float32 (post-softmax, post-dropout, COO order);
             differentiable.
         deterministic: bitwise-repeatable backward on cuDNN (builds and caches the graph's reverse CSC once,

@@ -77,11 +77,13 @@ def choose_backend(spec: AttentionSpec) -> GatBackend:
 
     ``"auto"``: CPU tensors -> reference; CUDA -> the first of ``AUTO_ORDER`` that runs here and supports the call,
     else the reference (with one warning per process). A call without edges runs the reference whatever was asked:
-    the answer is zeros and no kernel is worth launching. An explicit backend that cannot run raises
+    the answer is zeros and no kernel is worth launching. A dropout mask that requires grad (an explainer's edge
+    mask; explanation is not a hot path) runs the reference, the backend that differentiates through it (the spec
+    refused any other explicit backend). An explicit backend that cannot run raises
     RuntimeError (why, and the fix); one that cannot compute this call raises NotImplementedError.
     """
     device = spec.graph.device
-    if spec.graph.num_edges == 0:
+    if spec.graph.num_edges == 0 or spec.mask_requires_grad:
         return gat_backend("reference")
     if spec.backend != "auto":
         chosen = gat_backend(spec.backend)
