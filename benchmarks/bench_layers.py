@@ -5,6 +5,8 @@ Usage (see ``--help``)::
     python benchmarks/bench_layers.py                       # full run on the GPU (see below for the time)
     python benchmarks/bench_layers.py --quick               # CPU smoke test: tiny graphs, no timing claims
     python benchmarks/bench_layers.py --out out/bench.json --plot out/bench.png --md out/bench.md
+    python benchmarks/bench_layers.py --backends triton     # our layer on Triton only: no cuDNN needed
+    TRITON_INTERPRET=1 python benchmarks/bench_layers.py --quick --presets micro --backends triton   # CPU smoke
 
 What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) x pass (fwd, fwd+bwd):
 
@@ -16,6 +18,16 @@ What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) 
                    the op-level model ("Linear + cudnn_gnn.gat"), the shape the device README measured.
 * ``layer_cudnn`` / ``layer_cudnn_det`` / ``layer_reference``  ``cudnn_gnn.layers.GATConv/GATv2Conv`` with
                    the PyG layer's ``state_dict`` loaded, when ``cudnn_gnn.layers`` provides them.
+* ``triton`` / ``layer_triton``  the same on our Triton kernels (``backend="triton"``), next to the cuDNN ones:
+                   ``--backends`` (default ``cudnn,triton``) turns every cuDNN case into one per backend named;
+                   no ``_det`` twin (Triton's backward is bitwise repeatable as it is). Only the backends a case
+                   runs must be available: ``--backends triton`` needs CUDA and triton, not cuDNN. cuDNN's kernels
+                   are built before timing (``--prebuild``); Triton builds each kernel variant at its first call,
+                   inside the warm-up: each case records ``first_call_ms`` and, in ``triton_builds``, every variant
+                   it built (kernel, constexprs, seconds).
+
+The summary has one row per preset x layer x dtype x pass x backend (field ``backend``), each with PyG eager and
+compiled and our layer on that backend: time, peak memory, speed-up against both PyG baselines.
 
 Time on an H200: the default run on a fresh machine took 290 s in all, 116 s of it kernel builds in parallel
 processes (benchmarks/results/h200-2026-11-30-97d733c/; per preset and earlier runs in docs/performance.md,
