@@ -38,7 +38,18 @@ __all__ = [
     "percentile",
     "environment",
     "write_json",
+    "H200_BYTES_PER_S",
+    "gather_floor_bytes",
+    "TritonCompiles",
 ]
+
+H200_BYTES_PER_S = 4.3e12  # an H200's measured device-to-device copy bandwidth (HBM3e)
+
+
+def gather_floor_bytes(num_edges: int, num_dst: int, width: int, elem: int) -> int:
+    """Bytes a gather-bound attention forward must move at least: one source row of ``width`` elements of
+    ``elem`` bytes gathered per edge, plus the ``[num_dst, width]`` output written once."""
+    return (num_edges + num_dst) * width * elem
 
 
 def is_fatal(exc: BaseException) -> bool:
@@ -174,3 +185,82 @@ def environment(device: torch.device) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - reported, never fatal for a benchmark
         env["backend_info_error"] = f"{type(exc).__name__}: {exc}"
     return env
+
+
+class TritonCompiles:
+    """Triton's just-in-time builds of our kernels, one entry per kernel variant, each with its build time.
+
+    Triton builds a kernel on its first call for every new specialisation (dtypes, ``constexpr`` block sizes,
+    flags): this context manager installs Triton's ``jit_cache_hook`` (called just before a build) and
+    ``jit_post_compile_hook`` (just after), chained to whatever hooks were set, and logs the kernels whose module
+    starts with ``module_prefix``. :meth:`take` hands over what was built since the last call. A build that finds
+    its binary in Triton's disk cache (``~/.triton/cache`` or ``TRITON_CACHE_DIR``) is logged too, and takes
+    milliseconds instead of seconds. Under ``TRITON_INTERPRET=1`` nothing is built and nothing is logged; without
+    the triton package this does nothing.
+    """
+
+    def __init__(self, module_prefix: str = "cudnn_gnn") -> None:
+        self.module_prefix = module_prefix
+        self._log: list[dict[str, Any]] = []
+        self._started: list[float] = []
+        self._saved: tuple[Any, Any] | None = None
+        self._knobs: Any = None
+
+    def __enter__(self) -> TritonCompiles:
+        try:
+            import triton
+
+            self._knobs = triton.knobs.runtime
+            self._saved = (self._knobs.jit_cache_hook, self._knobs.jit_post_compile_hook)
+        except (ImportError, AttributeError):  # no triton, or one without these hooks: log nothing
+            self._knobs = None
+            return self
+        self._knobs.jit_cache_hook = self._before
+        self._knobs.jit_post_compile_hook = self._after
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._knobs is not None and self._saved is not None:
+            self._knobs.jit_cache_hook, self._knobs.jit_post_compile_hook = self._saved
+
+    def take(self) -> list[dict[str, Any]]:
+        out, self._log = self._log, []
+        return out
+
+    def _ours(self, fn: Any) -> bool:
+        return str(getattr(fn, "module", "")).startswith(self.module_prefix)
+
+    def _before(self, **kw: Any) -> bool | None:
+        prev = None if self._saved is None else self._saved[0]
+        skip = prev(**kw) if prev is not None else None  # a true result skips the build: pass it through
+        if self._ours(kw.get("fn")) and not skip:
+            self._started.append(time.perf_counter())
+        return skip
+
+    def _after(self, **kw: Any) -> bool | None:
+        prev = None if self._saved is None else self._saved[1]
+        fn = kw.get("fn")
+        if self._ours(fn) and self._started:
+            seconds = time.perf_counter() - self._started.pop()
+            self._log.append({"kernel": str(getattr(fn, "name", "?")), "variant": _variant(fn, kw.get("compile")),
+                              "build_s": seconds})
+        return prev(**kw) if prev is not None else None
+
+
+def _variant(fn: Any, compile: Any) -> str:
+    """A kernel variant in a few words: its ``constexpr`` values, pointer element types and launch options."""
+    try:
+        names = list(getattr(getattr(fn, "jit_function", None), "arg_names", []) or [])
+        parts = []
+        for key, value in (compile.get("constants") or {}).items():
+            if isinstance(key, tuple) and len(key) == 1 and isinstance(key[0], int) and key[0] < len(names):
+                key = names[key[0]]
+            if value is not None:
+                parts.append(f"{key}={value}")
+        sig = compile.get("signature") or {}
+        types = sorted({t.lstrip("*") for t in sig.values() if isinstance(t, str) and t.startswith("*")})
+        parts += [f"ptr={'/'.join(types)}"] if types else []
+        parts += [f"num_warps={compile.get('num_warps')}", f"num_stages={compile.get('num_stages')}"]
+        return " ".join(parts)
+    except Exception as exc:  # noqa: BLE001 - a description must never break a benchmark
+        return f"? ({type(exc).__name__})"

@@ -5,6 +5,8 @@ Usage (see ``--help``)::
     python benchmarks/bench_layers.py                       # full run on the GPU (see below for the time)
     python benchmarks/bench_layers.py --quick               # CPU smoke test: tiny graphs, no timing claims
     python benchmarks/bench_layers.py --out out/bench.json --plot out/bench.png --md out/bench.md
+    python benchmarks/bench_layers.py --backends triton     # our layer on Triton only: no cuDNN needed
+    TRITON_INTERPRET=1 python benchmarks/bench_layers.py --quick --presets micro --backends triton   # CPU smoke
 
 What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) x pass (fwd, fwd+bwd):
 
@@ -16,6 +18,16 @@ What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) 
                    the op-level model ("Linear + cudnn_gnn.gat"), the shape the device README measured.
 * ``layer_cudnn`` / ``layer_cudnn_det`` / ``layer_reference``  ``cudnn_gnn.layers.GATConv/GATv2Conv`` with
                    the PyG layer's ``state_dict`` loaded, when ``cudnn_gnn.layers`` provides them.
+* ``triton`` / ``layer_triton``  the same on our Triton kernels (``backend="triton"``), next to the cuDNN ones:
+                   ``--backends`` (default ``cudnn,triton``) turns every cuDNN case into one per backend named;
+                   no ``_det`` twin (Triton's backward is bitwise repeatable as it is). Only the backends a case
+                   runs must be available: ``--backends triton`` needs CUDA and triton, not cuDNN. cuDNN's kernels
+                   are built before timing (``--prebuild``); Triton builds each kernel variant at its first call,
+                   inside the warm-up: each case records ``first_call_ms`` and, in ``triton_builds``, every variant
+                   it built (kernel, constexprs, seconds).
+
+The summary has one row per preset x layer x dtype x pass x backend (field ``backend``), each with PyG eager and
+compiled and our layer on that backend: time, peak memory, speed-up against both PyG baselines.
 
 Time on an H200: the default run on a fresh machine took 290 s in all, 116 s of it kernel builds in parallel
 processes (benchmarks/results/h200-2026-11-30-97d733c/; per preset and earlier runs in docs/performance.md,
@@ -58,18 +70,29 @@ from torch import Tensor, nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from _bench_common import environment, free_memory, is_fatal, is_oom, peak_memory, synchronize, time_fn, write_json  # noqa: E402
+from _bench_common import (  # noqa: E402
+    TritonCompiles,
+    environment,
+    free_memory,
+    is_fatal,
+    is_oom,
+    peak_memory,
+    synchronize,
+    time_fn,
+    write_json,
+)
 from _graphs import BenchGraph, GraphSpec, make_graph  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
+from cudnn_gnn.backends import GAT_BACKENDS, gat_backend  # noqa: E402
 from cudnn_gnn.backends.cudnn import EDGE_ELEMS_LIMIT, NODE_ELEMS_LIMIT  # noqa: E402
 
 LAYERS = ("GAT", "GATv2")
 PASSES = ("fwd", "fwd+bwd")
 DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PYG_IMPLS = ("pyg", "pyg_compile")
-OURS = ("layer_cudnn", "cudnn", "layer_reference", "reference")  # preference order for the summary's "ours"
-OURS_DET = ("layer_cudnn_det", "cudnn_det")
+GPU_BACKENDS = tuple(b for b in GAT_BACKENDS if b not in ("auto", "reference"))  # what --backends may name
+DET_VARIANT = ("cudnn",)  # backends whose deterministic=True is other kernels (Triton's backward is always repeatable)
 MiB = 2**20
 
 
@@ -80,6 +103,8 @@ class Preset:
 
     ``stack`` lists ``(out_channels_per_head, heads, concat)`` per layer; ``in_channels`` feeds the first.
     One layer is the default (the benchmark measures one layer); ``products3`` is a 3-layer model.
+    In ``impls`` the cuDNN names (``cudnn``, ``cudnn_det``, ``layer_cudnn``, ``layer_cudnn_det``) stand for "ours
+    on a GPU backend": :func:`backend_impls` turns each into one per backend of ``--backends``.
     """
 
     name: str
@@ -168,6 +193,12 @@ QUICK_PRESETS: dict[str, Preset] = {
     "tiny-edge": Preset("tiny-edge", GraphSpec(200, 1_600, edge_dim=4, exponent=0.5), 12, ((4, 2, True),),
                         "CPU smoke test with 4-dim edge features: 200 nodes, 1,600 edges, 12 -> 2 heads x 4",
                         impls=("pyg", "pyg_compile", "reference", "layer_reference"), warmup=1, repeats=2, conv_repeats=2),
+    # Small enough for Triton's interpreter (every program runs in Python: ~0.3 s a forward even here).
+    "micro": Preset("micro", GraphSpec(16, 48, edge_dim=4, exponent=0.5), 8, ((4, 2, True),),
+                    "CPU smoke test of the GPU backends' rows (Triton under TRITON_INTERPRET=1): 16 nodes, 48 edges, "
+                    "4-dim edge features, 8 -> 2 heads x 4",
+                    impls=("pyg", "layer_reference", "layer_cudnn", "layer_cudnn_det"), warmup=1, repeats=1,
+                    conv_repeats=1),
 }
 DEFAULT_PRESETS = ("cora", "arxiv", "proteins", "sweep", "products", "products3")
 
@@ -186,6 +217,33 @@ def resolve_presets(names: list[str], quick: bool) -> list[Preset]:
             known = ", ".join([*PRESETS, "sweep", *QUICK_PRESETS])
             raise SystemExit(f"--presets must name known presets ({known}), got {name!r}")
     return out
+
+
+def impl_backend(impl: str) -> str | None:
+    """The GAT backend an implementation runs on (``layer_triton`` -> ``triton``), None for PyG's own layer."""
+    if impl in PYG_IMPLS:
+        return None
+    name = impl.removeprefix("layer_").removesuffix("_det")
+    if name not in GAT_BACKENDS or name == "auto":
+        raise ValueError(f"impl must be pyg, pyg_compile or [layer_]<backend>[_det], got {impl!r}")
+    return name
+
+
+def backend_impls(impls: tuple[str, ...], backends: tuple[str, ...]) -> tuple[str, ...]:
+    """``impls`` with every cuDNN one turned into one per backend of ``backends``, side by side
+    (``layer_cudnn`` -> ``layer_cudnn``, ``layer_triton``); a ``_det`` one only for backends in ``DET_VARIANT``."""
+    out: list[str] = []
+    for impl in impls:
+        if impl_backend(impl) != "cudnn":
+            out.append(impl)
+            continue
+        out += [impl.replace("cudnn", b) for b in backends if not impl.endswith("_det") or b in DET_VARIANT]
+    return tuple(dict.fromkeys(out))
+
+
+def case_impls(p: Preset, backends: tuple[str, ...], impl_filter: set[str] | None) -> list[str]:
+    """The implementations one preset runs: its own, per backend, restricted by ``--impls``."""
+    return [i for i in backend_impls(p.impls, backends) if impl_filter is None or i in impl_filter]
 
 
 # ----------------------------------------------------------------------------------------------- models
@@ -348,21 +406,19 @@ def build_model(impl: str, layer: str, inp: Inputs, seed: int) -> tuple[nn.Modul
         return pyg, ei, "edge_index"
     if impl == "pyg_compile":
         return torch.compile(pyg), ei, "edge_index"
-    if impl in ("reference", "cudnn", "cudnn_det"):
-        backend = "reference" if impl == "reference" else "cudnn"
+    backend = impl_backend(impl)
+    assert backend is not None  # the PyG impls returned above
+    det = impl.endswith("_det")
+    if not impl.startswith("layer_"):
         op = OpGAT if layer == "GAT" else OpGATv2
-        convs = [op(conv, backend=backend, deterministic=impl == "cudnn_det") for conv in pyg.convs]
+        convs = [op(conv, backend=backend, deterministic=det) for conv in pyg.convs]
         return Stack(convs).to(inp.device), inp.csc, "csc"
-    if impl.startswith("layer_"):
-        classes = layer_classes()
-        if classes is None:
-            raise LookupError("cudnn_gnn.layers.GATConv/GATv2Conv not available")
-        backend = "reference" if impl == "layer_reference" else "cudnn"
-        convs = [make_layer(classes[layer], conv, backend=backend, deterministic=impl.endswith("_det"))
-                 for conv in pyg.convs]
-        kind = layer_graph_input(classes)
-        return Stack(convs).to(inp.device), (inp.csc if kind == "csc" else ei), kind
-    raise ValueError(f"impl must be one of pyg, pyg_compile, reference, cudnn, cudnn_det, layer_*, got {impl!r}")
+    classes = layer_classes()
+    if classes is None:
+        raise LookupError("cudnn_gnn.layers.GATConv/GATv2Conv not available")
+    convs = [make_layer(classes[layer], conv, backend=backend, deterministic=det) for conv in pyg.convs]
+    kind = layer_graph_input(classes)
+    return Stack(convs).to(inp.device), (inp.csc if kind == "csc" else ei), kind
 
 
 def make_step(model: nn.Module, graph_arg: Any, inp: Inputs, dtype: str, pass_: str
@@ -403,11 +459,14 @@ def make_step(model: nn.Module, graph_arg: Any, inp: Inputs, dtype: str, pass_: 
 _FATAL: str | None = None
 
 
-def run_case(inp: Inputs, layer: str, impl: str, dtype: str, pass_: str, args: argparse.Namespace) -> dict[str, Any]:
+def run_case(inp: Inputs, layer: str, impl: str, dtype: str, pass_: str, args: argparse.Namespace,
+             builds: TritonCompiles | None = None) -> dict[str, Any]:
+    """One measured case. ``builds``: the Triton build log; what it logged during this case (the warm-up's first
+    call builds every new kernel variant) goes into ``triton_builds``, next to ``first_call_ms``."""
     global _FATAL
     p = inp.preset
     rec: dict[str, Any] = {
-        "preset": p.name, "layer": layer, "impl": impl, "dtype": dtype, "pass": pass_,
+        "preset": p.name, "layer": layer, "impl": impl, "backend": impl_backend(impl), "dtype": dtype, "pass": pass_,
         "num_nodes": inp.graph.num_nodes, "num_edges": inp.graph.num_edges, "in_channels": p.in_channels,
         "heads": p.heads, "channels": p.channels, "edge_dim": p.graph.edge_dim, "num_layers": len(p.stack),
         "median_ms": None, "p10_ms": None, "p90_ms": None, "peak_mem_bytes": None, "status": "ok",
@@ -418,6 +477,8 @@ def run_case(inp: Inputs, layer: str, impl: str, dtype: str, pass_: str, args: a
     if impl.startswith("layer_") and layer_classes() is None:
         rec.update(status="unavailable", error="cudnn_gnn.layers.GATConv/GATv2Conv not importable")
         return rec
+    if builds is not None:
+        builds.take()  # whatever came before belongs to no case
     try:
         model, graph_arg, kind = build_model(impl, layer, inp, args.seed)
         rec["graph_input"] = kind
@@ -438,6 +499,8 @@ def run_case(inp: Inputs, layer: str, impl: str, dtype: str, pass_: str, args: a
     finally:
         if impl == "pyg_compile":
             torch._dynamo.reset()
+        if builds is not None and (built := builds.take()):
+            rec["triton_builds"] = built
     return rec
 
 
@@ -572,71 +635,97 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def summarize(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (preset, layer, dtype, pass): PyG eager / compiled, ours (best available) and the ratios."""
+    """One row per (preset, layer, dtype, pass, backend): PyG eager / compiled, ours on that backend (the layer
+    where it ran, else the op-level model) and the ratios. Every GPU backend measured gets its row, side by side;
+    a group with none (a CPU run) gets one row for the reference backend."""
     groups: dict[tuple[str, str, str, str], dict[str, dict[str, Any]]] = {}
     for r in records:
         groups.setdefault((r["preset"], r["layer"], r["dtype"], r["pass"]), {})[r["impl"]] = r
     rows = []
     for (preset, layer, dtype, pass_), by in groups.items():
-        def pick(order: tuple[str, ...], by: dict[str, dict[str, Any]] = by) -> dict[str, Any] | None:
-            present = [by[i] for i in order if i in by and by[i]["status"] != "unavailable"]
-            ok = [r for r in present if r["status"] == "ok"]
-            return ok[0] if ok else (present[0] if present else None)
-
-        pyg, comp, ours, det = by.get("pyg"), by.get("pyg_compile"), pick(OURS), pick(OURS_DET)
-
-        def ms(r: dict[str, Any] | None) -> float | None:
-            return r["median_ms"] if r is not None and r["status"] == "ok" else None
-
-        def mem(r: dict[str, Any] | None) -> float | None:
-            return r["peak_mem_bytes"] if r is not None and r["status"] == "ok" else None
-
-        rows.append({
-            "preset": preset, "layer": layer, "dtype": dtype, "pass": pass_,
-            "num_nodes": (ours or pyg or {}).get("num_nodes"), "num_edges": (ours or pyg or {}).get("num_edges"),
-            "pyg_status": None if pyg is None else pyg["status"], "pyg_ms": ms(pyg), "pyg_mem": mem(pyg),
-            "pyg_compile_status": None if comp is None else comp["status"], "pyg_compile_ms": ms(comp),
-            "ours_impl": None if ours is None else ours["impl"], "ours_status": None if ours is None else ours["status"],
-            "ours_ms": ms(ours), "ours_mem": mem(ours),
-            "ours_det_impl": None if det is None else det["impl"], "ours_det_ms": ms(det), "ours_det_mem": mem(det),
-            "speedup_vs_pyg": _ratio(ms(pyg), ms(ours)),
-            "speedup_vs_pyg_compile": _ratio(ms(comp), ms(ours)),
-            "speedup_det_vs_pyg": _ratio(ms(pyg), ms(det)),
-            "mem_ratio_pyg_over_ours": _ratio(mem(pyg), mem(ours)),
-            "checks": sorted({r.get("check") for r in by.values() if r.get("check")}),
-            "_rows": {"pyg": pyg, "pyg_compile": comp, "ours": ours, "ours_det": det},
-        })
+        measured = {impl_backend(i) for i in by}
+        for backend in [b for b in GPU_BACKENDS if b in measured] or ["reference"]:
+            rows.append(_summary_row(preset, layer, dtype, pass_, backend, by))
     return rows
 
 
-def markdown_table(rows: list[dict[str, Any]], conversions: list[dict[str, Any]], timing_claims: bool) -> str:
+def _summary_row(preset: str, layer: str, dtype: str, pass_: str, backend: str, by: dict[str, dict[str, Any]]
+                 ) -> dict[str, Any]:
+    def pick(order: tuple[str, ...]) -> dict[str, Any] | None:
+        present = [by[i] for i in order if i in by and by[i]["status"] != "unavailable"]
+        ok = [r for r in present if r["status"] == "ok"]
+        return ok[0] if ok else (present[0] if present else None)
+
+    pyg, comp = by.get("pyg"), by.get("pyg_compile")
+    ours, det = pick((f"layer_{backend}", backend)), pick((f"layer_{backend}_det", f"{backend}_det"))
+
+    def ms(r: dict[str, Any] | None) -> float | None:
+        return r["median_ms"] if r is not None and r["status"] == "ok" else None
+
+    def mem(r: dict[str, Any] | None) -> float | None:
+        return r["peak_mem_bytes"] if r is not None and r["status"] == "ok" else None
+
+    return {
+        "preset": preset, "layer": layer, "dtype": dtype, "pass": pass_, "backend": backend,
+        "num_nodes": (ours or pyg or {}).get("num_nodes"), "num_edges": (ours or pyg or {}).get("num_edges"),
+        "pyg_status": None if pyg is None else pyg["status"], "pyg_ms": ms(pyg), "pyg_mem": mem(pyg),
+        "pyg_compile_status": None if comp is None else comp["status"], "pyg_compile_ms": ms(comp),
+        "ours_impl": None if ours is None else ours["impl"], "ours_status": None if ours is None else ours["status"],
+        "ours_ms": ms(ours), "ours_mem": mem(ours), "ours_first_call_ms": None if ours is None else ours.get("first_call_ms"),
+        "ours_det_impl": None if det is None else det["impl"], "ours_det_ms": ms(det), "ours_det_mem": mem(det),
+        "speedup_vs_pyg": _ratio(ms(pyg), ms(ours)),
+        "speedup_vs_pyg_compile": _ratio(ms(comp), ms(ours)),
+        "speedup_det_vs_pyg": _ratio(ms(pyg), ms(det)),
+        "mem_ratio_pyg_over_ours": _ratio(mem(pyg), mem(ours)),
+        "checks": sorted({r.get("check") for r in (pyg, comp, ours, det) if r is not None and r.get("check")}),
+        "_rows": {"pyg": pyg, "pyg_compile": comp, "ours": ours, "ours_det": det},
+    }
+
+
+def markdown_table(rows: list[dict[str, Any]], conversions: list[dict[str, Any]], timing_claims: bool,
+                   records: list[dict[str, Any]] | None = None) -> str:
+    """The summary as markdown: one line per backend of each case (PyG's columns repeated, so that every line
+    reads alone), the graph conversions, and the first calls of the Triton cases with the kernels they built."""
     def x(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}x"
 
     lines = [
-        "| preset | layer | dtype | pass | PyG ms | PyG compiled ms | ours ms | ours det. ms | speed-up vs PyG "
+        "| preset | layer | dtype | pass | backend | PyG ms | PyG compiled ms | ours ms | ours det. ms | speed-up vs PyG "
         "| vs PyG compiled | PyG peak MiB | ours peak MiB | PyG / ours memory |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         k = r["_rows"]
-        ours = _fmt_ms(k["ours"]) + ("" if k["ours"] is None else f" ({k['ours']['impl']})")
+        op = k["ours"] is not None and not k["ours"]["impl"].startswith("layer_")
+        ours = _fmt_ms(k["ours"]) + (" (op)" if op else "")
         lines.append(
-            f"| {r['preset']} | {r['layer']} | {r['dtype']} | {r['pass']} | {_fmt_ms(k['pyg'])} | {_fmt_ms(k['pyg_compile'])} "
-            f"| {ours} | {_fmt_ms(k['ours_det'])} | {x(r['speedup_vs_pyg'])} | {x(r['speedup_vs_pyg_compile'])} "
-            f"| {_fmt_mem(k['pyg'])} | {_fmt_mem(k['ours'])} | {x(r['mem_ratio_pyg_over_ours'])} |"
+            f"| {r['preset']} | {r['layer']} | {r['dtype']} | {r['pass']} | {r.get('backend', '-')} | {_fmt_ms(k['pyg'])} "
+            f"| {_fmt_ms(k['pyg_compile'])} | {ours} | {_fmt_ms(k['ours_det'])} | {x(r['speedup_vs_pyg'])} "
+            f"| {x(r['speedup_vs_pyg_compile'])} | {_fmt_mem(k['pyg'])} | {_fmt_mem(k['ours'])} "
+            f"| {x(r['mem_ratio_pyg_over_ours'])} |"
         )
     if conversions:
         lines += ["", "| preset | graph conversion | edges | median ms |", "|---|---|---:|---:|"]
         for c in conversions:
             lines.append(f"| {c['preset']} | {c['impl']} | {c['num_edges']:,} | {_fmt_ms(c)} |")
+    triton = [r for r in records or [] if r.get("backend") == "triton" and r["status"] == "ok"]
+    if triton:
+        lines += ["", "| preset | layer | dtype | pass | impl | Triton first call ms | kernels built in it (s) |",
+                  "|---|---|---|---|---|---:|---|"]
+        for r in triton:
+            built = "; ".join(f"{b['kernel']} {b['build_s']:.1f}" for b in r.get("triton_builds", [])) or "none"
+            lines.append(f"| {r['preset']} | {r['layer']} | {r['dtype']} | {r['pass']} | {r['impl']} "
+                         f"| {r['first_call_ms']:,.0f} | {built} |")
     lines += [
         "",
-        "ms: median over the repeats (CUDA events, after warm-up); ours: cudnn-gnn (`layer_cudnn` = "
-        "`cudnn_gnn.layers.*Conv`, `cudnn` = Linear + `cudnn_gnn.gat/gatv2` op), deterministic=False; ours det.: "
-        "deterministic=True. Speed-up and memory columns are PyG / ours (> 1: cudnn-gnn faster / leaner). "
-        "Peak MiB: memory allocated at the peak of one call above what existed before it (inputs, graph, "
-        "parameters not counted). OOM: torch.cuda.OutOfMemoryError on this GPU.",
+        "ms: median over the repeats (CUDA events, after warm-up: first calls, with Triton's kernel builds, are not "
+        "in it); ours: cudnn-gnn's `cudnn_gnn.layers.*Conv` on the backend of its line ((op): Linear + "
+        "`cudnn_gnn.gat/gatv2`), deterministic=False; ours det.: deterministic=True (cuDNN only: Triton's backward "
+        "is bitwise repeatable as it is). Speed-up and memory columns are PyG / ours (> 1: cudnn-gnn faster / "
+        "leaner). Peak MiB: memory allocated at the peak of one call above what existed before it (inputs, graph, "
+        "parameters not counted). OOM: torch.cuda.OutOfMemoryError on this GPU. Triton first call: the wall time "
+        "of a case's first call, which builds the kernel variants it is the first to use (each variant's "
+        "constexprs in the JSON's `triton_builds`; none under TRITON_INTERPRET=1).",
     ]
     if not timing_claims:
         lines.insert(0, "_--quick smoke run on CPU: the figures below are not timing claims._\n")
@@ -654,10 +743,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help=f"comma list (default {','.join(DEFAULT_PRESETS)}; quick: tiny,tiny-edge)")
     ap.add_argument("--dtypes", default=None, help="comma list of fp32, bf16, fp16 (default fp32,bf16; quick: fp32)")
     ap.add_argument("--layers", default="GAT,GATv2", help="comma list of GAT, GATv2")
+    ap.add_argument("--backends", default=",".join(GPU_BACKENDS),
+                    help=f"comma list of the GPU backends our layer runs on, side by side (default "
+                         f"{','.join(GPU_BACKENDS)}); each must be available here (--backends triton needs CUDA and "
+                         f"triton only, or TRITON_INTERPRET=1 with --quick)")
     ap.add_argument("--impls", default=None, help="comma list restricting each preset's implementations")
     ap.add_argument("--prebuild", default="processes", choices=("processes", "threads", "off"),
                     help="build the cuDNN kernels before timing: in parallel processes (default), in threads of this "
-                         "process, or not at all (first calls then build inside the warm-up)")
+                         "process, or not at all (first calls then build inside the warm-up). Triton builds each "
+                         "kernel variant at its first call, inside the warm-up: reported, never timed")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default: per preset)")
     ap.add_argument("--compile-presets", default="arxiv", help="presets with a pyg_compile baseline ('' for none)")
     ap.add_argument("--compile-passes", default="fwd+bwd", help="passes with a pyg_compile baseline")
@@ -668,15 +762,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str], impl_filter: set[str] | None,
-                     device: torch.device, processes: bool = True) -> dict[str, float] | None:
+                     device: torch.device, processes: bool = True,
+                     backends: tuple[str, ...] = GPU_BACKENDS) -> dict[str, float] | None:
     """Build every cuDNN kernel the run will call (``cudnn_gnn.precompile``), so that no timed case pays a
     first-call build. With ``processes`` each build first runs in a process of its own, all at once
     (``precompile(processes=True)``: on a fresh H200 107 s against 472 s in threads), so the run waits for the
-    slowest build instead of the sum."""
-    if device.type != "cuda" or cudnn_gnn.backend_info().auto_backend != "cudnn":
+    slowest build instead of the sum. Nothing (not even cuDNN's probe) where the run has no cuDNN case."""
+    impls = {i for p in presets for i in case_impls(p, backends, impl_filter)}
+    if device.type != "cuda" or not any(impl_backend(i) == "cudnn" for i in impls):
         return None
-    impls = {i for p in presets for i in p.impls if impl_filter is None or i in impl_filter}
-    if not any("cudnn" in i for i in impls):
+    if cudnn_gnn.backend_info().auto_backend != "cudnn":
         return None
     def torch_dtype(d: str) -> torch.dtype:
         return torch.float32 if d == "fp32" else DTYPES[d]
@@ -688,7 +783,7 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
     for p in presets:
         ops_p = {op for op, name in (("gat", "GAT"), ("gatv2", "GATv2")) if name in layers and name in p.layers}
         dts_p = {d for d in (p.dtypes or dtypes) if d in dtypes}
-        if not ops_p or not dts_p or not any("cudnn" in i for i in p.impls if impl_filter is None or i in impl_filter):
+        if not ops_p or not dts_p or not any(impl_backend(i) == "cudnn" for i in case_impls(p, backends, impl_filter)):
             continue
         width = max(h * c for c, h, _ in p.stack)
         big = max(p.graph.num_nodes, 1) * width >= NODE_ELEMS_LIMIT or p.graph.num_edges * width >= EDGE_ELEMS_LIMIT
@@ -705,7 +800,7 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
                                processes=processes) for o, dts, e, it in jobs]
         for f in futures:
             got.update(f.result())
-    if any(i.endswith("_det") for i in impls):
+    if any(i.endswith("_det") and impl_backend(i) == "cudnn" for i in impls):
         for o, dts, e, it in jobs:
             got.update({f"{k} deterministic": v for k, v in cudnn_gnn.precompile(
                 o, dts, deterministic=True, edge_features=e, index_dtypes=(it,), device=device).items()})
@@ -713,6 +808,54 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
     print(f"# cuDNN kernels built in {got['wall']:.0f} s: " + ", ".join(f"{k} {v:.0f} s" for k, v in got.items()),
           flush=True)
     return got
+
+
+def _run_preset(p: Preset, device: torch.device, args: argparse.Namespace, layers: list[str], dtypes: list[str],
+                impls: list[str], compile_presets: set[str], compile_passes: set[str], builds: TritonCompiles | None,
+                preset_info: dict[str, Any], records: list[dict[str, Any]], conversions: list[dict[str, Any]]) -> None:
+    """Every case of one preset, appended to ``records`` (and its graph conversions to ``conversions``)."""
+    t_preset = time.perf_counter()
+    info: dict[str, Any] = {"description": p.description, "in_channels": p.in_channels,
+                            "stack": [list(s) for s in p.stack], "warmup": p.warmup, "repeats": args.repeats or p.repeats}
+    preset_info[p.name] = info
+    if _FATAL is not None:
+        info["status"] = f"skipped: CUDA context lost earlier: {_FATAL}"
+        return
+    try:
+        inp, gen_s = build_inputs(p, device, args)
+    except Exception as exc:  # noqa: BLE001 - e.g. OOM generating the graph: record and go on
+        info["status"] = f"{'oom' if is_oom(exc) else 'error'}: {_short(exc)}"
+        print(f"{p.name}: could not build inputs: {info['status']}", flush=True)
+        free_memory(device)
+        return
+    info.update(num_nodes=inp.graph.num_nodes, num_edges=inp.graph.num_edges, graph_source=inp.graph.source,
+                graph_generation_s=gen_s, status="ok")
+    print(f"## {p.name}: {inp.graph.num_nodes:,} nodes, {inp.graph.num_edges:,} edges ({inp.graph.source})", flush=True)
+    conv = time_conversion(inp, p.conv_repeats)
+    conversions.extend(conv)
+    for c in conv:
+        print(f"   conversion {c['impl']:40s} {_fmt_ms(c):>10} ms", flush=True)
+    for layer in [lay for lay in p.layers if lay in layers]:
+        for dtype in dtypes:
+            if p.dtypes is not None and dtype not in p.dtypes and any(d in dtypes for d in p.dtypes):
+                continue  # the preset is measured in its own dtypes (e.g. products in bf16)
+            for pass_ in p.passes:
+                for impl in impls:
+                    if impl == "pyg_compile" and (p.name not in compile_presets or pass_ not in compile_passes):
+                        continue
+                    rec = run_case(inp, layer, impl, dtype, pass_, args, builds)
+                    free_memory(device)
+                    records.append(rec)
+                    mem = "" if rec.get("peak_mem_bytes") is None else f"{rec['peak_mem_bytes'] / MiB:10,.0f} MiB"
+                    chk = f" diff={rec['max_abs_diff_vs_pyg_fp32']:.1e} {rec['check']}" if "check" in rec else ""
+                    err = f"  {rec['error'][:160]}" if rec.get("error") else ""
+                    unit = " ms" if rec["status"] == "ok" else "   "
+                    print(f"   {layer:6s} {dtype:5s} {pass_:8s} {impl:16s} {_fmt_ms(rec):>10}{unit} {mem}{chk}{err}",
+                          flush=True)
+    info["graph_cache_mib"] = round(_tensor_bytes(inp.csc) / MiB, 1)
+    del inp
+    free_memory(device)
+    info["wall_s"] = time.perf_counter() - t_preset
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -734,6 +877,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             raise SystemExit(f"--dtypes must be a comma list of {', '.join(DTYPES)}, got {d!r}")
     layers = [s for s in args.layers.split(",") if s]
     impl_filter = None if args.impls is None else set(args.impls.split(","))
+    backends = tuple(b for b in args.backends.split(",") if b)
+    if not backends or any(b not in GPU_BACKENDS for b in backends):
+        raise SystemExit(f"--backends must be a comma list of {', '.join(GPU_BACKENDS)}, got {args.backends!r}")
+    # Only the backends some case runs must be there: --backends triton never asks for cuDNN.
+    used = [b for b in GPU_BACKENDS if any(impl_backend(i) == b for p in presets for i in case_impls(p, backends, impl_filter))]
+    for b in used:
+        missing = gat_backend(b).unavailable(device)
+        if missing is not None:
+            raise SystemExit(f"--backends {b} is not available here: {missing[0]}; fix: {missing[1]} "
+                             f"(or leave {b} out of --backends)")
     compile_presets = {s for s in args.compile_presets.split(",") if s}
     compile_passes = set(args.compile_passes.split(","))
     out_path = args.out or ("bench_quick.json" if quick else "bench_layers.json")
@@ -743,70 +896,36 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         torch.set_num_threads(1)  # tiny graphs: threads only add spin contention on a shared 2-core CI box
     torch.manual_seed(args.seed)
     env = environment(device)
+    env["backends"] = used
+    if "triton" in used:
+        env["triton_cache"] = _triton_cache()
     classes = layer_classes()
     env["layers_available"] = classes is not None
     env["layer_graph_input"] = layer_graph_input(classes) if classes is not None else None
     print(f"# cudnn-gnn layer benchmark on {env.get('gpu') or device}; torch {env['torch']}, PyG "
           f"{env['torch_geometric']}, cuDNN {env.get('cudnn_backend_version')}, frontend {env.get('cudnn_frontend')}; "
-          f"layers {'available (' + str(env['layer_graph_input']) + ')' if classes else 'not available'}", flush=True)
+          f"layers {'available (' + str(env['layer_graph_input']) + ')' if classes else 'not available'}; "
+          f"backends {','.join(used) or '-'}", flush=True)
 
     records: list[dict[str, Any]] = []
     conversions: list[dict[str, Any]] = []
     preset_info: dict[str, Any] = {}
     t_run = time.perf_counter()
     env["precompile_s"] = (None if args.prebuild == "off" else
-                           prebuild_kernels(presets, layers, dtypes, impl_filter, device, processes=args.prebuild == "processes"))
+                           prebuild_kernels(presets, layers, dtypes, impl_filter, device, processes=args.prebuild == "processes",
+                                            backends=backends))
     payload: dict[str, Any] = {}
-    for p in presets:
-        t_preset = time.perf_counter()
-        info: dict[str, Any] = {"description": p.description, "in_channels": p.in_channels,
-                                "stack": [list(s) for s in p.stack], "warmup": p.warmup, "repeats": args.repeats or p.repeats}
-        preset_info[p.name] = info
-        if _FATAL is not None:
-            info["status"] = f"skipped: CUDA context lost earlier: {_FATAL}"
-            continue
-        try:
-            inp, gen_s = build_inputs(p, device, args)
-        except Exception as exc:  # noqa: BLE001 - e.g. OOM generating the graph: record and go on
-            info["status"] = f"{'oom' if is_oom(exc) else 'error'}: {_short(exc)}"
-            print(f"{p.name}: could not build inputs: {info['status']}", flush=True)
-            free_memory(device)
-            continue
-        info.update(num_nodes=inp.graph.num_nodes, num_edges=inp.graph.num_edges, graph_source=inp.graph.source,
-                    graph_generation_s=gen_s, status="ok")
-        print(f"## {p.name}: {inp.graph.num_nodes:,} nodes, {inp.graph.num_edges:,} edges ({inp.graph.source})", flush=True)
-        conv = time_conversion(inp, p.conv_repeats)
-        conversions.extend(conv)
-        for c in conv:
-            print(f"   conversion {c['impl']:40s} {_fmt_ms(c):>10} ms", flush=True)
-        impls = [i for i in p.impls if impl_filter is None or i in impl_filter]
-        for layer in [lay for lay in p.layers if lay in layers]:
-            for dtype in dtypes:
-                if p.dtypes is not None and dtype not in p.dtypes and any(d in dtypes for d in p.dtypes):
-                    continue  # the preset is measured in its own dtypes (e.g. products in bf16)
-                for pass_ in p.passes:
-                    for impl in impls:
-                        if impl == "pyg_compile" and (p.name not in compile_presets or pass_ not in compile_passes):
-                            continue
-                        rec = run_case(inp, layer, impl, dtype, pass_, args)
-                        free_memory(device)
-                        records.append(rec)
-                        mem = "" if rec.get("peak_mem_bytes") is None else f"{rec['peak_mem_bytes'] / MiB:10,.0f} MiB"
-                        chk = f" diff={rec['max_abs_diff_vs_pyg_fp32']:.1e} {rec['check']}" if "check" in rec else ""
-                        err = f"  {rec['error'][:160]}" if rec.get("error") else ""
-                        unit = " ms" if rec["status"] == "ok" else "   "
-                        print(f"   {layer:6s} {dtype:5s} {pass_:8s} {impl:16s} {_fmt_ms(rec):>10}{unit} {mem}{chk}{err}",
-                              flush=True)
-        info["graph_cache_mib"] = round(_tensor_bytes(inp.csc) / MiB, 1)
-        del inp
-        free_memory(device)
-        info["wall_s"] = time.perf_counter() - t_preset
-        # Write what we have after every preset: a later crash still leaves valid JSON behind.
-        payload = _payload(env, preset_info, records, conversions, quick, time.perf_counter() - t_run)
-        write_json(out_path, payload)
-        os.makedirs(os.path.dirname(os.path.abspath(md_path)), exist_ok=True)
-        with open(md_path, "w") as f:
-            f.write(payload["summary_markdown"] + "\n")
+    with contextlib.ExitStack() as hooks:
+        builds = hooks.enter_context(TritonCompiles()) if "triton" in used else None
+        for p in presets:
+            _run_preset(p, device, args, layers, dtypes, case_impls(p, backends, impl_filter), compile_presets,
+                        compile_passes, builds, preset_info, records, conversions)
+            # Write what we have after every preset: a later crash still leaves valid JSON behind.
+            payload = _payload(env, preset_info, records, conversions, quick, time.perf_counter() - t_run)
+            write_json(out_path, payload)
+            os.makedirs(os.path.dirname(os.path.abspath(md_path)), exist_ok=True)
+            with open(md_path, "w") as f:
+                f.write(payload["summary_markdown"] + "\n")
 
     payload = _payload(env, preset_info, records, conversions, quick, time.perf_counter() - t_run)
     write_json(out_path, payload)
@@ -822,10 +941,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return payload
 
 
+def _triton_cache() -> dict[str, Any]:
+    """Where Triton keeps its built kernels, and how many files were there before this run: with none, every
+    first call below built its kernels from scratch; with some, a build may have been a load from disk."""
+    try:
+        import triton
+
+        path = triton.knobs.cache.dir
+    except (ImportError, AttributeError):
+        path = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    files = sum(len(f) for _, _, f in os.walk(path)) if os.path.isdir(path) else 0
+    return {"dir": path, "files_at_start": files}
+
+
 def _payload(env: dict[str, Any], presets: dict[str, Any], records: list[dict[str, Any]],
              conversions: list[dict[str, Any]], quick: bool, wall_s: float) -> dict[str, Any]:
     rows = summarize(records)
-    md = markdown_table(rows, conversions, timing_claims=not quick and env["device"].startswith("cuda"))
+    md = markdown_table(rows, conversions, timing_claims=not quick and env["device"].startswith("cuda"), records=records)
     summary = [{k: v for k, v in r.items() if k != "_rows"} for r in rows]
     return {
         "schema": "cudnn-gnn/bench_layers/1",
@@ -836,10 +968,17 @@ def _payload(env: dict[str, Any], presets: dict[str, Any], records: list[dict[st
         "conversion": conversions,
         "summary": summary,
         "summary_markdown": md,
+        "triton_builds": [{k: r[k] for k in ("preset", "layer", "dtype", "pass", "impl", "first_call_ms")} | b
+                          for r in records for b in r.get("triton_builds", [])],
         "wall_s": wall_s,
         "notes": {
             "ratios": "speedup_* = PyG median ms / ours median ms (>1: ours faster); mem_ratio_pyg_over_ours = PyG peak "
-                      "/ ours peak (>1: ours leaner). 'ours' = layer_cudnn if it ran, else the op-level cudnn model.",
+                      "/ ours peak (>1: ours leaner). One summary row per backend ('backend'); its 'ours' = "
+                      "layer_<backend> if it ran, else the op-level <backend> model.",
+            "triton": "Triton builds each kernel variant at its first call, in the warm-up (never in a median): "
+                      "first_call_ms of the case, build_s of each variant (records' triton_builds, listed again in "
+                      "the top-level triton_builds). environment.triton_cache.files_at_start > 0: builds may have "
+                      "been loads from Triton's disk cache.",
             "memory": "peak_mem_bytes = max_memory_allocated during one call minus memory_allocated just before it: "
                       "persistent inputs, graph (+caches), parameters and the upstream gradient are not counted.",
             "self_loops": "add_self_loops=False for every implementation; graphs are used exactly as generated.",

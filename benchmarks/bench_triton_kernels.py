@@ -28,7 +28,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-HBM_BYTES_PER_S = 4.3e12
+from _bench_common import H200_BYTES_PER_S as HBM_BYTES_PER_S  # noqa: E402
+from _bench_common import gather_floor_bytes  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -69,11 +70,6 @@ def _graph(p: Preset, device: torch.device) -> tuple[torch.Tensor, int, torch.Te
     edge_attr = getattr(data, "edge_attr", None) if p.edge_dim else None
     desc = f"synthetic_ogbn({p.ogbn!r}, scale={p.scale})"
     return data.edge_index, int(data.num_nodes), None if edge_attr is None else edge_attr.float(), desc
-
-
-def _gather_floor_bytes(num_edges: int, num_dst: int, width: int, elem: int) -> int:
-    """Bytes a gather-bound forward must move: one source row per edge, plus the output rows."""
-    return (num_edges + num_dst) * width * elem
 
 
 Pair = tuple[Callable[[], Any], Callable[[], Any]]
@@ -186,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
                     except Exception as exc:  # noqa: BLE001 - a benchmark records failures and goes on
                         rec["status"] = "oom" if is_oom(exc) else f"error: {type(exc).__name__}: {exc}"[:300]
                     if impl == "triton" and pass_name == "fwd" and rec["status"] == "ok":
-                        floor = _gather_floor_bytes(e, n, d, 2 if dtype == torch.bfloat16 else 4)
+                        floor = gather_floor_bytes(e, n, d, 2 if dtype == torch.bfloat16 else 4)
                         rec["gather_floor_ms"] = floor / HBM_BYTES_PER_S * 1e3
                         rec["achieved_gb_per_s"] = floor / (rec["median_ms"] * 1e-3) / 1e9
                     records.append(rec)

@@ -5,8 +5,9 @@ Usage::
     python benchmarks/plot.py bench_layers.json bench_layers.png
 
 Top row: speed-up (PyG median time / ours) for forward+backward and forward; bottom row: peak-memory ratio
-(PyG / ours). One group of bars per preset, one bar per layer x dtype. A bar above the dashed line at 1 means
-cudnn-gnn is faster (or leaner). Where PyG ran out of memory there is no ratio; the group is labelled
+(PyG / ours). One group of bars per preset, one bar per layer x dtype x backend (our layer on cuDNN, on
+Triton, ...: one colour per layer x dtype, one hatch per backend, side by side). A bar above the dashed line at
+1 means cudnn-gnn is faster (or leaner). Where PyG ran out of memory there is no ratio; the group is labelled
 "PyG OOM" with our time or memory written instead.
 """
 
@@ -19,6 +20,7 @@ from typing import Any
 __all__ = ["plot"]
 
 MiB = 2**20
+HATCH = {"triton": "//", "reference": ".."}  # cuDNN's bars are plain
 
 
 def _series(summary: list[dict[str, Any]], pass_: str, key: str) -> tuple[list[str], list[str], dict]:
@@ -30,7 +32,7 @@ def _series(summary: list[dict[str, Any]], pass_: str, key: str) -> tuple[list[s
             continue
         if row["preset"] not in presets:
             presets.append(row["preset"])
-        combo = f"{row['layer']} {row['dtype']}"
+        combo = " ".join(str(v) for v in (row["layer"], row["dtype"], row.get("backend")) if v)
         if combo not in combos:
             combos.append(combo)
         note = ""
@@ -70,7 +72,9 @@ def plot(payload: dict[str, Any], path: str) -> None:
             ax.set_xticks([])
             continue
         width = 0.8 / max(len(combos), 1)
+        colours = list(dict.fromkeys(c.rsplit(" ", 1)[0] if c.count(" ") > 1 else c for c in combos))
         for j, combo in enumerate(combos):
+            base, _, backend = combo.rpartition(" ") if combo.count(" ") > 1 else (combo, "", "")
             xs, ys = [], []
             for i, preset in enumerate(presets):
                 v, note = values.get((preset, combo), (None, ""))
@@ -81,7 +85,8 @@ def plot(payload: dict[str, Any], path: str) -> None:
                     ax.text(x, v, f"{v:.1f}", ha="center", va="bottom", fontsize=7)
                 elif note:
                     ax.text(x, 1.05, note, ha="center", va="bottom", fontsize=6, rotation=90, color="firebrick")
-            ax.bar(xs, ys, width=width, label=combo)
+            ax.bar(xs, ys, width=width, label=combo, color=f"C{colours.index(base) % 10}",
+                   hatch=HATCH.get(backend, ""), edgecolor="white" if backend in ("", "cudnn") else "black")
         ax.set_xlim(-0.6, len(presets) - 0.4)
         ax.set_xticks(range(len(presets)))
         ax.set_xticklabels(presets, rotation=20, ha="right", fontsize=9)

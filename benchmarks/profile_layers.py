@@ -10,7 +10,10 @@ model) after warm-up, then prints
 * the step time from CUDA events, and the gap between it and the summed kernel time (GPU idle: host overhead,
   launch latency, syncs);
 * the achieved bandwidth of the cuDNN kernels under a simple traffic model (see :func:`traffic_model`) against
-  the H200's ~4.3 TB/s measured copy bandwidth.
+  the H200's ~4.3 TB/s measured copy bandwidth;
+* with ``--backend triton``: the same split for our Triton kernels (``triton gnn``), and the Triton forward
+  kernel's time against its gather-bound floor (:func:`triton_forward_efficiency`: the source rows gathered once
+  per edge plus the output, at 4.3 TB/s), the issue's kernel-efficiency target being >= 50% of that floor.
 
 Kernel classes: a CUDA kernel is attributed to the innermost PyTorch op that launched it (kineto's correlation
 id), then up that op's parents. It is a ``cudnn gnn`` kernel when its name matches ``--cudnn-pattern`` and is not one of
@@ -22,6 +25,7 @@ Usage::
 
     python benchmarks/profile_layers.py [--layer GAT|GATv2] [--dtype fp32|bf16] [--pass fwd|fwd+bwd]
         [--impl layer_cudnn|cudnn|cudnn_det|pyg|...] [--steps 5] [--out profile.json] [--trace trace.json]
+    python benchmarks/profile_layers.py --backend triton --pass fwd     # Triton forward against its floor
     python benchmarks/profile_layers.py --quick      # CPU smoke test (reference backend, CPU ops only)
 """
 
@@ -40,9 +44,10 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import bench_layers as bl  # noqa: E402
-from _bench_common import environment, synchronize, time_fn, write_json  # noqa: E402
+from _bench_common import H200_BYTES_PER_S, environment, gather_floor_bytes, synchronize, time_fn, write_json  # noqa: E402
 
-H200_COPY_BW = 4.3e12  # bytes/s, measured device-to-device copy bandwidth (issue 5)
+H200_COPY_BW = H200_BYTES_PER_S  # bytes/s, measured device-to-device copy bandwidth (issue 5)
+TRITON_TARGET = 0.5  # the Triton forward's target: at least half the speed of its gather-bound floor
 OUR_OPS = re.compile(r"^(cudnn_gnn::|cudnn::)")
 TORCH_KERNEL = re.compile(
     r"at::native|at::cuda|at_cuda_detail|cub::|^void at::|elementwise|reduce_kernel|memset|memcpy", re.I
@@ -50,8 +55,8 @@ TORCH_KERNEL = re.compile(
 LINEAR_OPS = re.compile(r"^aten::(linear|addmm|mm|matmul|bmm)")
 
 
-def classify(kernel: Any, cpu_by_id: dict[int, Any], pattern: re.Pattern[str]) -> str:
-    """``cudnn gnn`` / ``glue in our ops`` / ``linear`` / ``other`` for one device event."""
+def classify(kernel: Any, cpu_by_id: dict[int, Any], pattern: re.Pattern[str], ours: str = "cudnn gnn") -> str:
+    """``ours`` (``cudnn gnn``, ``triton gnn``) / ``glue in our ops`` / ``linear`` / ``other`` for one device event."""
     op = cpu_by_id.get(getattr(kernel, "linked_correlation_id", 0))
     chain = []
     while op is not None:
@@ -60,9 +65,9 @@ def classify(kernel: Any, cpu_by_id: dict[int, Any], pattern: re.Pattern[str]) -
     # By name first: on the H200 the cuDNN GNN kernels (launched through the driver API, named like
     # cudnn_mha_gat_bwd_fp32_fp32_fp32_i32_v1_ker8_nd) came back attributed to no op of ours.
     if pattern.search(kernel.name) and not TORCH_KERNEL.search(kernel.name):
-        return "cudnn gnn"
+        return ours
     if any(OUR_OPS.match(n) for n in chain):
-        return "glue in our ops" if TORCH_KERNEL.search(kernel.name) else "cudnn gnn"
+        return "glue in our ops" if TORCH_KERNEL.search(kernel.name) else ours
     if any(LINEAR_OPS.match(n) for n in chain) or re.search(r"gemm|cutlass|xmma|sm90_", kernel.name, re.I):
         return "linear"
     return "other"
@@ -87,16 +92,39 @@ def traffic_model(inp: bl.Inputs, layer: str, dtype: str, pass_: str) -> dict[st
     return {"min_bytes": fwd * mult, "gather_bytes": gather * mult}
 
 
+def triton_forward_efficiency(inp: bl.Inputs, dtype: str, fwd_us: float) -> dict[str, Any]:
+    """The Triton forward kernel's ``fwd_us`` per step against its gather-bound floor.
+
+    Floor: per attention layer of the preset, one ``[H*C]`` source row gathered per edge plus the ``[N, H*C]``
+    output (:func:`gather_floor_bytes`; bf16/fp16 rows under autocast are 2 bytes an element), moved at
+    ``H200_BYTES_PER_S``. ``fraction_of_floor`` = floor time / kernel time = achieved / 4.3 TB/s; the target is
+    ``TRITON_TARGET``."""
+    elem = 4 if dtype == "fp32" else 2
+    floor = sum(gather_floor_bytes(inp.graph.num_edges, inp.graph.num_nodes, h * c, elem) for c, h, _ in inp.preset.stack)
+    floor_us = floor / H200_BYTES_PER_S * 1e6
+    fraction = floor_us / fwd_us if fwd_us > 0 else None
+    return {"fwd_kernel_us_per_step": fwd_us, "gather_floor_bytes": floor, "gather_floor_us": floor_us,
+            "achieved_bytes_per_s": floor / (fwd_us * 1e-6) if fwd_us > 0 else None,
+            "h200_bytes_per_s": H200_BYTES_PER_S, "fraction_of_floor": fraction, "target_fraction": TRITON_TARGET,
+            "meets_target": None if fraction is None else fraction >= TRITON_TARGET}
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=None, help="bench_layers preset (default arxiv; quick: tiny)")
     ap.add_argument("--layer", default="GAT", choices=bl.LAYERS)
     ap.add_argument("--dtype", default="fp32", choices=sorted(bl.DTYPES))
     ap.add_argument("--pass", dest="pass_", default="fwd+bwd", choices=bl.PASSES)
-    ap.add_argument("--impl", default=None, help="default: layer_cudnn if available, else cudnn (quick: reference)")
+    ap.add_argument("--backend", default=None, choices=bl.GPU_BACKENDS,
+                    help="our layer's GPU backend (default cudnn; quick: the reference unless given)")
+    ap.add_argument("--impl", default=None,
+                    help="default: layer_<backend> if the layers are available, else <backend> (quick: reference)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--cudnn-pattern", default=r"cudnn|gnn|mha_?gat", help="regex for unattributed cuDNN kernels")
+    ap.add_argument("--triton-pattern", default=r"^_(fwd|bwd_dst|bwd_src)_kernel",
+                    help="regex for our Triton kernels (cudnn_gnn/backends/_triton_kernels.py); the forward is the "
+                         "one matching _fwd_")
     ap.add_argument("--out", default=None, help="JSON path (default profile_layers.json)")
     ap.add_argument("--trace", default=None, help="also export a Chrome trace here")
     ap.add_argument("--quick", action="store_true", help="CPU smoke test")
@@ -106,7 +134,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu"))
     preset = bl.resolve_presets([args.preset or ("tiny" if args.quick else "arxiv")], args.quick)[0]
-    impl = args.impl or ("reference" if device.type == "cpu" else ("layer_cudnn" if bl.layer_classes() else "cudnn"))
+    backend = args.backend or "cudnn"
+    if args.impl is not None:
+        impl = args.impl
+    elif device.type == "cpu" and args.backend is None:
+        impl = "reference"
+    else:
+        impl = f"layer_{backend}" if bl.layer_classes() else backend
+    ours = "triton gnn" if bl.impl_backend(impl) == "triton" else "cudnn gnn"
 
     inp, _ = bl.build_inputs(preset, device, argparse.Namespace(seed=args.seed, no_ogbn=args.no_ogbn))
     model, graph_arg, kind = bl.build_model(impl, args.layer, inp, args.seed)
@@ -128,12 +163,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     events = prof.events()
     cpu_by_id = {e.id: e for e in events if e.device_type == DeviceType.CPU}
     kernels = [e for e in events if e.device_type == DeviceType.CUDA]
-    pattern = re.compile(args.cudnn_pattern, re.I)
+    pattern = re.compile(args.triton_pattern if ours == "triton gnn" else args.cudnn_pattern, re.I)
     per_kernel: dict[str, dict[str, Any]] = {}
     per_class: dict[str, float] = {}
     for k in kernels:
         us = k.time_range.end - k.time_range.start
-        cls = classify(k, cpu_by_id, pattern)
+        cls = classify(k, cpu_by_id, pattern, ours)
         row = per_kernel.setdefault(k.name, {"kernel": k.name, "class": cls, "calls": 0, "self_cuda_us": 0.0})
         row["calls"] += 1
         row["self_cuda_us"] += us
@@ -151,10 +186,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "per_class_us_per_step": {k: v / steps for k, v in per_class.items()},
     }
     if kernels:
-        cudnn_us = per_class.get("cudnn gnn", 0.0) / steps
+        cudnn_us = per_class.get(ours, 0.0) / steps  # our kernels: cuDNN's, or our Triton ones
         other_us = (total_us / steps) - cudnn_us
         step_us = timing["median_ms"] * 1e3
-        result["split_us_per_step"] = {"cudnn gnn kernels": cudnn_us, "other": other_us, "total_kernel": total_us / steps,
+        result["split_us_per_step"] = {f"{ours} kernels": cudnn_us, "other": other_us, "total_kernel": total_us / steps,
                                        "step (cuda events)": step_us, "gpu idle in step": max(step_us - total_us / steps, 0)}
         print("\n| kernel | class | calls/step | self CUDA us/step | share |\n|---|---|---:|---:|---:|")
         for r in top:
@@ -162,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"| `{name}` | {r['class']} | {r['calls'] / steps:g} | {r['self_cuda_us'] / steps:,.1f} "
                   f"| {100 * r['self_cuda_us'] / total_us:.1f}% |")
         print("\n| split | us/step | share of kernel time |\n|---|---:|---:|")
-        print(f"| cudnn gnn kernels | {cudnn_us:,.1f} | {100 * cudnn_us * steps / total_us:.1f}% |")
+        print(f"| {ours} kernels | {cudnn_us:,.1f} | {100 * cudnn_us * steps / total_us:.1f}% |")
         print(f"| other | {other_us:,.1f} | {100 * other_us * steps / total_us:.1f}% |")
         for cls in ("glue in our ops", "linear", "other"):
             if cls in per_class:
@@ -170,7 +205,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"| total kernel time | {total_us / steps:,.1f} | 100% |")
         idle = max(step_us - total_us / steps, 0)
         print(f"| step time (CUDA events, median) | {step_us:,.1f} | GPU idle in step: {idle:,.1f} us |")
-        if cudnn_us > 0 and impl not in ("pyg", "pyg_compile", "reference", "layer_reference"):
+        if ours == "triton gnn":
+            fwd_us = sum(r["self_cuda_us"] for r in per_kernel.values()
+                         if r["class"] == ours and "_fwd_" in r["kernel"]) / steps
+            eff = result["triton_forward_efficiency"] = triton_forward_efficiency(inp, args.dtype, fwd_us)
+            if fwd_us > 0:
+                print(f"\nTriton forward kernel: {fwd_us:,.1f} us/step; gather-bound floor "
+                      f"{eff['gather_floor_us']:,.1f} us ({eff['gather_floor_bytes'] / 1e9:.3f} GB at "
+                      f"{H200_BYTES_PER_S / 1e12:.1f} TB/s); achieved {eff['achieved_bytes_per_s'] / 1e12:.2f} TB/s = "
+                      f"{100 * eff['fraction_of_floor']:.0f}% of the floor's bandwidth (target >= "
+                      f"{100 * TRITON_TARGET:.0f}%: {'met' if eff['meets_target'] else 'NOT met'})")
+            else:
+                print("\nTriton forward kernel not found among the profiled kernels: check --triton-pattern against "
+                      "the kernel names above")
+        elif cudnn_us > 0 and impl not in ("pyg", "pyg_compile", "reference", "layer_reference"):
             model_bytes = traffic_model(inp, args.layer, args.dtype, args.pass_)
             bw = {k: v / (cudnn_us * 1e-6) for k, v in model_bytes.items()}
             result["cudnn_bandwidth"] = {**model_bytes, **{f"{k}_per_s": v for k, v in bw.items()},

@@ -75,7 +75,8 @@ def test_plot_writes_png(tmp_path) -> None:
            "mem_ratio_pyg_over_ours": 3.0, "pyg_status": "ok", "ours_status": "ok", "ours_ms": 1.0, "ours_mem": 1}
     oom = {**row, "preset": "big", "speedup_vs_pyg": None, "mem_ratio_pyg_over_ours": None, "pyg_status": "oom"}
     path = tmp_path / "p.png"
-    plot({"summary": [row, oom, {**row, "pass": "fwd"}], "environment": {}}, str(path))
+    triton = {**row, "backend": "triton", "speedup_vs_pyg": 1.5}
+    plot({"summary": [{**row, "backend": "cudnn"}, triton, oom, {**row, "pass": "fwd"}], "environment": {}}, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -202,3 +203,152 @@ def test_investigation_scripts_import_without_cuda_and_define_main(script: str) 
 def test_investigation_scripts_run_from_the_repo_root(script: str) -> None:
     proc = _run(script, "--help")
     assert proc.returncode == 0 and "usage" in proc.stdout, proc.stderr[-3000:]
+
+
+def _without_interpreter() -> dict[str, str]:
+    """This process's environment without TRITON_INTERPRET (tests/ops/test_triton_backend.py sets it at import)."""
+    return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+
+def test_backends_turn_each_cudnn_case_into_one_per_backend() -> None:
+    with _bench_on_path():
+        import bench_layers as bl
+    arxiv = bl.PRESETS["arxiv"]
+    assert bl.backend_impls(arxiv.impls, ("cudnn", "triton")) == (
+        "pyg", "pyg_compile", "cudnn", "triton", "layer_cudnn", "layer_triton", "layer_cudnn_det")
+    assert bl.backend_impls(arxiv.impls, ("triton",)) == ("pyg", "pyg_compile", "triton", "layer_triton")
+    assert bl.case_impls(arxiv, ("cudnn", "triton"), {"pyg", "layer_triton"}) == ["pyg", "layer_triton"]
+    assert [bl.impl_backend(i) for i in ("pyg", "layer_triton", "cudnn_det", "layer_reference")] == [
+        None, "triton", "cudnn", "reference"]
+    with pytest.raises(ValueError, match="impl must be"):
+        bl.impl_backend("layer_auto")
+
+
+def test_bench_layers_refuses_unknown_or_unavailable_backends(monkeypatch, capsys) -> None:
+    """--backends names GPU backends only, and one that a case would run must be available, said before any work;
+    one that no case runs is never probed (the tiny presets run no GPU backend)."""
+    with _bench_on_path():
+        import bench_layers as bl
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    with pytest.raises(SystemExit, match="--backends must be a comma list of cudnn, triton, got 'cudnn,bogus'"):
+        bl.main(["--quick", "--presets", "micro", "--backends", "cudnn,bogus"])
+    with pytest.raises(SystemExit, match="--backends triton is not available here: the triton backend runs on CUDA"):
+        bl.main(["--quick", "--presets", "micro", "--backends", "triton"])
+
+
+def test_prebuild_skips_cudnn_when_it_is_not_asked_for(monkeypatch) -> None:
+    import torch
+
+    with _bench_on_path():
+        import bench_layers as bl
+
+    def no_probe():
+        raise AssertionError("cuDNN probed for a run without cuDNN cases")
+
+    monkeypatch.setattr(bl.cudnn_gnn, "backend_info", no_probe)
+    assert bl.prebuild_kernels([bl.PRESETS["arxiv"]], ["GAT"], ["fp32"], None, torch.device("cuda"),
+                               backends=("triton",)) is None
+
+
+def test_summary_has_one_row_per_backend_side_by_side() -> None:
+    with _bench_on_path():
+        import bench_layers as bl
+    base = {"preset": "p", "layer": "GAT", "dtype": "fp32", "pass": "fwd+bwd", "num_nodes": 1, "num_edges": 1,
+            "status": "ok", "peak_mem_bytes": 2**20, "first_call_ms": 900.0}
+    recs = [{**base, "impl": "pyg", "median_ms": 30.0, "peak_mem_bytes": 8 * 2**20},
+            {**base, "impl": "pyg_compile", "median_ms": 6.0},
+            {**base, "impl": "layer_cudnn", "backend": "cudnn", "median_ms": 15.0},
+            {**base, "impl": "layer_cudnn_det", "backend": "cudnn", "median_ms": 25.0},
+            {**base, "impl": "layer_triton", "backend": "triton", "median_ms": 10.0, "peak_mem_bytes": 2 * 2**20,
+             "triton_builds": [{"kernel": "_fwd_kernel", "variant": "BLOCK_E=32", "build_s": 1.25},
+                               {"kernel": "_bwd_dst_kernel", "variant": "BLOCK_E=32", "build_s": 2.5}]}]
+    rows = {r["backend"]: r for r in bl.summarize(recs)}
+    assert set(rows) == {"cudnn", "triton"}
+    assert rows["cudnn"]["speedup_vs_pyg"] == 2.0 and rows["cudnn"]["ours_det_ms"] == 25.0
+    assert rows["triton"]["speedup_vs_pyg"] == 3.0 and rows["triton"]["speedup_vs_pyg_compile"] == 0.6
+    assert rows["triton"]["ours_det_ms"] is None and rows["triton"]["mem_ratio_pyg_over_ours"] == 4.0
+    assert rows["triton"]["ours_first_call_ms"] == 900.0
+    md = bl.markdown_table(bl.summarize(recs), [], timing_claims=True, records=recs)
+    assert "| p | GAT | fp32 | fwd+bwd | cudnn | 30.00 | 6.00 | 15.00 | 25.00 | 2.00x | 0.40x |" in md
+    assert "| p | GAT | fp32 | fwd+bwd | triton | 30.00 | 6.00 | 10.00 | - | 3.00x | 0.60x |" in md
+    assert "| layer_triton | 900 | _fwd_kernel 1.2; _bwd_dst_kernel 2.5 |" in md
+
+
+def test_triton_build_log_times_each_variant_of_our_kernels() -> None:
+    """TritonCompiles through Triton's own hooks (called here as Triton calls them around a build): our kernels
+    logged with their constexprs, other modules' ignored, the previous hooks chained and restored."""
+    pytest.importorskip("triton")
+    import types
+
+    import triton
+
+    with _bench_on_path():
+        from _bench_common import TritonCompiles
+    runtime = triton.knobs.runtime
+    seen: list[str] = []
+    before = runtime.jit_cache_hook
+
+    def previous(**kw):
+        seen.append(kw["fn"].name)
+
+    runtime.jit_cache_hook = previous
+    try:
+        jit = types.SimpleNamespace(arg_names=["x_ptr", "BLOCK_E", "HG"])
+        ours = types.SimpleNamespace(module="cudnn_gnn.backends._triton_kernels", name="_fwd_kernel", jit_function=jit)
+        other = types.SimpleNamespace(module="torch._inductor", name="triton_poi", jit_function=jit)
+        compile_info = {"constants": {(1,): 32, (2,): 8}, "signature": {"x_ptr": "*bf16", "BLOCK_E": "constexpr"},
+                        "num_warps": 4, "num_stages": 2}
+        with TritonCompiles() as log:
+            for fn in (ours, other):
+                runtime.jit_cache_hook(key="k", repr="r", fn=fn, compile=compile_info, is_manual_warmup=False,
+                                       already_compiled=False)
+                runtime.jit_post_compile_hook(key="k", repr="r", fn=fn, compile=compile_info, is_manual_warmup=False,
+                                              already_compiled=False)
+            built = log.take()
+        assert runtime.jit_cache_hook is previous and seen == ["_fwd_kernel", "triton_poi"]
+        assert [b["kernel"] for b in built] == ["_fwd_kernel"] and built[0]["build_s"] >= 0
+        assert built[0]["variant"] == "BLOCK_E=32 HG=8 ptr=bf16 num_warps=4 num_stages=2"
+        assert log.take() == []
+    finally:
+        runtime.jit_cache_hook = before
+
+
+def test_triton_forward_efficiency_against_the_gather_floor() -> None:
+    import types
+
+    with _bench_on_path():
+        import profile_layers as pl
+    preset = types.SimpleNamespace(stack=((32, 8, True),))
+    inp = types.SimpleNamespace(preset=preset, graph=types.SimpleNamespace(num_edges=2_000_000, num_nodes=150_000))
+    floor = (2_000_000 + 150_000) * 256 * 2  # one bf16 source row per edge, plus the output
+    eff = pl.triton_forward_efficiency(inp, "bf16", fwd_us=floor / 4.3e12 * 1e6 * 2)  # twice the floor's time
+    assert eff["gather_floor_bytes"] == floor
+    assert eff["fraction_of_floor"] == pytest.approx(0.5) and eff["meets_target"] is True
+    assert eff["achieved_bytes_per_s"] == pytest.approx(2.15e12)
+    assert pl.triton_forward_efficiency(inp, "fp32", fwd_us=floor / 4.3e12 * 1e6)["fraction_of_floor"] == \
+        pytest.approx(2.0)
+
+
+def test_bench_layers_triton_rows_on_the_interpreter(tmp_path) -> None:
+    """--backends triton on a CPU: our layer on the Triton kernels under TRITON_INTERPRET=1 (set before triton
+    decorates them, so in a process of its own), next to PyG, with the record and summary layout of a GPU run."""
+    pytest.importorskip("triton")
+    out = tmp_path / "micro.json"
+    env = {**_without_interpreter(), "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"}
+    proc = subprocess.run([sys.executable, os.path.join(BENCH, "bench_layers.py"), "--quick", "--presets", "micro",
+                           "--backends", "triton", "--out", str(out)], cwd=ROOT, env=env, text=True,
+                          capture_output=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["environment"]["backends"] == ["triton"] and "triton_cache" in payload["environment"]
+    recs = payload["records"]
+    assert {r["impl"] for r in recs} == {"pyg", "layer_reference", "layer_triton"}
+    assert all(r["status"] == "ok" for r in recs), [r for r in recs if r["status"] != "ok"]
+    triton = [r for r in recs if r["impl"] == "layer_triton"]
+    assert len(triton) == 4 and all(r["backend"] == "triton" and r["first_call_ms"] > 0 for r in triton)
+    assert all(r["check"] == "ok" for r in triton if r["pass"] == "fwd")
+    summary = payload["summary"]
+    assert len(summary) == 4 and {r["backend"] for r in summary} == {"triton"}  # 2 layers x 2 passes
+    assert all(r["ours_impl"] == "layer_triton" and r["speedup_vs_pyg"] is not None for r in summary)
+    md = payload["summary_markdown"]
+    assert "| micro | GATv2 | fp32 | fwd+bwd | triton |" in md and "Triton first call ms" in md
