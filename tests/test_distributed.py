@@ -197,8 +197,9 @@ def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, m
 
 @pytest.mark.skipif(not sampler_available(), reason="sampled training needs pyg-lib or torch-sparse (neither installed)")
 def test_papers100m_sampled_on_cpu(papers, tmp_path: Path) -> None:
+    # batches of 8 seeds: the tiny graph's training split holds a few dozen, so --max-batches 2 is what stops it
     rec = papers.main([*TINY, "--root", str(tmp_path / "d"), "--epochs", "1", "--max-batches", "2", "--fanout", "3,3,2",
-                       "--backend", "reference"])
+                       "--backend", "reference", "--batch-size", "8"])
     assert rec["epochs"][0]["batches"] == 2 and rec["epochs"][0]["loss"] > 0
 
 
