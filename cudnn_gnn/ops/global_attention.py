@@ -144,12 +144,12 @@ def graph_attention(
         return v * 0  # [0, H, Dv], connected to autograd
     if ptr.numel() == 1:
         raise ValueError(f"ptr must end at N={n}, got a batch of no graphs")
-    largest = (ptr[1:] - ptr[:-1]).max()
     poison = None
-    if validate is False:
+    if validate is False:  # trusted: no check, and nothing computed that only a check would read
         if max_num_nodes is None:
-            max_num_nodes = int(largest)  # the one host sync of the default forward
+            max_num_nodes = int((ptr[1:] - ptr[:-1]).max())  # the one host sync of the default forward
     elif validate or max_num_nodes is None or not _sync_is_costly(q.device):
+        largest = (ptr[1:] - ptr[:-1]).max()
         bad, big = torch.stack([_invalid(ptr, n, batch_given, num_graphs).long(), largest]).tolist()  # one sync
         if bad:
             _raise_invalid(ptr, n, batch_given, num_graphs)
@@ -159,7 +159,7 @@ def graph_attention(
             raise ValueError(f"max_num_nodes must bound the nodes of every graph, got {max_num_nodes} for a graph "
                              f"of {big}")
     else:  # CUDA, max_num_nodes given: checked on the device, no sync; a bad batch gets NaN, not wrong numbers
-        poison = _invalid(ptr, n, batch_given, num_graphs) | (largest > max_num_nodes)
+        poison = _invalid(ptr, n, batch_given, num_graphs) | ((ptr[1:] - ptr[:-1]).max() > max_num_nodes)
         # what the kernels see is a valid layout whatever ptr held (within [0, N], non-decreasing, 0 to N), and
         # node positions are clamped below max_num_nodes (_pad_index), so nothing indexes out of range
         ptr = torch.cummax(ptr.clamp(0, n), 0).values
