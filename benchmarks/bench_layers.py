@@ -771,7 +771,7 @@ def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str]
     impls = {i for p in presets for i in case_impls(p, backends, impl_filter)}
     if device.type != "cuda" or not any(impl_backend(i) == "cudnn" for i in impls):
         return None
-    if cudnn_gnn.backend_info().auto_backend != "cudnn":
+    if cudnn_gnn.backend_info().reason is not None:  # no cuDNN GAT here
         return None
     def torch_dtype(d: str) -> torch.dtype:
         return torch.float32 if d == "fp32" else DTYPES[d]

@@ -164,7 +164,7 @@ def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
         return {f"{op}/{dt} {edge_features} {deterministic} {index_dtypes}": 0.0 for op in ops for dt in dtypes}
 
     monkeypatch.setattr(bl.cudnn_gnn, "precompile", fake_precompile)
-    monkeypatch.setattr(bl.cudnn_gnn, "backend_info", lambda: types.SimpleNamespace(auto_backend="cudnn"))
+    monkeypatch.setattr(bl.cudnn_gnn, "backend_info", lambda: types.SimpleNamespace(reason=None))
     sweep4 = next(p for p in bl.sweep_presets() if p.name == "sweep-x4")
     presets = [bl.PRESETS["arxiv"], bl.PRESETS["proteins"], sweep4]
     got = bl.prebuild_kernels(presets, ["GAT", "GATv2"], ["fp32", "bf16"], None, torch.device("cuda"))

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn.backends.info import (
+    AUTO_ORDER,
     CUDNN_SUBLIBRARIES,
     JIT_ONLY_NOTE,
     MIN_CUDNN_VERSION,
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from cudnn_gnn.spec import AttentionSpec
 
 __all__ = [
-    "GAT_BACKENDS", "ATTENTION_BACKENDS", "GatBackend", "gat_backend", "registered", "BackendInfo", "backend_info",
+    "GAT_BACKENDS", "ATTENTION_BACKENDS", "AUTO_ORDER", "GatBackend", "gat_backend", "registered", "BackendInfo", "backend_info",
     "cudnn_available", "mapped_cudnn_libraries", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION", "CUDNN_SUBLIBRARIES",
     "PRECOMPILED", "JIT_ONLY_NOTE", "library_dirs", "lacking_precompiled", "precompiled_engines_everywhere",
     "incomplete_cudnn",

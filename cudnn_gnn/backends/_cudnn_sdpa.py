@@ -167,7 +167,7 @@ def _warn_if_it_disables_gat() -> None:
     )
 
     lacking = lacking_precompiled(mapped_cudnn_libraries())
-    if lacking and backend_info().auto_backend == "cudnn":
+    if lacking and backend_info().reason is None:  # cuDNN GAT runs in this process
         warnings.warn(f"cuDNN SDPA with the cuDNN in {', '.join(lacking)}, which lacks {PRECOMPILED}: "
                       f"{JIT_ONLY_NOTE}.", RuntimeWarning, stacklevel=3)
 

@@ -15,11 +15,19 @@ import torch
 
 __all__ = ["BackendInfo", "backend_info", "mapped_cudnn_libraries", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION",
            "CUDNN_SUBLIBRARIES", "PRECOMPILED", "JIT_ONLY_NOTE", "library_dirs", "lacking_precompiled",
-           "precompiled_engines_everywhere", "incomplete_cudnn", "cudnn_available", "triton_available"]
+           "precompiled_engines_everywhere", "incomplete_cudnn", "cudnn_available", "triton_available", "AUTO_ORDER"]
 
 MIN_CUDNN_VERSION = 92800  # cudnnGetVersion() encoding of 9.28.0
 MIN_FRONTEND_VERSION = (1, 32)
 MIN_SM = (8, 0)
+
+
+# `backend="auto"` for GAT / GATv2 on CUDA takes the first of these that runs here and supports the call (the
+# planner, cudnn_gnn.ops.plan, applies it per call; `info` prints it). Triton first, from one fresh-machine run of
+# benchmarks/bench_layers.py on an H200 (docs/performance.md, "Which backend auto takes"): its layer was faster
+# than cuDNN's in every row from 580k edges up (fwd+bwd: 1.04x on arxiv GATv2 fp32 to 21.6x on proteins GAT bf16),
+# and cuDNN's wins, on Cora (0.2-1.7 ms a fwd+bwd step), are smaller than one of its NVRTC kernel builds (20-60 s).
+AUTO_ORDER = ("triton", "cudnn")
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,8 @@ class BackendInfo:
             f"cuDNN SDPA          {'available' if self.sdpa_available else 'unavailable'}",
             f"triton              {self.triton_version or 'not installed'}"
             + (" (kernels run here)" if self.triton_reason is None else f" (not used: {self.triton_reason})"),
-            f"backend='auto'      {self.auto_backend} (GAT and GATv2; CPU tensors: reference)",
+            f"backend='auto'      {self.auto_backend} (GAT and GATv2 on CUDA: the first of {', '.join(AUTO_ORDER)} that "
+            "runs here, per docs/performance.md; CPU tensors: reference)",
         ]
         for i, d in enumerate(self.cudnn_dirs):
             names = sorted(os.path.basename(p) for p in self.cudnn_libraries if os.path.dirname(p) == d)
@@ -215,7 +224,8 @@ def _probe() -> BackendInfo:
             "or put a cuDNN >= 9.28 libcudnn.so.9 first with LD_PRELOAD"
         )
     triton_version, triton_reason = _probe_triton(cuda)
-    auto = "cudnn" if reason is None else "triton" if triton_reason is None else "reference"
+    runs = {"triton": triton_reason is None, "cudnn": reason is None}
+    auto = next((name for name in AUTO_ORDER if runs[name]), "reference")
     return BackendInfo(
         torch_version=torch.__version__,
         torch_cuda=torch.version.cuda,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from cudnn_gnn.backends import GatBackend, gat_backend, registered
+from cudnn_gnn.backends import AUTO_ORDER, GatBackend, gat_backend, registered
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.ops._hub_split import HubSplit, hub_split
 from cudnn_gnn.spec import AttentionSpec
@@ -36,9 +36,6 @@ AUTO_SPLIT_TRIGGER = 1024
 AUTO_SPLIT_SKEW = 32
 AUTO_SPLIT_DEGREE = 256
 
-# `backend="auto"` on CUDA: the first of these that runs here and supports the call (docs/performance.md says
-# which is faster where); CPU tensors and calls no GPU backend supports run the reference.
-AUTO_ORDER = ("cudnn", "triton")
 
 
 @dataclass(frozen=True, eq=False)

@@ -1,4 +1,4 @@
-"""What the GPU suites need, said once: a CUDA GPU and the cuDNN backend (``backend_info().auto_backend``)."""
+"""What the GPU suites need, said once: a CUDA GPU and the cuDNN backend (``backend_info().reason is None``)."""
 
 from __future__ import annotations
 
@@ -12,4 +12,4 @@ def cudnn_skip_reason() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU"
     info = cudnn_gnn.backend_info()
-    return None if info.auto_backend == "cudnn" else f"cuDNN backend unavailable: {info.reason}"
+    return None if info.reason is None else f"cuDNN backend unavailable: {info.reason}"

@@ -1,7 +1,7 @@
 """GATConv / GATv2Conv on the cuDNN backend against PyG 2.8's layers on CUDA: outputs, attention, every
 gradient, low precision, determinism, compile, and a converted 3-layer GAT training on Cora.
 
-Runs only where ``cudnn_gnn.backend_info().auto_backend == "cudnn"`` (CUDA, SM >= 8.0, cuDNN >= 9.28,
+Runs only where cuDNN's GNN kernels run (``cudnn_gnn.backend_info().reason is None``: CUDA, SM >= 8.0, cuDNN >= 9.28,
 nvidia-cudnn-frontend >= 1.32). ``CUDNN_GNN_GPU_TESTS_ON_CPU=1`` dry-runs the same logic on CPU with the
 reference backend (to check the tests themselves on a machine without a GPU).
 """

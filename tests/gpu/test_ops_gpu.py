@@ -1,6 +1,6 @@
 """cuDNN backend vs the reference backend on a GPU: outputs, attention and every gradient.
 
-Runs only where ``cudnn_gnn.backend_info().auto_backend == "cudnn"`` (CUDA, SM >= 8.0, cuDNN >= 9.28,
+Runs only where cuDNN's GNN kernels run (``cudnn_gnn.backend_info().reason is None``: CUDA, SM >= 8.0, cuDNN >= 9.28,
 nvidia-cudnn-frontend >= 1.32). Low precision is judged against the float64 reference by relative norm error.
 """
 
