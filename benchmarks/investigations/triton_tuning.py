@@ -1,0 +1,151 @@
+"""Two questions about the Triton backend's speed that the layer profile left open (issue #15).
+
+1. **Host overhead on small graphs.** On Cora's shape our layer's fwd+bwd kept the GPU busy 0.19 of 3.97 ms
+   (``profile_layers.py --backend triton --preset cora``): the step is host-bound. Where does the host time go?
+   Measures host wall time per step (steps queued back to back, one synchronize at the end) for our layer on a
+   ``CscGraph``, on a raw ``edge_index``, and PyG's ``GATConv``; counts the host syncs of one step
+   (``torch.cuda.set_sync_debug_mode``), and writes cProfile's top functions of our step.
+2. **Forward launch shape.** The arxiv forward kernel reaches 27% (fp32) and 11% (bf16) of its gather-bound
+   floor. Times the forward op (no grad) for every ``(BLOCK_E, num_warps)`` of a small grid, the rest of
+   :func:`cudnn_gnn.backends._triton_kernels.block_sizes` kept, against the default.
+
+Usage (from the repository root, on a CUDA GPU with Triton)::
+
+    python benchmarks/investigations/triton_tuning.py --out triton_tuning.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import os
+import pstats
+import sys
+import time
+import warnings
+from typing import Any
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from _bench_common import environment, gather_floor_bytes, time_fn, write_json  # noqa: E402
+from _graphs import GraphSpec, make_graph  # noqa: E402
+
+import cudnn_gnn  # noqa: E402
+
+CORA = GraphSpec(2_708, 10_556, exponent=0.5)
+ARXIV = GraphSpec(169_343, 2_315_598, exponent=0.6, ogbn="ogbn-arxiv")
+
+
+def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
+    """Question 1: per-step host time of our Triton layer and PyG's on Cora's shape (1433 -> 8 heads x 8)."""
+    from torch_geometric.nn import GATConv as PygGAT
+
+    g = make_graph(CORA, seed=0, device=device)
+    ei = g.edge_index
+    x = torch.randn(CORA.num_nodes, 1433, device=device)
+    ours = cudnn_gnn.GATConv(1433, 8, heads=8, backend="triton").to(device)
+    pyg = PygGAT(1433, 8, heads=8).to(device)
+    csc = cudnn_gnn.CscGraph.from_edge_index(ei, num_nodes=CORA.num_nodes)
+
+    def step(model: torch.nn.Module, edges: Any) -> None:
+        model(x, edges).sum().backward()
+
+    out: dict[str, Any] = {}
+    for name, model, edges in (("ours_csc", ours, csc), ("ours_raw", ours, ei), ("pyg", pyg, ei)):
+        for _ in range(10):
+            step(model, edges)
+        torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            step(model, edges)
+        host = (time.perf_counter() - t0) / steps
+        torch.cuda.synchronize(device)
+        wall = (time.perf_counter() - t0) / steps
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            torch.cuda.set_sync_debug_mode("warn")
+            try:
+                step(model, edges)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")
+        syncs = [str(w.message).splitlines()[0] for w in caught if "synchroniz" in str(w.message).lower()]
+        out[name] = {"host_ms_per_step": host * 1e3, "wall_ms_per_step": wall * 1e3, "syncs_per_step": len(syncs),
+                     "sync_messages": syncs[:5]}
+        print(f"{name:9s} host {host * 1e3:.3f} ms/step, wall {wall * 1e3:.3f} ms/step, {len(syncs)} syncs", flush=True)
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(steps):
+        step(ours, csc)
+    torch.cuda.synchronize(device)
+    prof.disable()
+    for key in ("tottime", "cumulative"):
+        s = io.StringIO()
+        pstats.Stats(prof, stream=s).sort_stats(key).print_stats(30)
+        out[f"cprofile_{key}"] = s.getvalue()
+    print(out["cprofile_tottime"][:6000], flush=True)
+    return out
+
+
+def forward_sweep(device: torch.device, repeats: int) -> list[dict[str, Any]]:
+    """Question 2: the forward op's time per launch shape on arxiv's shape (8 heads x 32), fp32 and bf16."""
+    from cudnn_gnn.backends import _triton_kernels as tk
+
+    g = make_graph(ARXIV, seed=0, device=device)
+    csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=ARXIV.num_nodes)
+    heads, c = 8, 32
+    default = tk.block_sizes(heads, c, False)
+    rows: list[dict[str, Any]] = []
+    original = tk.block_sizes
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            x = torch.randn(ARXIV.num_nodes, heads * c, device=device, dtype=dtype)
+            att = torch.randn(2 * heads * c, device=device, dtype=dtype) * 0.1
+            floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
+            shapes = [(default[0], default[4])] + [(be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8)
+                                                   if (be, nw) != (default[0], default[4])]
+            for block_e, num_warps in shapes:
+                cfg = (block_e, max(block_e, default[1]), default[2], default[3], num_warps)
+                tk.block_sizes = lambda *a, _cfg=cfg, **k: _cfg  # type: ignore[assignment]
+                try:
+                    with torch.no_grad():
+                        rec = time_fn(lambda x=x, att=att: cudnn_gnn.gat(csc, x, att, heads=heads, backend="triton"),
+                                      device=device, warmup=2, repeats=repeats)
+                except Exception as exc:  # a shape Triton cannot compile is a finding, not a crash
+                    rec = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+                rec.update({"dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e, "BIG_E": cfg[1],
+                            "num_warps": num_warps, "default": (block_e, num_warps) == (default[0], default[4]),
+                            "floor_ms": floor})
+                if "median_ms" in rec:
+                    rec["fraction_of_floor"] = floor / rec["median_ms"]
+                rows.append(rec)
+                print(f"{rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} "
+                      f"{rec.get('median_ms', float('nan')):.3f} ms{' (default)' if rec['default'] else ''}"
+                      f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
+    finally:
+        tk.block_sizes = original
+    return rows
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="triton_tuning.json")
+    ap.add_argument("--steps", type=int, default=50, help="host-overhead steps")
+    ap.add_argument("--repeats", type=int, default=10, help="timed repeats per launch shape")
+    ap.add_argument("--skip-sweep", action="store_true")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("triton_tuning.py needs a CUDA GPU (Triton kernels; the interpreter would time Python)")
+    device = torch.device("cuda")
+    payload: dict[str, Any] = {"schema": "cudnn-gnn/triton_tuning/1", "environment": environment(device)}
+    payload["host_overhead"] = host_overhead(device, args.steps)
+    write_json(args.out, payload)
+    if not args.skip_sweep:
+        payload["forward_sweep"] = forward_sweep(device, args.repeats)
+    write_json(args.out, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
