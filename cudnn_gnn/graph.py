@@ -347,7 +347,8 @@ class CscGraph:
         if device == self.device or (device.index is None and device.type == self.device.type):
             return self
         m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(device)
-        return CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m)
+        moved = CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m)
+        return moved.mark_rebuilt_every_call() if self.rebuilt_every_call else moved
 
     def to_index_dtype(self, dtype: torch.dtype) -> CscGraph:
         """The same graph with int32 or int64 indices; the int64 copy of an int32 graph is cached."""
@@ -365,6 +366,8 @@ class CscGraph:
             for name in ("dst_index", "csc_rev_offsets", "rev_to_csc", "map_rev_to_coo"):
                 if name in self._cache:
                     g._cache[name] = self._cache[name].to(dtype)
+            if self.rebuilt_every_call:
+                g.mark_rebuilt_every_call()
             self._cache[key] = g
         return g
 
@@ -410,10 +413,17 @@ class CscGraph:
 
     def mark_rebuilt_every_call(self) -> CscGraph:
         """Declare that this graph is rebuilt on every forward (the layers' static plans under
-        ``torch.compile``): :meth:`max_degrees` then returns ``None`` instead of syncing, so nothing that would
-        pay off only across calls (the hub split) is derived for it. Returns ``self``."""
+        ``torch.compile``, the blocks of a sampled batch): :meth:`max_degrees` then returns ``None`` instead of
+        syncing, so nothing that would pay off only across calls (the hub split) is derived for it, and the layers
+        apply their self-loop rule to it with fixed-shape ops (no host sync). Returns ``self``."""
         self._cache["max_degrees"] = None
+        self._cache["rebuilt_every_call"] = True
         return self
+
+    @property
+    def rebuilt_every_call(self) -> bool:
+        """Whether :meth:`mark_rebuilt_every_call` was called (kept by :meth:`to` and :meth:`to_index_dtype`)."""
+        return bool(self._cache.get("rebuilt_every_call", False))
 
     def max_degrees(self) -> tuple[int, int] | None:
         """``(largest in-degree, largest out-degree)``, or ``None`` for a graph marked rebuilt every call.

@@ -6,8 +6,9 @@ attention in PyG's order. Two builders:
 
 * :func:`eager_plan`: self-loops dropped exactly (one boolean mask, one host sync), converted to CSC once; the
   layers keep it between forwards (:mod:`._plan_cache`).
-* :func:`static_plan` (under ``torch.compile``, or for a graph that changes every call): fixed-shape ops only
-  (``sort``, ``searchsorted``, ``where``, ``cat``), so dynamo traces it without a graph break. Existing
+* :func:`static_plan` (under ``torch.compile``, or for a CscGraph marked rebuilt every call, such as the blocks of
+  :func:`cudnn_gnn.sampled_blocks`): fixed-shape ops only (``sort``, ``searchsorted``, ``where``, ``cat``), so
+  dynamo traces it without a graph break and CUDA never waits for the host. Existing
   self-loops cannot be dropped without a data-dependent shape, so they are *redirected* to one extra dummy
   destination (row ``num_dst``) whose output row is discarded: real destinations see exactly PyG's edge set.
   ``x_dst`` gets one zero row appended per forward for it.
