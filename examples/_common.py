@@ -263,10 +263,11 @@ class OgbGAT(nn.Module):
                 x = self.layer(i, x, edge_index, edge_attr)
             return x
         # layer i feeds the nodes within L-i-1 hops of the seeds from the nodes within L-i hops
-        sizes = block_sizes(num_sampled_nodes, num_sampled_edges or [], L)
+        edges_per_hop = [] if num_sampled_edges is None else num_sampled_edges
+        sizes = block_sizes(num_sampled_nodes, edges_per_hop, L)
         blocks: list[Any]
         if self.ours:  # one sort for the whole batch, no host sync (PyG's sampler output is in range)
-            blocks = sampled_blocks(edge_index, num_sampled_nodes, num_sampled_edges or [], L, validate=False)
+            blocks = sampled_blocks(edge_index, num_sampled_nodes, edges_per_hop, L, validate=False)
         else:
             blocks = [edge_index[:, : s.num_edges] for s in sizes]
         for i, (s, block) in enumerate(zip(sizes, blocks)):
