@@ -14,6 +14,7 @@ from typing import Any
 from cudnn_gnn.backends import backend_info
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.ops import gat, gatv2, graph_attention, make_dropout_mask, precompile
+from cudnn_gnn.sampled import sampled_blocks
 
 __version__ = "0.1.0"
 
@@ -28,7 +29,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "CscGraph", "gat", "gatv2", "graph_attention", "make_dropout_mask", "precompile", "backend_info", "__version__", *_LAZY,
+    "CscGraph", "gat", "gatv2", "graph_attention", "make_dropout_mask", "precompile", "sampled_blocks", "backend_info",
+    "__version__", *_LAZY,
 ]
 
 

@@ -19,7 +19,7 @@ from torch import Tensor
 
 from cudnn_gnn._validation import check_index, check_int, check_tensor
 
-__all__ = ["CscGraph", "INT32_MAX", "storage_index_dtype", "adj_t_to_coo"]
+__all__ = ["CscGraph", "INT32_MAX", "storage_index_dtype", "adj_t_to_coo", "csc_offsets"]
 
 INT32_MAX = 2**31 - 1
 
@@ -45,6 +45,17 @@ def adj_t_to_coo(adj_t: Tensor) -> Tensor:
     raise TypeError(f"adj_t must be a sparse CSR or CSC tensor, got layout {adj_t.layout}")
 
 
+def csc_offsets(sorted_dst: Tensor, num_dst: int, dtype: torch.dtype) -> Tensor:
+    """``[num_dst + 1]`` CSC offsets of edges whose destinations ``sorted_dst`` are sorted: ``offsets[i]`` is the
+    number of edges with destination ``< i``, found by a binary search per destination (``searchsorted``).
+
+    Fixed-shape ops only: no host sync on CUDA (``torch.bincount`` syncs there to learn its output length) and
+    traceable by ``torch.compile``. Destinations ``>= num_dst`` are not counted; the caller has checked them.
+    """
+    bounds = torch.arange(num_dst + 1, device=sorted_dst.device, dtype=sorted_dst.dtype)
+    return torch.searchsorted(sorted_dst, bounds, out_int32=dtype == torch.int32).to(dtype)
+
+
 def _free_bytes(device: torch.device) -> int | None:
     """Memory that can still be allocated on ``device``: free GPU memory (``torch.cuda.mem_get_info``), or the
     host's available memory (psutil, else ``/proc/meminfo``-backed sysconf); ``None`` where unknown."""
@@ -65,11 +76,11 @@ def _free_bytes(device: torch.device) -> int | None:
 
 
 def _check_offsets_fit(arg: str, num_nodes: int, dtype: torch.dtype, device: torch.device) -> None:
-    """Refuse, before allocating, a node count whose ``num_nodes + 1`` offsets (plus the int64 degree histogram
-    and its prefix sum that build them) cannot fit in the memory ``device`` has free, with the figures."""
+    """Refuse, before allocating, a node count whose ``num_nodes + 1`` offsets (plus the int64 search bounds that
+    build them, :func:`csc_offsets`) cannot fit in the memory ``device`` has free, with the figures."""
     itemsize = torch.empty((), dtype=dtype).element_size()
     offsets = (num_nodes + 1) * itemsize
-    need = offsets + 2 * num_nodes * 8  # bincount (int64) and its cumsum (int64)
+    need = offsets + (num_nodes + 1) * 8  # the arange of search bounds (int64 at most)
     if need < 1 << 30:  # under 1 GiB: never worth a probe
         return
     free = _free_bytes(device)
@@ -218,7 +229,8 @@ class CscGraph:
             validate: check that every index is in range (one host sync). Turn off only for trusted input.
 
         The sort is stable, so edges of one destination keep their COO order. Cost: one stable sort of ``E``
-        keys on the edges' device plus a histogram; no host sync unless sizes are inferred or ``validate``.
+        keys on the edges' device plus a binary search per destination (:func:`csc_offsets`); no host sync unless
+        sizes are inferred or ``validate``.
         """
         ei = check_tensor("edge_index", edge_index)
         sorted_by_col = False
@@ -274,9 +286,7 @@ class CscGraph:
             sorted_dst, perm = torch.sort(key, stable=True)
             indices = src[perm].to(dtype)
         _check_offsets_fit("num_dst_nodes" if size is not None else "num_nodes", num_dst, dtype, ei.device)
-        counts = torch.bincount(sorted_dst, minlength=num_dst) if num_edges > 0 else dst.new_zeros(num_dst)
-        offsets = torch.zeros(num_dst + 1, dtype=dtype, device=ei.device)
-        offsets[1:] = counts.cumsum(0)
+        offsets = csc_offsets(sorted_dst, num_dst, dtype)
         graph = cls(offsets, indices, num_src, None if perm is None else perm.to(dtype))
         graph._cache["dst_index"] = sorted_dst.to(dtype)
         return graph
@@ -337,7 +347,8 @@ class CscGraph:
         if device == self.device or (device.index is None and device.type == self.device.type):
             return self
         m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(device)
-        return CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m)
+        moved = CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m)
+        return moved.mark_rebuilt_every_call() if self.rebuilt_every_call else moved
 
     def to_index_dtype(self, dtype: torch.dtype) -> CscGraph:
         """The same graph with int32 or int64 indices; the int64 copy of an int32 graph is cached."""
@@ -355,6 +366,8 @@ class CscGraph:
             for name in ("dst_index", "csc_rev_offsets", "rev_to_csc", "map_rev_to_coo"):
                 if name in self._cache:
                     g._cache[name] = self._cache[name].to(dtype)
+            if self.rebuilt_every_call:
+                g.mark_rebuilt_every_call()
             self._cache[key] = g
         return g
 
@@ -400,10 +413,17 @@ class CscGraph:
 
     def mark_rebuilt_every_call(self) -> CscGraph:
         """Declare that this graph is rebuilt on every forward (the layers' static plans under
-        ``torch.compile``): :meth:`max_degrees` then returns ``None`` instead of syncing, so nothing that would
-        pay off only across calls (the hub split) is derived for it. Returns ``self``."""
+        ``torch.compile``, the blocks of a sampled batch): :meth:`max_degrees` then returns ``None`` instead of
+        syncing, so nothing that would pay off only across calls (the hub split) is derived for it, and the layers
+        apply their self-loop rule to it with fixed-shape ops (no host sync). Returns ``self``."""
         self._cache["max_degrees"] = None
+        self._cache["rebuilt_every_call"] = True
         return self
+
+    @property
+    def rebuilt_every_call(self) -> bool:
+        """Whether :meth:`mark_rebuilt_every_call` was called (kept by :meth:`to` and :meth:`to_index_dtype`)."""
+        return bool(self._cache.get("rebuilt_every_call", False))
 
     def max_degrees(self) -> tuple[int, int] | None:
         """``(largest in-degree, largest out-degree)``, or ``None`` for a graph marked rebuilt every call.
@@ -447,9 +467,7 @@ class CscGraph:
         if "rev_to_csc" not in self._cache:
             _check_offsets_fit("num_src_nodes", self.num_src_nodes, self.index_dtype, self.device)
             sorted_src, order = torch.sort(self.indices, stable=True)
-            bounds = torch.arange(self.num_src_nodes + 1, device=self.device, dtype=self.index_dtype)
-            rev = torch.searchsorted(sorted_src, bounds, out_int32=self.index_dtype == torch.int32)
-            self._cache["csc_rev_offsets"] = rev.to(self.index_dtype)
+            self._cache["csc_rev_offsets"] = csc_offsets(sorted_src, self.num_src_nodes, self.index_dtype)
             self._cache["rev_to_csc"] = order.to(self.index_dtype)
         return self._cache["csc_rev_offsets"], self._cache["rev_to_csc"]
 

@@ -48,6 +48,7 @@ from cudnn_gnn.apps.train import (  # noqa: F401
 
 # One implementation for the CLI and the scripts.
 from cudnn_gnn.backends import GAT_BACKENDS
+from cudnn_gnn.sampled import block_sizes, sampled_blocks
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 MODELS = ("gat", "pyg-gat")
@@ -214,7 +215,8 @@ class OgbGAT(nn.Module):
     class ``--model`` picks, so our model and PyG's have the same parameters and initialisation.
     ``forward`` also takes the per-hop node/edge counts of a ``NeighborLoader`` batch and then runs layer
     ``l`` on the bipartite block it needs (sources: nodes within ``L - l`` hops; targets: within ``L - l - 1``),
-    which is PyG's ``trim_to_layer`` written out.
+    which is PyG's ``trim_to_layer`` written out. Our layers get the blocks as CSC graphs built once per batch by
+    :func:`cudnn_gnn.sampled_blocks` (one sort, no host sync); PyG's get the raw ``edge_index`` slices.
     """
 
     def __init__(self, model: str, in_channels: int, hidden: int, out_channels: int, *, layers: int, heads: int,
@@ -241,8 +243,9 @@ class OgbGAT(nn.Module):
                 self.norms.append(nn.BatchNorm1d(hidden * heads) if norm else nn.Identity())
         self.dropout, self.input_drop = dropout, input_drop
         self.act = {"relu": F.relu, "elu": F.elu}[activation]
+        self.ours = not model.startswith("pyg-")
 
-    def layer(self, i: int, x: Any, edge_index: Tensor, edge_attr: Tensor | None = None,
+    def layer(self, i: int, x: Any, edge_index: Any, edge_attr: Tensor | None = None,
               size: tuple[int, int] | None = None) -> Tensor:
         """Layer ``i`` alone (conv, then norm, activation and dropout unless it is the last)."""
         h = self.convs[i](x, edge_index, edge_attr, size=size)
@@ -255,17 +258,22 @@ class OgbGAT(nn.Module):
                 num_sampled_nodes: list[int] | None = None, num_sampled_edges: list[int] | None = None) -> Tensor:
         x = F.dropout(x, p=self.input_drop, training=self.training)
         L = len(self.convs)
-        for i in range(L):
-            if num_sampled_nodes is None:
+        if num_sampled_nodes is None:
+            for i in range(L):
                 x = self.layer(i, x, edge_index, edge_attr)
-                continue
-            hops = L - i  # this layer feeds nodes within hops-1 hops of the seeds from nodes within hops
-            n_src = sum(num_sampled_nodes[: hops + 1])
-            n_dst = sum(num_sampled_nodes[:hops])
-            n_edge = sum(num_sampled_edges[:hops])
-            ea = None if edge_attr is None else edge_attr[:n_edge]
-            x = x[:n_src]
-            x = self.layer(i, (x, x[:n_dst]), edge_index[:, :n_edge], ea, size=(n_src, n_dst))
+            return x
+        # layer i feeds the nodes within L-i-1 hops of the seeds from the nodes within L-i hops
+        edges_per_hop = [] if num_sampled_edges is None else num_sampled_edges
+        sizes = block_sizes(num_sampled_nodes, edges_per_hop, L)
+        blocks: list[Any]
+        if self.ours:  # one sort for the whole batch, no host sync (PyG's sampler output is in range)
+            blocks = sampled_blocks(edge_index, num_sampled_nodes, edges_per_hop, L, validate=False)
+        else:
+            blocks = [edge_index[:, : s.num_edges] for s in sizes]
+        for i, (s, block) in enumerate(zip(sizes, blocks)):
+            ea = None if edge_attr is None else edge_attr[: s.num_edges]
+            x = x[: s.num_src]
+            x = self.layer(i, (x, x[: s.num_dst]), block, ea, size=(s.num_src, s.num_dst))
         return x
 
 

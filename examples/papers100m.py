@@ -2,11 +2,15 @@
 
 The graph is written once per host by :func:`cudnn_gnn.datasets.synthetic.synthetic_ogbn_mmap` (``--root``, default
 ``~/.cache/cudnn_gnn/synthetic/<name>-s<scale>-seed<seed>-<dtype>``) and memory-mapped by every rank: features and
-CSC live in the page cache once, not once per rank. Each epoch every rank trains on its shard of the training
-seeds (a permutation shared by the ranks, ``tensor_split``), PyG's ``NeighborLoader`` samples in loader workers
-over that shared CSC, each layer runs on its trimmed bipartite block (PyG's ``trim_to_layer``, with pyg-lib),
-the next batch's host->GPU copy overlaps the current step (a side CUDA stream), and DDP averages gradients.
-Evaluation is sampled the same way, sharded over ranks, correct counts summed.
+CSC live in the page cache once, not once per rank. Every rank trains on a fixed, equal shard of the training
+seeds (``shard_seeds`` of one shared permutation, taken once), through ONE ``NeighborLoader`` built at start with
+``shuffle=True`` and, with ``--num-workers > 0``, persistent workers: each epoch reshuffles the shard without
+starting loader processes again (PyG's multi-GPU examples do the same). The loader samples in its workers over
+that shared CSC; each layer runs on its trimmed bipartite block (PyG's ``trim_to_layer``, with pyg-lib; ours as
+CSC blocks from one sort per batch, :func:`cudnn_gnn.sampled_blocks`, no host sync); the next batch's host->GPU
+copy overlaps the current step (a side CUDA stream), and DDP averages gradients. Evaluation is sampled the same
+way, sharded over ranks (its two loaders also built once), correct counts summed. Persistent workers stay alive
+between uses: ``3 * --num-workers`` loader processes per rank, idle while another loader runs.
 
 Model: 3 layers of 4 heads x 128 hidden (last layer averages 4 heads into 172 classes), residual linear maps,
 ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. ``--model pyg-gat`` runs PyG's
@@ -168,15 +172,22 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
     pin = device.type == "cuda"
     node_attrs = {"x": g.x, "y": g.y}
 
-    def loader(seeds: torch.Tensor) -> Any:
+    def loader(seeds: torch.Tensor, shuffle: bool) -> Any:
+        """One loader, built once and iterated every epoch: persistent workers start once, not per epoch."""
         return mapped_neighbor_loader(g.colptr, g.row, node_attrs=node_attrs, input_nodes=seeds, fanout=args.fanout,
-                                      batch_size=args.batch_size, num_workers=args.num_workers, pin_memory=pin,
-                                      persistent_workers=False)
+                                      batch_size=args.batch_size, shuffle=shuffle, num_workers=args.num_workers,
+                                      pin_memory=pin, persistent_workers=args.num_workers > 0)
 
+    # A fixed shard per rank, all of one length (shard_seeds drops the len % world_size remainder), so every rank
+    # runs the same number of batches of the same sizes, as DDP's matched collectives need; the loader reshuffles
+    # the shard every epoch.
+    train_loader = loader(shard_seeds(g.train_idx, epoch=0, seed=args.seed, rank=ctx.rank,
+                                      world_size=ctx.world_size), shuffle=True)
+    eval_loaders = [loader(idx.tensor_split(ctx.world_size)[ctx.rank], shuffle=False)
+                    for idx in (g.valid_idx, g.test_idx)]
     meter = BusyMeter(device)
     hops: tuple[list[int], list[int]] | None = None
     for epoch in range(1, args.epochs + 1):
-        seeds = shard_seeds(g.train_idx, epoch=epoch, seed=args.seed, rank=ctx.rank, world_size=ctx.world_size)
         ddp.train()
         meter.reset()
         if device.type == "cuda":
@@ -184,7 +195,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         total, count, batches = torch.zeros((), device=device), 0, 0
-        for x, y, edge_index, bs, nsn, nse in Prefetcher(loader(seeds), device, to_device):
+        for x, y, edge_index, bs, nsn, nse in Prefetcher(train_loader, device, to_device):
             if hops is None and nsn is not None:
                 hops = (list(nsn), list(nse))
             with meter.step():
@@ -209,7 +220,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
                "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
-            rec.update(evaluate(model, g, args, ctx, loader))
+            rec.update(evaluate(model, args, ctx, eval_loaders))
         record["epochs"].append(rec)
         if ctx.is_main:
             busy = "n/a" if rec["gpu_busy_fraction"] is None else f"{100 * rec['gpu_busy_fraction']:.0f}%"
@@ -229,18 +240,19 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
 
 
 @torch.no_grad()
-def evaluate(model: OgbGAT, g: Any, args: argparse.Namespace, ctx: DistContext, loader: Any) -> dict[str, float]:
-    """Sampled accuracy on valid and test, each rank on its part, correct counts summed over ranks."""
+def evaluate(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, loaders: list[Any]) -> dict[str, float]:
+    """Sampled accuracy on valid and test (``loaders``: this rank's part of each), correct counts summed over ranks."""
     model.eval()
     counts: list[int] = []
-    for idx in (g.valid_idx, g.test_idx):
-        part = idx.tensor_split(ctx.world_size)[ctx.rank]
+    for loader in loaders:
         correct = torch.zeros((), dtype=torch.int64, device=ctx.device)
-        for x, y, edge_index, bs, nsn, nse in Prefetcher(loader(part), ctx.device, to_device):
+        total = 0
+        for x, y, edge_index, bs, nsn, nse in Prefetcher(loader, ctx.device, to_device):
             with autocast(ctx.device, args.precision):
                 out = model(x, edge_index, None, nsn, nse)
             correct += (out[:bs].argmax(-1) == y[:bs].view(-1).long()).sum()
-        counts += [int(correct), part.numel()]
+            total += bs
+        counts += [int(correct), total]
     c = all_reduce_counts(counts, ctx)
     return {"valid_acc": c[0] / max(c[1], 1), "test_acc": c[2] / max(c[3], 1)}
 

@@ -62,7 +62,7 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
     make = static_plan if static else eager_plan
     if isinstance(edge_index, CscGraph):
         g = edge_index
-        if num_loops is None and not static:
+        if num_loops is None:  # already CSC: nothing to rewrite, eager or static
             return GraphPlan(g, g.num_dst_nodes, form="csc_graph")
         return make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
     if is_sparse_tensor(edge_index):

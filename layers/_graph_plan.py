@@ -6,8 +6,9 @@ attention in PyG's order. Two builders:
 
 * :func:`eager_plan`: self-loops dropped exactly (one boolean mask, one host sync), converted to CSC once; the
   layers keep it between forwards (:mod:`._plan_cache`).
-* :func:`static_plan` (under ``torch.compile``, or for a graph that changes every call): fixed-shape ops only
-  (``sort``, ``searchsorted``, ``where``, ``cat``), so dynamo traces it without a graph break. Existing
+* :func:`static_plan` (under ``torch.compile``, or for a CscGraph marked rebuilt every call, such as the blocks of
+  :func:`cudnn_gnn.sampled_blocks`): fixed-shape ops only (``sort``, ``searchsorted``, ``where``, ``cat``), so
+  dynamo traces it without a graph break and CUDA never waits for the host. Existing
   self-loops cannot be dropped without a data-dependent shape, so they are *redirected* to one extra dummy
   destination (row ``num_dst``) whose output row is discarded: real destinations see exactly PyG's edge set.
   ``x_dst`` gets one zero row appended per forward for it.
@@ -21,7 +22,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from cudnn_gnn.graph import CscGraph, storage_index_dtype
+from cudnn_gnn.graph import CscGraph, csc_offsets, storage_index_dtype
 
 __all__ = ["GraphPlan", "eager_plan", "static_plan"]
 
@@ -68,9 +69,8 @@ def _static_csc(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> CscGrap
     """COO -> CSC with fixed-shape ops only (no bincount, no host sync): traceable by dynamo."""
     dtype = storage_index_dtype(src.shape[0], num_src, num_dst + 1)
     sorted_dst, perm = torch.sort(dst.to(dtype), stable=True)
-    bounds = torch.arange(num_dst + 1, device=dst.device, dtype=dtype)
-    offsets = torch.searchsorted(sorted_dst, bounds, out_int32=dtype == torch.int32)
-    graph = CscGraph.from_csc(offsets.to(dtype), src.index_select(0, perm).to(dtype), num_src, perm.to(dtype),
+    offsets = csc_offsets(sorted_dst, num_dst, dtype)
+    graph = CscGraph.from_csc(offsets, src.index_select(0, perm).to(dtype), num_src, perm.to(dtype),
                               dst_index=sorted_dst)
     return graph.mark_rebuilt_every_call()  # no degree sync, so no automatic hub split
 

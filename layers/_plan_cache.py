@@ -105,7 +105,10 @@ def resolve(
     edge_index: Any, *, num_src: int, num_dst: int, num_loops: int | None, device: torch.device, cache: bool
 ) -> GraphPlan:
     """The plan for one layer call: kept between calls eagerly, built with fixed-shape ops under
-    ``torch.compile`` (where a CscGraph's prepared plans are still used)."""
+    ``torch.compile`` (where a CscGraph's prepared plans are still used) and for a CscGraph marked rebuilt every
+    call (:meth:`~cudnn_gnn.CscGraph.mark_rebuilt_every_call`, e.g. :func:`cudnn_gnn.sampled_blocks`): the eager
+    self-loop removal syncs, and a plan kept on a graph used once would only hold memory (and, with no self-loop
+    rule, a reference cycle through the graph)."""
     if isinstance(edge_index, CscGraph) and edge_index.device != device:
         edge_index = _moved(edge_index, device)
     if torch.compiler.is_compiling():
@@ -118,6 +121,8 @@ def resolve(
         return build_plan(edge_index, num_src, num_dst, num_loops, static=True)
     if isinstance(edge_index, CscGraph):
         graph = edge_index
+        if graph.rebuilt_every_call:  # used for one call (a sampled block): fixed-shape ops, nothing kept
+            return build_plan(graph, num_src, num_dst, num_loops, static=True)
         return graph.derived((_PLAN_KEY, num_loops),  # type: ignore[no-any-return]
                              lambda: build_plan(graph, num_src, num_dst, num_loops, static=False))
     if not cache or not isinstance(edge_index, Tensor):

@@ -195,6 +195,28 @@ def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, m
     assert out.is_file()
 
 
+def test_papers100m_builds_each_loader_once(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One training loader (shuffled, persistent workers when there are workers) and two evaluation loaders, built
+    before the first epoch and iterated every epoch: loader workers start once per run, not once per epoch."""
+    calls: list[dict] = []
+
+    def recording(colptr, row, **kwargs):
+        calls.append(kwargs)
+        return _full_neighbourhood_loader(colptr, row, **kwargs)
+
+    monkeypatch.setattr(papers, "sampler_available", lambda: True)
+    monkeypatch.setattr(papers, "mapped_neighbor_loader", recording)
+    rec = papers.main([*TINY, "--root", str(tmp_path / "d"), "--epochs", "3", "--eval-every", "1", "--max-batches",
+                       "1", "--backend", "reference", "--fanout", "2,2,2"])
+    assert len(rec["epochs"]) == 3 and all("valid_acc" in e for e in rec["epochs"])
+    assert [c["shuffle"] for c in calls] == [True, False, False]
+    assert all(c["persistent_workers"] is False and c["num_workers"] == 0 for c in calls)  # TINY: no workers
+    from cudnn_gnn.datasets.synthetic import load_mapped
+
+    g = load_mapped(str(tmp_path / "d"))
+    assert sorted(calls[0]["input_nodes"].tolist()) == sorted(g.train_idx.tolist())  # one rank: the whole split
+
+
 @pytest.mark.skipif(not sampler_available(), reason="sampled training needs pyg-lib or torch-sparse (neither installed)")
 def test_papers100m_sampled_on_cpu(papers, tmp_path: Path) -> None:
     # batches of 8 seeds: the tiny graph's training split holds a few dozen, so --max-batches 2 is what stops it

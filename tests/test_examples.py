@@ -226,6 +226,52 @@ def test_trimmed_forward_matches_full_subgraph(load):
     torch.testing.assert_close(trimmed, full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("edge_dim", [None, 3])
+def test_ogbgat_blocks_equal_raw_slices(load, monkeypatch, edge_dim):
+    """Our model builds the batch's blocks once (sampled_blocks, validate=False) and gives each layer its CscGraph;
+    outputs and gradients equal running each layer on the raw edge_index slices (the path PyG's model keeps)."""
+    load("ogbn_products")
+    common = sys.modules["_common"]
+    from cudnn_gnn.datasets import synthetic_ogbn
+
+    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=1)
+    batch = _fake_neighbor_loader(data, torch.arange(20), [3, 2, 2], 20, False)[0]
+    nsn, nse = batch.num_sampled_nodes, batch.num_sampled_edges
+    torch.manual_seed(0)
+    model = common.OgbGAT("gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False, activation="elu",
+                          edge_dim=edge_dim).double().eval()
+    x = data.x[batch.n_id].double()
+    ea = torch.randn(batch.edge_index.shape[1], edge_dim, dtype=torch.float64) if edge_dim else None
+    calls = []
+    real = common.sampled_blocks
+    monkeypatch.setattr(common, "sampled_blocks", lambda *a, **k: calls.append(k) or real(*a, **k))
+
+    def raw_slices() -> torch.Tensor:
+        h = x
+        for i, s in enumerate(common.block_sizes(nsn, nse, 3)):
+            h = h[: s.num_src]
+            e = None if ea is None else ea[: s.num_edges]
+            h = model.layer(i, (h, h[: s.num_dst]), batch.edge_index[:, : s.num_edges], e, size=(s.num_src, s.num_dst))
+        return h
+
+    outs, grads = [], []
+    for run in (lambda: model(x, batch.edge_index, ea, nsn, nse), raw_slices):
+        model.zero_grad()
+        out = run()
+        out.square().sum().backward()
+        outs.append(out)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert calls == [{"validate": False}]  # once per batch, trusting the sampler
+    torch.testing.assert_close(outs[0], outs[1])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    pyg_model = common.OgbGAT("pyg-gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False,
+                              activation="elu", edge_dim=edge_dim).double().eval()
+    pyg_model.load_state_dict(model.state_dict())
+    torch.testing.assert_close(pyg_model(x, batch.edge_index, ea, nsn, nse), outs[0])
+    assert len(calls) == 1  # PyG's model takes the raw slices
+
+
 def test_input_dropout_draws_only_for_non_zeros():
     """The main job's input dropout: zeros stay zero, non-zeros are dropped with probability p and scaled by
     1/(1-p) (F.dropout's distribution); dense inputs and eval mode are exactly F.dropout."""

@@ -47,6 +47,41 @@ def test_int32_edge_index_input():
     _check_csc(CscGraph.from_edge_index(ei, num_nodes=3), ei.long(), 3, 3)
 
 
+def _bincount_offsets(dst: torch.Tensor, nd: int) -> torch.Tensor:
+    """The offsets as from_edge_index built them before it used searchsorted: a histogram and its prefix sum."""
+    counts = torch.bincount(dst, minlength=nd) if dst.numel() else dst.new_zeros(nd)
+    return torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_searchsorted_offsets_equal_the_bincount_ones(seed, index_dtype):
+    """Random bipartite graphs (some with no edges, most with destinations that have none, a few with every edge
+    on one destination): the searchsorted offsets equal the histogram's, and so does everything else."""
+    g = torch.Generator().manual_seed(seed)
+    ns, nd = int(torch.randint(1, 40, (1,), generator=g)), int(torch.randint(1, 60, (1,), generator=g))
+    e = 0 if seed % 4 == 0 else int(torch.randint(1, 3 * nd, (1,), generator=g))
+    dst_hi = 1 if seed % 4 == 1 else nd  # seed % 4 == 1: one destination takes every edge
+    ei = torch.stack([torch.randint(0, ns, (e,), generator=g), torch.randint(0, dst_hi, (e,), generator=g)])
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd), index_dtype=index_dtype)
+    assert graph.offsets.dtype == index_dtype
+    assert torch.equal(graph.offsets.long(), _bincount_offsets(ei[1], nd))
+    _check_csc(graph, ei, ns, nd)
+    homogeneous = CscGraph.from_edge_index(ei, num_nodes=max(ns, nd), index_dtype=index_dtype)
+    assert torch.equal(homogeneous.offsets.long(), _bincount_offsets(ei[1], max(ns, nd)))
+    if e:  # sizes inferred from the largest id
+        inferred = CscGraph.from_edge_index(ei, index_dtype=index_dtype)
+        assert torch.equal(inferred.offsets.long(), _bincount_offsets(ei[1], int(ei.max()) + 1))
+
+
+def test_csc_offsets_ignores_nothing_below_num_dst():
+    from cudnn_gnn.graph import csc_offsets
+
+    sorted_dst = torch.tensor([0, 0, 2, 2, 2, 5], dtype=torch.int32)
+    assert csc_offsets(sorted_dst, 6, torch.int64).tolist() == [0, 2, 2, 5, 5, 5, 6]
+    assert csc_offsets(sorted_dst, 3, torch.int32).tolist() == [0, 2, 2, 5]  # a prefix: destinations < 3
+    assert csc_offsets(sorted_dst[:0], 2, torch.int32).tolist() == [0, 0, 0]
+
+
 def test_reverse_csc_is_source_major_and_cached(graph_case):
     _, ei, ns, nd = graph_case
     g = CscGraph.from_edge_index(ei, size=(ns, nd))
@@ -225,7 +260,7 @@ def test_offsets_checked_against_free_memory(monkeypatch):
 
     monkeypatch.setattr(graph_mod, "_free_bytes", lambda device: 4 << 30)
     ei = torch.tensor([[0, 1], [1, 0]])
-    with pytest.raises(ValueError, match=r"num_nodes=2,147,483,648: its offsets alone need 16\.0 GiB \(48\.0 GiB "
+    with pytest.raises(ValueError, match=r"num_nodes=2,147,483,648: its offsets alone need 16\.0 GiB \(32\.0 GiB "
                                          r"while being built\), more than the 4\.0 GiB free on cpu"):
         CscGraph.from_edge_index(ei, num_nodes=2**31)
     assert CscGraph.from_edge_index(ei, num_nodes=1000).num_dst_nodes == 1000

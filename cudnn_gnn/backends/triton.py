@@ -338,7 +338,7 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int) -> WorkList:
     length = torch.where(valid, end - start, -1)
     work = items[torch.argsort(length, descending=True, stable=True)]
     hub_work = items[torch.argsort((slot < 0).to(torch.int8), stable=True)[:s_max]]
-    padding = torch.tensor([0, 0, 0, -2], **i64)
+    padding = torch.where(torch.arange(4, **i64) == 3, -2, 0)  # (0, 0, 0, -2), made on the device: no copy, no sync
     hub_work = torch.where(hub_work[:, 3:] >= 0, hub_work, padding)  # empty ranges: the padding does no work
     hub_rows = torch.argsort((~multi).to(torch.int8), stable=True)[:r_max]
     hubs = torch.stack([hub_rows, slot0[hub_rows], torch.where(multi[hub_rows], n_chunks[hub_rows], 0)], 1)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
+
 import torch
 
 import cudnn_gnn
@@ -13,3 +16,15 @@ def cudnn_skip_reason() -> str | None:
         return "needs a CUDA GPU"
     info = cudnn_gnn.backend_info()
     return None if info.reason is None else f"cuDNN backend unavailable: {info.reason}"
+
+
+def compiled_triton_skip_reason() -> str | None:
+    """``None`` where the compiled Triton kernels can run (a CUDA GPU, the triton package, no interpreter), else
+    why not (the module-level skip reason of the suites that need them)."""
+    if not torch.cuda.is_available():
+        return "needs a CUDA GPU"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "TRITON_INTERPRET=1 runs the kernels on the interpreter; this suite is for the compiled kernels"
+    if importlib.util.find_spec("triton") is None:
+        return "the triton backend needs the triton package: pip install triton"
+    return None

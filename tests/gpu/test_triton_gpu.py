@@ -9,19 +9,15 @@ The reference runs in float64; low precision is judged against the error of the 
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU", allow_module_level=True)
-if os.environ.get("TRITON_INTERPRET") == "1":
-    pytest.skip("TRITON_INTERPRET=1 runs the kernels on the interpreter; this suite is for the compiled kernels",
-                allow_module_level=True)
-pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
+from ._requirements import compiled_triton_skip_reason  # noqa: E402
+
+if (_reason := compiled_triton_skip_reason()) is not None:
+    pytest.skip(_reason, allow_module_level=True)
 
 from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
