@@ -48,6 +48,7 @@ from cudnn_gnn.apps.train import (  # noqa: F401
 
 # One implementation for the CLI and the scripts.
 from cudnn_gnn.backends import GAT_BACKENDS
+from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.sampled import block_sizes, sampled_blocks
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -255,10 +256,18 @@ class OgbGAT(nn.Module):
         return h
 
     def forward(self, x: Tensor, edge_index: Any, edge_attr: Tensor | None = None,
-                num_sampled_nodes: list[int] | None = None, num_sampled_edges: list[int] | None = None) -> Tensor:
+                num_sampled_nodes: list[int] | None = None, num_sampled_edges: list[int] | None = None,
+                sampled: bool = False) -> Tensor:
+        """``sampled``: ``edge_index`` is a sampled batch's, new every call. With its per-hop counts each layer runs
+        on its trimmed block; without them (torch-sparse's sampler reports none) every layer runs on the whole
+        batch, which our layers get as one ``CscGraph`` built on the batch's device without a host sync (instead of
+        a raw tensor, whose plan cache would compare it with the last batch's and sync)."""
         x = F.dropout(x, p=self.input_drop, training=self.training)
         L = len(self.convs)
         if num_sampled_nodes is None:
+            if sampled and self.ours and isinstance(edge_index, Tensor):
+                edge_index = CscGraph.from_edge_index(edge_index, num_nodes=x.size(0),
+                                                      validate=False).mark_rebuilt_every_call()
             for i in range(L):
                 x = self.layer(i, x, edge_index, edge_attr)
             return x

@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     # pyg-lib gives per-hop counts (each layer then runs on its bipartite block); torch-sparse
                     # does not, and every layer runs on the whole sampled subgraph, as in PyG's example.
                     out = model(x[n_id], batch.edge_index.to(device), None, getattr(batch, "num_sampled_nodes", None),
-                                getattr(batch, "num_sampled_edges", None))
+                                getattr(batch, "num_sampled_edges", None), sampled=True)
                 bs = batch.batch_size
                 loss = F.cross_entropy(out[:bs].float(), y[n_id[:bs]])
                 backward(loss)

@@ -295,3 +295,47 @@ def test_input_dropout_draws_only_for_non_zeros():
     assert torch.equal(a, torch.nn.functional.dropout(dense, 0.5, training=True))
     model.eval()
     assert torch.equal(model.input_dropout(x), x)
+
+
+@pytest.mark.parametrize("edge_dim", [None, 3])
+def test_ogbgat_sampled_without_hop_counts_runs_on_one_graph(load, edge_dim):
+    """torch-sparse's sampler reports no per-hop counts: with ``sampled=True`` our model converts the batch once to
+    a CscGraph marked rebuilt every call (no plan cache, no host sync) and every layer runs on it; outputs and
+    gradients equal the raw edge_index path and PyG's model on the same weights."""
+    load("ogbn_products")
+    common = sys.modules["_common"]
+    from cudnn_gnn import CscGraph
+    from cudnn_gnn.datasets import synthetic_ogbn
+
+    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=2)
+    batch = _fake_neighbor_loader(data, torch.arange(20), [3, 2, 2], 20, False)[0]
+    torch.manual_seed(0)
+    model = common.OgbGAT("gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False, activation="elu",
+                          edge_dim=edge_dim).double().eval()
+    x = data.x[batch.n_id].double()
+    ea = torch.randn(batch.edge_index.shape[1], edge_dim, dtype=torch.float64) if edge_dim else None
+    seen = []
+    real = CscGraph.from_edge_index
+
+    def spy(*a, **k):  # type: ignore[no-untyped-def]
+        g = real(*a, **k)
+        seen.append((k.get("validate"), g))
+        return g
+
+    outs, grads = [], []
+    for sampled in (True, False):
+        model.zero_grad()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(CscGraph, "from_edge_index", staticmethod(spy))
+            out = model(x, batch.edge_index, ea, sampled=sampled)
+        out.square().sum().backward()
+        outs.append(out)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    assert seen[0][0] is False and seen[0][1].rebuilt_every_call  # built once, trusted, for the sampled call
+    torch.testing.assert_close(outs[0], outs[1])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    pyg_model = common.OgbGAT("pyg-gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False,
+                              activation="elu", edge_dim=edge_dim).double().eval()
+    pyg_model.load_state_dict(model.state_dict())
+    torch.testing.assert_close(pyg_model(x, batch.edge_index, ea, sampled=True), outs[0])
