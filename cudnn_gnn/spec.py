@@ -158,7 +158,8 @@ def _split_features(graph: CscGraph, x: object) -> tuple[Tensor, Tensor]:
                 f"x must be a (x_src, x_dst) tuple for a graph with more destinations ({graph.num_dst_nodes}) "
                 f"than sources ({graph.num_src_nodes}), got one tensor"
             )
-        return x_src, x_src[: graph.num_dst_nodes]
+        # the same tensor where every node is a destination (backends read one tensor once, e.g. Triton's scores)
+        return x_src, x_src if graph.num_dst_nodes == graph.num_src_nodes else x_src[: graph.num_dst_nodes]
     if isinstance(x, (tuple, list)) and len(x) == 2:
         x_src = check_float("x[0]", x[0])
         x_dst = check_float("x[1]", x[1])

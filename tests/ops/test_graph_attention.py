@@ -610,7 +610,7 @@ def test_first_cudnn_sdpa_warns_where_the_cudnn_lacks_its_precompiled_engines(mo
     for name in ("libcudnn.so.9", "libcudnn_graph.so.9", "libcudnn_ext.so.9", "libcudnn_engines_runtime_compiled.so.9"):
         (partial / name).write_bytes(b"")
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: (str(partial / "libcudnn_graph.so.9"),))
-    monkeypatch.setattr(backends, "backend_info", lambda refresh=False: type("I", (), {"auto_backend": "cudnn"})())
+    monkeypatch.setattr(backends, "backend_info", lambda refresh=False: type("I", (), {"reason": None})())
     monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: lambda q, k, v, **kw: (q.clone(), None))
     monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
     q = torch.randn(5, 2, 8, dtype=torch.bfloat16)
