@@ -60,6 +60,7 @@ from cudnn_gnn.apps.distributed import (
     launched_by_torchrun,
     mapped_neighbor_loader,
     sampler_available,
+    sampler_reports_hops,
     shard_seeds,
     wrap_ddp,
 )
@@ -129,7 +130,8 @@ def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops:
                           num_classes=g.num_classes, batch_size=args.batch_size, fanout=args.fanout, hidden=args.hidden,
                           heads=args.heads, model=args.model, feature_bytes=g.x.element_size(), act_bytes=act_bytes,
                           ranks=ranks, num_workers=args.num_workers, params=params,
-                          hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None)
+                          hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None,
+                          trimmed=hops is not None or sampler_reports_hops())
     print(("measured hops: " if hops else "upper bound: ") + est.summary(), flush=True)
     return est.as_dict()
 
