@@ -5,13 +5,14 @@
    Measures host wall time per step (steps queued back to back, one synchronize at the end) for our layer on a
    ``CscGraph``, on a raw ``edge_index``, and PyG's ``GATConv``; counts the host syncs of one step
    (``torch.cuda.set_sync_debug_mode``), and writes cProfile's top functions of our step.
-2. **Forward launch shape.** The arxiv forward kernel reaches 27% (fp32) and 11% (bf16) of its gather-bound
-   floor. Times the forward op (no grad) for every ``(BLOCK_E, num_warps)`` of a small grid, the rest of
-   :func:`cudnn_gnn.backends._triton_kernels.block_sizes` kept, against the default.
+2. **Launch shape.** The arxiv forward kernel reached 27% (fp32) and 11% (bf16) of its gather-bound floor. Times
+   the op for every ``(BLOCK_E, num_warps)`` of a small grid against the default: the forward (no grad) with
+   :func:`cudnn_gnn.backends._triton_kernels.forward_block_sizes` swept, or (``--passes bwd``) forward+backward
+   with the backward kernels' :func:`~cudnn_gnn.backends._triton_kernels.block_sizes` swept; GAT and GATv2.
 
 Usage (from the repository root, on a CUDA GPU with Triton)::
 
-    python benchmarks/investigations/triton_tuning.py --out triton_tuning.json
+    python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2] [--passes fwd,bwd]
 """
 
 from __future__ import annotations
@@ -89,43 +90,65 @@ def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
     return out
 
 
-def forward_sweep(device: torch.device, repeats: int) -> list[dict[str, Any]]:
-    """Question 2: the forward op's time per launch shape on arxiv's shape (8 heads x 32), fp32 and bf16."""
+GRID = tuple((be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8))
+
+
+def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
+                 grid: tuple[tuple[int, int], ...] = GRID) -> list[dict[str, Any]]:
+    """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on arxiv's shape (8 heads x 32), fp32
+    and bf16. ``fwd``: the forward (no grad), its shape (:func:`forward_block_sizes`) swept; ``bwd``: forward +
+    backward with the forward's shape fixed at its default and the backward kernels' shape (:func:`block_sizes`)
+    swept. Each row says which shape is the default."""
     from cudnn_gnn.backends import _triton_kernels as tk
 
-    g = make_graph(ARXIV, seed=0, device=device)
-    csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=ARXIV.num_nodes)
+    g = make_graph(graph, seed=0, device=device)
+    csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     heads, c = 8, 32
-    default = tk.block_sizes(heads, c, False)
     rows: list[dict[str, Any]] = []
-    original = tk.block_sizes
+    originals = tk.block_sizes, tk.forward_block_sizes
     try:
-        for dtype in (torch.float32, torch.bfloat16):
-            x = torch.randn(ARXIV.num_nodes, heads * c, device=device, dtype=dtype)
-            att = torch.randn(2 * heads * c, device=device, dtype=dtype) * 0.1
+        for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in (torch.float32, torch.bfloat16)):
+            v2 = op == "gatv2"
+            fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
+            tk.block_sizes, tk.forward_block_sizes = originals
+            fwd_default = originals[1](heads, c, v2, torch.empty((), dtype=dtype).element_size())
+            default = fwd_default if pass_ == "fwd" else originals[0](heads, c, v2)
+            x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ == "bwd")
+            att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
             floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
-            shapes = [(default[0], default[4])] + [(be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8)
-                                                   if (be, nw) != (default[0], default[4])]
+            shapes = [(default[0], default[4])] + [shape for shape in grid if shape != (default[0], default[4])]
             for block_e, num_warps in shapes:
                 cfg = (block_e, max(block_e, default[1]), default[2], default[3], num_warps)
-                tk.block_sizes = lambda *a, _cfg=cfg, **k: _cfg  # type: ignore[assignment]
+                if pass_ == "fwd":
+                    tk.forward_block_sizes = lambda *a, _cfg=cfg, **k: _cfg  # type: ignore[assignment]
+                else:  # the forward keeps its default; the backward's kernels read block_sizes
+                    tk.forward_block_sizes = lambda *a, _cfg=fwd_default, **k: _cfg  # type: ignore[assignment]
+                    tk.block_sizes = lambda *a, _cfg=cfg, **k: _cfg  # type: ignore[assignment]
+
+                def call(x: torch.Tensor = x, att: torch.Tensor = att, fn: Any = fn, pass_: str = pass_) -> None:
+                    if pass_ == "fwd":
+                        with torch.no_grad():
+                            fn(csc, x, att, heads=heads, backend="triton")
+                    else:
+                        fn(csc, x, att, heads=heads, backend="triton").sum().backward()
+
                 try:
-                    with torch.no_grad():
-                        rec = time_fn(lambda x=x, att=att: cudnn_gnn.gat(csc, x, att, heads=heads, backend="triton"),
-                                      device=device, warmup=2, repeats=repeats)
+                    rec = time_fn(call, device=device, warmup=2, repeats=repeats)
                 except Exception as exc:  # a shape Triton cannot compile is a finding, not a crash
                     rec = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-                rec.update({"dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e, "BIG_E": cfg[1],
-                            "num_warps": num_warps, "default": (block_e, num_warps) == (default[0], default[4]),
-                            "floor_ms": floor})
-                if "median_ms" in rec:
-                    rec["fraction_of_floor"] = floor / rec["median_ms"]
+                rec.update({"op": op, "pass": pass_, "dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e,
+                            "BIG_E": cfg[1], "num_warps": num_warps,
+                            "default": (block_e, num_warps) == (default[0], default[4])})
+                if pass_ == "fwd":
+                    rec["floor_ms"] = floor
+                    if "median_ms" in rec:
+                        rec["fraction_of_floor"] = floor / rec["median_ms"]
                 rows.append(rec)
-                print(f"{rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} "
+                print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} "
                       f"{rec.get('median_ms', float('nan')):.3f} ms{' (default)' if rec['default'] else ''}"
                       f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
     finally:
-        tk.block_sizes = original
+        tk.block_sizes, tk.forward_block_sizes = originals
     return rows
 
 
@@ -135,6 +158,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=50, help="host-overhead steps")
     ap.add_argument("--repeats", type=int, default=10, help="timed repeats per launch shape")
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--ops", default="gat", help="comma list of gat, gatv2 for the sweep")
+    ap.add_argument("--passes", default="fwd", help="comma list of fwd (forward shape), bwd (backward shape)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("triton_tuning.py needs a CUDA GPU (Triton kernels; the interpreter would time Python)")
@@ -143,7 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload["host_overhead"] = host_overhead(device, args.steps)
     write_json(args.out, payload)
     if not args.skip_sweep:
-        payload["forward_sweep"] = forward_sweep(device, args.repeats)
+        payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","))
     write_json(args.out, payload)
     return payload
 
