@@ -48,7 +48,8 @@ class GATConv(MessagePassing):
         in_channels: input size, a ``(src, dst)`` tuple for bipartite graphs, or ``-1`` (lazy).
         out_channels, heads, concat, negative_slope, dropout, add_self_loops, edge_dim, fill_value, bias,
             residual, **kwargs: as in PyG (``aggr`` must stay ``'add'`` and ``flow`` ``'source_to_target'``).
-        backend: ``"auto"`` (cuDNN on CUDA where available, else the reference), ``"cudnn"`` or ``"reference"``.
+        backend: ``"auto"`` (on CUDA the first of Triton and cuDNN that runs, else the reference; see
+            :func:`cudnn_gnn.gat`), ``"triton"``, ``"cudnn"`` or ``"reference"``.
         deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once; the automatic
             hub splitting below then merges rows with sorted segment sums instead of atomics).
         grad_precision: ``"auto"`` (float32 gradient arithmetic for half inputs), ``"fp32"`` or ``"input"``.
