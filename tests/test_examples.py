@@ -14,6 +14,7 @@ import math
 import sys
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 import torch
@@ -226,22 +227,55 @@ def test_trimmed_forward_matches_full_subgraph(load):
     torch.testing.assert_close(trimmed, full, atol=1e-5, rtol=1e-5)
 
 
-@pytest.mark.parametrize("edge_dim", [None, 3])
-def test_ogbgat_blocks_equal_raw_slices(load, monkeypatch, edge_dim):
-    """Our model builds the batch's blocks once (sampled_blocks, validate=False) and gives each layer its CscGraph;
-    outputs and gradients equal running each layer on the raw edge_index slices (the path PyG's model keeps)."""
+def _sampled_gat_case(load: Any, edge_dim: int | None, seed: int) -> tuple[Any, Any, Any, torch.Tensor, Any]:
+    """A float64 3-layer OgbGAT (ours) and one fake NeighborLoader batch on a tiny synthetic products graph:
+    ``(common module, batch, model, x, edge_attr or None)``."""
     load("ogbn_products")
     common = sys.modules["_common"]
     from cudnn_gnn.datasets import synthetic_ogbn
 
-    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=1)
+    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=seed)
     batch = _fake_neighbor_loader(data, torch.arange(20), [3, 2, 2], 20, False)[0]
-    nsn, nse = batch.num_sampled_nodes, batch.num_sampled_edges
     torch.manual_seed(0)
     model = common.OgbGAT("gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False, activation="elu",
                           edge_dim=edge_dim).double().eval()
     x = data.x[batch.n_id].double()
     ea = torch.randn(batch.edge_index.shape[1], edge_dim, dtype=torch.float64) if edge_dim else None
+    return common, batch, model, x, ea
+
+
+def _outputs_and_grads(model: Any, runs: list[Any]) -> tuple[list[torch.Tensor], list[list[torch.Tensor]]]:
+    """Each run's output and the model's parameter gradients of ``out.square().sum()``."""
+    outs, grads = [], []
+    for run in runs:
+        model.zero_grad()
+        out = run()
+        out.square().sum().backward()
+        outs.append(out)
+        grads.append([p.grad.clone() for p in model.parameters()])
+    return outs, grads
+
+
+def _assert_same_and_pyg_agrees(common: Any, model: Any, outs: list[torch.Tensor],
+                                grads: list[list[torch.Tensor]], pyg_call: Any) -> None:
+    """Both runs agree (outputs, every gradient), and PyG's OgbGAT with the same weights gives the same output."""
+    torch.testing.assert_close(outs[0], outs[1])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)
+    c = model.config
+    pyg_model = common.OgbGAT("pyg-gat", c["in_channels"], c["hidden"], c["out_channels"], layers=c["layers"],
+                              heads=c["heads"], out_heads=c["out_heads"], norm=c["norm"], activation=c["activation"],
+                              edge_dim=c["edge_dim"]).double().eval()
+    pyg_model.load_state_dict(model.state_dict())
+    torch.testing.assert_close(pyg_call(pyg_model), outs[0])
+
+
+@pytest.mark.parametrize("edge_dim", [None, 3])
+def test_ogbgat_blocks_equal_raw_slices(load, monkeypatch, edge_dim):
+    """Our model builds the batch's blocks once (sampled_blocks, validate=False) and gives each layer its CscGraph;
+    outputs and gradients equal running each layer on the raw edge_index slices (the path PyG's model keeps)."""
+    common, batch, model, x, ea = _sampled_gat_case(load, edge_dim, seed=1)
+    nsn, nse = batch.num_sampled_nodes, batch.num_sampled_edges
     calls = []
     real = common.sampled_blocks
     monkeypatch.setattr(common, "sampled_blocks", lambda *a, **k: calls.append(k) or real(*a, **k))
@@ -254,21 +288,9 @@ def test_ogbgat_blocks_equal_raw_slices(load, monkeypatch, edge_dim):
             h = model.layer(i, (h, h[: s.num_dst]), batch.edge_index[:, : s.num_edges], e, size=(s.num_src, s.num_dst))
         return h
 
-    outs, grads = [], []
-    for run in (lambda: model(x, batch.edge_index, ea, nsn, nse), raw_slices):
-        model.zero_grad()
-        out = run()
-        out.square().sum().backward()
-        outs.append(out)
-        grads.append([p.grad.clone() for p in model.parameters()])
+    outs, grads = _outputs_and_grads(model, [lambda: model(x, batch.edge_index, ea, nsn, nse), raw_slices])
     assert calls == [{"validate": False}]  # once per batch, trusting the sampler
-    torch.testing.assert_close(outs[0], outs[1])
-    for a, b in zip(*grads):
-        torch.testing.assert_close(a, b)
-    pyg_model = common.OgbGAT("pyg-gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False,
-                              activation="elu", edge_dim=edge_dim).double().eval()
-    pyg_model.load_state_dict(model.state_dict())
-    torch.testing.assert_close(pyg_model(x, batch.edge_index, ea, nsn, nse), outs[0])
+    _assert_same_and_pyg_agrees(common, model, outs, grads, lambda pyg: pyg(x, batch.edge_index, ea, nsn, nse))
     assert len(calls) == 1  # PyG's model takes the raw slices
 
 
@@ -302,18 +324,9 @@ def test_ogbgat_sampled_without_hop_counts_runs_on_one_graph(load, edge_dim):
     """torch-sparse's sampler reports no per-hop counts: with ``sampled=True`` our model converts the batch once to
     a CscGraph marked rebuilt every call (no plan cache, no host sync) and every layer runs on it; outputs and
     gradients equal the raw edge_index path and PyG's model on the same weights."""
-    load("ogbn_products")
-    common = sys.modules["_common"]
     from cudnn_gnn import CscGraph
-    from cudnn_gnn.datasets import synthetic_ogbn
 
-    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=2)
-    batch = _fake_neighbor_loader(data, torch.arange(20), [3, 2, 2], 20, False)[0]
-    torch.manual_seed(0)
-    model = common.OgbGAT("gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False, activation="elu",
-                          edge_dim=edge_dim).double().eval()
-    x = data.x[batch.n_id].double()
-    ea = torch.randn(batch.edge_index.shape[1], edge_dim, dtype=torch.float64) if edge_dim else None
+    common, batch, model, x, ea = _sampled_gat_case(load, edge_dim, seed=2)
     seen = []
     real = CscGraph.from_edge_index
 
@@ -322,20 +335,11 @@ def test_ogbgat_sampled_without_hop_counts_runs_on_one_graph(load, edge_dim):
         seen.append((k.get("validate"), g))
         return g
 
-    outs, grads = [], []
-    for sampled in (True, False):
-        model.zero_grad()
+    def forward(sampled: bool) -> torch.Tensor:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(CscGraph, "from_edge_index", staticmethod(spy))
-            out = model(x, batch.edge_index, ea, sampled=sampled)
-        out.square().sum().backward()
-        outs.append(out)
-        grads.append([p.grad.clone() for p in model.parameters()])
+            return model(x, batch.edge_index, ea, sampled=sampled)
+
+    outs, grads = _outputs_and_grads(model, [lambda: forward(True), lambda: forward(False)])
     assert seen[0][0] is False and seen[0][1].rebuilt_every_call  # built once, trusted, for the sampled call
-    torch.testing.assert_close(outs[0], outs[1])
-    for a, b in zip(*grads):
-        torch.testing.assert_close(a, b)
-    pyg_model = common.OgbGAT("pyg-gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False,
-                              activation="elu", edge_dim=edge_dim).double().eval()
-    pyg_model.load_state_dict(model.state_dict())
-    torch.testing.assert_close(pyg_model(x, batch.edge_index, ea, sampled=True), outs[0])
+    _assert_same_and_pyg_agrees(common, model, outs, grads, lambda pyg: pyg(x, batch.edge_index, ea, sampled=True))

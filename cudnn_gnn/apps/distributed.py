@@ -433,10 +433,8 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
     ``hop_nodes``/``hop_edges``: measured per-hop counts of a batch (``num_sampled_nodes``/``num_sampled_edges``);
     default :func:`sampled_hop_sizes`' upper bounds. ``params``: the model's parameter count if known.
     ``trimmed=False``: every layer runs on the whole batch (``n_src = n_dst`` = the batch's nodes, ``e`` its edges),
-    as it does where the sampler reports no per-hop counts (:func:`sampler_reports_hops`; torch-sparse's). Checked
-    on the H200 (docs/scale.md): sampled products, torch-sparse, bf16, batches of 1024, upper-bound hop sizes:
-    7.62 GiB predicted against 7.62 GiB measured for ours, 10.61 against 10.22 GiB for PyG's layer (trimmed, the
-    prediction was 1.86 and 2.72 GiB: a quarter).
+    as it does where the sampler reports no per-hop counts (:func:`sampler_reports_hops`; torch-sparse's). How the
+    predictions compare with measured peaks: docs/scale.md.
     """
     if model not in ("gat", "pyg-gat"):
         raise ValueError(f"model must be 'gat' or 'pyg-gat', got {model!r}")

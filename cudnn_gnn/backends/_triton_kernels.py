@@ -84,11 +84,10 @@ def forward_block_sizes(heads: int, c: int, v2: bool, elem_bytes: int,
     a GAT forward whose tile is at most 256 wide runs **one warp** a program with ``BLOCK_E`` edges of 8 KiB of
     gathered rows (``8192 / (W * elem_bytes)``, clamped to 2..32: 8 in float32, 16 in bfloat16 at 8 x 32).
 
-    Measured on the H200 (``benchmarks/investigations/triton_tuning.py``, arxiv shape, 8 heads x 32): the forward
-    took 2.79 ms (fp32) and 3.60 ms (bf16) with the shared shape (8 edges, 4 warps) against 1.92 ms and 1.65 ms
-    with this one; one warp won at every ``BLOCK_E`` of 4-32 in bf16 and of 4-16 in fp32 (more programs resident,
-    more gathers in flight, no cross-warp reductions). GATv2's forward, wider tiles and the backward keep the shared
-    shape (not measured)."""
+    Why one warp: more programs resident, more gathers in flight, no cross-warp reductions; in the H200 sweep of
+    ``benchmarks/investigations/triton_tuning.py`` (arxiv shape, 8 heads x 32; figures in docs/performance.md) it won
+    at every ``BLOCK_E`` of 4-32 in bf16 and of 4-16 in fp32. GATv2's forward, wider tiles and the backward keep the
+    shared shape (not swept)."""
     block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
     width = hg * block_c
     if v2 or width > 256:

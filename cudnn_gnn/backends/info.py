@@ -23,10 +23,9 @@ MIN_SM = (8, 0)
 
 
 # `backend="auto"` for GAT / GATv2 on CUDA takes the first of these that runs here and supports the call (the
-# planner, cudnn_gnn.ops.plan, applies it per call; `info` prints it). Triton first, from one fresh-machine run of
-# benchmarks/bench_layers.py on an H200 (docs/performance.md, "Which backend auto takes"): its layer was faster
-# than cuDNN's in every row from 580k edges up (fwd+bwd: 1.04x on arxiv GATv2 fp32 to 21.6x on proteins GAT bf16),
-# and cuDNN's wins, on Cora (0.2-1.7 ms a fwd+bwd step), are smaller than one of its NVRTC kernel builds (20-60 s).
+# planner, cudnn_gnn.ops.plan, applies it per call; `info` prints it). Triton first: in bench_layers.py's table its
+# layer was faster than cuDNN's on every graph but Cora-sized ones, where cuDNN's lead per step is smaller than one
+# of its NVRTC kernel builds (docs/performance.md, "The Triton backend, and which backend auto takes").
 AUTO_ORDER = ("triton", "cudnn")
 
 

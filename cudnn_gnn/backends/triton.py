@@ -347,8 +347,8 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int) -> WorkList:
 
 def _score_matrix(a: Tensor, heads: int) -> Tensor:
     """``[H*C, H]`` float32 block-diagonal matrix of the per-head vectors ``a [H*C]`` (column ``h`` holds head
-    ``h``'s vector in rows ``h*C .. h*C+C-1``), by one broadcast multiply with the identity: ``torch.block_diag``
-    over ``H`` pieces cost ~0.12 ms of host time a call on the H200's host, a third of a small graph's step."""
+    ``h``'s vector in rows ``h*C .. h*C+C-1``), by one broadcast multiply with the identity: cheaper on the host than
+    ``torch.block_diag`` over ``H`` pieces, which counts on small, host-bound graphs (docs/performance.md)."""
     width = a.shape[0] // heads
     eye = torch.eye(heads, device=a.device, dtype=torch.float32)
     return (a.float().view(heads, width, 1) * eye.view(heads, 1, heads)).reshape(heads * width, heads)
