@@ -250,12 +250,12 @@ def evaluate(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, loaders:
     for loader in loaders:
         correct = torch.zeros((), dtype=torch.int64, device=ctx.device)
         total = 0
-        for x, y, edge_index, bs, nsn, nse in Prefetcher(loader, ctx.device, to_device):
+        for batches, (x, y, edge_index, bs, nsn, nse) in enumerate(Prefetcher(loader, ctx.device, to_device), 1):
             with autocast(ctx.device, args.precision):
                 out = model(x, edge_index, None, nsn, nse, sampled=True)
             correct += (out[:bs].argmax(-1) == y[:bs].view(-1).long()).sum()
             total += bs
-            if args.max_batches and total >= args.max_batches * args.batch_size:
+            if args.max_batches and batches >= args.max_batches:
                 break  # a sample of the split (--max-batches): the accuracy is over the seeds seen
         counts += [int(correct), total]
     c = all_reduce_counts(counts, ctx)
