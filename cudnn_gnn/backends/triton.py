@@ -104,8 +104,8 @@ def pack(call: TritonCall) -> tuple[Any, ...]:
     ``tensors`` lists the tensor fields that are not None, in field order; bit ``k`` of ``present`` is set when the
     ``k``-th tensor field is there; the scalar fields follow as they are. Why a list: torch's ``register_autograd``
     wrapper runs ``torch._library.utils.fill_defaults`` on every forward, which reads ``schema.arguments`` (a list
-    torch rebuilds on each access) twice per argument, so its cost grows with the square of the argument count:
-    ~175 us a call for the 27 separate arguments on a 2-core CPU, ~20 us for these 9. Why ``Tensor[]`` and a mask
+    torch rebuilds on each access) twice per argument, so its cost grows with the square of the argument count
+    (8x less for these 9 than for 27 separate ones; figures in docs/performance.md). Why ``Tensor[]`` and a mask
     rather than ``Tensor?[]`` with None holes: torch (2.13) passes a list holding a None to the autograd Function as
     one opaque leaf, so the tensors in it would be silently cut from the autograd graph (pytorch/pytorch#187434)."""
     tensors: list[Tensor] = []
