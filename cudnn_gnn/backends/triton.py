@@ -13,7 +13,9 @@ op only gathers one source row per edge; autograd carries the score gradients th
 takes them directly and recomputes ``act(x_j + x_i + f_e)`` in the backward instead of saving it.
 
 Everything here trusts its caller: :mod:`cudnn_gnn.ops` validates shapes, dtypes and devices first. The argument
-list is written once, in :class:`TritonCall`; the op schemas are derived from it.
+list is written once, in :class:`TritonCall`; the op schemas are derived from it, with its tensors packed into one
+``Tensor[] tensors`` list (see :func:`pack`): torch's ``register_autograd`` wrapper costs time quadratic in the
+schema's argument count on every forward.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import functools
 import os
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -32,12 +34,13 @@ from cudnn_gnn.graph import CscGraph
 if TYPE_CHECKING:
     from cudnn_gnn.spec import AttentionSpec
 
-__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "mha_gat", "unavailable_reason", "work_list",
-           "BACKEND"]
+__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "mha_gat", "pack", "unavailable_reason", "unpack",
+           "work_list", "BACKEND"]
 
 
 class TritonCall(NamedTuple):
-    """One call's arguments in op-schema order: the graph, the inputs, the knobs.
+    """One call's arguments: the graph, the inputs, the knobs (the ops take them packed by :func:`pack`: the tensors
+    that are not None in one list, in this order, then the scalars).
 
     Graph: ``offsets [Nd+1]``, ``indices [E]``, ``map_csc_to_coo [E]`` or None (only needed where an edge tensor is
     read or written), the destination work list ``row_work [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]``
@@ -85,10 +88,50 @@ def _annotation(t: Any) -> str:
 
 
 _FIELD_TYPES = {name: _annotation(t) for name, t in TritonCall.__annotations__.items()}
-_CALL_SCHEMA = ", ".join(f"{_SCHEMA_TYPES[t]} {name}" for name, t in _FIELD_TYPES.items())
+_TENSOR_FIELDS = tuple(i for i, t in enumerate(_FIELD_TYPES.values()) if t.startswith("Tensor"))
+_SCALAR_FIELDS = tuple(i for i in range(len(TritonCall._fields)) if i not in _TENSOR_FIELDS)
 _N_CALL = len(TritonCall._fields)
+_N_PACKED = 2 + len(_SCALAR_FIELDS)
+_CALL_SCHEMA = "Tensor[] tensors, int present, " + ", ".join(
+    f"{_SCHEMA_TYPES[_FIELD_TYPES[name]]} {name}" for name in (TritonCall._fields[i] for i in _SCALAR_FIELDS))
 _INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "attn_weights", "score_src", "score_dst", "score_edge")
-_TENSOR_NAMES = tuple(name for name, t in _FIELD_TYPES.items() if t.startswith("Tensor"))
+_INPUT_FIELDS = tuple(TritonCall._fields.index(name) for name in _INPUT_NAMES)
+
+
+def pack(call: TritonCall) -> tuple[Any, ...]:
+    """The op arguments of ``call``: ``(tensors, present, *scalars)``.
+
+    ``tensors`` lists the tensor fields that are not None, in field order; bit ``k`` of ``present`` is set when the
+    ``k``-th tensor field is there; the scalar fields follow as they are. Why a list: torch's ``register_autograd``
+    wrapper runs ``torch._library.utils.fill_defaults`` on every forward, which reads ``schema.arguments`` (a list
+    torch rebuilds on each access) twice per argument, so its cost grows with the square of the argument count
+    (8x less for these 9 than for 27 separate ones; figures in docs/performance.md). Why ``Tensor[]`` and a mask
+    rather than ``Tensor?[]`` with None holes: torch (2.13) passes a list holding a None to the autograd Function as
+    one opaque leaf, so the tensors in it would be silently cut from the autograd graph (pytorch/pytorch#187434)."""
+    tensors: list[Tensor] = []
+    present = 0
+    for bit, i in enumerate(_TENSOR_FIELDS):
+        t = cast("Tensor | None", call[i])
+        if t is not None:
+            tensors.append(t)
+            present |= 1 << bit
+    return (tensors, present, *(call[i] for i in _SCALAR_FIELDS))
+
+
+def unpack(tensors: list[Tensor] | tuple[Tensor, ...], present: int, *scalars: Any) -> TritonCall:
+    """The :class:`TritonCall` that :func:`pack` packed (``unpack(*pack(call)) == call``)."""
+    if len(tensors) != present.bit_count() or present >> len(_TENSOR_FIELDS):
+        raise ValueError(f"tensors must hold one tensor per bit set in present ({present:#x}, "
+                         f"{len(_TENSOR_FIELDS)} tensor fields), got {len(tensors)} tensors")
+    fields: list[Any] = [None] * _N_CALL
+    it = iter(tensors)
+    for bit, i in enumerate(_TENSOR_FIELDS):
+        if present >> bit & 1:
+            fields[i] = next(it)
+    for i, value in zip(_SCALAR_FIELDS, scalars, strict=True):
+        fields[i] = value
+    return TritonCall(*fields)
+
 
 _lib = torch.library.Library("cudnn_gnn", "FRAGMENT")
 _lib.define(f"triton_gat_fwd({_CALL_SCHEMA}, bool return_attention) -> (Tensor, Tensor, Tensor)")
@@ -140,8 +183,8 @@ def _sizes(c: TritonCall) -> tuple[int, int, int, int]:
 
 
 def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
-    c = TritonCall(*args[:_N_CALL])
-    return_attention = bool(args[_N_CALL])
+    c = unpack(*args[:_N_PACKED])
+    return_attention = bool(args[_N_PACKED])
     _check_runnable(c.x_src.device)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
@@ -159,8 +202,8 @@ def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
-    c = TritonCall(*args[:_N_CALL])
-    return_attention = bool(args[_N_CALL])
+    c = unpack(*args[:_N_PACKED])
+    return_attention = bool(args[_N_PACKED])
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     out = c.x_src.new_empty(nd, h * ch if c.concat else ch)
@@ -176,7 +219,7 @@ def _like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) 
 
 
 def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
-    c = TritonCall(*args)
+    c = unpack(*args)
     _check_runnable(c.x_src.device)
     if (c.rev_offsets is None or c.rev_to_csc is None or c.dst_index is None or c.src_work is None
             or c.src_hub_work is None or c.src_hubs is None):
@@ -223,7 +266,7 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *arg
 
 
 def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
-    c = TritonCall(*args)
+    c = unpack(*args)
     empty = c.x_src.new_empty(0)
     if c.v2:
         return (_like(c.x_src, empty), _like(c.x_dst, empty), _like(c.edge_attr, empty), _like(c.attn_weights, empty),
@@ -242,30 +285,30 @@ torch.library.register_fake("cudnn_gnn::triton_gat_bwd", _bwd_fake, lib=_lib)
 # ---------------------------------------------------------------------------------------------------- autograd
 def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     _, lse, att = output
-    c = TritonCall(*inputs[:_N_CALL])
-    blank: dict[str, Any] = dict.fromkeys(_TENSOR_NAMES)
-    ctx.call = c._replace(**blank)  # the non-tensor fields; tensors are saved below
-    ctx.return_attention = bool(inputs[_N_CALL])
-    ctx.save_for_backward(*(getattr(c, name) for name in _TENSOR_NAMES), lse)
+    tensors, *packed = inputs[:_N_PACKED]
+    ctx.packed = packed  # present and the scalar fields; the tensors are saved below
+    ctx.return_attention = bool(inputs[_N_PACKED])
+    ctx.save_for_backward(*tensors, lse)
     ctx.mark_non_differentiable(lse)
     if not ctx.return_attention:
         ctx.mark_non_differentiable(att)
 
 
 def _backward(ctx, grad_out, _grad_lse, grad_att):  # type: ignore[no-untyped-def]
+    """Gradients in the inputs' structure: for ``tensors`` a list with one entry per tensor (None for the graph's
+    and the dropout mask's), None for each scalar."""
     *tensors, lse = ctx.saved_tensors
-    c: TritonCall = ctx.call._replace(**dict(zip(_TENSOR_NAMES, tensors)))
+    c = unpack(tensors, *ctx.packed)
     nd, _, h, ch = _sizes(c)
     if grad_out is None:
         grad_out = c.x_src.new_zeros(nd, h * ch if c.concat else ch)
     if not ctx.return_attention:
         grad_att = None
-    grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, *c)
-    result: list[Tensor | None] = [None] * (_N_CALL + 1)
-    for name, g in zip(_INPUT_NAMES, grads):
-        if getattr(c, name) is not None:
-            result[TritonCall._fields.index(name)] = g
-    return tuple(result)
+    grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, tensors, *ctx.packed)
+    by_field = dict(zip(_INPUT_FIELDS, grads))
+    present = ctx.packed[0]
+    tensor_grads = [by_field.get(i) for bit, i in enumerate(_TENSOR_FIELDS) if present >> bit & 1]
+    return (tensor_grads, *([None] * _N_PACKED))
 
 
 torch.library.register_autograd("cudnn_gnn::triton_gat_fwd", _backward, setup_context=_setup_context, lib=_lib)
@@ -473,7 +516,7 @@ def mha_gat(
     call = build_call(graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
                       activation_name=activation_name, activation_alpha=activation_alpha,
                       return_attention=return_attention, needs_grad=needs_grad)
-    out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*call, return_attention)
+    out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
     return out, (att if return_attention else None)
 
 
