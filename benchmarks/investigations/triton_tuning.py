@@ -7,12 +7,13 @@
    (``torch.cuda.set_sync_debug_mode``), and writes cProfile's top functions of our step.
 2. **Launch shape.** The arxiv forward kernel reached 27% (fp32) and 11% (bf16) of its gather-bound floor. Times
    the op for every ``(BLOCK_E, num_warps)`` of a small grid against the default: the forward (no grad) with
-   :func:`cudnn_gnn.backends._triton_kernels.forward_block_sizes` swept, or (``--passes bwd``) forward+backward
-   with the backward kernels' :func:`~cudnn_gnn.backends._triton_kernels.block_sizes` swept; GAT and GATv2.
+   :func:`cudnn_gnn.backends._triton_kernels.forward_block_sizes` swept, or (``--passes dst,src``) forward+backward
+   with one backward kernel's :func:`~cudnn_gnn.backends._triton_kernels.backward_block_sizes` swept; GAT, GATv2.
 
 Usage (from the repository root, on a CUDA GPU with Triton)::
 
-    python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2] [--passes fwd,bwd]
+    python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2] [--passes fwd,dst,src]
+        [--grid 4,8,16,32x1,2,4] [--skip-host]
 """
 
 from __future__ import annotations
@@ -91,29 +92,40 @@ def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
 
 
 GRID = tuple((be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8))
+PASSES = ("fwd", "dst", "src", "bwd")
+
+
+def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
+    """``"4,8,16x1,2"`` -> every ``(BLOCK_E, num_warps)`` of the two lists."""
+    edges, warps = text.split("x")
+    return tuple((int(b), int(w)) for b in edges.split(",") for w in warps.split(","))
 
 
 def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
                  grid: tuple[tuple[int, int], ...] = GRID) -> list[dict[str, Any]]:
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on arxiv's shape (8 heads x 32), fp32
-    and bf16. ``fwd``: the forward (no grad), its shape (:func:`forward_block_sizes`) swept; ``bwd``: forward +
-    backward with the forward's shape fixed at its default and the backward kernels' shape (:func:`block_sizes`)
-    swept. Each row says which shape is the default."""
+    and bf16. ``fwd``: the forward (no grad), its shape (:func:`forward_block_sizes`) swept; ``dst`` / ``src``:
+    forward + backward with that backward kernel's shape (:func:`backward_block_sizes`) swept and every other
+    kernel at its default; ``bwd``: both backward kernels swept together. Each row says which shape is the
+    default (for ``bwd``: the destination pass's)."""
     from cudnn_gnn.backends import _triton_kernels as tk
 
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     heads, c = 8, 32
     rows: list[dict[str, Any]] = []
-    originals = tk.block_sizes, tk.forward_block_sizes
+    originals = tk.backward_block_sizes, tk.forward_block_sizes
     try:
         for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in (torch.float32, torch.bfloat16)):
             v2 = op == "gatv2"
             fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
-            tk.block_sizes, tk.forward_block_sizes = originals
-            fwd_default = originals[1](heads, c, v2, torch.empty((), dtype=dtype).element_size())
-            default = fwd_default if pass_ == "fwd" else originals[0](heads, c, v2)
-            x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ == "bwd")
+            tk.backward_block_sizes, tk.forward_block_sizes = originals
+            elem = torch.empty((), dtype=dtype).element_size()
+            if pass_ == "fwd":
+                default = originals[1](heads, c, v2, elem)
+            else:
+                default = originals[0]("src" if pass_ == "src" else "dst", heads, c, v2, elem)
+            x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ != "fwd")
             att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
             floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
             shapes = [(default[0], default[4])] + [shape for shape in grid if shape != (default[0], default[4])]
@@ -121,9 +133,10 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                 cfg = (block_e, max(block_e, default[1]), default[2], default[3], num_warps)
                 if pass_ == "fwd":
                     tk.forward_block_sizes = lambda *a, _cfg=cfg, **k: _cfg  # type: ignore[assignment]
-                else:  # the forward keeps its default; the backward's kernels read block_sizes
-                    tk.forward_block_sizes = lambda *a, _cfg=fwd_default, **k: _cfg  # type: ignore[assignment]
-                    tk.block_sizes = lambda *a, _cfg=cfg, **k: _cfg  # type: ignore[assignment]
+                else:  # the forward keeps its default; so does the backward kernel not swept
+                    def shape(kernel: str, *a: Any, _cfg: tuple[int, ...] = cfg, _p: str = pass_, **k: Any) -> Any:
+                        return _cfg if _p in ("bwd", kernel) else originals[0](kernel, *a, **k)
+                    tk.backward_block_sizes = shape  # type: ignore[assignment]
 
                 def call(x: torch.Tensor = x, att: torch.Tensor = att, fn: Any = fn, pass_: str = pass_) -> None:
                     if pass_ == "fwd":
@@ -148,7 +161,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                       f"{rec.get('median_ms', float('nan')):.3f} ms{' (default)' if rec['default'] else ''}"
                       f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
     finally:
-        tk.block_sizes, tk.forward_block_sizes = originals
+        tk.backward_block_sizes, tk.forward_block_sizes = originals
     return rows
 
 
@@ -158,17 +171,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=50, help="host-overhead steps")
     ap.add_argument("--repeats", type=int, default=10, help="timed repeats per launch shape")
     ap.add_argument("--skip-sweep", action="store_true")
+    ap.add_argument("--skip-host", action="store_true", help="no host-overhead measurement")
     ap.add_argument("--ops", default="gat", help="comma list of gat, gatv2 for the sweep")
-    ap.add_argument("--passes", default="fwd", help="comma list of fwd (forward shape), bwd (backward shape)")
+    ap.add_argument("--passes", default="fwd", help="comma list of " + ", ".join(PASSES) + " (see launch_sweep)")
+    ap.add_argument("--grid", default=None, help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4 "
+                    "(default: 4,8,16,32 x 1,2,4,8)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("triton_tuning.py needs a CUDA GPU (Triton kernels; the interpreter would time Python)")
     device = torch.device("cuda")
     payload: dict[str, Any] = {"schema": "cudnn-gnn/triton_tuning/1", "environment": environment(device)}
-    payload["host_overhead"] = host_overhead(device, args.steps)
+    if not args.skip_host:
+        payload["host_overhead"] = host_overhead(device, args.steps)
     write_json(args.out, payload)
     if not args.skip_sweep:
-        payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","))
+        grid = GRID if args.grid is None else _parse_grid(args.grid)
+        payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","),
+                                               grid=grid)
     write_json(args.out, payload)
     return payload
 

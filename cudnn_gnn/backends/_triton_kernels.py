@@ -44,8 +44,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "block_sizes", "forward_block_sizes", "launch_forward", "launch_backward_dst",
-           "launch_backward_src"]
+__all__ = ["ACTIVATION_CODES", "BACKWARD_ONE_WARP", "MAX_TILE_D", "block_sizes", "backward_block_sizes",
+           "forward_block_sizes", "launch_forward", "launch_backward_dst", "launch_backward_src"]
 
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
 
@@ -93,6 +93,26 @@ def forward_block_sizes(heads: int, c: int, v2: bool, elem_bytes: int,
     if v2 or width > 256:
         return block_e, big_e, hg, block_c, num_warps
     block_e = max(2, min(32, 8192 // (width * elem_bytes)))
+    return block_e, max(block_e, big_e), hg, block_c, 1
+
+
+BACKWARD_ONE_WARP: dict[str, tuple[int, int]] = {}
+"""Backward kernels (``"dst"``, ``"src"``) that run GAT tiles of at most 256 wide on one warp, as the forward does,
+mapped to ``(BLOCK_E fp32, BLOCK_E 16-bit)``; a kernel not listed keeps :func:`block_sizes`. Filled from the H200
+sweep of ``benchmarks/investigations/triton_tuning.py --passes dst,src`` (figures in docs/performance.md)."""
+
+
+@functools.cache
+def backward_block_sizes(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
+                         max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
+    """The launch shape of the backward's destination (``kernel="dst"``) or source (``"src"``) pass:
+    :func:`block_sizes`, or, for a GAT tile at most 256 wide and a kernel in :data:`BACKWARD_ONE_WARP`, one warp a
+    program with that kernel's ``BLOCK_E`` for the gathered rows' element size (``elem_bytes``: ``x_src``'s for
+    ``dst``, the output gradient's for ``src``)."""
+    block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
+    if v2 or hg * block_c > 256 or kernel not in BACKWARD_ONE_WARP:
+        return block_e, big_e, hg, block_c, num_warps
+    block_e = BACKWARD_ONE_WARP[kernel][0 if elem_bytes >= 4 else 1]
     return block_e, max(block_e, big_e), hg, block_c, 1
 
 
@@ -645,13 +665,14 @@ def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
     return fallback if t is None else t
 
 
-def _config(x_src: Tensor, heads: int, v2: bool, forward: bool = False) -> tuple[int, int, dict[str, int]]:
-    """``(C, head groups, launch keywords)`` for a call (``forward``: :func:`forward_block_sizes`)."""
+def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) -> tuple[int, int, dict[str, int]]:
+    """``(C, head groups, launch keywords)`` for a call of ``kernel`` (``"fwd"``: :func:`forward_block_sizes`;
+    ``"dst"``, ``"src"``: :func:`backward_block_sizes`); ``gathered`` is the tensor whose rows it gathers per edge."""
     c = x_src.shape[1] // heads
-    if forward:
-        sizes = forward_block_sizes(heads, c, v2, x_src.element_size(), MAX_TILE_D)  # the global read per call
+    if kernel == "fwd":  # module globals read per call, so that the tuning sweep can swap them
+        sizes = forward_block_sizes(heads, c, v2, gathered.element_size(), MAX_TILE_D)
     else:
-        sizes = block_sizes(heads, c, v2, MAX_TILE_D)
+        sizes = backward_block_sizes(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
     block_e, big_e, hg, block_c, num_warps = sizes
     return c, triton.cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c,
                                            num_warps=num_warps)
@@ -682,7 +703,7 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
     :func:`cudnn_gnn.backends.triton.work_list`: one launch over every item, then one merge program per hub row."""
     if work.shape[0] == 0:
         return
-    c, groups, cfg = _config(x_src, heads, v2, forward=True)
+    c, groups, cfg = _config(x_src, heads, v2, "fwd", x_src)
     has_edge = (edge if v2 else score_edge) is not None
     n_slots = hub_work.shape[0]
     m_part, l_part, acc_part = _partial(n_slots, heads, lse), _partial(n_slots, heads, lse), \
@@ -725,7 +746,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     if work.shape[0] == 0:
         return
     nd = offsets.shape[0] - 1
-    c, groups, cfg = _config(x_src, heads, v2)
+    c, groups, cfg = _config(x_src, heads, v2, "dst", x_src)
     d = heads * c
     has_edge = (edge if v2 else score_edge) is not None
     n_slots, n_hubs = hub_work.shape[0], hubs.shape[0]
@@ -768,7 +789,7 @@ def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: T
     GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk sums merged in slot order."""
     if work.shape[0] == 0:
         return
-    c, groups, cfg = _config(x_src, heads, v2)
+    c, groups, cfg = _config(x_src, heads, v2, "src", dout)
     n_slots = hub_work.shape[0]
     dx_part = _partial(n_slots, heads * c, alpha_buf)
     dss_part = _partial(0 if v2 else n_slots, heads, alpha_buf)
