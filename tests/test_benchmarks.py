@@ -201,8 +201,8 @@ def test_investigation_scripts_import_without_cuda_and_define_main(script: str) 
 
 def test_triton_launch_sweep_patches_the_swept_kernels_only() -> None:
     """triton_tuning's sweep on Triton's interpreter (a 40-node graph): one row per shape and a single default per
-    (op, pass, dtype); a fwd row launches the forward with the swept shape, a bwd row keeps the forward's default
-    and launches the backward kernels with the swept one; the real functions are restored afterwards."""
+    (op, pass, dtype); a fwd row launches the forward with the swept shape, a dst (src) row the destination (source)
+    pass with it and every other kernel with its default; the real function is restored afterwards."""
     code = f"""
 import runpy, sys, torch
 sys.path.insert(0, {BENCH!r})
@@ -211,23 +211,25 @@ from cudnn_gnn.backends import _triton_kernels as tk
 ns = runpy.run_path({os.path.join(INVESTIGATIONS, "triton_tuning.py")!r}, run_name="not_main")
 seen = []
 real = tk._config
-def spy(x_src, heads, v2, forward=False):
-    out = real(x_src, heads, v2, forward)
-    seen.append((forward, out[2]["BLOCK_E"], out[2]["num_warps"]))
+def spy(x_src, heads, v2, kernel, gathered):
+    out = real(x_src, heads, v2, kernel, gathered)
+    seen.append((kernel, gathered.dtype, out[2]["BLOCK_E"], out[2]["num_warps"]))
     return out
 tk._config = spy
-originals = tk.block_sizes, tk.forward_block_sizes
-rows = ns["launch_sweep"](torch.device("cpu"), 1, ["gat"], ["fwd", "bwd"], graph=GraphSpec(40, 160, exponent=0.5),
-                          grid=((2, 1), (32, 2)))
-assert (tk.block_sizes, tk.forward_block_sizes) == originals
+original = tk.launch_shape
+rows = ns["launch_sweep"](torch.device("cpu"), 1, ["gat"], ["fwd", "src"], graph=GraphSpec(40, 160, exponent=0.5),
+                          grid=((2, 3), (32, 2)))
+assert tk.launch_shape is original
 assert len(rows) == 12 and all("median_ms" in r for r in rows), rows
 for key in {{(r["pass"], r["dtype"]) for r in rows}}:
     assert sum(r["default"] for r in rows if (r["pass"], r["dtype"]) == key) == 1
-fwd_defaults = {{(s[0], s[4]) for s in (tk.forward_block_sizes(8, 32, False, n) for n in (4, 2))}}
-bwd_default = tk.block_sizes(8, 32, False)
-# the forward ran its defaults and the swept shapes; the backward (bwd rows only) its default and the swept shapes
-assert {{(b, w) for f, b, w in seen if f}} == fwd_defaults | {{(2, 1), (32, 2)}}, seen
-assert {{(b, w) for f, b, w in seen if not f}} == {{(bwd_default[0], bwd_default[4]), (2, 1), (32, 2)}}, seen
+def defaults(kernel):
+    return {{(s[0], s[4]) for s in (original(kernel, 8, 32, False, n) for n in (4, 2))}}
+swept = {{(2, 3), (32, 2)}}
+shapes = lambda kernel: {{(b, w) for k, _, b, w in seen if k == kernel}}
+assert shapes("fwd") == defaults("fwd") | swept, seen
+assert shapes("dst") == defaults("dst"), seen  # never swept here
+assert shapes("src") == defaults("src") | swept, seen
 print("ok")
 """
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}

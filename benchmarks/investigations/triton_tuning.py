@@ -7,8 +7,8 @@
    (``torch.cuda.set_sync_debug_mode``), and writes cProfile's top functions of our step.
 2. **Launch shape.** The arxiv forward kernel reached 27% (fp32) and 11% (bf16) of its gather-bound floor. Times
    the op for every ``(BLOCK_E, num_warps)`` of a small grid against the default: the forward (no grad) with
-   :func:`cudnn_gnn.backends._triton_kernels.forward_block_sizes` swept, or (``--passes dst,src``) forward+backward
-   with one backward kernel's :func:`~cudnn_gnn.backends._triton_kernels.backward_block_sizes` swept; GAT, GATv2.
+   :func:`cudnn_gnn.backends._triton_kernels.launch_shape` swept, or (``--passes dst,src``) forward+backward with
+   one backward kernel's shape swept; GAT and GATv2.
 
 Usage (from the repository root, on a CUDA GPU with Triton)::
 
@@ -104,9 +104,9 @@ def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
 def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
                  grid: tuple[tuple[int, int], ...] = GRID) -> list[dict[str, Any]]:
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on arxiv's shape (8 heads x 32), fp32
-    and bf16. ``fwd``: the forward (no grad), its shape (:func:`forward_block_sizes`) swept; ``dst`` / ``src``:
-    forward + backward with that backward kernel's shape (:func:`backward_block_sizes`) swept and every other
-    kernel at its default; ``bwd``: both backward kernels swept together. Each row says which shape is the
+    and bf16. ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` /
+    ``src``: forward + backward with that backward kernel's shape swept and every other kernel at its default;
+    ``bwd``: both backward kernels swept together. Each row says which shape is the
     default (for ``bwd``: the destination pass's)."""
     from cudnn_gnn.backends import _triton_kernels as tk
 
@@ -114,29 +114,27 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     heads, c = 8, 32
     rows: list[dict[str, Any]] = []
-    originals = tk.backward_block_sizes, tk.forward_block_sizes
+    original = tk.launch_shape
     try:
         for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in (torch.float32, torch.bfloat16)):
             v2 = op == "gatv2"
             fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
-            tk.backward_block_sizes, tk.forward_block_sizes = originals
+            tk.launch_shape = original
             elem = torch.empty((), dtype=dtype).element_size()
-            if pass_ == "fwd":
-                default = originals[1](heads, c, v2, elem)
-            else:
-                default = originals[0]("src" if pass_ == "src" else "dst", heads, c, v2, elem)
+            default = original("dst" if pass_ == "bwd" else pass_, heads, c, v2, elem)
+            swept = ("dst", "src") if pass_ == "bwd" else (pass_,)
             x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ != "fwd")
             att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
             floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
             shapes = [(default[0], default[4])] + [shape for shape in grid if shape != (default[0], default[4])]
             for block_e, num_warps in shapes:
                 cfg = (block_e, max(block_e, default[1]), default[2], default[3], num_warps)
-                if pass_ == "fwd":
-                    tk.forward_block_sizes = lambda *a, _cfg=cfg, **k: _cfg  # type: ignore[assignment]
-                else:  # the forward keeps its default; so does the backward kernel not swept
-                    def shape(kernel: str, *a: Any, _cfg: tuple[int, ...] = cfg, _p: str = pass_, **k: Any) -> Any:
-                        return _cfg if _p in ("bwd", kernel) else originals[0](kernel, *a, **k)
-                    tk.backward_block_sizes = shape  # type: ignore[assignment]
+
+                def shape(kernel: str, *a: Any, _cfg: tuple[int, ...] = cfg, _swept: tuple[str, ...] = swept,
+                          **k: Any) -> Any:  # the swept kernels take the shape, every other kernel its default
+                    return _cfg if kernel in _swept else original(kernel, *a, **k)
+
+                tk.launch_shape = shape  # type: ignore[assignment]
 
                 def call(x: torch.Tensor = x, att: torch.Tensor = att, fn: Any = fn, pass_: str = pass_) -> None:
                     if pass_ == "fwd":
@@ -161,7 +159,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                       f"{rec.get('median_ms', float('nan')):.3f} ms{' (default)' if rec['default'] else ''}"
                       f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
     finally:
-        tk.backward_block_sizes, tk.forward_block_sizes = originals
+        tk.launch_shape = original  # type: ignore[assignment]
     return rows
 
 

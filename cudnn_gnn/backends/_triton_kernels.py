@@ -44,8 +44,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["ACTIVATION_CODES", "BACKWARD_ONE_WARP", "MAX_TILE_D", "block_sizes", "backward_block_sizes",
-           "forward_block_sizes", "launch_forward", "launch_backward_dst", "launch_backward_src"]
+__all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "block_sizes", "launch_shape", "launch_forward",
+           "launch_backward_dst", "launch_backward_src"]
 
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
 
@@ -77,43 +77,40 @@ def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> t
     return block_e, big_e, hg, block_c, num_warps
 
 
-@functools.cache
-def forward_block_sizes(heads: int, c: int, v2: bool, elem_bytes: int,
-                        max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
-    """The GAT forward's launch shape, ``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)``: :func:`block_sizes`, except that
-    a GAT forward whose tile is at most 256 wide runs **one warp** a program with ``BLOCK_E`` edges of 8 KiB of
-    gathered rows (``8192 / (W * elem_bytes)``, clamped to 2..32: 8 in float32, 16 in bfloat16 at 8 x 32).
+TUNED_SHAPES: dict[tuple[str, bool, int], tuple[int, int]] = {
+    ("fwd", False, 4): (8, 1), ("fwd", False, 2): (8, 1),
+    ("dst", False, 4): (8, 1), ("dst", False, 2): (8, 1),
+    ("src", False, 4): (16, 1), ("src", False, 2): (16, 1),
+    ("dst", True, 4): (8, 1),
+    ("src", True, 4): (8, 1), ("src", True, 2): (4, 2),
+}
+"""Launch shapes measured faster than :func:`block_sizes` for tiles at most 256 wide: ``(kernel, v2, element bytes
+of the rows the kernel gathers per edge)`` -> ``(KiB of gathered rows a block, num_warps)``. Kernels: ``"fwd"``
+(forward, gathers ``x_src``), ``"dst"`` (backward destination pass, ``x_src``), ``"src"`` (backward source pass,
+the output gradient). From the H200 sweeps of ``benchmarks/investigations/triton_tuning.py`` on the arxiv shape,
+8 heads x 32 (figures in docs/performance.md); a combination not listed (GATv2's forward, its 16-bit destination
+pass) keeps :func:`block_sizes`, which won or tied there."""
 
-    Why one warp: more programs resident, more gathers in flight, no cross-warp reductions; in the H200 sweep of
-    ``benchmarks/investigations/triton_tuning.py`` (arxiv shape, 8 heads x 32; figures in docs/performance.md) it won
-    at every ``BLOCK_E`` of 4-32 in bf16 and of 4-16 in fp32. GATv2's forward, wider tiles and the backward keep the
-    shared shape (not swept)."""
+
+@functools.cache
+def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
+                 max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (``"fwd"``, ``"dst"`` or ``"src"``) for ``heads``
+    heads of width ``c`` gathering rows of ``elem_bytes`` bytes an element: :func:`block_sizes`, except for a tile
+    ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES`, which runs
+    ``warps`` warps a program and blocks of ``KiB`` of gathered rows (``BLOCK_E = KiB * 1024 / (W * elem_bytes)``,
+    clamped to 2..32; 8 in float32 and 16 in bfloat16 at 8 KiB and 8 x 32).
+
+    Why few warps: more programs resident, more gathers in flight, no cross-warp reductions, in kernels whose
+    programs are mostly light rows (arxiv: 7 edges on average)."""
     block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
     width = hg * block_c
-    if v2 or width > 256:
+    tuned = TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4)))
+    if tuned is None or width > 256:
         return block_e, big_e, hg, block_c, num_warps
-    block_e = max(2, min(32, 8192 // (width * elem_bytes)))
-    return block_e, max(block_e, big_e), hg, block_c, 1
-
-
-BACKWARD_ONE_WARP: dict[str, tuple[int, int]] = {}
-"""Backward kernels (``"dst"``, ``"src"``) that run GAT tiles of at most 256 wide on one warp, as the forward does,
-mapped to ``(BLOCK_E fp32, BLOCK_E 16-bit)``; a kernel not listed keeps :func:`block_sizes`. Filled from the H200
-sweep of ``benchmarks/investigations/triton_tuning.py --passes dst,src`` (figures in docs/performance.md)."""
-
-
-@functools.cache
-def backward_block_sizes(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
-                         max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
-    """The launch shape of the backward's destination (``kernel="dst"``) or source (``"src"``) pass:
-    :func:`block_sizes`, or, for a GAT tile at most 256 wide and a kernel in :data:`BACKWARD_ONE_WARP`, one warp a
-    program with that kernel's ``BLOCK_E`` for the gathered rows' element size (``elem_bytes``: ``x_src``'s for
-    ``dst``, the output gradient's for ``src``)."""
-    block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
-    if v2 or hg * block_c > 256 or kernel not in BACKWARD_ONE_WARP:
-        return block_e, big_e, hg, block_c, num_warps
-    block_e = BACKWARD_ONE_WARP[kernel][0 if elem_bytes >= 4 else 1]
-    return block_e, max(block_e, big_e), hg, block_c, 1
+    kib, num_warps = tuned
+    block_e = max(2, min(32, kib * 1024 // (width * elem_bytes)))
+    return block_e, max(block_e, big_e), hg, block_c, num_warps
 
 
 # ---------------------------------------------------------------------------------------------------- reductions
@@ -666,13 +663,11 @@ def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
 
 
 def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) -> tuple[int, int, dict[str, int]]:
-    """``(C, head groups, launch keywords)`` for a call of ``kernel`` (``"fwd"``: :func:`forward_block_sizes`;
-    ``"dst"``, ``"src"``: :func:`backward_block_sizes`); ``gathered`` is the tensor whose rows it gathers per edge."""
+    """``(C, head groups, launch keywords)`` for a call of ``kernel`` (see :func:`launch_shape`); ``gathered`` is the
+    tensor whose rows it gathers per edge."""
     c = x_src.shape[1] // heads
-    if kernel == "fwd":  # module globals read per call, so that the tuning sweep can swap them
-        sizes = forward_block_sizes(heads, c, v2, gathered.element_size(), MAX_TILE_D)
-    else:
-        sizes = backward_block_sizes(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
+    # module globals read per call, so that the tuning sweep can swap launch_shape
+    sizes = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
     block_e, big_e, hg, block_c, num_warps = sizes
     return c, triton.cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c,
                                            num_warps=num_warps)

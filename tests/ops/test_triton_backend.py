@@ -431,16 +431,40 @@ def test_chunked_bfloat16_and_gradient_through_attention_only(chunk):
     _attention_only_grads_match(graph, xs, w, ea, kw)
 
 
-def test_forward_block_sizes_one_warp_for_narrow_gat_tiles():
-    """The GAT forward's own launch shape (measured faster on the H200): one warp and 8 KiB of gathered rows per
-    block for tiles up to 256 wide; GATv2 and wider tiles keep the shared shape."""
-    from cudnn_gnn.backends._triton_kernels import block_sizes, forward_block_sizes
+def test_launch_shapes_tuned_for_narrow_tiles():
+    """The tuned shapes (measured faster on the H200): GAT's forward and destination pass one warp and 8 KiB of
+    gathered rows a block, its source pass 16 KiB; GATv2 float32 one warp at 8 KiB in both backward passes, its
+    16-bit source pass two warps at 4 KiB; every other combination, and tiles wider than 256, the shared shape."""
+    from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
 
-    assert forward_block_sizes(8, 32, False, 4) == (8, 32, 8, 32, 1)
-    assert forward_block_sizes(8, 32, False, 2) == (16, 32, 8, 32, 1)
-    assert forward_block_sizes(8, 8, False, 4) == (32, 64, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
-    for args in ((8, 32, True, 4), (4, 256, False, 4), (3, 250, False, 2)):
-        assert forward_block_sizes(*args) == block_sizes(*args[:3])
+    assert launch_shape("fwd", 8, 32, False, 4) == (8, 32, 8, 32, 1)
+    assert launch_shape("fwd", 8, 32, False, 2) == (16, 32, 8, 32, 1)
+    assert launch_shape("fwd", 8, 8, False, 4) == (32, 64, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
+    assert launch_shape("dst", 8, 32, False, 2) == (16, 32, 8, 32, 1)
+    assert launch_shape("src", 8, 32, False, 4) == (16, 32, 8, 32, 1)
+    assert launch_shape("src", 8, 32, False, 2) == (32, 32, 8, 32, 1)
+    assert launch_shape("dst", 8, 32, True, 4) == (8, 16, 8, 32, 1)
+    assert launch_shape("src", 8, 32, True, 2) == (8, 16, 8, 32, 2)
+    for args in (("fwd", 8, 32, True, 4), ("dst", 8, 32, True, 2), ("fwd", 4, 256, False, 4),
+                 ("src", 3, 250, False, 2)):
+        assert launch_shape(*args) == block_sizes(*args[1:4])
+
+
+def test_tuned_backward_shapes_match_the_reference(monkeypatch):
+    """The backward passes on their tuned shapes (few warps, blocks of 32 edges here) with a 40-edge row cut into
+    chunks of 16, and light rows: GAT and GATv2, float32 (the interpreter ignores num_warps; the blocks differ)."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    monkeypatch.setattr(tb, "MIN_CHUNK_E", 16)
+    monkeypatch.setattr(tb, "MAX_CHUNK_E", 16)
+    src = torch.arange(70) % 11
+    dst = torch.cat([torch.zeros(40, dtype=torch.long), torch.arange(30) % 6 + 1])
+    ei = torch.stack([src, dst])
+    graph = CscGraph.from_edge_index(ei, num_nodes=11)
+    for v2 in (False, True):
+        assert kernels.launch_shape("dst", 2, 4, v2, 4)[4] == 1 and kernels.launch_shape("src", 2, 4, v2, 4)[4] == 1
+        xs, xd, w, ea, m = _inputs(v2, 11, 11, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
+        _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
 
 
 def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
