@@ -81,6 +81,7 @@ TUNED_SHAPES: dict[tuple[str, bool, int], tuple[int, int]] = {
     ("fwd", False, 4): (8, 1), ("fwd", False, 2): (8, 1),
     ("dst", False, 4): (8, 1), ("dst", False, 2): (8, 1),
     ("src", False, 4): (16, 1), ("src", False, 2): (16, 1),
+    ("fwd", True, 4): (8, 1), ("fwd", True, 2): (2, 1),
     ("dst", True, 4): (8, 1),
     ("src", True, 4): (8, 1), ("src", True, 2): (4, 2),
 }
@@ -88,8 +89,8 @@ TUNED_SHAPES: dict[tuple[str, bool, int], tuple[int, int]] = {
 of the rows the kernel gathers per edge)`` -> ``(KiB of gathered rows a block, num_warps)``. Kernels: ``"fwd"``
 (forward, gathers ``x_src``), ``"dst"`` (backward destination pass, ``x_src``), ``"src"`` (backward source pass,
 the output gradient). From the H200 sweeps of ``benchmarks/investigations/triton_tuning.py`` on the arxiv shape,
-8 heads x 32 (figures in docs/performance.md); a combination not listed (GATv2's forward, its 16-bit destination
-pass) keeps :func:`block_sizes`, which won or tied there."""
+8 heads x 32 (figures in docs/performance.md); a combination not listed (GATv2's 16-bit destination pass) keeps
+:func:`block_sizes`, which won there."""
 
 
 @functools.cache

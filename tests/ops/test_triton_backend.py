@@ -433,8 +433,9 @@ def test_chunked_bfloat16_and_gradient_through_attention_only(chunk):
 
 def test_launch_shapes_tuned_for_narrow_tiles():
     """The tuned shapes (measured faster on the H200): GAT's forward and destination pass one warp and 8 KiB of
-    gathered rows a block, its source pass 16 KiB; GATv2 float32 one warp at 8 KiB in both backward passes, its
-    16-bit source pass two warps at 4 KiB; every other combination, and tiles wider than 256, the shared shape."""
+    gathered rows a block, its source pass 16 KiB; GATv2's forward one warp at 8 KiB (float32) or 2 KiB (16-bit),
+    its float32 backward one warp at 8 KiB, its 16-bit source pass two warps at 4 KiB; its 16-bit destination
+    pass, and tiles wider than 256, the shared shape."""
     from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
 
     assert launch_shape("fwd", 8, 32, False, 4) == (8, 32, 8, 32, 1)
@@ -445,7 +446,9 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     assert launch_shape("src", 8, 32, False, 2) == (32, 32, 8, 32, 1)
     assert launch_shape("dst", 8, 32, True, 4) == (8, 16, 8, 32, 1)
     assert launch_shape("src", 8, 32, True, 2) == (8, 16, 8, 32, 2)
-    for args in (("fwd", 8, 32, True, 4), ("dst", 8, 32, True, 2), ("fwd", 4, 256, False, 4),
+    assert launch_shape("fwd", 8, 32, True, 4) == (8, 16, 8, 32, 1)
+    assert launch_shape("fwd", 8, 32, True, 2) == (4, 16, 8, 32, 1)
+    for args in (("dst", 8, 32, True, 2), ("fwd", 4, 256, False, 4),
                  ("src", 3, 250, False, 2)):
         assert launch_shape(*args) == block_sizes(*args[1:4])
 
