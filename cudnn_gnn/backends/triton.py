@@ -340,7 +340,8 @@ def _next_pow2(n: int) -> int:
 
 class WorkList(NamedTuple):
     """The programs of one pass over a CSC (or reverse CSC) ``offsets [N+1]``, with rows of more than ``B`` edges
-    cut into chunks of ``B`` (the last one shorter). All int64, fixed shapes (from ``N``, ``E`` and ``B`` alone).
+    cut into chunks of ``B`` (the last one shorter). All int64, fixed shapes (from ``N``, ``E`` and ``B`` alone,
+    unless :func:`work_list` is told that no row is longer than ``B``: then ``P = N`` and ``S = R = 0``).
 
     ``work [P, 4]`` (``P = N + E // B``): ``(row, start, end, slot)``, heaviest first (by ``end - start``; ties in
     row order); ``slot == -1``: the whole row, its results written in place; ``slot >= 0``: a chunk of a hub row,
@@ -354,21 +355,27 @@ class WorkList(NamedTuple):
     hubs: Tensor
 
 
-def work_list(offsets: Tensor, num_edges: int, chunk: int) -> WorkList:
+def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | None = None) -> WorkList:
     """Build the :class:`WorkList` of ``offsets`` with chunks of at most ``chunk`` edges; fixed-shape torch ops only
-    (no host sync, traceable by ``torch.compile``)."""
+    (no host sync, traceable by ``torch.compile``).
+
+    ``max_degree``, the largest row length where the caller knows it (a static graph's cached
+    :meth:`~cudnn_gnn.CscGraph.max_degrees`): with no row longer than ``chunk`` the lists hold no chunk, padding or
+    hub entries (``P = N``, ``S = R = 0``), so the launchers skip every hub launch (merges, the backward's pass-1
+    launch): on a small graph, six of a step's nine launches. Unknown (``None``): the upper bounds above."""
     n = offsets.shape[0] - 1
     dev = offsets.device
     i64: dict[str, Any] = dict(device=dev, dtype=torch.int64)
-    r_max = min(n, num_edges // (chunk + 1))
-    s_max = num_edges // chunk + r_max
+    no_hubs = max_degree is not None and max_degree <= chunk
+    r_max = 0 if no_hubs else min(n, num_edges // (chunk + 1))
+    s_max = 0 if no_hubs else num_edges // chunk + r_max
     if n == 0:
         return WorkList(torch.zeros(0, 4, **i64), torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
     off = offsets.long()
     n_chunks = ((off.diff() + chunk - 1) // chunk).clamp_min(1)
     multi = n_chunks > 1
     cum = n_chunks.cumsum(0)
-    p = torch.arange(n + num_edges // chunk, **i64)
+    p = torch.arange(n if no_hubs else n + num_edges // chunk, **i64)
     valid = p < cum[-1]
     row = torch.searchsorted(cum, p, right=True).clamp_max(n - 1)
     k = p - (cum[row] - n_chunks[row])
@@ -397,10 +404,33 @@ def _score_matrix(a: Tensor, heads: int) -> Tensor:
     return (a.float().view(heads, width, 1) * eye.view(heads, 1, heads)).reshape(heads * width, heads)
 
 
+class _Scores(torch.autograd.Function):
+    """``x [N, D] @ m [D, K]`` as float32 ``[N, K]``, with a backward in ``x``'s own dtype.
+
+    Plain ``x.float() @ m`` on 16-bit ``x`` would keep the float32 copy of ``x`` for the backward (``[N, D]``, twice
+    the size of ``x``) and return the gradient of ``x`` as a float32 ``[N, D]`` GEMM output cast back to ``x``'s
+    dtype. Here the backward saves ``x`` itself and runs both GEMMs in ``x``'s dtype (float32 accumulation inside
+    the GEMM; the ``[N, K]`` score gradient rounded to that dtype first): ``d_x = g m^T`` straight in ``x``'s dtype,
+    ``d_m = x^T g`` returned in float32. For float32 ``x`` this is exactly the plain product."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, m: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, m)
+        return x.float() @ m
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
+        x, m = ctx.saved_tensors
+        g = g.to(x.dtype)
+        d_x = g @ m.to(x.dtype).t() if ctx.needs_input_grad[0] else None
+        d_m = (x.t() @ g).float() if ctx.needs_input_grad[1] else None
+        return d_x, d_m
+
+
 def _node_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
     """``[N, H]`` float32 ``sum_c x[n, h, c] * a[h, c]``, as one GEMM with :func:`_score_matrix`: ``x`` is read once
-    and no ``[N, H, C]`` product is materialised (forward or backward)."""
-    return x.float() @ _score_matrix(a, heads)
+    and no ``[N, H, C]`` product is materialised (forward or backward; see :class:`_Scores`)."""
+    return _Scores.apply(x, _score_matrix(a, heads))
 
 
 def _src_dst_scores(x_src: Tensor, x_dst: Tensor, a_src: Tensor, a_dst: Tensor, heads: int) -> tuple[Tensor, Tensor]:
@@ -408,7 +438,7 @@ def _src_dst_scores(x_src: Tensor, x_dst: Tensor, a_src: Tensor, a_dst: Tensor, 
     graph is homogeneous (``x_dst is x_src``), so ``x`` is read once and one launch is saved each way."""
     if x_dst is not x_src:
         return _node_scores(x_src, a_src, heads).contiguous(), _node_scores(x_dst, a_dst, heads).contiguous()
-    both = x_src.float() @ torch.cat([_score_matrix(a_src, heads), _score_matrix(a_dst, heads)], 1)
+    both = _Scores.apply(x_src, torch.cat([_score_matrix(a_src, heads), _score_matrix(a_dst, heads)], 1))
     return both[:, :heads].contiguous(), both[:, heads:].contiguous()
 
 
@@ -432,14 +462,19 @@ def build_call(
     per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``."""
     g = graph
     chunk = chunk_size(g.num_edges)
-    rows = g.derived(("triton", "row_work", chunk), lambda: work_list(g.offsets, g.num_edges, chunk))
+    # a static graph's largest degrees (one sync, cached on the graph) let the work lists drop the hub launches where
+    # no row is longer than a chunk; none for a graph rebuilt every call (sampled blocks) or while tracing
+    degrees = None if torch.compiler.is_compiling() else g.max_degrees()
+    rows = g.derived(("triton", "row_work", chunk),
+                     lambda: work_list(g.offsets, g.num_edges, chunk, None if degrees is None else degrees[0]))
     rev_offsets = rev_to_csc = dst_index = None
     src_work = src_hub_work = src_hubs = None
     if needs_grad:
         rev_offsets, rev_to_csc = g.reverse_csc()
         dst_index = g.dst_index
-        src_work, src_hub_work, src_hubs = g.derived(("triton", "src_work", chunk),
-                                                     lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk))
+        src_work, src_hub_work, src_hubs = g.derived(
+            ("triton", "src_work", chunk),
+            lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, None if degrees is None else degrees[1]))
     needs_map = edge_attr is not None or dropout_mask is not None or return_attention
     edge_map = g.map_csc_to_coo if needs_map else None
     d = x_src.shape[1]

@@ -380,6 +380,56 @@ def test_work_list_cuts_rows_into_chunks_heaviest_first():
     assert sorted(whole[:, 0].tolist()) == [0, 2, 4]  # empty rows are whole items too (they write zeros)
 
 
+def test_work_list_without_hubs_when_the_largest_degree_fits_a_chunk():
+    """With the largest degree known and at most the chunk, the lists hold the rows only: no chunk, padding or hub
+    entries, the same whole items as without it; a known degree above the chunk keeps the upper bounds."""
+    offsets = torch.tensor([0, 0, 3, 4, 8, 8])
+    bounded = tb.work_list(offsets, 8, 4)
+    exact = tb.work_list(offsets, 8, 4, max_degree=4)
+    assert bounded.work.shape == (5 + 2, 4) and bounded.hubs.shape == (1, 3)
+    assert exact.work.shape == (5, 4) and exact.hub_work.shape == (0, 4) and exact.hubs.shape == (0, 3)
+    assert exact.work.tolist() == bounded.work[bounded.work[:, 3] == -1].tolist()
+    assert tb.work_list(offsets, 8, 3, max_degree=4).hubs.shape == (2, 3)
+
+
+def test_static_graph_without_hubs_skips_the_hub_launches(monkeypatch):
+    """A static CscGraph whose degrees fit a chunk: forward + backward launch the three row kernels and nothing
+    else (no merge, no pass-1 launch); the same graph marked rebuilt every call (no degree sync) keeps the bounded
+    lists and launches the merges over padding. Results agree."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    launched: list[str] = []
+    for name in ("_fwd_kernel", "_fwd_merge_kernel", "_bwd_dst_kernel", "_bwd_src_kernel", "_merge_sum_kernel"):
+        real = getattr(kernels, name)
+
+        class _Spy:
+            def __init__(self, real, name):
+                self.real, self.name = real, name
+
+            def __getitem__(self, grid):
+                launched.append(self.name)
+                return self.real[grid]
+
+        monkeypatch.setattr(kernels, name, _Spy(real, name))
+    ns = 40
+    ei = torch.randint(0, ns, (2, 300), generator=torch.Generator().manual_seed(3))  # 300 edges > one 256-edge chunk
+    results = []
+    for rebuilt in (False, True):
+        graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+        if rebuilt:
+            graph.mark_rebuilt_every_call()
+        xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
+        launched.clear()
+        results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True))
+        if not rebuilt:
+            assert launched == ["_fwd_kernel", "_bwd_dst_kernel", "_bwd_src_kernel"], launched
+        else:
+            assert "_fwd_merge_kernel" in launched and "_merge_sum_kernel" in launched, launched
+    for a, b in zip(*results):
+        if a is not None:
+            torch.testing.assert_close(a, b)
+
+
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 def test_catalogue_with_tiny_chunks_matches_reference(name, v2, chunk):
