@@ -286,6 +286,46 @@ class OgbGAT(nn.Module):
         return x
 
 
+def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: str, *, num_nodes: int = 2048,
+            num_edges: int = 20_000, seeds: int = 256) -> float:
+    """Build the kernels that sampled training and evaluation will launch, before the first epoch; returns seconds.
+
+    Runs ``model`` itself (not a DDP wrapper: no gradient all-reduce) on a random batch of ``num_nodes`` nodes and
+    ``num_edges`` edges, the way the training loop calls it (``sampled=True``, under the run's autocast): one
+    forward and backward in training mode, one forward in eval mode without gradients. Triton builds its kernel
+    variants at their first call (their constexprs follow the model's heads, widths, dtype and dropout, not the
+    batch), cuDNN its own; PyG's layers warm cuBLAS and the allocator the same way. Leaves the parameters, their
+    gradients (None), the buffers (batch-norm statistics) and the CPU and CUDA random states as they were, so the
+    training that follows is the one a run without the warm-up would do."""
+    t0 = time.perf_counter()
+    cpu_rng = torch.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
+    buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
+    was_training = model.training
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(num_nodes, in_channels, generator=gen).to(device)
+    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen).to(device)
+    try:
+        model.train()
+        with autocast(device, precision):
+            out = model(x, edge_index, None, sampled=True)
+        out[:seeds].float().sum().backward()
+        model.eval()
+        with torch.no_grad(), autocast(device, precision):
+            model(x, edge_index, None, sampled=True)
+        sync(device)
+    finally:
+        model.zero_grad(set_to_none=True)
+        model.train(was_training)
+        with torch.no_grad():
+            for name, b in model.named_buffers():
+                b.copy_(buffers[name])
+        torch.set_rng_state(cpu_rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+    return time.perf_counter() - t0
+
+
 # ----------------------------------------------------------------------------------------------- sampling
 
 

@@ -28,6 +28,10 @@ ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. `
     # only the memory model and the data folder, no training
     python examples/papers100m.py --scale 0.1 --plan-only
 
+Before epoch 1, one warm-up step on a random batch (``_common.warm_up``; ``--no-warm-up`` skips it) builds the
+kernels training and evaluation launch, so that epoch 1 does not carry them; the model's state and the random
+streams are left as they were.
+
 Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction (CUDA events around compute over wall time; None on
 a CPU), peak GPU memory, peak host RSS, mean training loss over all ranks; at start the memory model's
 prediction (``cudnn_gnn.apps.distributed.estimate_memory``), with the sampler's upper bounds and with the hop
@@ -48,7 +52,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import OgbGAT, count_params, grad_scaler, optimizer_step, seed_everything, write_json
+from _common import OgbGAT, count_params, grad_scaler, optimizer_step, seed_everything, warm_up, write_json
 
 from cudnn_gnn.apps.distributed import (
     BusyMeter,
@@ -98,6 +102,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--plan-only", action="store_true", help="prepare the data, print the memory model, exit")
     ap.add_argument("--json", metavar="PATH", default=None, help="the run's record as JSON (rank 0)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-warm-up", action="store_true",
+                    help="skip the warm-up step that builds the kernels before epoch 1 (they are then built in it)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     args.fanout = [int(f) for f in str(args.fanout).split(",")]
     if len(args.fanout) != args.layers:
@@ -188,6 +194,12 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                                       world_size=ctx.world_size), shuffle=True)
     eval_loaders = [loader(idx.tensor_split(ctx.world_size)[ctx.rank], shuffle=False)
                     for idx in (g.valid_idx, g.test_idx)]
+    if not args.no_warm_up:  # kernel builds (Triton's, cuDNN's) here, not in epoch 1; model state left unchanged
+        if ctx.is_main:
+            print("building kernels: one warm-up step on a random batch ...", end=" ", flush=True)
+        record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision)
+        if ctx.is_main:
+            print(f"{record['warm_up_seconds']:.1f} s", flush=True)
     meter = BusyMeter(device)
     hops: tuple[list[int], list[int]] | None = None
     for epoch in range(1, args.epochs + 1):

@@ -214,6 +214,33 @@ def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, m
     assert out.is_file()
 
 
+def test_warm_up_leaves_the_model_and_random_state_unchanged(papers) -> None:
+    """The warm-up step (kernel builds before epoch 1) on a model with batch norm and dropout: parameters, gradients
+    (None), running statistics, training mode and the CPU random stream are those of before it."""
+    common = sys.modules["_common"]
+    torch.manual_seed(5)
+    model = common.OgbGAT("gat", 12, 4, 3, layers=2, heads=2, norm=True, dropout=0.5, backend="reference")
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    rng = torch.get_rng_state()
+    seconds = common.warm_up(model, 12, torch.device("cpu"), "fp32", num_nodes=64, num_edges=300, seeds=16)
+    assert seconds > 0 and model.training
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters())
+    assert torch.equal(torch.get_rng_state(), rng)
+
+
+def test_papers100m_warm_up_does_not_change_training(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two epochs with and without the warm-up step give the same losses; the record says how long it took."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: True)
+    monkeypatch.setattr(papers, "mapped_neighbor_loader", _full_neighbourhood_loader)
+    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "1", "--backend", "reference",
+            "--fanout", "2,2,2"]
+    warm = papers.main(args)
+    cold = papers.main([*args, "--no-warm-up"])
+    assert warm["warm_up_seconds"] > 0 and "warm_up_seconds" not in cold
+    assert [e["loss"] for e in warm["epochs"]] == [e["loss"] for e in cold["epochs"]]
+
+
 def test_papers100m_builds_each_loader_once(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One training loader (shuffled, persistent workers when there are workers) and two evaluation loaders, built
     before the first epoch and iterated every epoch: loader workers start once per run, not once per epoch."""
