@@ -532,11 +532,15 @@ def mha_gat(
         ``(out, attention or None)``: ``out`` ``[Nd, H*C]`` (concat) or ``[Nd, C]`` in the input dtype.
         Everything is differentiable in ``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``.
 
-    Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores; plus a merge launch where some row
-    has more than :func:`chunk_size` edges), two backward (plus, with hub rows or sources, a pass-1 launch over the
-    hub chunks and small merge launches); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
-    order). Per graph, built once and cached on it: the work lists (rows, and for the backward sources, cut into
-    chunks, heaviest first), and for the backward the reverse CSC (one sort of the sources). No host sync per call.
+    Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores; plus a merge launch where the work
+    list may hold hub rows), two backward (plus, where it may hold hub rows or sources, a pass-1 launch over the hub
+    chunks and small merge launches); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
+    order). A static graph's work lists know its largest degrees and hold hub entries only where a row (source) has
+    more than :func:`chunk_size` edges; a graph rebuilt every call (a sampled block), or one traced by
+    ``torch.compile``, gets lists sized for the worst case. Per graph, built once and cached on it: the work lists
+    (rows, and for the backward sources, cut into chunks, heaviest first), its largest degrees (one host sync, the
+    first time), and for the backward the reverse CSC (one sort of the sources). No host sync per call after the
+    first.
 
     Raises:
         NotImplementedError: float64 inputs (use the reference backend).
