@@ -34,8 +34,9 @@ streams are left as they were.
 
 Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction (CUDA events around compute over wall time; None on
 a CPU), peak GPU memory, peak host RSS, mean training loss over all ranks; at start the memory model's
-prediction (``cudnn_gnn.apps.distributed.estimate_memory``), with the sampler's upper bounds and with the hop
-sizes measured on the first batches. Needs ``pyg-lib`` or ``torch-sparse`` for sampling.
+prediction (``cudnn_gnn.apps.distributed.estimate_memory``) with the sampler's upper bounds, and at the end with
+the hop sizes measured on the first batch or, where the sampler reports none (torch-sparse), with the largest batch
+of epoch 1 (``memory_model_largest_batch``). Needs ``pyg-lib`` or ``torch-sparse`` for sampling.
 """
 
 from __future__ import annotations
@@ -130,15 +131,22 @@ def prepare(args: argparse.Namespace) -> Any:
 
 
 def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops: tuple[list[int], list[int]] | None,
-                device: torch.device) -> dict[str, Any]:
+                device: torch.device, *, batch: tuple[int, int] | None = None) -> dict[str, Any]:
+    """The memory model for this run: at the sampler's upper bounds (``hops`` None), at a batch's measured per-hop
+    counts (``hops``, trimmed blocks), or at a batch's measured totals (``batch = (nodes, edges)``, a sampler without
+    per-hop counts: every layer on the whole batch)."""
     act_bytes = 2 if args.precision in ("bf16", "fp16") and device.type == "cuda" else 4
+    if batch is not None:  # untrimmed: only the batch's totals enter the model
+        hops, label, trimmed = ([batch[0]], [batch[1]]), "measured batch: ", False
+    else:
+        label = "measured hops: " if hops else "upper bound: "
+        trimmed = hops is not None or sampler_reports_hops()
     est = estimate_memory(num_nodes=g.num_nodes, num_edges=g.num_edges, num_features=g.x.size(1),
                           num_classes=g.num_classes, batch_size=args.batch_size, fanout=args.fanout, hidden=args.hidden,
                           heads=args.heads, model=args.model, feature_bytes=g.x.element_size(), act_bytes=act_bytes,
                           ranks=ranks, num_workers=args.num_workers, params=params,
-                          hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None,
-                          trimmed=hops is not None or sampler_reports_hops())
-    print(("measured hops: " if hops else "upper bound: ") + est.summary(), flush=True)
+                          hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed)
+    print(label + est.summary(), flush=True)
     return est.as_dict()
 
 
@@ -202,6 +210,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
             print(f"{record['warm_up_seconds']:.1f} s", flush=True)
     meter = BusyMeter(device)
     hops: tuple[list[int], list[int]] | None = None
+    largest = (0, 0)  # the largest batch (nodes, edges) of epoch 1, for the model where there are no per-hop counts
     for epoch in range(1, args.epochs + 1):
         ddp.train()
         meter.reset()
@@ -213,6 +222,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         for x, y, edge_index, bs, nsn, nse in Prefetcher(train_loader, device, to_device):
             if hops is None and nsn is not None:
                 hops = (list(nsn), list(nse))
+            if epoch == 1:
+                largest = max(largest, (x.size(0), edge_index.size(1)))
             with meter.step():
                 opt.zero_grad(set_to_none=True)
                 with autocast(device, args.precision):
@@ -247,6 +258,10 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         if hops is not None:
             record["measured_hops"] = {"nodes": hops[0], "edges": hops[1]}
             record["memory_model_measured_hops"] = memory_plan(args, g, ctx.world_size, params, hops, device)
+        elif largest[0]:
+            record["largest_batch"] = {"nodes": largest[0], "edges": largest[1]}
+            record["memory_model_largest_batch"] = memory_plan(args, g, ctx.world_size, params, None, device,
+                                                               batch=largest)
         steady = [e["seconds"] for e in record["epochs"][1:]] or [e["seconds"] for e in record["epochs"]]
         record["sec_per_epoch"] = sum(steady) / len(steady)
         write_json(args.json, record)

@@ -212,6 +212,15 @@ def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, m
     assert last["gpu_busy_fraction"] is None and last["peak_gpu_bytes"] is None and last["batches"] == 1
     assert 0.0 <= last["valid_acc"] <= 1.0 and last["loss"] > 0 and last["peak_host_rss_bytes"] > 0
     assert out.is_file()
+    # no per-hop counts from this loader: the model is evaluated at the largest batch, every layer on all of it
+    assert rec["largest_batch"] == {"nodes": rec["num_nodes"], "edges": rec["num_edges"]}  # the whole graph
+    from cudnn_gnn.apps.distributed import estimate_memory
+
+    want = estimate_memory(num_nodes=rec["num_nodes"], num_edges=rec["num_edges"], num_features=128,
+                           num_classes=172, batch_size=256, fanout=[2, 2, 2], hidden=8, heads=2, act_bytes=4,
+                           num_workers=0, params=rec["params"], hop_nodes=[rec["num_nodes"]],
+                           hop_edges=[rec["num_edges"]], trimmed=False)
+    assert rec["memory_model_largest_batch"]["gpu_activations"] == want.as_dict()["gpu_activations"] > 0
 
 
 def test_warm_up_leaves_the_model_and_random_state_unchanged(papers) -> None:
