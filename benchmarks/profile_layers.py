@@ -218,6 +218,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 print("\nTriton forward kernel not found among the profiled kernels: check --triton-pattern against "
                       "the kernel names above")
+            if args.pass_ == "fwd+bwd":  # each backward pass gathers one row per edge too (x_src rows, dout rows)
+                result["triton_backward_efficiency"] = {}
+                for name, pattern in (("destination pass", "_bwd_dst_"), ("source pass", "_bwd_src_")):
+                    us = sum(r["self_cuda_us"] for r in per_kernel.values()
+                             if r["class"] == ours and pattern in r["kernel"]) / steps
+                    e = result["triton_backward_efficiency"][name] = triton_forward_efficiency(inp, args.dtype, us)
+                    if us > 0:
+                        print(f"Triton {name}: {us:,.1f} us/step, {100 * e['fraction_of_floor']:.0f}% of the same "
+                              "gather-bound floor")
         elif cudnn_us > 0 and impl not in ("pyg", "pyg_compile", "reference", "layer_reference"):
             model_bytes = traffic_model(inp, args.layer, args.dtype, args.pass_)
             bw = {k: v / (cudnn_us * 1e-6) for k, v in model_bytes.items()}
