@@ -394,6 +394,7 @@ class MemoryEstimate:
     gpu_batch_inputs: int
     gpu_structure_per_batch: int
     gpu_activations: int
+    gpu_backward_transient: int
     gpu_total: int
     batch_nodes: int
     batch_edges: int
@@ -407,7 +408,8 @@ class MemoryEstimate:
                 f"structure {self.host_structure / gib:.1f}, per rank {self.host_per_rank / gib:.2f}); GPU "
                 f"{self.gpu_total / gib:.2f} GiB per rank (model state {self.gpu_model_state / gib:.2f}, batch "
                 f"{(self.gpu_batch_inputs + self.gpu_structure_per_batch) / gib:.2f}, activations "
-                f"{self.gpu_activations / gib:.2f}; {self.batch_nodes:,} nodes, {self.batch_edges:,} edges per batch)")
+                f"{self.gpu_activations / gib:.2f}, backward transient {self.gpu_backward_transient / gib:.2f}; "
+                f"{self.batch_nodes:,} nodes, {self.batch_edges:,} edges per batch)")
 
 
 def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_classes: int, batch_size: int,
@@ -429,6 +431,12 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
       COO int64 edge index, CSC indices and permutation);
     - PyG: the same plus the per-edge messages ``[E, H, C]`` (``act_bytes e HC``, kept for backward) and the
       attention ``[E, H]`` in three forms (logits, softmax, dropout; ``12 e H``).
+
+    On top of what is saved, the backward's transient buffers at the widest hidden layer (``n_dst`` targets,
+    ``e`` edges, ``K = H C``): ours ``3 * 4 n_dst K`` (the float32 gradients through its dropout, activation and
+    bias addition: under autocast the bias is float32, so these tensors are float32); PyG also ``3 act_bytes e K``
+    (the gradients of its ``[E, H, C]`` messages and gathered rows, and their product for the attention's gradient).
+    The counts (3) are read off the layers' structure, not fitted.
 
     ``hop_nodes``/``hop_edges``: measured per-hop counts of a batch (``num_sampled_nodes``/``num_sampled_edges``);
     default :func:`sampled_hop_sizes`' upper bounds. ``params``: the model's parameter count if known.
@@ -452,7 +460,7 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
             c_in = H * C
     batch_nodes, batch_edges = sum(hop_nodes), sum(hop_edges)
 
-    act = 0
+    act = transient = 0
     c_in = num_features
     for i in range(L):
         hops = L - i
@@ -466,6 +474,8 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
         if model == "pyg-gat":
             layer += act_bytes * e * hc + 12 * e * H
         act += layer
+        if i < L - 1:  # a hidden layer: bias, activation and dropout after it
+            transient = max(transient, 3 * 4 * n_dst * hc + (3 * act_bytes * e * hc if model == "pyg-gat" else 0))
         c_in = H * C
 
     batch_in = batch_nodes * (num_features * feature_bytes + 8 + 8) + 16 * batch_edges  # x, n_id, y, edge_index
@@ -479,5 +489,6 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
         host_per_rank=host_per_rank,
         host_total=host_features + host_structure + host_labels + ranks * host_per_rank,
         gpu_model_state=gpu_state, gpu_batch_inputs=2 * batch_in, gpu_structure_per_batch=16 * batch_edges,
-        gpu_activations=act, gpu_total=gpu_state + 2 * batch_in + 16 * batch_edges + act,
+        gpu_activations=act, gpu_backward_transient=transient,
+        gpu_total=gpu_state + 2 * batch_in + 16 * batch_edges + act + transient,
         batch_nodes=batch_nodes, batch_edges=batch_edges)
