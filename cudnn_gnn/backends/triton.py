@@ -462,19 +462,23 @@ def build_call(
     per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``."""
     g = graph
     chunk = chunk_size(g.num_edges)
-    # a static graph's largest degrees (one sync, cached on the graph) let the work lists drop the hub launches where
-    # no row is longer than a chunk; none for a graph rebuilt every call (sampled blocks) or while tracing
-    degrees = None if torch.compiler.is_compiling() else g.max_degrees()
+
+    def largest_degree(side: int) -> int | None:
+        """A static graph's largest in- (0) or out-degree (1), so that its work lists can drop the hub launches where
+        no row is longer than a chunk: one sync the first time, cached on the graph, and asked only when a list is
+        built. None for a graph rebuilt every call (sampled blocks) or while tracing."""
+        degrees = None if torch.compiler.is_compiling() else g.max_degrees()
+        return None if degrees is None else degrees[side]
+
     rows = g.derived(("triton", "row_work", chunk),
-                     lambda: work_list(g.offsets, g.num_edges, chunk, None if degrees is None else degrees[0]))
+                     lambda: work_list(g.offsets, g.num_edges, chunk, largest_degree(0)))
     rev_offsets = rev_to_csc = dst_index = None
     src_work = src_hub_work = src_hubs = None
     if needs_grad:
         rev_offsets, rev_to_csc = g.reverse_csc()
         dst_index = g.dst_index
         src_work, src_hub_work, src_hubs = g.derived(
-            ("triton", "src_work", chunk),
-            lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, None if degrees is None else degrees[1]))
+            ("triton", "src_work", chunk), lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, largest_degree(1)))
     needs_map = edge_attr is not None or dropout_mask is not None or return_attention
     edge_map = g.map_csc_to_coo if needs_map else None
     d = x_src.shape[1]
