@@ -1,15 +1,15 @@
 """What does a sampled training step of the example's GAT keep for its backward, per node and per edge of a batch?
 
-The memory model (``cudnn_gnn.apps.distributed.estimate_memory``) predicts a GPU peak from a per-layer formula. On
-the papers100M-shaped run (``h200x2-2026-11-30-3d08ef9/``) it missed in both directions: 43% over at the fan-out's
-upper-bound batch, and 34% (ours) / 40% (PyG) under at the batch sizes the sampler really produces. This measures
-the activation term directly, on the CPU: the model of ``examples/papers100m.py`` (``_common.OgbGAT``, 3 layers of
-4 x 128, residual maps, ELU, dropout; ours on the Triton backend with its kernel launches stubbed, which changes no
-tensor's size, or PyG's ``GATConv``) runs forward under ``torch.autocast(bfloat16)`` on random batches laid out as
-a torch-sparse ``NeighborLoader`` batch (every layer on the whole batch, ``sampled=True``), while
-``torch.autograd.graph.saved_tensors_hooks`` records every tensor autograd saves (each storage counted once). A
-least-squares fit over several batch shapes gives bytes per node and per edge; ``--predict N,E`` evaluates it at a
-measured batch and prints it next to the memory model's activation term for the same batch.
+The memory model (``cudnn_gnn.apps.distributed.estimate_memory``) predicts a GPU peak from a per-layer formula; its
+activation term is what autograd keeps. This measures that term directly, on the CPU (the answer and how the
+model compares: ``benchmarks/investigations/README.md``, docs/scale.md): the model of ``examples/papers100m.py``
+(``_common.OgbGAT``, 3 layers of 4 x 128, residual maps, ELU, dropout; ours on the Triton backend with its kernel
+launches stubbed, which changes no tensor's size, or PyG's ``GATConv``) runs forward under
+``torch.autocast(bfloat16)`` on random batches laid out as a torch-sparse ``NeighborLoader`` batch (every layer on
+the whole batch, ``sampled=True``), while ``torch.autograd.graph.saved_tensors_hooks`` records every tensor
+autograd saves (each storage counted once). A least-squares fit over several batch shapes gives bytes per node and
+per edge; ``--predict N,E`` evaluates it at a measured batch and prints it next to the memory model's activation
+term for the same batch.
 
 CPU autocast casts the same ops to bfloat16 as CUDA autocast does here (``linear``); ``elu``, ``dropout`` and the
 residual and bias additions follow type promotion on both; dropout runs as CUDA runs it (``native_dropout``, a bool
