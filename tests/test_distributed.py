@@ -238,12 +238,20 @@ def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, m
     assert rec["memory_model_largest_batch"]["gpu_activations"] == want.as_dict()["gpu_activations"] > 0
 
 
-def test_warm_up_leaves_the_model_and_random_state_unchanged(papers) -> None:
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: str) -> None:
     """The warm-up step (kernel builds before epoch 1) on a model with batch norm and dropout: parameters, gradients
-    (None), running statistics, training mode and the CPU random stream are those of before it."""
+    (None), running statistics, training mode and the CPU random stream are those of before it; on the reference
+    backend and on the Triton kernels (Triton's interpreter here)."""
+    if backend == "triton":
+        pytest.importorskip("triton", reason="the triton backend needs the triton package")
+        if not torch.cuda.is_available() and "cudnn_gnn.backends._triton_kernels" not in sys.modules:
+            os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are first decorated (as the Triton tests do)
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            pytest.skip("the Triton kernels run compiled on this machine's GPU: the GPU suites cover them")
     common = sys.modules["_common"]
     torch.manual_seed(5)
-    model = common.OgbGAT("gat", 12, 4, 3, layers=2, heads=2, norm=True, dropout=0.5, backend="reference")
+    model = common.OgbGAT("gat", 12, 4, 3, layers=2, heads=2, norm=True, dropout=0.5, backend=backend)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
     seconds = common.warm_up(model, 12, torch.device("cpu"), "fp32", num_nodes=64, num_edges=300, seeds=16)
