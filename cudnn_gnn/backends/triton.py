@@ -2,7 +2,9 @@
 
 Two ops in our ``torch.library`` namespace, ``cudnn_gnn::triton_gat_fwd`` and ``cudnn_gnn::triton_gat_bwd``,
 serve GAT and GATv2 (flag ``v2``), with shape-only fakes and an explicit autograd formula, so
-``torch.compile(fullgraph=True)`` traces through them and ``torch.library.opcheck`` covers them. The kernels live
+``torch.compile(fullgraph=True)`` traces through them and ``torch.library.opcheck`` covers them. Eager calls run
+the same two implementations through a plain autograd Function (:class:`_EagerAttention`), which skips the
+dispatcher and the ``register_autograd`` wrapper: on small graphs that host time is the step's. The kernels live
 in :mod:`cudnn_gnn.backends._triton_kernels`, imported on first use: they run on CUDA tensors, and on any device
 under Triton's interpreter (``TRITON_INTERPRET=1``, which is how the CPU test suite runs them).
 
@@ -314,6 +316,41 @@ def _backward(ctx, grad_out, _grad_lse, grad_att):  # type: ignore[no-untyped-de
 torch.library.register_autograd("cudnn_gnn::triton_gat_fwd", _backward, setup_context=_setup_context, lib=_lib)
 
 
+class _EagerAttention(torch.autograd.Function):
+    """The registered op's forward and backward (:func:`_fwd_impl`, :func:`_bwd_impl`, the same code) as a plain
+    autograd Function, for eager calls: no dispatcher round trip and no ``register_autograd`` wrapper (its
+    ``fill_defaults`` and pytree passes), which on small graphs cost more host time than the kernels take (see
+    docs/performance.md). ``torch.compile`` traces the registered op instead (:func:`mha_gat` picks).
+
+    ``apply(call, return_attention, x_src, x_dst, edge_attr, attn_weights, score_src, score_dst, score_edge)``:
+    the inputs are ``call``'s own tensors again, passed one by one so that autograd tracks them. Returns
+    ``(out, attention)`` (an empty, non-differentiable stand-in without ``return_attention``)."""
+
+    @staticmethod
+    def forward(ctx, call: TritonCall, return_attention: bool, *inputs: Tensor | None  # type: ignore[override]
+                ) -> tuple[Tensor, Tensor]:
+        tensors, *packed = pack(call)
+        out, lse, att = _fwd_impl(tensors, *packed, return_attention)
+        ctx.packed, ctx.return_attention = packed, return_attention
+        ctx.save_for_backward(*tensors, lse)
+        ctx.set_materialize_grads(False)
+        if not return_attention:
+            ctx.mark_non_differentiable(att)
+        return out, att
+
+    @staticmethod
+    def backward(ctx, grad_out: Tensor | None, grad_att: Tensor | None  # type: ignore[override]
+                 ) -> tuple[Tensor | None, ...]:
+        *tensors, lse = ctx.saved_tensors
+        if grad_out is None:
+            c = unpack(tensors, *ctx.packed)
+            nd, _, h, ch = _sizes(c)
+            grad_out = c.x_src.new_zeros(nd, h * ch if c.concat else ch)
+        grads = _bwd_impl(grad_out, grad_att if ctx.return_attention else None, lse, tensors, *ctx.packed)
+        needs = ctx.needs_input_grad[2:]
+        return (None, None, *(g if need else None for g, need in zip(grads, needs, strict=True)))
+
+
 # ---------------------------------------------------------------------------------------------------- entry
 MIN_CHUNK_E = 256
 MAX_CHUNK_E = 1024
@@ -433,13 +470,61 @@ def _node_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
     return _Scores.apply(x, _score_matrix(a, heads))
 
 
-def _src_dst_scores(x_src: Tensor, x_dst: Tensor, a_src: Tensor, a_dst: Tensor, heads: int) -> tuple[Tensor, Tensor]:
-    """``(score_src [Ns, H], score_dst [Nd, H])``, contiguous float32; one GEMM ``x @ [A_src | A_dst]`` where the
-    graph is homogeneous (``x_dst is x_src``), so ``x`` is read once and one launch is saved each way."""
-    if x_dst is not x_src:
-        return _node_scores(x_src, a_src, heads).contiguous(), _node_scores(x_dst, a_dst, heads).contiguous()
-    both = _Scores.apply(x_src, torch.cat([_score_matrix(a_src, heads), _score_matrix(a_dst, heads)], 1))
-    return both[:, :heads].contiguous(), both[:, heads:].contiguous()
+class _SrcDstScores(torch.autograd.Function):
+    """GAT's per-node scores ``(score_src [Ns, H], score_dst [Nd, H])``, contiguous float32, from ``x_src``,
+    ``x_dst`` (None: the graph is homogeneous, ``x_dst`` is ``x_src``) and ``attn_weights`` (``att_src | att_dst``
+    in its first ``2*H*C`` entries), as one autograd node.
+
+    The block-diagonal ``[H*C, 2H]`` matrix of both head vectors is built by one broadcast multiply; a homogeneous graph
+    takes one GEMM ``x @ [A_src | A_dst]`` (``x`` read once). The backward runs the GEMMs in ``x``'s dtype (as
+    :class:`_Scores`) and reads the vectors' gradient off the diagonal blocks of ``x^T g`` straight into
+    ``attn_weights``' shape. Against one :class:`_Scores` per side plus the slicing, concatenation and matrix
+    construction as separate autograd ops, this saves about a dozen small launches and several autograd nodes per
+    step, which count on small, host-bound graphs (docs/performance.md)."""
+
+    @staticmethod
+    def forward(ctx, x_src: Tensor, x_dst: Tensor | None, attn_weights: Tensor, heads: int  # type: ignore[override]
+                ) -> tuple[Tensor, Tensor]:
+        d = x_src.shape[1]
+        a = attn_weights[:2 * d].float().view(2, heads, d // heads)
+        # m[h*C + c, s*H + k] = a[s, h, c] if k == h: [H, C, 2, H] laid out as [H*C, 2H]
+        eye = torch.eye(heads, device=a.device, dtype=torch.float32)
+        m = (a.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(d, 2 * heads)
+        ctx.save_for_backward(x_src, x_dst, m)
+        ctx.heads, ctx.width = heads, attn_weights.shape[0]
+        if x_dst is None:
+            both = x_src.float() @ m
+            return both[:, :heads].contiguous(), both[:, heads:].contiguous()
+        return x_src.float() @ m[:, :heads], x_dst.float() @ m[:, heads:]
+
+    @staticmethod
+    def backward(ctx, g_src: Tensor | None, g_dst: Tensor | None  # type: ignore[override]
+                 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
+        x_src, x_dst, m = ctx.saved_tensors
+        h, d = ctx.heads, x_src.shape[1]
+        dt = x_src.dtype
+        g_src = torch.zeros(x_src.shape[0], h, device=m.device) if g_src is None else g_src
+        g_dst = torch.zeros((x_src if x_dst is None else x_dst).shape[0], h, device=m.device) if g_dst is None \
+            else g_dst
+        d_x_src = d_x_dst = d_w = None
+        if x_dst is None:
+            g = torch.cat([g_src, g_dst], 1).to(dt)
+            if ctx.needs_input_grad[0]:
+                d_x_src = g @ m.to(dt).t()
+            d_m = (x_src.t() @ g).float() if ctx.needs_input_grad[2] else None
+        else:
+            gs, gd = g_src.to(dt), g_dst.to(dt)
+            if ctx.needs_input_grad[0]:
+                d_x_src = gs @ m[:, :h].to(dt).t()
+            if ctx.needs_input_grad[1]:
+                d_x_dst = gd @ m[:, h:].to(x_dst.dtype).t()
+            d_m = torch.cat([(x_src.t() @ gs).float(), (x_dst.t() @ gd.to(x_dst.dtype)).float()], 1) \
+                if ctx.needs_input_grad[2] else None
+        if d_m is not None:
+            # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
+            d_a = torch.diagonal(d_m.view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
+            d_w = d_a if ctx.width == 2 * d else torch.cat([d_a, d_a.new_zeros(ctx.width - 2 * d)])
+        return d_x_src, d_x_dst, d_w, None
 
 
 def build_call(
@@ -491,7 +576,7 @@ def build_call(
         score_edge = None
         if edge_attr is not None:
             score_edge = _node_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
-        score_src, score_dst = _src_dst_scores(x_src, x_dst, attn_weights[:d], attn_weights[d:2 * d], heads)
+        score_src, score_dst = _SrcDstScores.apply(x_src, None if x_dst is x_src else x_dst, attn_weights, heads)
         inputs = dict(x_src=x_src.contiguous(), x_dst=None, edge_attr=None, attn_weights=None,
                       score_src=score_src, score_dst=score_dst, score_edge=score_edge)
     return TritonCall(
@@ -559,7 +644,10 @@ def mha_gat(
     call = build_call(graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
                       activation_name=activation_name, activation_alpha=activation_alpha,
                       return_attention=return_attention, needs_grad=needs_grad)
-    out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
+    if torch.compiler.is_compiling():
+        out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
+    else:
+        out, att = _EagerAttention.apply(call, return_attention, *(call[i] for i in _INPUT_FIELDS))
     return out, (att if return_attention else None)
 
 

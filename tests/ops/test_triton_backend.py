@@ -249,6 +249,28 @@ def test_opcheck(v2):
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, _op_args(v2, return_attention=v2))
 
 
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_eager_function_equals_the_registered_op(v2):
+    """Eager calls go through ``_EagerAttention`` (no dispatcher, no ``register_autograd`` wrapper); the registered
+    op, which ``torch.compile`` traces, runs the same implementations: outputs, attention and every gradient bitwise
+    equal, on a bipartite graph with edge features and a dropout mask."""
+    ei, ns, nd = GRAPHS["bipartite"]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
+    xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 2, edge=True, mask=True, bipartite=True)
+    kw = dict(v2=v2, heads=2, concat=not v2, activation_name="elu", activation_alpha=1.0)
+    results = []
+    for via_op in (False, True):
+        call = tb.build_call(graph, xs, xd, w, ea, m, return_attention=True, needs_grad=True, **kw)
+        if via_op:
+            out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*tb.pack(call), True)
+        else:
+            out, att = tb.mha_gat(graph, xs, xd, w, ea, m, return_attention=True, **kw)
+        loss = (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum() + att.pow(2).sum()
+        results.append((out, att, *torch.autograd.grad(loss, (xs, xd, w, ea))))
+    for a, b in zip(*results, strict=True):
+        assert torch.equal(a, b)
+
+
 def test_compile_fullgraph_has_no_graph_break():
     ei, ns, nd = GRAPHS["zero_in_degree"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
@@ -521,15 +543,36 @@ def test_tuned_backward_shapes_match_the_reference(monkeypatch):
 
 
 def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
-    from cudnn_gnn.backends.triton import _node_scores, _score_matrix, _src_dst_scores
+    from cudnn_gnn.backends.triton import _score_matrix
 
     a = torch.randn(3 * 5, dtype=torch.float64)
     torch.testing.assert_close(_score_matrix(a, 3), torch.block_diag(*a.float().view(3, 5, 1).unbind(0)))
-    x, a2 = torch.randn(7, 15), torch.randn(15)
-    both = _src_dst_scores(x, x, a.float(), a2, 3)  # one GEMM for a homogeneous graph
-    apart = _src_dst_scores(x, x.clone(), a.float(), a2, 3)
-    for got, want in zip(both, (_node_scores(x, a.float(), 3), _node_scores(x, a2, 3))):
-        torch.testing.assert_close(got, want)
-    for got, want in zip(apart, both):
-        torch.testing.assert_close(got, want)
-    assert all(t.is_contiguous() for t in both)
+
+
+@pytest.mark.parametrize("bipartite", [False, True], ids=["homogeneous", "bipartite"])
+@pytest.mark.parametrize("edge_width", [0, 6])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_src_dst_scores_and_their_gradients(bipartite, edge_width, dtype):
+    """``_SrcDstScores`` (one autograd node, one GEMM on a homogeneous graph) against the plain per-head sums:
+    values, and the gradients of ``x_src``, ``x_dst`` and ``attn_weights`` (its edge part left at zero here)."""
+    from cudnn_gnn.backends.triton import _SrcDstScores
+
+    h, c, ns, nd = 3, 5, 9, 4
+    gen = torch.Generator().manual_seed(3)
+    xs = torch.randn(ns, h * c, generator=gen).to(dtype).requires_grad_()
+    xd = torch.randn(nd, h * c, generator=gen).to(dtype).requires_grad_() if bipartite else None
+    w = torch.randn(2 * h * c + edge_width, generator=gen).requires_grad_()
+    x_dst = xs if xd is None else xd
+    g_src, g_dst = torch.randn(ns, h, generator=gen), torch.randn(x_dst.shape[0], h, generator=gen)
+    got = _SrcDstScores.apply(xs, xd, w, h)
+    want = tuple((x.float().view(-1, h, c) * a.view(h, c)).sum(-1)
+                 for x, a in ((xs, w[:h * c]), (x_dst, w[h * c:2 * h * c])))
+    inputs = (xs, w) if xd is None else (xs, xd, w)
+    grads = torch.autograd.grad((got[0] * g_src).sum() + (got[1] * g_dst).sum(), inputs)
+    want_grads = torch.autograd.grad((want[0] * g_src).sum() + (want[1] * g_dst).sum(), inputs)
+    tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.1, rtol=0.02)
+    for a, b in zip((*got, *grads), (*want, *want_grads), strict=True):
+        assert a.shape == b.shape and a.dtype == b.dtype
+        torch.testing.assert_close(a, b, **tol)
+    assert all(t.is_contiguous() and t.dtype == torch.float32 for t in got)
+    assert torch.count_nonzero(grads[-1][2 * h * c:]) == 0
