@@ -428,12 +428,13 @@ def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_e
                       needs_grad: bool) -> tuple[Tensor | None, Tensor | None]:
     """GATv2's ``(edge_attr, lin_edge_weight)`` for :func:`build_call`: as given where :func:`fuse_edge_projection`
     takes the fused path, else ``(edge_attr @ lin_edge_weight^T, None)`` (torch's linear, differentiable; both
-    operands in their promoted dtype). Without ``lin_edge_weight``, ``edge_attr`` passes as it is."""
+    operands in their promoted dtype). Without ``lin_edge_weight``, ``edge_attr`` passes as it is. The partials are
+    the weight gradient's: the rule counts them only where the weight requires grad."""
     if edge_attr is None or lin_edge_weight is None:
         return edge_attr, None
     dtype = torch.promote_types(edge_attr.dtype, lin_edge_weight.dtype)
-    elem = torch.empty(0, dtype=dtype).element_size()
-    if fuse_edge_projection(edge_attr.shape[0], heads, x_src.shape[1], edge_attr.shape[1], elem, needs_grad):
+    if fuse_edge_projection(edge_attr.shape[0], heads, x_src.shape[1], edge_attr.shape[1], dtype.itemsize,
+                            needs_grad and lin_edge_weight.requires_grad):
         return edge_attr, lin_edge_weight
     return torch.nn.functional.linear(edge_attr.to(dtype), lin_edge_weight.to(dtype)), None
 

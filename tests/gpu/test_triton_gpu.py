@@ -205,7 +205,7 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
     gen = torch.Generator(device=DEV).manual_seed(8)
     ea = torch.randn(e, de, device=DEV, generator=gen)
     ew = torch.randn(heads * c, de, device=DEV, generator=gen) / de**0.5
-    assert tb.fuse_edge_projection(e, heads, heads * c, de, torch.empty(0, dtype=dtype).element_size(), True)
+    assert tb.fuse_edge_projection(e, heads, heads * c, de, dtype.itemsize, True)
 
     def run(backend, dt):
         x, a, f, wt = (t.detach().to(dt).requires_grad_() for t in (xs, w, ea, ew))
@@ -243,7 +243,7 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
         assert torch.equal(a, b)
     for a, b in zip(got, projected):  # the projected Triton path: the same up to rounding
         assert _rel(a, b) < 3 * TOL[dtype]
-    buffer = e * heads * c * torch.empty(0, dtype=dtype).element_size()
+    buffer = e * heads * c * dtype.itemsize
     assert extra_projected - extra >= buffer, (
         f"fused forward+backward peaked {extra} bytes above its inputs, projected {extra_projected}; one [E, H*C] "
         f"buffer is {buffer}")
