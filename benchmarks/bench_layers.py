@@ -298,9 +298,11 @@ class OpGATv2(nn.Module):
         self.backend, self.deterministic = backend, deterministic
 
     def forward(self, x: Tensor, graph: cudnn_gnn.CscGraph, edge_attr: Tensor | None = None) -> Tensor:
-        ea = None if self.lin_edge is None or edge_attr is None else self.lin_edge(edge_attr)
+        # raw edge features and lin_edge's weight, as GATv2Conv passes them (Triton projects inside its kernels)
+        ea = None if self.lin_edge is None else edge_attr
         out = cudnn_gnn.gatv2(graph, (self.lin_l(x), self.lin_r(x)), self.att.reshape(-1), heads=self.heads,
-                              edge_attr=ea, concat=self.concat, activation_alpha=self.negative_slope,
+                              edge_attr=ea, lin_edge_weight=None if ea is None or self.lin_edge is None
+                              else self.lin_edge.weight, concat=self.concat, activation_alpha=self.negative_slope,
                               deterministic=self.deterministic, backend=self.backend)
         return out if self.bias is None else out + self.bias
 

@@ -23,6 +23,7 @@ from cudnn_gnn._validation import (
     check_int,
     check_probability,
     check_shape,
+    check_tensor,
 )
 from cudnn_gnn.backends import GAT_BACKENDS
 from cudnn_gnn.graph import CscGraph
@@ -45,7 +46,10 @@ class AttentionSpec:
             floating dtype.
         attn_weights: GAT ``[2*D + De]`` (``att_src | att_dst | att_edge``), GATv2 ``[D]``; not yet cast.
         heads: ``H``.
-        edge_attr: GAT ``[E, De]``, GATv2 ``[E, D]``, COO order, or None.
+        edge_attr: GAT ``[E, De]``, GATv2 ``[E, D]`` (projected) or, with ``lin_edge_weight``, ``[E, De]`` (raw),
+            COO order, or None.
+        lin_edge_weight: GATv2 only, ``[D, De]`` (PyG's ``lin_edge.weight``), or None: the edge term is then
+            ``edge_attr @ lin_edge_weight^T`` (:meth:`projected_edge_attr`), which a backend may compute fused.
         concat: ``[Nd, D]`` output, else the mean over heads ``[Nd, C]``.
         activation / activation_alpha: the logit activation and its resolved parameter (a float for every one).
         dropout_mask: ``[E, H]`` factors in COO order (explicit, or drawn here for ``dropout > 0`` in training),
@@ -64,6 +68,7 @@ class AttentionSpec:
     attn_weights: Tensor
     heads: int
     edge_attr: Tensor | None
+    lin_edge_weight: Tensor | None
     concat: bool
     activation: str
     activation_alpha: float
@@ -85,8 +90,19 @@ class AttentionSpec:
 
     @property
     def dim_edge(self) -> int:
-        """The edge feature width (0 without edge features)."""
-        return 0 if self.edge_attr is None else self.edge_attr.shape[1]
+        """The width of the edge features the attention adds (0 without edge features): GAT's ``De``, GATv2's
+        ``D`` (with ``lin_edge_weight`` too: the width of the projection)."""
+        if self.edge_attr is None:
+            return 0
+        return self.edge_attr.shape[1] if self.lin_edge_weight is None else self.lin_edge_weight.shape[0]
+
+    def projected_edge_attr(self) -> Tensor | None:
+        """``edge_attr``, or ``edge_attr @ lin_edge_weight^T`` (``[E, D]``, differentiable, in the operands' promoted
+        dtype) for the backends that take projected GATv2 edge features."""
+        if self.edge_attr is None or self.lin_edge_weight is None:
+            return self.edge_attr
+        dtype = torch.promote_types(self.edge_attr.dtype, self.lin_edge_weight.dtype)
+        return torch.nn.functional.linear(self.edge_attr.to(dtype), self.lin_edge_weight.to(dtype))
 
     @property
     def dtype(self) -> torch.dtype:
@@ -172,9 +188,19 @@ def _split_features(graph: CscGraph, x: object) -> tuple[Tensor, Tensor]:
     raise TypeError(f"x must be a Tensor or a (x_src, x_dst) tuple of Tensors, got {type(x).__name__}")
 
 
-def _check_edge_attr(v2: bool, edge_attr: Tensor, e: int, d: int, heads: int, device: torch.device) -> None:
+def _check_edge_attr(v2: bool, edge_attr: Tensor, e: int, d: int, heads: int, device: torch.device,
+                     lin_edge_weight: Tensor | None) -> None:
     check_float("edge_attr", edge_attr)
-    if v2:
+    if lin_edge_weight is not None:
+        check_float("lin_edge_weight", lin_edge_weight)
+        check_shape("lin_edge_weight", lin_edge_weight, (d, None), f"(dim={d}, dim_edge)")
+        de = lin_edge_weight.shape[1]
+        if de == 0:
+            raise ValueError(f"lin_edge_weight must have at least one column (dim_edge >= 1), got shape "
+                             f"{tuple(lin_edge_weight.shape)}")
+        check_shape("edge_attr", edge_attr, (e, de), f"(num_edges={e}, dim_edge={de}) to match lin_edge_weight")
+        check_device("lin_edge_weight", lin_edge_weight, device)
+    elif v2:
         check_shape("edge_attr", edge_attr, (e, d), f"(num_edges={e}, {d})")
     else:
         check_shape("edge_attr", edge_attr, (e, None), f"(num_edges={e}, dim_edge)")
@@ -226,6 +252,7 @@ def attention_spec(
     grad_precision: str,
     backend: str,
     max_degree: int | str | None,
+    lin_edge_weight: Tensor | None = None,
 ) -> AttentionSpec:
     """Validate one call's arguments (the public ops' keywords) and freeze them; draws the dropout mask for
     ``dropout > 0`` in training. Raises TypeError / ValueError naming the argument, before any kernel runs."""
@@ -239,8 +266,16 @@ def attention_spec(
     if d == 0 or d % heads != 0:
         raise ValueError(f"x must have a feature dimension divisible by heads={heads}, got {d}")
     e = graph.num_edges
+    if lin_edge_weight is not None:
+        check_tensor("lin_edge_weight", lin_edge_weight)
+        if not v2:
+            raise ValueError("lin_edge_weight must be None for GAT (its edge features are passed as they are), "
+                             "got a Tensor")
+        if edge_attr is None:
+            raise ValueError("lin_edge_weight must be None when edge_attr is None (it projects edge_attr), "
+                             "got a Tensor")
     if edge_attr is not None:
-        _check_edge_attr(v2, edge_attr, e, d, heads, graph.device)
+        _check_edge_attr(v2, edge_attr, e, d, heads, graph.device, lin_edge_weight)
     de = 0 if edge_attr is None else edge_attr.shape[1]
     check_float("attn_weights", attn_weights)
     n_w = d if v2 else 2 * d + de
@@ -264,7 +299,7 @@ def attention_spec(
         dropout_mask = make_dropout_mask(e, heads, p, device=graph.device)
     return AttentionSpec(
         v2=v2, graph=graph, x_src=x_src, x_dst=x_dst, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
-        concat=concat, activation=activation, activation_alpha=alpha, dropout_mask=dropout_mask,
+        lin_edge_weight=lin_edge_weight, concat=concat, activation=activation, activation_alpha=alpha, dropout_mask=dropout_mask,
         return_attention=return_attention, deterministic=deterministic, grad_precision=grad_precision,
         backend=backend, max_degree=_check_max_degree(max_degree),
     )

@@ -10,7 +10,7 @@ from torch import Tensor
 
 from ._graph_plan import GraphPlan
 
-__all__ = ["loop_edge_attr", "project_edge_attr"]
+__all__ = ["loop_edge_attr", "plan_edge_attr", "project_edge_attr"]
 
 
 def loop_edge_attr(plan: GraphPlan, edge_attr: Tensor, fill_value: Any) -> Tensor:
@@ -39,11 +39,17 @@ def loop_edge_attr(plan: GraphPlan, edge_attr: Tensor, fill_value: Any) -> Tenso
     return torch.cat([base, loop_attr], dim=0)
 
 
-def project_edge_attr(plan: GraphPlan, edge_attr: Tensor | None, fill_value: Any,
-                      project: Callable[[Tensor], Tensor] | None) -> Tensor | None:
-    """Edge features in the plan's edge order (self-loops filled with ``fill_value``, 1-D as one column),
-    through ``project`` (a layer's ``lin_edge``, or GAT's folded edge logits)."""
-    if edge_attr is None or project is None:
+def plan_edge_attr(plan: GraphPlan, edge_attr: Tensor | None, fill_value: Any) -> Tensor | None:
+    """``[E_plan, De]`` edge features in the plan's edge order (self-loops filled with ``fill_value``, 1-D as one
+    column), or None."""
+    if edge_attr is None:
         return None
     ea = loop_edge_attr(plan, edge_attr, fill_value)
-    return project(ea.view(-1, 1) if ea.dim() == 1 else ea)
+    return ea.view(-1, 1) if ea.dim() == 1 else ea
+
+
+def project_edge_attr(plan: GraphPlan, edge_attr: Tensor | None, fill_value: Any,
+                      project: Callable[[Tensor], Tensor] | None) -> Tensor | None:
+    """:func:`plan_edge_attr` through ``project`` (GAT's folded edge logits), or None."""
+    ea = plan_edge_attr(plan, edge_attr, fill_value)
+    return None if ea is None or project is None else project(ea)

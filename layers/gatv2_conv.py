@@ -16,7 +16,7 @@ from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gatv2 import gatv2
 
 from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
-from ._edge_features import project_edge_attr
+from ._edge_features import plan_edge_attr
 from ._explain import explained, run_explained
 from ._plan_cache import resolve
 from ._pyg_outputs import finish
@@ -35,8 +35,11 @@ class GATv2Conv(MessagePassing):
         \alpha_{i,j} = \operatorname{softmax}_j\Big(\mathbf{a}^{\top}\mathrm{LeakyReLU}\big(\mathbf{\Theta}_{s}
         \mathbf{x}_j + \mathbf{\Theta}_{t}\mathbf{x}_{i} + \mathbf{\Theta}_{e}\mathbf{e}_{j,i}\big)\Big)
 
-    per head (``Theta_s`` is ``lin_l``, ``Theta_t`` is ``lin_r``, both with bias), heads concatenated or
-    averaged, then the optional residual ``res(x_dst)`` and ``bias`` added. Parameters, initialisation,
+    per head (``Theta_s`` is ``lin_l``, ``Theta_t`` is ``lin_r``, both with bias, ``Theta_e`` is ``lin_edge``),
+    heads concatenated or averaged, then the optional residual ``res(x_dst)`` and ``bias`` added. The edge features
+    (self-loops filled with ``fill_value``) go to :func:`cudnn_gnn.gatv2` raw with ``lin_edge.weight``, so the
+    Triton backend projects them inside its kernels and no ``(|E|, H * F_out)`` tensor is made (where
+    ``fuse_edge_projection`` allows; elsewhere torch projects them first, as PyG does). Parameters, initialisation,
     ``reset_parameters()``, ``__repr__``, forward and returns are PyG's (see :class:`~cudnn_gnn.layers.GATConv`
     for the extra keyword-only knobs ``backend``, ``deterministic``, ``grad_precision`` and ``cache_graph``).
 
@@ -173,10 +176,12 @@ class GATv2Conv(MessagePassing):
                        device=x_l.device, cache=self.cache_graph)
         if plan.pad_dst:
             x_r = torch.cat([x_r, x_r.new_zeros(1, H * C)])
-        ea = project_edge_attr(plan, edge_attr, self.fill_value, self.lin_edge)
+        ea = None if self.lin_edge is None else plan_edge_attr(plan, edge_attr, self.fill_value)
+        w_edge = None if ea is None or self.lin_edge is None else self.lin_edge.weight
         want = bool(return_attention_weights)
         alpha_dtype = torch.promote_types(x_l.dtype, self.att.dtype)
-        op = partial(gatv2, plan.graph, (x_l, x_r), self.att.reshape(-1), heads=H, edge_attr=ea, concat=self.concat,
+        op = partial(gatv2, plan.graph, (x_l, x_r), self.att.reshape(-1), heads=H, edge_attr=ea,
+                     lin_edge_weight=w_edge, concat=self.concat,
                      activation="leaky_relu", activation_alpha=self.negative_slope, deterministic=self.deterministic,
                      grad_precision=self.grad_precision, backend=self.backend)
         if explained(self):  # torch_geometric.explain: edge masks and message hooks (layers/_explain.py)

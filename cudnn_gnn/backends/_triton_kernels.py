@@ -46,8 +46,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "block_sizes", "launch_shape", "launch_forward",
-           "launch_backward_dst", "launch_backward_src"]
+__all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "block_sizes", "edge_kernel_shape", "launch_shape",
+           "launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge"]
 
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
 
@@ -175,17 +175,37 @@ def _act_grad(z, ACT: tl.constexpr, alpha):
 
 # ---------------------------------------------------------------------------------------------------- logits
 @triton.jit
+def _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE: tl.constexpr):
+    """GATv2's edge term ``f [BLOCK, HG, BLOCK_C]`` (float32) of the COO edges ``coo [BLOCK]`` for the feature offsets
+    ``hc [HG, BLOCK_C]``. ``DE == 0``: rows of projected features ``edge [E, H*C]``. ``DE > 0`` (the fused
+    projection): ``f = edge_attr[coo] @ W^T`` from raw features ``edge [E, DE]`` and the weight ``W [H*C, DE]`` (PyG's
+    ``lin_edge.weight``) at ``ew_ptr``, an unrolled loop over ``DE``: per step one element a row of ``edge_attr`` and a
+    ``[HG, BLOCK_C]`` slice of a column of ``W`` (cached), one multiply-add over the tile. Masked lanes are 0."""
+    tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
+    if DE == 0:
+        f = tl.load(edge_ptr + coo[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
+    else:
+        f = tl.where(tile_mask, 0.0, 0.0)
+        for k in tl.static_range(DE):
+            col = tl.load(edge_ptr + coo * DE + k, mask=e_mask, other=0.0).to(tl.float32)
+            wk = tl.load(ew_ptr + hc * DE + k, mask=hc_mask, other=0.0).to(tl.float32)
+            f += col[:, None, None] * wk[None, :, :]
+    return f
+
+
+@triton.jit
 def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
-            map_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+            map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
             H, D, alpha,
-            V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, ACT: tl.constexpr):
+            V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr):
     """Logits ``s [BLOCK, HG]`` (float32) of a block of CSC positions ``e_pos [BLOCK]`` with sources ``src`` for the
     heads ``h_off [HG]``, and ``coo``, their COO ids (int64).
 
     GAT: ``act(score_src[j, h] + sd[h] + score_edge[coo, h])`` with ``sd`` the destination's scores (loaded once per
     program, not per block). GATv2: ``sum_c a[h, c] act(z[h, c])`` with ``z = x_j + x_i + f_coo``;
     ``xj [BLOCK, HG, BLOCK_C]`` is the gathered source tile, ``xi [HG, BLOCK_C]`` the destination's slice,
-    ``aw [HG, BLOCK_C]`` the attention vector; ``hc [HG, BLOCK_C]`` the offsets ``h * C + c`` inside a feature row."""
+    ``aw [HG, BLOCK_C]`` the attention vector; ``hc [HG, BLOCK_C]`` the offsets ``h * C + c`` inside a feature row;
+    ``f`` from :func:`_edge_rows` (``DE > 0``: projected on the fly)."""
     if HAS_MAP:
         coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
     else:
@@ -193,8 +213,7 @@ def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
     if V2:
         z = xj + xi[None, :, :]
         if HAS_EDGE:
-            f_off = coo[:, None, None] * D + hc[None, :, :]
-            z += tl.load(edge_ptr + f_off, mask=e_mask[:, None, None] & hc_mask[None, :, :], other=0.0).to(tl.float32)
+            z += _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE)
         s = _sum(_act(z, ACT, alpha) * aw[None, :, :], 2)
     else:
         eh_mask = e_mask[:, None] & hm[None, :]
@@ -239,11 +258,11 @@ def _normalise_att(start, end, lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_
 # ---------------------------------------------------------------------------------------------------- forward
 @triton.jit
 def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
-               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                mask_ptr, mask_s0, mask_s1, att_ptr,
                H, D, alpha,
-               V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
-               RETURN_ATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+               V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
+               HAS_MASK: tl.constexpr, RETURN_ATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
     """One online-softmax step over the edges ``e0 .. e0 + BLOCK`` (clipped to ``end``) of a row."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
@@ -252,7 +271,7 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
     tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
     xj = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
     s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
-                     map_ptr, edge_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT)
+                     map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT)
     s = tl.where(eh_mask, s, float("-inf"))
     if RETURN_ATT:  # raw logits for now; normalised once the row's statistics are known
         tl.store(att_ptr + coo[:, None] * H + h_off[None, :], s, mask=eh_mask)
@@ -269,11 +288,11 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
 @triton.jit
 def _fwd_kernel(
     work_ptr, indices_ptr, map_ptr,
-    x_src_ptr, x_dst_ptr, edge_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+    x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     mask_ptr, mask_s0, mask_s1,
     out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
     H, C, alpha,
-    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
+    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
@@ -304,14 +323,14 @@ def _fwd_kernel(
     big_end = start + (end - start) // BIG_E * BIG_E
     for e0 in range(start, big_end, BIG_E):  # long rows: full big blocks
         m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
-                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                        mask_ptr, mask_s0, mask_s1, att_ptr, H, D, alpha,
-                                       V2, HAS_MAP, HAS_EDGE, HAS_MASK, RETURN_ATT, ACT, BIG_E)
+                                       V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, RETURN_ATT, ACT, BIG_E)
     for e0 in range(big_end, end, BLOCK_E):  # light rows and the rest: small blocks
         m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
-                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                        mask_ptr, mask_s0, mask_s1, att_ptr, H, D, alpha,
-                                       V2, HAS_MAP, HAS_EDGE, HAS_MASK, RETURN_ATT, ACT, BLOCK_E)
+                                       V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, RETURN_ATT, ACT, BLOCK_E)
 
     # a chunk of a hub row: its partial state (no normalisation; the merge kernel combines the chunks)
     ps = tl.maximum(slot, 0)
@@ -396,11 +415,11 @@ def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr):
 # ---------------------------------------------------------------------------------------------------- backward
 @triton.jit
 def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
-                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                     mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr,
                     H, D, alpha,
-                    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
-                    HAS_DATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+                    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
+                    HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
     """Pass 1 over one block: ``p`` and ``g`` per (edge, head) into the buffers, ``delta`` accumulated."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
@@ -409,7 +428,7 @@ def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delt
     tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
     xj = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
     s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
-                     map_ptr, edge_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT)
+                     map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT)
     p = tl.where(eh_mask, tl.exp(s - lse[None, :]), 0.0)
     g = _sum(xj * dout[None, :, :], 2)
     if HAS_DATT:
@@ -426,12 +445,13 @@ def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delt
 
 @triton.jit
 def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
-                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                     mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr, dsedge_ptr,
                     H, D, alpha,
-                    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
-                    ACT: tl.constexpr, BLOCK: tl.constexpr):
-    """Pass 2 over one block: ``ds``, the per-edge gradients, the destination-side sums accumulated."""
+                    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
+                    HAS_MASK: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+    """Pass 2 over one block: ``ds``, the per-edge gradients, the destination-side sums accumulated. With the fused
+    projection (``DE > 0``) the edge gradients are left to :func:`_bwd_edge_kernel`, which reads ``ds``."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
     eh_mask = e_mask[:, None] & hm[None, :]
@@ -456,15 +476,15 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
         tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
         z = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask,
                     other=0.0).to(tl.float32) + xi[None, :, :]
-        f_off = coo[:, None, None] * D + hc[None, :, :]
         if HAS_EDGE:
-            z += tl.load(edge_ptr + f_off, mask=tile_mask, other=0.0).to(tl.float32)
+            z += _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE)
         dz = ds[:, :, None] * aw[None, :, :] * _act_grad(z, ACT, alpha)
         dz = tl.where(tile_mask, dz, 0.0)
         dxi += _sum(dz, 0)
         datt_w += _sum(ds[:, :, None] * tl.where(tile_mask, _act(z, ACT, alpha), 0.0), 0)
         if HAS_EDGE:
-            tl.store(dedge_ptr + f_off, dz, mask=tile_mask)
+            if DE == 0:
+                tl.store(dedge_ptr + coo[:, None, None] * D + hc[None, :, :], dz, mask=tile_mask)
         tl.store(ds_buf_ptr + buf_off, ds, mask=eh_mask)
     else:
         t = tl.load(ssrc_ptr + src[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0) + sd[None, :]
@@ -483,14 +503,14 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
 @triton.jit
 def _bwd_dst_kernel(
     work_ptr, indices_ptr, map_ptr,
-    x_src_ptr, x_dst_ptr, edge_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
+    x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     mask_ptr, mask_s0, mask_s1,
     lse_ptr, dout_ptr, datt_ptr,
     alpha_buf_ptr, ds_buf_ptr, delta_part_ptr, delta_rows_ptr,
     dx_dst_ptr, dedge_ptr, dattw_ptr, dsdst_ptr, dsedge_ptr,
     dxd_part_ptr, dattw_part_ptr, dsd_part_ptr,
     H, C, alpha,
-    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr,
+    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
@@ -535,14 +555,14 @@ def _bwd_dst_kernel(
     delta = tl.full([HG], 0.0, tl.float32)
     for e0 in range(start, big_end, BIG_E):
         delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
-                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                 mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
-                                V2, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, BIG_E)
+                                V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BIG_E)
     for e0 in range(big_end, p1_end, BLOCK_E):
         delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
-                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
+                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                 mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
-                                V2, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, BLOCK_E)
+                                V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BLOCK_E)
     if ONLY_DELTA:
         tl.store(delta_part_ptr + ps * H + h_off, delta, mask=hm & part)
     else:
@@ -557,15 +577,16 @@ def _bwd_dst_kernel(
         dsd = tl.full([HG], 0.0, tl.float32)
         for e0 in range(start, big_end, BIG_E):
             dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
-                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
-                                               mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr,
-                                               dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, HAS_MASK, ACT, BIG_E)
+                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
+                                               sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
+                                               dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
+                                               HAS_MASK, ACT, BIG_E)
         for e0 in range(big_end, end, BLOCK_E):
             dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
-                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ssrc_ptr, sedge_ptr,
-                                               mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr,
-                                               dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, HAS_MASK, ACT,
-                                               BLOCK_E)
+                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
+                                               sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
+                                               dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
+                                               HAS_MASK, ACT, BLOCK_E)
         if V2:
             tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask & whole[:, None])
             tl.store(dattw_ptr + row * D + hc, datt_w, mask=hc_mask & whole[:, None])
@@ -578,10 +599,10 @@ def _bwd_dst_kernel(
 
 @triton.jit
 def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
-                   rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, dout_ptr, alpha_buf_ptr, ds_buf_ptr,
-                   H, D, alpha,
-                   V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, ACT: tl.constexpr,
-                   BLOCK: tl.constexpr):
+                   rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr, alpha_buf_ptr,
+                   ds_buf_ptr, H, D, alpha,
+                   V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
+                   ACT: tl.constexpr, BLOCK: tl.constexpr):
     """One block of a source's out-edges (reverse-CSC positions ``k0 .. k0 + BLOCK``)."""
     k = k0 + tl.arange(0, BLOCK)
     k_mask = k < end
@@ -602,8 +623,7 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
                 coo = tl.load(map_ptr + e_pos, mask=k_mask, other=0).to(tl.int64)
             else:
                 coo = e_pos
-            z += tl.load(edge_ptr + coo[:, None, None] * D + hc[None, :, :], mask=tile_mask,
-                         other=0.0).to(tl.float32)
+            z += _edge_rows(coo, k_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE)
         dz = ds[:, :, None] * aw[None, :, :] * _act_grad(z, ACT, alpha)
         dx += _sum(tl.where(tile_mask, dz, 0.0), 0)
     else:
@@ -614,11 +634,11 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
 @triton.jit
 def _bwd_src_kernel(
     work_ptr, rev_to_csc_ptr, dst_index_ptr, map_ptr,
-    x_src_ptr, x_dst_ptr, edge_ptr, attw_ptr,
+    x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr,
     dout_ptr, alpha_buf_ptr, ds_buf_ptr,
     dx_src_ptr, dssrc_ptr, dx_part_ptr, dss_part_ptr,
     H, C, alpha,
-    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, ACT: tl.constexpr,
+    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Source pass over the reverse CSC: for source ``j`` (a work item over reverse-CSC positions) and each head
@@ -646,12 +666,12 @@ def _bwd_src_kernel(
     big_end = start + (end - start) // BIG_E * BIG_E
     for k0 in range(start, big_end, BIG_E):
         dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, dout_ptr,
-                                 alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT, BIG_E)
+                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr,
+                                 alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT, BIG_E)
     for k0 in range(big_end, end, BLOCK_E):
         dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, dout_ptr,
-                                 alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, ACT, BLOCK_E)
+                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr,
+                                 alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT, BLOCK_E)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     if not V2:
@@ -659,10 +679,86 @@ def _bwd_src_kernel(
         tl.store(dss_part_ptr + ps * H + h_off, dss, mask=hm & part)
 
 
+@triton.jit
+def _bwd_edge_kernel(
+    indices_ptr, dst_index_ptr, map_ptr,
+    x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ds_buf_ptr,
+    dedge_ptr, dew_part_ptr,
+    E, SPAN, H, C, alpha,
+    HAS_MAP: tl.constexpr, DEDGE: tl.constexpr, DEW: tl.constexpr, ACT: tl.constexpr, DE: tl.constexpr,
+    DE_PAD: tl.constexpr, BLOCK: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+):
+    """GATv2's fused edge projection, backward: program ``p`` takes the CSC positions ``p * SPAN .. (p + 1) * SPAN``
+    (all heads, ``HG >= H``), recomputes ``dz_e = ds_e a act'(x_j + x_i + edge_attr_e W^T)`` per edge (``ds`` from
+    the destination pass's buffer, dropout inside) and writes ``d edge_attr_e = dz_e W`` (``[DE]`` per edge, each
+    edge once: ``DEDGE``) and its partial ``sum_e edge_attr_e^T dz_e`` of ``dW`` to row ``p`` of
+    ``dew_part [P, H*C, DE]`` (``DEW``), which the caller sums over ``p`` in a fixed order. The ``[DE_PAD, HG,
+    BLOCK_C]`` partial lives in registers (the caller bounds ``DE_PAD * HG * BLOCK_C``)."""
+    p = tl.program_id(0).to(tl.int64)
+    start = p * SPAN
+    end = tl.minimum(start + SPAN, E)
+    h_off = tl.arange(0, HG).to(tl.int64)
+    hm = h_off < H
+    c_off = tl.arange(0, BLOCK_C)
+    hc = h_off[:, None] * C + c_off[None, :]
+    hc_mask = hm[:, None] & (c_off < C)[None, :]
+    D = H * C
+    aw = tl.load(attw_ptr + hc, mask=hc_mask, other=0.0).to(tl.float32)
+    k_off = tl.arange(0, DE_PAD).to(tl.int64)
+    dew = tl.full([DE_PAD, HG, BLOCK_C], 0.0, tl.float32)
+    for e0 in range(start, end, BLOCK):
+        e_pos = e0 + tl.arange(0, BLOCK)
+        e_mask = e_pos < end
+        eh_mask = e_mask[:, None] & hm[None, :]
+        tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
+        src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+        dst = tl.load(dst_index_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+        if HAS_MAP:
+            coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+        else:
+            coo = e_pos
+        z = (tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
+             + tl.load(x_dst_ptr + dst[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
+             + _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE))
+        ds = tl.load(ds_buf_ptr + e_pos[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
+        dz = tl.where(tile_mask, ds[:, :, None] * aw[None, :, :] * _act_grad(z, ACT, alpha), 0.0)
+        dea = tl.full([BLOCK, DE_PAD], 0.0, tl.float32)
+        for k in tl.static_range(DE):
+            if DEDGE:
+                wk = tl.load(ew_ptr + hc * DE + k, mask=hc_mask, other=0.0).to(tl.float32)
+                dea = tl.where(k_off[None, :] == k, _sum(_sum(dz * wk[None, :, :], 2), 1)[:, None], dea)
+            if DEW:
+                col = tl.load(edge_ptr + coo * DE + k, mask=e_mask, other=0.0).to(tl.float32)
+                dew += tl.where(k_off[:, None, None] == k, _sum(dz * col[:, None, None], 0)[None, :, :], 0.0)
+        if DEDGE:
+            tl.store(dedge_ptr + coo[:, None] * DE + k_off[None, :], dea, mask=e_mask[:, None] & (k_off < DE)[None, :])
+    if DEW:
+        tl.store(dew_part_ptr + p * D * DE + hc[None, :, :] * DE + k_off[:, None, None], dew,
+                 mask=(k_off < DE)[:, None, None] & hc_mask[None, :, :])
+
+
 # ---------------------------------------------------------------------------------------------------- launchers
 def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
     """Triton needs a pointer for every argument; unused optional inputs get a harmless stand-in."""
     return fallback if t is None else t
+
+
+def _fused_dim(edge: Tensor | None, edge_weight: Tensor | None) -> int:
+    """The kernels' ``DE``: the raw edge width where GATv2's edge projection is fused (``edge_weight`` given), else
+    0 (projected rows, or no edge features)."""
+    return 0 if edge is None or edge_weight is None else edge.shape[1]
+
+
+def edge_kernel_shape(heads: int, c: int, dim_edge: int) -> tuple[int, int, int, int, int]:
+    """``(BLOCK, HG, BLOCK_C, DE_PAD, num_warps)`` of :func:`_bwd_edge_kernel`: all heads in one program
+    (``HG = next_pow2(H)``), ``BLOCK = clamp(2048 / (HG * BLOCK_C), 2, 32)`` edges a block (the GATv2 tiles'
+    budget), 8 warps where the ``[DE_PAD, HG, BLOCK_C]`` gradient partial passes 2048 registers' worth, else 4."""
+    block_c = triton.next_power_of_2(max(c, 1))
+    hg = triton.next_power_of_2(max(heads, 1))
+    de_pad = triton.next_power_of_2(max(dim_edge, 1))
+    width = hg * block_c
+    block = max(2, min(32, 2048 // width))
+    return block, hg, block_c, de_pad, 8 if de_pad * width > 2048 else 4
 
 
 def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) -> tuple[int, int, dict[str, int]]:
@@ -694,11 +790,13 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
                    hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
                    score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
                    mask: Tensor | None, out: Tensor, lse: Tensor, att: Tensor | None, *,
-                   v2: bool, heads: int, act: str, alpha: float) -> None:
+                   v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None) -> None:
     """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO).
 
     ``work [P, 4]``, ``hub_work [S, 4]`` and ``hubs [R, 3]`` are the row work list of
-    :func:`cudnn_gnn.backends.triton.work_list`: one launch over every item, then one merge program per hub row."""
+    :func:`cudnn_gnn.backends.triton.work_list`: one launch over every item, then one merge program per hub row.
+    GATv2's ``edge`` is ``[E, H*C]`` projected features, or with ``edge_weight [H*C, De]`` the raw ``[E, De]`` ones,
+    projected in the kernel (see :func:`_edge_rows`)."""
     if work.shape[0] == 0:
         return
     c, groups, cfg = _config(x_src, heads, v2, "fwd", x_src)
@@ -709,12 +807,13 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
     mask_args = (_or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1))
     _fwd_kernel[(work.shape[0], groups)](
         work, indices, _or(map_csc_to_coo, indices),
-        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(attw, x_src),
+        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
         *mask_args,
         out, lse, _or(att, lse), m_part, l_part, acc_part,
         heads, c, alpha,
-        V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, HAS_MASK=mask is not None,
+        V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
+        HAS_MASK=mask is not None,
         RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[act], **cfg,
     )
     if hubs.shape[0]:
@@ -734,9 +833,10 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
                         mask: Tensor | None, lse: Tensor, dout: Tensor, datt: Tensor | None,
                         alpha_buf: Tensor, ds_buf: Tensor, dx_dst: Tensor | None, dedge: Tensor | None,
                         dattw_part: Tensor | None, dscore_dst: Tensor | None, dscore_edge: Tensor | None, *,
-                        v2: bool, heads: int, act: str, alpha: float) -> None:
+                        v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None) -> None:
     """Destination pass; fills ``alpha_buf``/``ds_buf`` ``[E, H]`` fp32 (CSC order) for the source pass and the
-    destination-side outputs (GATv2: ``dx_dst``, ``dedge``, ``dattw_part [Nd + S, H*C]`` fp32 zeros on entry,
+    destination-side outputs (GATv2: ``dx_dst``, ``dedge`` (projected edges only: with ``edge_weight`` the edge
+    gradients come from :func:`launch_backward_edge`), ``dattw_part [Nd + S, H*C]`` fp32 zeros on entry,
     whose rows sum to the attention-vector gradient; GAT: ``dscore_dst``, ``dscore_edge``).
 
     With hub rows: a pass-1 launch over the chunks (``hub_work``), their ``delta`` merged per row, then the main
@@ -758,7 +858,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         dattw_rows, dattw_slots = dattw_part[:nd], dattw_part[nd:]
     common = (
         indices, _or(map_csc_to_coo, indices),
-        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(attw, x_src),
+        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
         _or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1),
         lse, dout, _or(datt, lse),
@@ -767,8 +867,8 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         dxd_part, dattw_slots, dsd_part,
         heads, c, alpha,
     )
-    flags = dict(V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, HAS_MASK=mask is not None,
-                 HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
+    flags = dict(V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
+                 HAS_MASK=mask is not None, HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
     if n_hubs:
         _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, **flags)
         _merge_sum(hubs, delta_part, delta_rows, heads)
@@ -782,7 +882,8 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
 def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: Tensor | None, work: Tensor,
                         hub_work: Tensor, hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None,
                         attw: Tensor | None, dout: Tensor, alpha_buf: Tensor, ds_buf: Tensor, dx_src: Tensor,
-                        dscore_src: Tensor | None, *, v2: bool, heads: int, act: str, alpha: float) -> None:
+                        dscore_src: Tensor | None, *, v2: bool, heads: int, act: str, alpha: float,
+                        edge_weight: Tensor | None = None) -> None:
     """Source pass over the source work list (items over reverse-CSC positions); fills ``dx_src [Ns, H*C]`` and, for
     GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk sums merged in slot order."""
     if work.shape[0] == 0:
@@ -793,12 +894,37 @@ def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: T
     dss_part = _partial(0 if v2 else n_slots, heads, alpha_buf)
     _bwd_src_kernel[(work.shape[0], groups)](
         work, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc),
-        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(attw, x_src),
+        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         dout, alpha_buf, ds_buf,
         dx_src, _or(dscore_src, alpha_buf), dx_part, dss_part,
         heads, c, alpha,
-        V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=edge is not None, ACT=ACTIVATION_CODES[act], **cfg,
+        V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=edge is not None, DE=_fused_dim(edge, edge_weight),
+        ACT=ACTIVATION_CODES[act], **cfg,
     )
     _merge_sum(hubs, dx_part, dx_src, heads * c)
     if not v2 and dscore_src is not None:
         _merge_sum(hubs, dss_part, dscore_src, heads)
+
+
+def launch_backward_edge(indices: Tensor, dst_index: Tensor, map_csc_to_coo: Tensor | None, x_src: Tensor,
+                         x_dst: Tensor, edge_attr: Tensor, edge_weight: Tensor, attw: Tensor, ds_buf: Tensor,
+                         dedge: Tensor | None, dew_part: Tensor | None, span: int, *, heads: int, act: str,
+                         alpha: float) -> None:
+    """GATv2's fused edge projection after the destination pass (``ds_buf [E, H]`` fp32 holds ``ds``, CSC order):
+    ``dedge [E, De]`` (COO order, ``edge_attr``'s gradient) and ``dew_part [P, H*C, De]`` fp32, whose sum over its
+    first axis is ``edge_weight``'s gradient; either may be None (not needed). One program per ``span`` CSC
+    positions, ``P = cdiv(E, span)`` (see :func:`cudnn_gnn.backends.triton.edge_span`)."""
+    e = indices.shape[0]
+    if e == 0 or (dedge is None and dew_part is None):
+        return
+    de = edge_attr.shape[1]
+    c = x_src.shape[1] // heads
+    block, hg, block_c, de_pad, num_warps = edge_kernel_shape(heads, c, de)
+    _bwd_edge_kernel[(triton.cdiv(e, span),)](
+        indices, dst_index, _or(map_csc_to_coo, indices),
+        x_src, x_dst, edge_attr, edge_weight, attw, ds_buf,
+        _or(dedge, ds_buf), _or(dew_part, ds_buf),
+        e, span, heads, c, alpha,
+        HAS_MAP=map_csc_to_coo is not None, DEDGE=dedge is not None, DEW=dew_part is not None,
+        ACT=ACTIVATION_CODES[act], DE=de, DE_PAD=de_pad, BLOCK=block, HG=hg, BLOCK_C=block_c, num_warps=num_warps,
+    )

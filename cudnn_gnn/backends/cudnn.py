@@ -83,13 +83,14 @@ class CudnnBackend:
 
         dtype = spec.dtype
         det = spec.deterministic
+        edge_attr = spec.projected_edge_attr()  # GATv2 with lin_edge_weight: projected by torch first
         if det:
             graph.with_reverse_csc()
         call = _cudnn.GatCall(
             graph.offsets, graph.indices, graph.map_csc_to_coo if _needs_map(spec) else None,
             graph.csc_rev_offsets if det else None, graph.map_rev_to_coo if det else None,
             graph.num_src_nodes, spec.x_src, spec.x_dst,
-            None if spec.edge_attr is None else spec.edge_attr.to(dtype),
+            None if edge_attr is None else edge_attr.to(dtype),
             spec.attn_weights.to(dtype),
             None if spec.dropout_mask is None else spec.dropout_mask.t().to(torch.float32).contiguous(),
             spec.v2, spec.heads, spec.concat, spec.activation, spec.activation_alpha, det, spec.grad_fp32,

@@ -39,6 +39,7 @@ def mha_gat(
     concat: bool,
     activation_name: str,
     activation_alpha: float,
+    lin_edge_weight: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """GAT / GATv2 attention on a CSC graph.
 
@@ -47,8 +48,11 @@ def mha_gat(
         x_src: ``[Ns, H*C]`` projected source features; ``x_dst``: ``[Nd, H*C]``.
         attn_weights: GAT ``[2*H*C + De]`` = ``att_src | att_dst | att_edge`` (each head-major);
             GATv2 ``[H*C]``.
-        edge_attr: ``[E, De]`` (GAT, ``De % H == 0``) or ``[E, H*C]`` (GATv2), COO order, or None.
+        edge_attr: ``[E, De]`` (GAT, ``De % H == 0``) or ``[E, H*C]`` (GATv2), COO order, or None; GATv2 with
+            ``lin_edge_weight``: raw ``[E, De]``.
         dropout_mask: ``[E, H]`` multiplicative factors in COO order, or None.
+        lin_edge_weight: GATv2 ``[H*C, De]`` (PyG's ``lin_edge.weight``) or None: the edge term is then
+            ``edge_attr @ lin_edge_weight^T``, projected here in the computation dtype before the math below.
 
     Returns:
         ``(out, alpha)``: ``out`` ``[Nd, H*C]`` (concat) or ``[Nd, C]`` (mean over heads) in the input dtype,
@@ -66,6 +70,8 @@ def mha_gat(
     xs = x_src.to(cdt).view(-1, h, c)
     xd = x_dst.to(cdt).view(-1, h, c)
     w = attn_weights.to(cdt)
+    if edge_attr is not None and lin_edge_weight is not None:
+        edge_attr = torch.nn.functional.linear(edge_attr.to(cdt), lin_edge_weight.to(cdt))
     e_csc = None if edge_attr is None else edge_attr.to(cdt).index_select(0, eid).view(n_edges, h, edge_attr.shape[1] // h)
     if not v2:
         a_src, a_dst, a_edge = w[:d].view(h, c), w[d : 2 * d].view(h, c), w[2 * d :].view(h, (w.shape[0] - 2 * d) // h)
@@ -110,7 +116,7 @@ class ReferenceBackend:
     def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
         out, att = mha_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
                            v2=spec.v2, heads=spec.heads, concat=spec.concat, activation_name=spec.activation,
-                           activation_alpha=spec.activation_alpha)
+                           activation_alpha=spec.activation_alpha, lin_edge_weight=spec.lin_edge_weight)
         return out, att if spec.return_attention else None
 
 

@@ -36,8 +36,8 @@ from cudnn_gnn.graph import CscGraph
 if TYPE_CHECKING:
     from cudnn_gnn.spec import AttentionSpec
 
-__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "mha_gat", "pack", "unavailable_reason", "unpack",
-           "work_list", "BACKEND"]
+__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "edge_span", "fuse_edge_projection",
+           "gatv2_edge_inputs", "mha_gat", "pack", "unavailable_reason", "unpack", "work_list", "BACKEND"]
 
 
 class TritonCall(NamedTuple):
@@ -49,8 +49,12 @@ class TritonCall(NamedTuple):
     (see :func:`work_list`); for the backward ``rev_offsets [Ns+1]``, ``rev_to_csc [E]``, ``dst_index [E]`` and the
     source work list over the reverse CSC (``src_work``, ``src_hub_work``, ``src_hubs``), None when no gradient is
     needed. Inputs, GATv2: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None,
-    ``attn_weights [H*C]``. Inputs, GAT: ``x_src`` and float32 scores ``score_src [Ns, H]``, ``score_dst [Nd, H]``,
+    ``attn_weights [H*C]``; or, with the edge projection fused (:func:`fuse_edge_projection`), the raw
+    ``edge_attr [E, De]`` and ``lin_edge_weight [H*C, De]``, projected inside the kernels (None otherwise).
+    Inputs, GAT: ``x_src`` and float32 scores ``score_src [Ns, H]``, ``score_dst [Nd, H]``,
     ``score_edge [E, H]`` (COO) or None. ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
+    ``edge_grads``: on the fused path, which edge gradients the backward computes (bit 0: ``edge_attr``'s, bit 1:
+    ``lin_edge_weight``'s; the others come back as empty tensors); 0 otherwise.
     """
 
     offsets: Tensor
@@ -69,6 +73,7 @@ class TritonCall(NamedTuple):
     x_src: Tensor
     x_dst: Tensor | None
     edge_attr: Tensor | None
+    lin_edge_weight: Tensor | None
     attn_weights: Tensor | None
     score_src: Tensor | None
     score_dst: Tensor | None
@@ -79,6 +84,7 @@ class TritonCall(NamedTuple):
     concat: bool
     activation: str
     activation_alpha: float
+    edge_grads: int
 
 
 _SCHEMA_TYPES = {"Tensor": "Tensor", "Tensor | None": "Tensor?", "int": "int", "bool": "bool", "str": "str",
@@ -96,7 +102,8 @@ _N_CALL = len(TritonCall._fields)
 _N_PACKED = 2 + len(_SCALAR_FIELDS)
 _CALL_SCHEMA = "Tensor[] tensors, int present, " + ", ".join(
     f"{_SCHEMA_TYPES[_FIELD_TYPES[name]]} {name}" for name in (TritonCall._fields[i] for i in _SCALAR_FIELDS))
-_INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "attn_weights", "score_src", "score_dst", "score_edge")
+_INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "lin_edge_weight", "attn_weights", "score_src", "score_dst",
+                "score_edge")
 _INPUT_FIELDS = tuple(TritonCall._fields.index(name) for name in _INPUT_NAMES)
 
 
@@ -197,7 +204,7 @@ def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
         c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
         c.score_src, c.score_dst, c.score_edge, c.dropout_mask, out, lse, att,
-        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
+        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     if not c.concat:
         out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
     return out, lse, att if att is not None else lse.new_empty(0)
@@ -237,10 +244,11 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *arg
     alpha_buf = torch.empty(e, h, **f32)
     ds_buf = torch.empty(e, h, **f32)
     d_x_src = _like(c.x_src, c.x_src)
+    fused = c.lin_edge_weight is not None
     if c.v2:
         # one row per whole destination and one per hub chunk (zeros: hub rows' own rows and unused slots add 0)
         d_w_part = torch.zeros(nd + c.row_hub_work.shape[0], h * ch, **f32)
-        d_x_dst, d_edge = _like(c.x_dst, c.x_src), _like(c.edge_attr, c.x_src)
+        d_x_dst, d_edge = _like(c.x_dst, c.x_src), _edge_grad(c, 1, c.edge_attr)
         d_score_src = d_score_dst = d_score_edge = c.x_src.new_empty(0)
     else:
         d_x_dst, d_edge, d_w_part = c.x_src.new_empty(0), c.x_src.new_empty(0), None
@@ -253,27 +261,59 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *arg
         c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
         c.score_src, c.score_dst, c.score_edge, c.dropout_mask, lse, dout,
         None if grad_attention is None else grad_attention.float().contiguous(), alpha_buf, ds_buf,
-        d_x_dst if c.v2 else None, d_edge if c.v2 and c.edge_attr is not None else None, d_w_part,
+        d_x_dst if c.v2 else None, d_edge if c.v2 and c.edge_attr is not None and not fused else None, d_w_part,
         None if c.v2 else d_score_dst, None if c.v2 or c.score_edge is None else d_score_edge,
-        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
+        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     k.launch_backward_src(
         c.rev_to_csc, c.dst_index, c.map_csc_to_coo, c.src_work, c.src_hub_work, c.src_hubs, c.x_src, c.x_dst, c.edge_attr,
         c.attn_weights, dout, alpha_buf, ds_buf, d_x_src, None if c.v2 else d_score_src,
-        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha)
+        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
+    d_edge_weight = _fused_edge_backward(c, ds_buf, d_edge) if fused else c.x_src.new_empty(0)
     if c.v2 and c.attn_weights is not None and d_w_part is not None:
         d_w = d_w_part.sum(0).to(c.attn_weights.dtype)  # per-row and per-chunk partials, reduced in a fixed order
     else:
         d_w = c.x_src.new_empty(0)
-    return d_x_src, d_x_dst, d_edge, d_w, d_score_src, d_score_dst, d_score_edge
+    return d_x_src, d_x_dst, d_edge, d_edge_weight, d_w, d_score_src, d_score_dst, d_score_edge
+
+
+def _edge_grad(c: TritonCall, bit: int, t: Tensor | None) -> Tensor:
+    """The buffer for the gradient of the edge input ``t``: shaped like it, except on the fused path where
+    ``edge_grads`` does not ask for it (bit ``bit``: 1 ``edge_attr``, 2 ``lin_edge_weight``): empty."""
+    if c.lin_edge_weight is not None and not c.edge_grads & bit:
+        return c.x_src.new_empty(0)
+    return _like(t, c.x_src)
+
+
+def _fused_edge_backward(c: TritonCall, ds_buf: Tensor, d_edge: Tensor) -> Tensor:
+    """The fused edge projection's gradients, after the destination pass left ``ds`` in ``ds_buf``: fills ``d_edge``
+    (``edge_attr``'s, where asked) and returns ``lin_edge_weight``'s, summed over per-program partials
+    ``[P, H*C, De]`` in a fixed order (or an empty tensor where not asked)."""
+    if c.edge_attr is None or c.lin_edge_weight is None or c.dst_index is None or c.attn_weights is None:
+        raise RuntimeError("the fused edge backward needs edge_attr, lin_edge_weight, attn_weights and dst_index, "
+                           "got None")
+    d_edge_weight = _edge_grad(c, 2, c.lin_edge_weight)
+    span = edge_span(c.indices.shape[0])
+    part = None
+    if d_edge_weight.numel():
+        part = torch.zeros(-(-c.indices.shape[0] // span), *c.lin_edge_weight.shape, device=c.x_src.device,
+                           dtype=torch.float32)
+    _kernels().launch_backward_edge(
+        c.indices, c.dst_index, c.map_csc_to_coo, c.x_src, c.x_src if c.x_dst is None else c.x_dst, c.edge_attr,
+        c.lin_edge_weight, c.attn_weights, ds_buf, d_edge if d_edge.numel() else None, part, span,
+        heads=c.heads, act=c.activation, alpha=c.activation_alpha)
+    if part is not None:
+        d_edge_weight.copy_(part.sum(0))  # per-program partials, reduced in a fixed order
+    return d_edge_weight
 
 
 def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
     c = unpack(*args)
     empty = c.x_src.new_empty(0)
     if c.v2:
-        return (_like(c.x_src, empty), _like(c.x_dst, empty), _like(c.edge_attr, empty), _like(c.attn_weights, empty),
-                empty.new_empty(0), empty.new_empty(0), empty.new_empty(0))
-    return (_like(c.x_src, empty), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0),
+        return (_like(c.x_src, empty), _like(c.x_dst, empty), _edge_grad(c, 1, c.edge_attr),
+                _edge_grad(c, 2, c.lin_edge_weight) if c.lin_edge_weight is not None else empty.new_empty(0),
+                _like(c.attn_weights, empty), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0))
+    return (_like(c.x_src, empty), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0),
             _like(c.score_src, empty), _like(c.score_dst, empty), _like(c.score_edge, empty))
 
 
@@ -373,6 +413,67 @@ def chunk_size(num_edges: int) -> int:
 def _next_pow2(n: int) -> int:
     """The smallest power of two ``>= n`` (1 for ``n <= 1``), without importing triton."""
     return 1 << max(0, (n - 1).bit_length())
+
+
+# ---------------------------------------------------------------------------------------------------- GATv2 edges
+MAX_FUSED_EDGE_DIM = 16
+MAX_FUSED_TILE = 4096
+MAX_FUSED_WIDTH = 1024
+FUSED_EXTRA_SHARE = 0.25
+EDGE_PROGRAMS = 2048
+MIN_EDGE_SPAN = 256
+"""The fused GATv2 edge projection's bounds (module globals, so that tests can move them; see
+:func:`fuse_edge_projection` and :func:`edge_span`)."""
+
+
+def edge_span(num_edges: int) -> int:
+    """The CSC positions one program of the fused edge backward takes: ``max(MIN_EDGE_SPAN, next_pow2(ceil(E /
+    EDGE_PROGRAMS)))``, so ``P = ceil(E / span)`` programs, at most ``EDGE_PROGRAMS`` (a wave or two of an H200's
+    resident programs) and at most one per ``MIN_EDGE_SPAN`` edges: the ``[P, H*C, De]`` gradient partials stay a
+    small multiple of ``H*C*De`` and at most ``4 * De / (MIN_EDGE_SPAN * element size)`` of an ``[E, H*C]``
+    buffer."""
+    return max(MIN_EDGE_SPAN, _next_pow2(-(-num_edges // EDGE_PROGRAMS)))
+
+
+def fuse_edge_projection(num_edges: int, heads: int, dim: int, dim_edge: int, elem_bytes: int,
+                         needs_grad: bool) -> bool:
+    """Whether the Triton kernels project GATv2's raw edge features themselves (the fused path: ``edge_attr [E, De]``
+    and ``lin_edge_weight [H*C, De]`` in, nothing of size ``[E, H*C]`` allocated forward or backward) rather than
+    take ``edge_attr @ lin_edge_weight^T`` computed by torch first (the projected path). The one rule; all of:
+
+    - ``De <= MAX_FUSED_EDGE_DIM`` (16): every kernel unrolls a loop of ``De`` steps per edge block, each one
+      more gather of an element a row and a multiply-add over the feature tile; past 16 that arithmetic rivals the
+      row gathers the kernels are bound by, and the raw rows approach the projected ones in size.
+    - the edge backward's tile, all heads in one program (``W = next_pow2(H) * next_pow2(C) <= MAX_FUSED_WIDTH``,
+      1024), with its ``[next_pow2(De), W]`` float32 partial of the weight gradient in registers
+      (``<= MAX_FUSED_TILE``, 4096: 32 a thread at 4 warps). The edge gradient ``dz_e W`` sums over every head.
+    - without gradients, nothing else (the fused forward allocates nothing); with them, the extra memory, the
+      weight gradient's partials ``[P, H*C, De]`` float32 (``P`` programs, :func:`edge_span`), at most
+      ``FUSED_EXTRA_SHARE`` (a quarter) of the ``[E, H*C]`` buffer of ``elem_bytes`` elements it removes (of two:
+      the projection and its gradient). Only tiny graphs fail this one.
+    """
+    width = _next_pow2(heads) * _next_pow2(dim // max(heads, 1))
+    if not 1 <= dim_edge <= MAX_FUSED_EDGE_DIM or width > MAX_FUSED_WIDTH or _next_pow2(dim_edge) * width > MAX_FUSED_TILE:
+        return False
+    if not needs_grad:
+        return True
+    partials = -(-num_edges // edge_span(num_edges)) * dim * dim_edge * 4
+    return partials <= FUSED_EXTRA_SHARE * num_edges * dim * elem_bytes
+
+
+def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_edge_weight: Tensor | None,
+                      needs_grad: bool) -> tuple[Tensor | None, Tensor | None]:
+    """GATv2's ``(edge_attr, lin_edge_weight)`` for :func:`build_call`: as given where :func:`fuse_edge_projection`
+    takes the fused path, else ``(edge_attr @ lin_edge_weight^T, None)`` (torch's linear, differentiable; both
+    operands in their promoted dtype). Without ``lin_edge_weight``, ``edge_attr`` passes as it is. The partials are
+    the weight gradient's: the rule counts them only where the weight requires grad."""
+    if edge_attr is None or lin_edge_weight is None:
+        return edge_attr, None
+    dtype = torch.promote_types(edge_attr.dtype, lin_edge_weight.dtype)
+    if fuse_edge_projection(edge_attr.shape[0], heads, x_src.shape[1], edge_attr.shape[1], dtype.itemsize,
+                            needs_grad and lin_edge_weight.requires_grad):
+        return edge_attr, lin_edge_weight
+    return torch.nn.functional.linear(edge_attr.to(dtype), lin_edge_weight.to(dtype)), None
 
 
 class WorkList(NamedTuple):
@@ -542,9 +643,12 @@ def build_call(
     activation_alpha: float,
     return_attention: bool,
     needs_grad: bool,
+    lin_edge_weight: Tensor | None = None,
 ) -> TritonCall:
     """The op's arguments for :func:`mha_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
-    per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``."""
+    per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``.
+    ``lin_edge_weight`` (GATv2): the fused path's projection weight, ``edge_attr`` then raw (see
+    :func:`gatv2_edge_inputs`, which decides)."""
     g = graph
     chunk = chunk_size(g.num_edges)
 
@@ -567,17 +671,21 @@ def build_call(
     needs_map = edge_attr is not None or dropout_mask is not None or return_attention
     edge_map = g.map_csc_to_coo if needs_map else None
     d = x_src.shape[1]
+    edge_grads = 0
     if v2:
+        if lin_edge_weight is not None and edge_attr is not None:
+            edge_grads = int(edge_attr.requires_grad) | 2 * int(lin_edge_weight.requires_grad)
         inputs: dict[str, Any] = dict(
             x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
-            edge_attr=None if edge_attr is None else edge_attr.contiguous(), attn_weights=attn_weights.contiguous(),
-            score_src=None, score_dst=None, score_edge=None)
+            edge_attr=None if edge_attr is None else edge_attr.contiguous(),
+            lin_edge_weight=None if lin_edge_weight is None else lin_edge_weight.contiguous(),
+            attn_weights=attn_weights.contiguous(), score_src=None, score_dst=None, score_edge=None)
     else:
         score_edge = None
         if edge_attr is not None:
             score_edge = _node_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
         score_src, score_dst = _SrcDstScores.apply(x_src, None if x_dst is x_src else x_dst, attn_weights, heads)
-        inputs = dict(x_src=x_src.contiguous(), x_dst=None, edge_attr=None, attn_weights=None,
+        inputs = dict(x_src=x_src.contiguous(), x_dst=None, edge_attr=None, lin_edge_weight=None, attn_weights=None,
                       score_src=score_src, score_dst=score_dst, score_edge=score_edge)
     return TritonCall(
         offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map,
@@ -586,7 +694,8 @@ def build_call(
         src_work=src_work, src_hub_work=src_hub_work, src_hubs=src_hubs,
         num_src_nodes=g.num_src_nodes, **inputs,
         dropout_mask=None if dropout_mask is None else dropout_mask.float(),
-        v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha))
+        v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha),
+        edge_grads=edge_grads)
 
 
 def mha_gat(
@@ -603,6 +712,7 @@ def mha_gat(
     activation_name: str,
     activation_alpha: float,
     return_attention: bool,
+    lin_edge_weight: Tensor | None = None,
 ) -> tuple[Tensor, Tensor | None]:
     """GAT / GATv2 attention on the Triton kernels; the contract of :func:`cudnn_gnn.backends.reference.mha_gat`.
 
@@ -611,15 +721,19 @@ def mha_gat(
         x_src: ``[Ns, H*C]`` float32 / float16 / bfloat16 projected source features; ``x_dst``: ``[Nd, H*C]``
             (may be a view of ``x_src``'s first rows).
         attn_weights: GAT ``[2*H*C + De]`` = ``att_src | att_dst | att_edge``; GATv2 ``[H*C]``.
-        edge_attr: ``[E, De]`` (GAT, ``De % H == 0``) or ``[E, H*C]`` (GATv2), COO order, or None.
+        edge_attr: ``[E, De]`` (GAT, ``De % H == 0``) or ``[E, H*C]`` (GATv2), COO order, or None; GATv2 with
+            ``lin_edge_weight``: raw ``[E, De]``.
         dropout_mask: ``[E, H]`` float32 multiplicative factors in COO order (any strides), or None.
         v2, heads, concat, activation_name, activation_alpha: as in the reference backend.
         return_attention: also return the ``[E, H]`` float32 post-softmax, post-dropout coefficients (COO order);
             without it they are never materialised.
+        lin_edge_weight: GATv2 ``[H*C, De]`` (PyG's ``lin_edge.weight``): the edge term is ``edge_attr @
+            lin_edge_weight^T``, projected inside the kernels where :func:`fuse_edge_projection` allows (no
+            ``[E, H*C]`` tensor, forward or backward), else by torch before them.
 
     Returns:
         ``(out, attention or None)``: ``out`` ``[Nd, H*C]`` (concat) or ``[Nd, C]`` in the input dtype.
-        Everything is differentiable in ``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``.
+        Everything is differentiable in ``x_src``, ``x_dst``, ``attn_weights``, ``edge_attr`` and ``lin_edge_weight``.
 
     Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores; plus a merge launch where the work
     list may hold hub rows), two backward (plus, where it may hold hub rows or sources, a pass-1 launch over the hub
@@ -639,11 +753,12 @@ def mha_gat(
         raise NotImplementedError("x_src must be float32, float16 or bfloat16 for the triton backend, got float64")
     if not torch.compiler.is_compiling():
         _check_runnable(x_src.device)
-    tensors = (x_src, x_dst, attn_weights, edge_attr)
+    tensors = (x_src, x_dst, attn_weights, edge_attr, lin_edge_weight)
     needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    edge_attr, lin_edge_weight = gatv2_edge_inputs(x_src, heads, edge_attr, lin_edge_weight, needs_grad)
     call = build_call(graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
                       activation_name=activation_name, activation_alpha=activation_alpha,
-                      return_attention=return_attention, needs_grad=needs_grad)
+                      return_attention=return_attention, needs_grad=needs_grad, lin_edge_weight=lin_edge_weight)
     if torch.compiler.is_compiling():
         out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
     else:
@@ -684,7 +799,8 @@ class TritonBackend:
     def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
         return mha_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
                        v2=spec.v2, heads=spec.heads, concat=spec.concat, activation_name=spec.activation,
-                       activation_alpha=spec.activation_alpha, return_attention=spec.return_attention)
+                       activation_alpha=spec.activation_alpha, return_attention=spec.return_attention,
+                       lin_edge_weight=spec.lin_edge_weight)
 
 
 BACKEND = TritonBackend()

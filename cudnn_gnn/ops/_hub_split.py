@@ -204,8 +204,8 @@ def _segment_logsumexp(split: HubSplit, name: str, values: Tensor, segment: Tens
 
 def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor, edge_attr: Tensor | None,
                heads: int, activation: str, activation_alpha: float, row_out: Tensor,
-               row_att: Tensor | None, *, v2: bool = False, deterministic: bool = False
-               ) -> tuple[Tensor, Tensor | None]:
+               row_att: Tensor | None, *, v2: bool = False, deterministic: bool = False,
+               lin_edge_weight: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
     """Combine the kernels' per-row results (``row_out [rows, H*C]`` per-head, ``row_att [E, H]`` COO order or
     None) into the exact per-destination output ``[Nd, H, C]`` (the kernels' dtype) and attention ``[E, H]``.
 
@@ -216,7 +216,8 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     recomputed in the backward instead of kept (``_gatv2_hub_logits``). Index gathers use
     ``index_select`` (its backward is an ``index_add``; advanced indexing's backward sorts the indices, which
     profiled several times slower). With ``deterministic`` every sum over a varying number of terms (the gathers'
-    backward included) runs as a sorted segment sum instead of with atomics.
+    backward included) runs as a sorted segment sum instead of with atomics. GATv2's ``edge_attr`` is projected, or
+    raw with ``lin_edge_weight`` (then only the hub edges' rows are projected, block by block).
     """
     d = x_src.shape[1]
     c = d // heads
@@ -225,9 +226,12 @@ def merge_rows(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tens
     rows = row_out.view(num_rows, heads, c)
     if split.num_hub_dst == 0:  # only sources were split: every row is its destination's whole softmax
         return rows, row_att
-    hub_logits = _gatv2_hub_logits if v2 else _gat_hub_logits
-    s = hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32,
-                   deterministic)
+    if v2:
+        s = _gatv2_hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32,
+                              deterministic, lin_edge_weight)
+    else:
+        s = _gat_hub_logits(split, x_src, x_dst, attn_weights, edge_attr, heads, activation, activation_alpha, f32,
+                            deterministic)
     num_hub_rows = split.hub_row.numel()
     l_row = _segment_logsumexp(split, "hub_edge_row", s, split.hub_edge_row, num_hub_rows, deterministic)
     l_dst = _segment_logsumexp(split, "hub_group", l_row, split.hub_group, split.num_hub_dst, deterministic)
@@ -280,9 +284,10 @@ HUB_CHUNK_ELEMS = 2**26  # GATv2 logits of the hub edges in blocks of at most th
 
 def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights: Tensor,
                       edge_attr: Tensor | None, heads: int, activation: str, activation_alpha: float,
-                      f32: torch.dtype, deterministic: bool) -> Tensor:
+                      f32: torch.dtype, deterministic: bool, lin_edge_weight: Tensor | None = None) -> Tensor:
     """``[E_h, H]`` GATv2 logits ``a . act(x_j + x_i (+ f_e))`` of the hub edges, in blocks whose ``[n, H, C]``
-    intermediates the backward recomputes (``torch.utils.checkpoint``) rather than keeps."""
+    intermediates the backward recomputes (``torch.utils.checkpoint``) rather than keeps. ``f_e`` is a row of
+    ``edge_attr``, or with ``lin_edge_weight`` ``edge_attr_e @ lin_edge_weight^T`` (projected per block)."""
     from torch.utils.checkpoint import checkpoint
 
     d = x_src.shape[1]
@@ -290,11 +295,12 @@ def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weight
     a = attn_weights.to(f32).view(heads, c)
 
     def block(i: int, src: Tensor, dst: Tensor, coo: Tensor, xs: Tensor, xd: Tensor, a: Tensor,
-              ea: Tensor | None) -> Tensor:
+              ea: Tensor | None, ew: Tensor | None) -> Tensor:
         z = (gather(split, f"hub_edge_src:{i}", xs, src, deterministic).to(f32)
              + gather(split, f"hub_edge_dst:{i}", xd, dst, deterministic).to(f32))
         if ea is not None:
-            z = z + ea.index_select(0, coo).to(f32)
+            f = ea.index_select(0, coo).to(f32)
+            z = z + (f if ew is None else torch.nn.functional.linear(f, ew.to(f32)))
         return (apply_activation(z.view(-1, heads, c), activation, activation_alpha) * a).sum(-1)
 
     n = split.hub_edge_src.numel()
@@ -303,7 +309,7 @@ def _gatv2_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weight
     for i in range(0, n, step):
         sl = slice(i, i + step)
         args = (i, split.hub_edge_src[sl], split.hub_edge_dst[sl], split.hub_edge_coo[sl], x_src, x_dst, a,
-                edge_attr)
+                edge_attr, lin_edge_weight)
         if torch.is_grad_enabled() and n > step:
             parts.append(checkpoint(block, *args, use_reentrant=False))
         else:

@@ -19,6 +19,7 @@ def gatv2(
     *,
     heads: int = 1,
     edge_attr: Tensor | None = None,
+    lin_edge_weight: Tensor | None = None,
     concat: bool = True,
     activation: str = "leaky_relu",
     activation_alpha: float | None = None,
@@ -44,14 +45,29 @@ def gatv2(
         graph, x, heads, concat, activation, activation_alpha, dropout, training, dropout_mask,
         return_attention, deterministic, grad_precision, backend: as in :func:`cudnn_gnn.gat`.
         attn_weights: ``[H*C]``, the flattened ``att [H, C]``.
-        edge_attr: ``[E, H*C]`` projected edge features in COO order (PyG's ``lin_edge(edge_attr)``).
+        edge_attr: edge features in COO order: ``[E, H*C]`` projected (PyG's ``lin_edge(edge_attr)``), or with
+            ``lin_edge_weight`` the raw ``[E, De]`` ones (PyG's ``edge_attr``, self-loop features included), any
+            floating dtype.
+        lin_edge_weight: ``[H*C, De]``, PyG's ``lin_edge.weight`` (no bias), any floating dtype, or None. With it
+            ``f_e = edge_attr_e @ lin_edge_weight^T``: exactly the projected call on ``edge_attr @
+            lin_edge_weight.T``, differentiable in both. The Triton backend projects inside its kernels (no
+            ``[E, H*C]`` tensor forward or backward; the backward returns both gradients, the weight's as a
+            fixed-order sum of per-program partials) where ``cudnn_gnn.backends.triton.fuse_edge_projection`` allows:
+            ``De <= 16``, all heads in one ``[next_pow2(De), W]`` tile of at most 4096 with ``W = next_pow2(H) *
+            next_pow2(C) <= 1024``, and with gradients the partials at most a quarter of the ``[E, H*C]`` buffer they
+            replace; else, and on the reference and cuDNN backends, torch projects first (``[E, H*C]`` as in the
+            projected call).
         max_degree: as in :func:`cudnn_gnn.gat` (default ``"auto"``: hubs of skewed graphs split on cuDNN). The
             exact merge needs the logits of the split destinations' edges, computed in ``[block, H, C]`` pieces
             that the backward recomputes.
 
     Shapes: ``out`` ``[Nd, H*C]`` or ``[Nd, C]``; ``alpha`` ``[E, H]`` float32, COO order.
 
-    Cost: the cuDNN backward keeps an ``[E, H*C]`` activation buffer from the forward (PyG keeps three).
+    Cost: the cuDNN backward keeps an ``[E, H*C]`` activation buffer from the forward (PyG keeps three). Projected
+    edge features are an ``[E, H*C]`` input and, in the backward, an ``[E, H*C]`` gradient; the fused projection
+    (Triton) replaces both by ``De`` extra multiply-adds per edge and channel in each pass, one more backward pass
+    over the edges (``[P, H*C, De]`` float32 partials, ``P <= 2048``), and the ``[E, De]`` gradient of
+    ``edge_attr`` where it requires grad.
 
     Example:
         >>> import torch, cudnn_gnn
@@ -60,7 +76,8 @@ def gatv2(
         torch.Size([3, 4])
     """
     spec = attention_spec(
-        v2=True, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=concat,
+        v2=True, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
+        lin_edge_weight=lin_edge_weight, concat=concat,
         activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,

@@ -43,6 +43,7 @@ def _run_split(plan: AttentionPlan, split: HubSplit) -> tuple[Tensor, Tensor | N
     rows = AttentionPlan(spec.on(split.graph, xs, xd, concat=True), plan.backend, plan.graph)
     row_out, row_att = _run(rows)
     out, att = merge_rows(split, x_src, x_dst, spec.attn_weights, spec.edge_attr, spec.heads, spec.activation,
-                          spec.activation_alpha, row_out, row_att, v2=spec.v2, deterministic=det)
+                          spec.activation_alpha, row_out, row_att, v2=spec.v2, deterministic=det,
+                          lin_edge_weight=spec.lin_edge_weight)
     out = (out.reshape(out.shape[0], -1) if spec.concat else out.mean(1)).to(x_src.dtype)
     return out, att

@@ -3,7 +3,9 @@
 Outputs, returned attention and every gradient (a gradient through the returned attention included), GAT and
 GATv2, float32 and bfloat16, int32 and int64 indices, on a power-law graph with a hub (cut into chunks) and with a
 20,000-edge hub row and hub source; bitwise repeats of outputs and gradients; head widths that are not powers of
-two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``.
+two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``; GATv2's fused edge projection (raw edge features and
+``lin_edge_weight``) on a 1.6M-edge graph, its forward+backward peak at least one ``[E, H*C]`` buffer below the
+projected path's.
 The reference runs in float64; low precision is judged against the error of the same-precision reference path.
 """
 
@@ -183,3 +185,65 @@ def test_20000_edge_hub_in_and_out_in_chunks(op):
     again = _run("triton", graph, xs, w, ea, m, torch.float32, **kw)
     for a, b in zip([got[0], got[1], *got[2]], [again[0], again[1], *again[2]]):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_fused_edge_projection_at_size(dtype, monkeypatch):
+    """GATv2 with raw 8-dim edge features and lin_edge.weight (the proteins preset's shape, 8 heads x 8, at 1.6M
+    edges with a 20,000-edge hub): the fused path is taken, outputs, attention and the gradients of x, attn_weights,
+    edge_attr and the weight against the float64 reference (projecting in torch), bitwise repeats, and the peak
+    memory the call adds to its inputs over forward and backward at least one ``[E, H*C]`` buffer below the
+    projected Triton path's (which holds two: the projection and its gradient)."""
+    heads, c, de = 8, 8, 8
+    n, e = 20_000, 1_600_000
+    g = torch.Generator().manual_seed(7)
+    base = torch.stack([torch.randint(0, n, (e - 20_000,), generator=g), torch.randint(0, n, (e - 20_000,), generator=g)])
+    hub = torch.stack([torch.randint(0, n, (20_000,), generator=g), torch.zeros(20_000, dtype=torch.long)])
+    ei = torch.cat([base, hub], 1)[:, torch.randperm(e, generator=g)]
+    graph = CscGraph.from_edge_index(ei.to(DEV), num_nodes=n, index_dtype=torch.int32)
+    xs, w, _, m = _inputs(True, graph, heads, c, edge=False, mask=True)
+    gen = torch.Generator(device=DEV).manual_seed(8)
+    ea = torch.randn(e, de, device=DEV, generator=gen)
+    ew = torch.randn(heads * c, de, device=DEV, generator=gen) / de**0.5
+    assert tb.fuse_edge_projection(e, heads, heads * c, de, dtype.itemsize, True)
+
+    def run(backend, dt):
+        x, a, f, wt = (t.detach().to(dt).requires_grad_() for t in (xs, w, ea, ew))
+        kw = dict(v2=True, heads=heads, concat=True, activation_name="leaky_relu", activation_alpha=0.2,
+                  lin_edge_weight=wt)
+        torch.cuda.synchronize()
+        base_mem = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        if backend == "triton":
+            out, att = tb.mha_gat(graph, x, x, a, f, m, return_attention=True, **kw)
+        else:
+            out, att = reference.mha_gat(graph, x, x, a, f, m, **kw)
+        cot = torch.Generator(device=DEV).manual_seed(0)
+        go = torch.randn(out.shape, device=DEV, generator=cot)
+        ga = torch.randn(att.shape, device=DEV, generator=cot)
+        ((out.float() * go).sum() + (att.float() * ga).sum()).backward()
+        torch.cuda.synchronize()
+        extra = torch.cuda.max_memory_allocated() - base_mem
+        return [out, att, x.grad, a.grad, f.grad, wt.grad], extra
+
+    got, extra = run("triton", dtype)
+    monkeypatch.setattr(tb, "FUSED_EXTRA_SHARE", 0.0)  # the rule now refuses: torch projects first
+    projected, extra_projected = run("triton", dtype)
+    monkeypatch.undo()
+    ref, _ = run("reference", torch.float64)
+    same = None if dtype == torch.float32 else run("reference", dtype)[0]
+    names = ["output", "attention", "grad x", "grad attn_weights", "grad edge_attr", "grad lin_edge_weight"]
+    for k, (name, a, b) in enumerate(zip(names, got, ref)):
+        bound = TOL[dtype] * (1 if k < 2 else 3)
+        if same is not None:
+            bound = max(bound, 3 * _rel(same[k], b))
+        assert _rel(a, b) < bound, f"{name}: {_rel(a, b):.2e} >= {bound:.2e}"
+    again, _ = run("triton", dtype)
+    for a, b in zip(got, again):
+        assert torch.equal(a, b)
+    for a, b in zip(got, projected):  # the projected Triton path: the same up to rounding
+        assert _rel(a, b) < 3 * TOL[dtype]
+    buffer = e * heads * c * dtype.itemsize
+    assert extra_projected - extra >= buffer, (
+        f"fused forward+backward peaked {extra} bytes above its inputs, projected {extra_projected}; one [E, H*C] "
+        f"buffer is {buffer}")

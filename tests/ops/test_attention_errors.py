@@ -66,6 +66,43 @@ def test_gatv2_edge_attr_must_match_node_width():
         gatv2(G, X, W, heads=2)
 
 
+EA = torch.randn(4, 2)
+
+
+@pytest.mark.parametrize(
+    "over, exc, match",
+    [
+        (dict(edge_attr=None), ValueError, "lin_edge_weight must be None when edge_attr is None"),
+        (dict(lin_edge_weight=[1.0]), TypeError, "lin_edge_weight must be a torch.Tensor"),
+        (dict(lin_edge_weight=torch.ones(6, 2, dtype=torch.long)), TypeError, "lin_edge_weight must have a floating"),
+        (dict(lin_edge_weight=torch.randn(5, 2)), ValueError, r"lin_edge_weight must have shape \(dim=6, dim_edge\)"),
+        (dict(lin_edge_weight=torch.randn(6)), ValueError, r"lin_edge_weight must have shape \(dim=6, dim_edge\)"),
+        (dict(edge_attr=torch.randn(4, 0), lin_edge_weight=torch.randn(6, 0)), ValueError,
+         "lin_edge_weight must have at least one column"),
+        (dict(edge_attr=torch.randn(4, 3)), ValueError,
+         r"edge_attr must have shape \(num_edges=4, dim_edge=2\) to match lin_edge_weight, got \(4, 3\)"),
+        (dict(edge_attr=torch.randn(3, 2)), ValueError, r"edge_attr must have shape \(num_edges=4, dim_edge=2\)"),
+        (dict(edge_attr=EA.long()), TypeError, "edge_attr must have a floating dtype"),
+        (dict(lin_edge_weight=torch.randn(6, 2, device="meta")), ValueError, "lin_edge_weight must be on cpu like the"),
+    ],
+)
+def test_gatv2_raw_edge_features_and_lin_edge_weight_errors(over, exc, match):
+    kw = dict(heads=2, edge_attr=EA, lin_edge_weight=torch.randn(6, 2))
+    kw.update(over)
+    with pytest.raises(exc, match=match):
+        gatv2(G, X, torch.randn(6), **kw)
+
+
+def test_lin_edge_weight_is_gatv2_only():
+    from cudnn_gnn.spec import attention_spec
+
+    with pytest.raises(ValueError, match="^lin_edge_weight must be None for GAT"):
+        attention_spec(v2=False, graph=G, x=X, attn_weights=torch.randn(14), heads=2, edge_attr=EA, concat=True,
+                       activation="relu", activation_alpha=None, dropout=0.0, training=False, dropout_mask=None,
+                       return_attention=False, deterministic=False, grad_precision="auto", backend="auto",
+                       max_degree=None, lin_edge_weight=torch.randn(6, 2))
+
+
 def test_single_tensor_x_needs_enough_rows_for_destinations():
     g = CscGraph.from_edge_index(torch.tensor([[0, 1], [3, 4]]), size=(2, 5))
     with pytest.raises(ValueError, match=r"x must be a \(x_src, x_dst\) tuple"):

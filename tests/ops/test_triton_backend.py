@@ -3,7 +3,9 @@
 Outputs, returned attention and every gradient (x_src, x_dst, attn_weights, edge_attr, with a gradient flowing
 through the returned attention too), GAT and GATv2, over the graph catalogue, all activations, dropout masks,
 concat and mean, float32 and bfloat16, int32 and int64 indices; plus a bitwise repeat, ``torch.library.opcheck``
-and ``torch.compile(fullgraph=True)``. The interpreter runs every program in Python, so every case is tiny.
+and ``torch.compile(fullgraph=True)``. GATv2's fused edge projection (raw ``edge_attr`` and ``lin_edge_weight``)
+over the same matrix, its gradients (the weight's included), the rule that picks it, and PyG's ``GATv2Conv`` with
+``edge_dim`` against ours on it. The interpreter runs every program in Python, so every case is tiny.
 
 Triton decides between compiling and interpreting when it decorates the kernels, so ``TRITON_INTERPRET=1`` is set
 here before the backend's first call. On a machine with CUDA the kernels are left compiled for the GPU suite
@@ -50,10 +52,11 @@ def _inputs(v2: bool, ns: int, nd: int, e: int, heads: int, c: int, *, edge: boo
     return xs, xd, w, ea, m
 
 
-def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1):
-    """Forward, then the gradients of ``<out, g_out> + <attention, g_att>`` w.r.t. every input given."""
+def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1, ew=None):
+    """Forward, then the gradients of ``<out, g_out> + <attention, g_att>`` w.r.t. every input given (``ew``: GATv2's
+    ``lin_edge_weight``, ``ea`` then raw)."""
     x_dst = xs[: graph.num_dst_nodes] if xd is None else xd
-    kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha)
+    kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha, lin_edge_weight=ew)
     if backend == "triton":
         out, att = tb.mha_gat(graph, xs, x_dst, w, ea, m, return_attention=True, **kw)
     else:
@@ -61,7 +64,7 @@ def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu
     gen = torch.Generator().manual_seed(seed)
     g_out = torch.randn(out.shape, generator=gen).to(out.dtype)
     g_att = torch.randn(att.shape, generator=gen)
-    leaves = [t for t in (xs, xd, w, ea) if t is not None]
+    leaves = [t for t in (xs, xd, w, ea, ew) if t is not None and t.requires_grad]
     loss = (out.float() * g_out.float()).sum() + (att * g_att).sum()
     grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True) if leaves else ()
     return out, att, grads
@@ -74,7 +77,8 @@ def _compare(graph, xs, xd, w, ea, m, **kw):
     assert out.dtype == xs.dtype and att.dtype == torch.float32
     torch.testing.assert_close(out, r_out, **tol)
     torch.testing.assert_close(att, r_att, **tol)
-    names = [n for n, t in zip(("x_src", "x_dst", "attn_weights", "edge_attr"), (xs, xd, w, ea)) if t is not None]
+    names = [n for n, t in zip(("x_src", "x_dst", "attn_weights", "edge_attr", "lin_edge_weight"),
+                               (xs, xd, w, ea, kw.get("ew"))) if t is not None and t.requires_grad]
     for name, a, b in zip(names, grads, r_grads):
         assert a.dtype == b.dtype, name
         torch.testing.assert_close(a, b, **tol, msg=lambda s, name=name: f"grad of {name}: {s}")
@@ -576,3 +580,285 @@ def test_src_dst_scores_and_their_gradients(bipartite, edge_width, dtype):
         torch.testing.assert_close(a, b, **tol)
     assert all(t.is_contiguous() and t.dtype == torch.float32 for t in got)
     assert torch.count_nonzero(grads[-1][2 * h * c:]) == 0
+
+
+# ------------------------------------------------------------------------------ GATv2's fused edge projection
+@pytest.fixture
+def fused(monkeypatch):
+    """Let the tiny test graphs take the fused edge projection (their ``[P, H*C, De]`` weight-gradient partials are
+    not below a quarter of the ``[E, H*C]`` buffer, so the rule would project them) and record each call's path
+    (True: fused) in the returned list."""
+    monkeypatch.setattr(tb, "FUSED_EXTRA_SHARE", 1e9)
+    paths: list[bool] = []
+    real = tb.gatv2_edge_inputs
+
+    def spy(*args, **kwargs):
+        ea, ew = real(*args, **kwargs)
+        paths.append(ew is not None)
+        return ea, ew
+
+    monkeypatch.setattr(tb, "gatv2_edge_inputs", spy)
+    return paths
+
+
+def _raw_edges(e: int, heads: int, c: int, de: int, dtype: torch.dtype = torch.float32, seed: int = 0):
+    """Raw edge features ``[E, De]`` and a ``lin_edge.weight`` ``[H*C, De]``, leaves that require grad."""
+    g = torch.Generator().manual_seed(100 + seed)
+    ea = torch.randn(e, de, generator=g).to(dtype).requires_grad_()
+    ew = (torch.randn(heads * c, de, generator=g) / de**0.5).to(dtype).requires_grad_()
+    return ea, ew
+
+
+@pytest.mark.parametrize("tiny_chunks", [False, True], ids=["rows", "chunks_of_3"])
+@pytest.mark.parametrize("name", sorted(GRAPHS))
+def test_fused_edge_projection_catalogue_matches_reference(name, tiny_chunks, fused, chunk):
+    """Every catalogue graph with raw edge features (De = 3) and lin_edge.weight: outputs, attention and the
+    gradients of x_src, x_dst, attn_weights, edge_attr and the weight equal the reference (which projects in torch);
+    with a dropout mask, bipartite where the graph is; whole rows (int64, concat) or chunks of 3 edges cutting every
+    longer row and source (int32, mean over heads)."""
+    if tiny_chunks:
+        chunk.set(3)
+    ei, ns, nd = GRAPHS[name]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd), index_dtype=torch.int32 if tiny_chunks else torch.int64)
+    xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 3, edge=False, mask=True, bipartite=ns != nd, seed=8)
+    ea, ew = _raw_edges(ei.shape[1], 2, 3, 3)
+    out, _, _ = _compare(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=not tiny_chunks, ew=ew)
+    assert fused and all(fused)
+    if graph.num_edges:  # zero in-degree destinations: zero rows
+        empty = graph.offsets.diff() == 0
+        assert torch.equal(out[empty], torch.zeros_like(out[empty]))
+
+
+@pytest.mark.parametrize("act", reference.ACTIVATIONS)
+def test_fused_edge_projection_every_activation(act, fused):
+    ei = torch.tensor([[0, 1, 2, 3, 4, 1, 2, 0, 0, 3], [1, 0, 0, 2, 2, 2, 3, 3, 3, 3]])
+    graph = CscGraph.from_edge_index(ei[:, torch.randperm(10, generator=torch.Generator().manual_seed(3))],
+                                     num_nodes=5)
+    xs, xd, w, _, m = _inputs(True, 5, 5, 10, 2, 3, edge=False, mask=False, bipartite=False, seed=4)
+    ea, ew = _raw_edges(10, 2, 3, 2, seed=1)
+    alpha = 0.3 if act in ("leaky_relu", "scalar") else 0.0
+    _compare(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=act in ("linear", "sigmoid", "elu"), act=act,
+             alpha=alpha, ew=ew)
+    assert all(fused)
+
+
+@pytest.mark.parametrize("max_tile_d", [1024, 8], ids=["all_heads", "one_head"])
+def test_fused_edge_projection_padded_heads_head_groups_and_long_rows(max_tile_d, fused, monkeypatch):
+    """H = 3, C = 5 (padded to 4 x 8), De = 5 (padded to 8 in the edge backward): all heads in one program, or one
+    head a program (the projection is computed per head group; the edge backward still takes all heads); a row of
+    150 edges in big and small blocks; bipartite, shuffled, with a strided dropout mask."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
+    hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
+    light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
+    ei = torch.cat([hub, light], 1)
+    ei = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(2))]
+    graph = CscGraph.from_edge_index(ei, size=(9, 5), index_dtype=torch.int32)
+    xs, xd, w, _, m = _inputs(True, 9, 5, ei.shape[1], 3, 5, edge=False, mask=True, bipartite=True, seed=6)
+    ea, ew = _raw_edges(ei.shape[1], 3, 5, 5, seed=2)
+    out, _, _ = _compare(graph, xs, xd, w, ea, m, v2=True, heads=3, concat=True, ew=ew)
+    assert all(fused) and torch.equal(out[4], torch.zeros_like(out[4]))
+    assert kernels.edge_kernel_shape(3, 5, 5)[1:4] == (4, 8, 8)
+
+
+@pytest.mark.parametrize("b", [7, 80])
+def test_fused_edge_projection_hubs_in_chunks_repeat_bitwise(b, fused, chunk, monkeypatch):
+    """A 180-edge hub destination and a 166-edge hub source in chunks of 7 or 80, H = 3, C = 5, De = 4, the edge
+    backward in 5 programs (spans of 64 edges): against the reference, then bitwise equal on a second run."""
+    chunk.set(b)
+    monkeypatch.setattr(tb, "MIN_EDGE_SPAN", 64)
+    hub_in = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
+    hub_out = torch.stack([torch.full((150,), 8), torch.arange(150) % 5])
+    light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
+    ei = torch.cat([hub_in, hub_out, light], 1)
+    ei = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(4))]
+    graph = CscGraph.from_edge_index(ei, size=(9, 6))
+    assert -(-graph.num_edges // tb.edge_span(graph.num_edges)) == 5
+    xs, xd, w, _, m = _inputs(True, 9, 6, ei.shape[1], 3, 5, edge=False, mask=True, bipartite=True, seed=9)
+    ea, ew = _raw_edges(ei.shape[1], 3, 5, 4, seed=3)
+    first = _compare(graph, xs, xd, w, ea, m, v2=True, heads=3, concat=True, ew=ew)
+    second = _run("triton", graph, xs, xd, w, ea, m, v2=True, heads=3, concat=True, ew=ew)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    assert all(torch.equal(a, b) for a, b in zip(first[2], second[2])) and all(fused)
+
+
+def test_fused_edge_projection_bfloat16_in_chunks(fused, chunk):
+    chunk.set(4)
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 4, edge=False, mask=True, bipartite=False,
+                              dtype=torch.bfloat16)
+    ea, ew = _raw_edges(ei.shape[1], 2, 4, 8, dtype=torch.bfloat16)
+    _, _, grads = _compare(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True, ew=ew)
+    assert grads[-1].dtype == grads[-2].dtype == torch.bfloat16 and all(fused)
+
+
+def test_fused_edge_gradients_only_where_asked(fused):
+    """edge_attr without grad (a layer's input data): its gradient is not computed, the weight's is; a frozen
+    weight: the reverse; no grad at all: the fused forward (the default rule fuses without gradients)."""
+    ei, ns, nd = GRAPHS["unsorted_coo"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
+    ea, ew = _raw_edges(ei.shape[1], 2, 3, 2)
+    for e_leaf, w_leaf, bits in ((ea.detach(), ew, 2), (ea, ew.detach(), 1)):
+        call = tb.build_call(graph, xs, xs, w, e_leaf, None, v2=True, heads=2, concat=True, activation_name="relu",
+                             activation_alpha=0.0, return_attention=False, needs_grad=True, lin_edge_weight=w_leaf)
+        assert call.edge_grads == bits
+        _compare(graph, xs, xd, w, e_leaf, m, v2=True, heads=2, concat=True, ew=w_leaf)
+
+
+def test_no_edge_by_channel_tensor_on_the_fused_path(fused):
+    """Forward and backward of the fused call create no tensor with ``E * H*C`` elements or more (every aten
+    op's outputs recorded), where the projected call does (the projection and its gradient)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Largest(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.numel = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if func._schema.name.endswith("_"):
+                # in-place ops create nothing; Triton's interpreter also copies each kernel argument's storage
+                # through them as bytes (set_, copy_), which eager calls reach since they skip the dispatcher
+                return out
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    self.numel = max(self.numel, t.numel())
+            return out
+
+    ei, ns, _ = GRAPHS["power_law"]()  # 150 edges, 30 nodes
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    heads, c, e = 2, 6, ei.shape[1]
+    xs, _, w, _, _ = _inputs(True, ns, ns, e, heads, c, edge=False, mask=False, bipartite=False)
+    ea, ew = _raw_edges(e, heads, c, 3)
+    largest = []
+    for share in (1e9, 0.0):  # fused, then projected
+        tb.FUSED_EXTRA_SHARE = share
+        with Largest() as mode:
+            _run("triton", graph, xs, None, w, ea, None, v2=True, heads=heads, concat=True, ew=ew)
+        largest.append(mode.numel)
+    assert fused == [True, False]
+    assert largest[0] < e * heads * c <= largest[1], largest
+
+
+def test_fuse_edge_projection_rule():
+    """The one rule: De at most 16, the edge backward's all-heads tile and [De, W] partial bounded, and with
+    gradients the partials at most a quarter of the [E, H*C] buffer; the proteins preset fuses."""
+    proteins = dict(num_edges=39_561_252, heads=8, dim=64, dim_edge=8, elem_bytes=2, needs_grad=True)
+    assert tb.fuse_edge_projection(**proteins)
+    assert tb.edge_span(39_561_252) == 32_768 and -(-39_561_252 // 32_768) == 1208  # 1208 programs
+    assert not tb.fuse_edge_projection(**{**proteins, "dim_edge": 17})  # past the unrolled loop
+    assert not tb.fuse_edge_projection(**{**proteins, "dim_edge": 0})
+    assert tb.fuse_edge_projection(**{**proteins, "dim": 256, "dim_edge": 16})  # 8 x 32, 16 x 256 = 4096
+    assert not tb.fuse_edge_projection(**{**proteins, "dim": 512, "dim_edge": 16})  # 16 x 512 partial tile
+    assert not tb.fuse_edge_projection(**{**proteins, "heads": 1, "dim": 2048, "dim_edge": 1})  # one 2048 head
+    tiny = dict(num_edges=12, heads=2, dim=8, dim_edge=4, elem_bytes=4)
+    assert not tb.fuse_edge_projection(**tiny, needs_grad=True)  # partials 1 x 8 x 4 x 4 B > 12 x 8 x 4 B / 4
+    assert tb.fuse_edge_projection(**tiny, needs_grad=False)  # no backward: nothing extra
+    assert tb.fuse_edge_projection(**{**tiny, "num_edges": 16}, needs_grad=True)  # 128 B <= 512 B / 4
+
+
+def test_projected_path_where_the_rule_refuses():
+    """A tiny graph with gradients: torch projects first (today's [E, H*C] path) and the results still equal the
+    reference; a De past the limit too."""
+    ei, ns, nd = GRAPHS["multi_edges"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 2, edge=False, mask=True, bipartite=False)
+    for de in (2, 17):
+        ea, ew = _raw_edges(ei.shape[1], 2, 2, de)
+        e_in, w_in = tb.gatv2_edge_inputs(xs, 2, ea, ew, needs_grad=True)
+        assert w_in is None and e_in.shape == (ei.shape[1], 4)
+        _compare(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True, ew=ew)
+
+
+def test_opcheck_fused_edge_projection():
+    ei, ns, nd = GRAPHS["bipartite"]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
+    xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 2, edge=False, mask=True, bipartite=True)
+    ea, ew = _raw_edges(ei.shape[1], 2, 2, 3)
+    call = tb.build_call(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True, activation_name="elu",
+                         activation_alpha=1.0, return_attention=True, needs_grad=True, lin_edge_weight=ew)
+    assert call.lin_edge_weight is ew and call.edge_grads == 3
+    torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(call), True))
+    frozen = call._replace(edge_attr=ea.detach(), edge_grads=2)  # edge_attr's gradient not asked: an empty output
+    torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(frozen), False))
+
+
+def test_compile_fullgraph_fused_edge_projection(fused):
+    import cudnn_gnn
+
+    ei, ns, _ = GRAPHS["zero_in_degree"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, _, w, _, _ = _inputs(True, ns, ns, ei.shape[1], 2, 2, edge=False, mask=False, bipartite=False)
+    ea, ew = _raw_edges(ei.shape[1], 2, 2, 3)
+
+    def f(x, w, ea, ew):
+        out, att = cudnn_gnn.gatv2(graph, x, w, heads=2, edge_attr=ea, lin_edge_weight=ew, return_attention=True,
+                                   backend="triton")
+        return out.sum() + att.pow(2).sum()
+
+    torch._dynamo.reset()
+    compiled = torch.compile(f, backend="aot_eager", fullgraph=True)
+    grads = torch.autograd.grad(compiled(xs, w, ea, ew), (xs, w, ea, ew))
+    r_grads = torch.autograd.grad(f(xs, w, ea, ew), (xs, w, ea, ew))
+    for a, b in zip(grads, r_grads):
+        assert torch.equal(a, b)
+    assert fused and all(fused)
+
+
+def test_public_gatv2_with_lin_edge_weight_on_triton_and_through_a_hub_split(fused):
+    """``cudnn_gnn.gatv2(..., edge_attr=raw, lin_edge_weight=W)``: Triton (drawn dropout, same RNG state) against the
+    reference; and an explicit ``max_degree`` split (the merge projects the hub edges' rows itself) on both."""
+    import cudnn_gnn
+
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, size=(ns, nd))
+    results = []
+    for backend, max_degree in (("triton", None), ("reference", None), ("triton", 5), ("reference", 5)):
+        xs, _, w, _, _ = _inputs(True, ns, nd, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
+        ea, ew = _raw_edges(ei.shape[1], 2, 3, 4)
+        torch.manual_seed(7)
+        out, att = cudnn_gnn.gatv2(graph, xs, w, heads=2, edge_attr=ea, lin_edge_weight=ew, dropout=0.25,
+                                   training=True, return_attention=True, backend=backend, max_degree=max_degree)
+        g = torch.Generator().manual_seed(3)
+        ((out * torch.randn(out.shape, generator=g)).sum() + (att * torch.randn(att.shape, generator=g)).sum()).backward()
+        results.append([out, att, xs.grad, w.grad, ea.grad, ew.grad])
+    for other in results[1:]:
+        for a, b in zip(results[0], other):
+            torch.testing.assert_close(a, b, **TOL[torch.float32])
+    assert fused == [True, True]
+
+
+def test_gatv2conv_with_edge_dim_on_triton_matches_pyg(fused):
+    """The drop-in layer with edge_dim on the Triton backend (fused projection) against PyG's GATv2Conv with the same
+    state_dict: output, attention in PyG's order, and the gradients of x, edge_attr and every parameter
+    (lin_edge.weight included); self-loops filled with the mean, a bipartite layer too."""
+    import torch_geometric.nn as pyg_nn
+
+    from cudnn_gnn import GATv2Conv
+
+    ei, n, _ = GRAPHS["unsorted_coo"]()
+    for bipartite in (False, True):
+        in_ch = (5, 4) if bipartite else 5
+        torch.manual_seed(0)
+        pyg = pyg_nn.GATv2Conv(in_ch, 3, heads=2, edge_dim=3)
+        ours = GATv2Conv(in_ch, 3, heads=2, edge_dim=3, backend="triton")
+        ours.load_state_dict(pyg.state_dict(), strict=True)
+        g = torch.Generator().manual_seed(1)
+        x = torch.randn(n, 5, generator=g)
+        x = (x, torch.randn(n, 4, generator=g)) if bipartite else x
+        ea = torch.randn(ei.shape[1], 3, generator=g)
+        results = []
+        for layer in (ours, pyg):
+            xl = tuple(t.clone().requires_grad_() for t in x) if bipartite else x.clone().requires_grad_()
+            el = ea.clone().requires_grad_()
+            out, (ei_out, att) = layer(xl, ei, el, return_attention_weights=True)
+            (out.square().sum() + att.square().sum()).backward()
+            xg = [t.grad for t in xl] if bipartite else [xl.grad]
+            results.append([out, ei_out.float(), att, *xg, el.grad, *[p.grad for p in layer.parameters()]])
+        for a, b in zip(*results):
+            torch.testing.assert_close(a, b, atol=3e-5, rtol=1e-4)
+    assert fused == [True, True]
