@@ -156,6 +156,23 @@ def test_memory_model_counts_the_example_parameters() -> None:
     assert est.gpu_model_state == 16 * params
 
 
+def test_memory_model_of_the_device_sampler() -> None:
+    """--sampler device: the graph (features, labels, CSC, the relabel map) on every GPU, one batch's inputs there (no
+    prefetched copy), no loader workers or pinned batches on the host; the model's terms are unchanged."""
+    kw = dict(num_nodes=1000, num_edges=20000, num_features=128, num_classes=172, batch_size=64, fanout=[5, 5],
+              hidden=32, heads=4, ranks=2, num_workers=4)
+    host, dev = estimate_memory(**kw), estimate_memory(**kw, sampler="device")
+    assert host.gpu_resident_graph == 0 and host.host_per_rank > 0
+    assert dev.gpu_resident_graph == 1000 * 128 * 4 + 8 * 1001 + 8 * 20000 + 8 * 1000 + 8 * 1001
+    assert dev.host_per_rank == 0 and dev.host_total == dev.host_features + dev.host_structure + dev.host_labels
+    assert dev.gpu_batch_inputs * 2 == host.gpu_batch_inputs
+    assert dev.gpu_activations == host.gpu_activations and dev.gpu_model_state == host.gpu_model_state
+    assert dev.gpu_total == host.gpu_total - dev.gpu_batch_inputs + dev.gpu_resident_graph
+    assert "resident graph" in dev.summary() and "resident graph" not in host.summary()
+    with pytest.raises(ValueError, match="sampler must be 'pyg' or 'device', got 'cpu'"):
+        estimate_memory(**kw, sampler="cpu")
+
+
 @pytest.mark.skipif(sampler_available(), reason="checks the error raised when no sampler is installed")
 def test_mapped_loader_without_sampler_names_the_install_command() -> None:
     from cudnn_gnn.apps.distributed import mapped_neighbor_loader
