@@ -320,6 +320,31 @@ def test_papers100m_sampled_on_cpu(papers, tmp_path: Path) -> None:
     assert rec["epochs"][0]["batches"] == 2 and rec["epochs"][0]["loss"] > 0
 
 
+def test_papers100m_with_the_device_sampler_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sampler device end to end on CPU, needing neither pyg-lib nor torch-sparse: training and evaluation on the
+    device sampler's batches, each layer on its trimmed block (per-hop counts), the memory model with the graph on the
+    GPU side and no host workers, the record naming the sampler; ours and PyG's GATConv see the same batches and,
+    from the same weights, give the same losses."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: False)
+    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "2", "--backend", "reference",
+            "--fanout", "4,3,2", "--batch-size", "8", "--sampler", "device", "--no-warm-up", "--dropout", "0"]
+    rec = papers.main(args)
+    pyg = papers.main([*args, "--model", "pyg-gat"])
+    assert rec["sampler"] == "device" and rec["num_workers"] == 0 and len(rec["epochs"]) == 2
+    last = rec["epochs"][-1]
+    assert last["batches"] == 2 and last["loss"] > 0 and 0.0 <= last["valid_acc"] <= 1.0
+    assert last["gpu_sampling_seconds"] is None and last["gpu_busy_fraction_step_and_sampling"] is None  # CPU
+    nodes, edges = rec["measured_hops"]["nodes"], rec["measured_hops"]["edges"]
+    assert len(nodes) == 4 and len(edges) == 3 and nodes[0] == 8
+    mem = rec["memory_model_measured_hops"]
+    assert mem["host_per_rank"] == 0 and mem["gpu_resident_graph"] > 0 and mem["batch_nodes"] == sum(nodes)
+    n = rec["num_nodes"]
+    assert rec["gpu_resident_graph_bytes"] == 8 * (n + 1) + 8 * rec["num_edges"] + n * 128 * 4 + n * 4 + 8 * (n + 1)
+    assert pyg["measured_hops"] == rec["measured_hops"]
+    for ours, theirs in zip(rec["epochs"], pyg["epochs"]):
+        assert abs(ours["loss"] - theirs["loss"]) < 1e-4
+
+
 @pytest.mark.skipif(sampler_available(), reason="checks the message given when no sampler is installed")
 def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="pip install pyg-lib"):
