@@ -12,6 +12,18 @@ copy overlaps the current step (a side CUDA stream), and DDP averages gradients.
 way, sharded over ranks (its two loaders also built once), correct counts summed. Persistent workers stay alive
 between uses: ``3 * --num-workers`` loader processes per rank, idle while another loader runs.
 
+Two samplers (``--sampler``), both with PyG's ``NeighborLoader`` batches (nodes and edges numbered hop by hop):
+
+- ``pyg`` (the default): PyG's ``NeighborLoader`` (pyg-lib or torch-sparse) over the memory-mapped CSC, in
+  ``--num-workers`` processes per rank on the host, each batch copied to the GPU on a side stream (pinned memory)
+  while the previous step runs. Needs ``pyg-lib`` or ``torch-sparse``; with torch-sparse (no per-hop counts) every
+  layer runs on the whole batch.
+- ``device``: :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`; each rank copies the CSC, features and labels
+  to its GPU once (papers100M-shaped at scale 0.1: 7.2 GB per GPU with fp32 features) and samples and gathers
+  there, on the training stream, with ``len(fanout) + 1`` host syncs a batch: no worker processes, no host->GPU
+  copies, per-hop counts always (trimmed blocks for both models), no pyg-lib or torch-sparse needed. Its GPU time
+  is recorded apart from the model's step (``gpu_sampling_seconds``).
+
 Model: 3 layers of 4 heads x 128 hidden (last layer averages 4 heads into 172 classes), residual linear maps,
 ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. ``--model pyg-gat`` runs PyG's
 ``GATConv`` through the same script (identical initial weights).
@@ -25,18 +37,25 @@ ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. `
     # several hosts (the same data folder generated on each host's local disk):
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id gat \\
         examples/papers100m.py --scale 1 --feature-dtype float16 --precision bf16
+    # the device sampler: one GPU, ours then PyG's; two GPUs (the graph on each)
+    python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --json ours-dev.json
+    python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --model pyg-gat
+    python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --gpus 2
     # only the memory model and the data folder, no training
-    python examples/papers100m.py --scale 0.1 --plan-only
+    python examples/papers100m.py --scale 0.1 --plan-only [--sampler device]
 
 Before epoch 1, one warm-up step on a random batch (``_common.warm_up``; ``--no-warm-up`` skips it) builds the
 kernels training and evaluation launch, so that epoch 1 does not carry them; the model's state and the random
 streams are left as they were.
 
-Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction (CUDA events around compute over wall time; None on
-a CPU), peak GPU memory, peak host RSS, mean training loss over all ranks; at start the memory model's
+Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction of the model's step alone (``gpu_busy_fraction``: CUDA
+events around forward, backward and optimizer over wall time; None on a CPU), with ``--sampler device`` also the
+sampling's GPU time (``gpu_sampling_seconds``) and the busy fraction of step and sampling together
+(``gpu_busy_fraction_step_and_sampling``), peak GPU memory, peak host RSS, mean training loss over all ranks; the
+record names the sampler (and, for ``device``, its setup seconds and resident bytes); at start the memory model's
 prediction (``cudnn_gnn.apps.distributed.estimate_memory``) with the sampler's upper bounds, and at the end with
 the hop sizes measured on the first batch or, where the sampler reports none (torch-sparse), with the largest batch
-of epoch 1 (``memory_model_largest_batch``). Needs ``pyg-lib`` or ``torch-sparse`` for sampling.
+of epoch 1 (``memory_model_largest_batch``). ``--sampler pyg`` needs ``pyg-lib`` or ``torch-sparse``.
 """
 
 from __future__ import annotations
