@@ -12,6 +12,18 @@ copy overlaps the current step (a side CUDA stream), and DDP averages gradients.
 way, sharded over ranks (its two loaders also built once), correct counts summed. Persistent workers stay alive
 between uses: ``3 * --num-workers`` loader processes per rank, idle while another loader runs.
 
+Two samplers (``--sampler``), both with PyG's ``NeighborLoader`` batches (nodes and edges numbered hop by hop):
+
+- ``pyg`` (the default): PyG's ``NeighborLoader`` (pyg-lib or torch-sparse) over the memory-mapped CSC, in
+  ``--num-workers`` processes per rank on the host, each batch copied to the GPU on a side stream (pinned memory)
+  while the previous step runs. Needs ``pyg-lib`` or ``torch-sparse``; with torch-sparse (no per-hop counts) every
+  layer runs on the whole batch.
+- ``device``: :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`; each rank copies the CSC, features and labels
+  to its GPU once (papers100M-shaped at scale 0.1: 7.2 GB per GPU with fp32 features) and samples and gathers
+  there, on the training stream, with ``len(fanout) + 1`` host syncs a batch: no worker processes, no host->GPU
+  copies, per-hop counts always (trimmed blocks for both models), no pyg-lib or torch-sparse needed. Its GPU time
+  is recorded apart from the model's step (``gpu_sampling_seconds``).
+
 Model: 3 layers of 4 heads x 128 hidden (last layer averages 4 heads into 172 classes), residual linear maps,
 ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. ``--model pyg-gat`` runs PyG's
 ``GATConv`` through the same script (identical initial weights).
@@ -25,18 +37,25 @@ ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. `
     # several hosts (the same data folder generated on each host's local disk):
     torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d --rdzv-endpoint HOST0:29500 --rdzv-id gat \\
         examples/papers100m.py --scale 1 --feature-dtype float16 --precision bf16
+    # the device sampler: one GPU, ours then PyG's; two GPUs (the graph on each)
+    python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --json ours-dev.json
+    python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --model pyg-gat
+    python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --gpus 2
     # only the memory model and the data folder, no training
-    python examples/papers100m.py --scale 0.1 --plan-only
+    python examples/papers100m.py --scale 0.1 --plan-only [--sampler device]
 
 Before epoch 1, one warm-up step on a random batch (``_common.warm_up``; ``--no-warm-up`` skips it) builds the
 kernels training and evaluation launch, so that epoch 1 does not carry them; the model's state and the random
 streams are left as they were.
 
-Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction (CUDA events around compute over wall time; None on
-a CPU), peak GPU memory, peak host RSS, mean training loss over all ranks; at start the memory model's
+Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction of the model's step alone (``gpu_busy_fraction``: CUDA
+events around forward, backward and optimizer over wall time; None on a CPU), with ``--sampler device`` also the
+sampling's GPU time (``gpu_sampling_seconds``) and the busy fraction of step and sampling together
+(``gpu_busy_fraction_step_and_sampling``), peak GPU memory, peak host RSS, mean training loss over all ranks; the
+record names the sampler (and, for ``device``, its setup seconds and resident bytes); at start the memory model's
 prediction (``cudnn_gnn.apps.distributed.estimate_memory``) with the sampler's upper bounds, and at the end with
 the hop sizes measured on the first batch or, where the sampler reports none (torch-sparse), with the largest batch
-of epoch 1 (``memory_model_largest_batch``). Needs ``pyg-lib`` or ``torch-sparse`` for sampling.
+of epoch 1 (``memory_model_largest_batch``). ``--sampler pyg`` needs ``pyg-lib`` or ``torch-sparse``.
 """
 
 from __future__ import annotations
@@ -48,6 +67,7 @@ import resource
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +89,7 @@ from cudnn_gnn.apps.distributed import (
     shard_seeds,
     wrap_ddp,
 )
+from cudnn_gnn.apps.sampler import DeviceNeighborLoader
 from cudnn_gnn.apps.train import autocast
 from cudnn_gnn.backends import GAT_BACKENDS
 
@@ -96,7 +117,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=0.001)
     ap.add_argument("--fanout", default="10,10,5", help="neighbours per layer, input side first")
     ap.add_argument("--batch-size", type=int, default=1024, help="seed nodes per batch per rank")
-    ap.add_argument("--num-workers", type=int, default=4, help="NeighborLoader workers per rank")
+    ap.add_argument("--sampler", choices=("pyg", "device"), default="pyg",
+                    help="pyg: PyG's NeighborLoader on the host, in --num-workers processes per rank; device: "
+                         "DeviceNeighborLoader, the graph on every GPU and sampled there (no workers, no copies)")
+    ap.add_argument("--num-workers", type=int, default=4, help="NeighborLoader workers per rank (--sampler pyg)")
     ap.add_argument("--eval-every", type=int, default=0, help="evaluate every N epochs (0: after the last only)")
     ap.add_argument("--max-batches", type=int, default=0,
                     help="stop each epoch, and each evaluation split, after N batches per rank (0: all)")
@@ -111,6 +135,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--fanout must have one entry per layer ({args.layers}), got {args.fanout}")
     if args.gpus < 1:
         ap.error(f"--gpus must be >= 1, got {args.gpus}")
+    if args.sampler == "device":
+        args.num_workers = 0  # nothing runs in worker processes
     if args.root is None:
         args.root = str(Path("~/.cache/cudnn_gnn/synthetic").expanduser()
                         / f"{args.dataset}-s{args.scale:g}-seed{args.seed}-{args.feature_dtype}")
@@ -140,12 +166,13 @@ def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops:
         hops, label, trimmed = ([batch[0]], [batch[1]]), "measured batch: ", False
     else:
         label = "measured hops: " if hops else "upper bound: "
-        trimmed = hops is not None or sampler_reports_hops()
+        trimmed = hops is not None or args.sampler == "device" or sampler_reports_hops()
     est = estimate_memory(num_nodes=g.num_nodes, num_edges=g.num_edges, num_features=g.x.size(1),
                           num_classes=g.num_classes, batch_size=args.batch_size, fanout=args.fanout, hidden=args.hidden,
                           heads=args.heads, model=args.model, feature_bytes=g.x.element_size(), act_bytes=act_bytes,
                           ranks=ranks, num_workers=args.num_workers, params=params,
-                          hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed)
+                          hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed,
+                          sampler=args.sampler)
     print(label + est.summary(), flush=True)
     return est.as_dict()
 
@@ -158,6 +185,22 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> tuple[Any
     nse = getattr(batch, "num_sampled_edges", None)
     return (move(batch.x).float(), move(batch.y), move(batch.edge_index), int(batch.batch_size),
             list(nsn) if nsn is not None else None, list(nse) if nse is not None else None)
+
+
+def batches(loader: Any, sampler: str, device: torch.device, meter: BusyMeter | None = None) -> Iterator[tuple[Any, ...]]:
+    """``loader``'s batches as :func:`to_device` tuples. PyG's host loader goes through the ``Prefetcher`` (the next
+    batch's copy to the GPU on a side stream, overlapped with this step). The device sampler's batches are made
+    where they are used, on the current stream, so nothing is copied; ``meter`` times each batch's sampling (and
+    its attribute gathers) on the GPU, apart from the model's step."""
+    if sampler == "pyg":
+        yield from Prefetcher(loader, device, to_device)
+        return
+    meter = meter or BusyMeter(torch.device("cpu"))  # untimed
+    it = iter(loader)
+    for _ in range(len(loader)):
+        with meter.step():
+            batch = to_device(next(it), device, False)
+        yield batch
 
 
 def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict[str, Any]:
@@ -182,44 +225,67 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
     scaler = grad_scaler(args.precision, device)
     record: dict[str, Any] = {"dataset": args.dataset, "scale": args.scale, "model": args.model, "params": params,
                               "world_size": ctx.world_size, "device": str(device), "precision": args.precision,
-                              "fanout": args.fanout, "batch_size": args.batch_size, "num_workers": args.num_workers,
+                              "fanout": args.fanout, "batch_size": args.batch_size, "sampler": args.sampler,
+                              "num_workers": args.num_workers,
                               "num_nodes": g.num_nodes, "num_edges": g.num_edges, "epochs": []}
     if ctx.is_main:
         record["memory_model_bound"] = memory_plan(args, g, ctx.world_size, params, None, device)
     pin = device.type == "cuda"
     node_attrs = {"x": g.x, "y": g.y}
 
+    device_graph: DeviceNeighborLoader | None = None
+
     def loader(seeds: torch.Tensor, shuffle: bool) -> Any:
-        """One loader, built once and iterated every epoch: persistent workers start once, not per epoch."""
-        return mapped_neighbor_loader(g.colptr, g.row, node_attrs=node_attrs, input_nodes=seeds, fanout=args.fanout,
-                                      batch_size=args.batch_size, shuffle=shuffle, num_workers=args.num_workers,
-                                      pin_memory=pin, persistent_workers=args.num_workers > 0)
+        """One loader, built once and iterated every epoch: persistent workers start once, not per epoch. With the
+        device sampler the first one copies the graph to this rank's GPU and the others share that copy."""
+        nonlocal device_graph
+        if args.sampler == "pyg":
+            return mapped_neighbor_loader(g.colptr, g.row, node_attrs=node_attrs, input_nodes=seeds, fanout=args.fanout,
+                                          batch_size=args.batch_size, shuffle=shuffle, num_workers=args.num_workers,
+                                          pin_memory=pin, persistent_workers=args.num_workers > 0)
+        seed = (args.seed * 1_000_003 + ctx.rank) * 3 + (2 if device_graph else 0) + (0 if shuffle else 1)
+        if device_graph is None:
+            device_graph = DeviceNeighborLoader(g.colptr, g.row, node_attrs=node_attrs, input_nodes=seeds,
+                                                fanout=args.fanout, batch_size=args.batch_size, shuffle=shuffle,
+                                                device=device, seed=seed)
+            return device_graph
+        return device_graph.with_inputs(seeds, shuffle=shuffle, seed=seed)
 
     # A fixed shard per rank, all of one length (shard_seeds drops the len % world_size remainder), so every rank
     # runs the same number of batches of the same sizes, as DDP's matched collectives need; the loader reshuffles
     # the shard every epoch.
+    t_setup = time.perf_counter()
     train_loader = loader(shard_seeds(g.train_idx, epoch=0, seed=args.seed, rank=ctx.rank,
                                       world_size=ctx.world_size), shuffle=True)
     eval_loaders = [loader(idx.tensor_split(ctx.world_size)[ctx.rank], shuffle=False)
                     for idx in (g.valid_idx, g.test_idx)]
+    if device_graph is not None:  # the graph's copy to the GPU and its check, once per rank
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        record["sampler_setup_seconds"] = time.perf_counter() - t_setup
+        record["gpu_resident_graph_bytes"] = device_graph.resident_bytes()
+        if ctx.is_main:
+            print(f"device sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
+                  f"{record['sampler_setup_seconds']:.1f} s", flush=True)
     if not args.no_warm_up:  # kernel builds (Triton's, cuDNN's) here, not in epoch 1; model state left unchanged
         if ctx.is_main:
             print("building kernels: one warm-up step on a random batch ...", end=" ", flush=True)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision)
         if ctx.is_main:
             print(f"{record['warm_up_seconds']:.1f} s", flush=True)
-    meter = BusyMeter(device)
+    meter, sample_meter = BusyMeter(device), BusyMeter(device)  # the model's step; the device sampler's batches
     hops: tuple[list[int], list[int]] | None = None
     largest = (0, 0)  # the largest batch (nodes, edges) of epoch 1, for the model where there are no per-hop counts
     for epoch in range(1, args.epochs + 1):
         ddp.train()
         meter.reset()
+        sample_meter.reset()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
-        total, count, batches = torch.zeros((), device=device), 0, 0
-        for x, y, edge_index, bs, nsn, nse in Prefetcher(train_loader, device, to_device):
+        total, count, n_batches = torch.zeros((), device=device), 0, 0
+        for x, y, edge_index, bs, nsn, nse in batches(train_loader, args.sampler, device, sample_meter):
             if hops is None and nsn is not None:
                 hops = (list(nsn), list(nse))
             if epoch == 1:
@@ -232,8 +298,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                 optimizer_step(loss, opt, scaler)
                 total += loss.detach() * bs
             count += bs
-            batches += 1
-            if args.max_batches and batches >= args.max_batches:
+            n_batches += 1
+            if args.max_batches and n_batches >= args.max_batches:
                 break
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -241,8 +307,15 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         loss_sum = torch.stack([total.float(), torch.tensor(float(count), device=device)])
         if ctx.distributed:
             dist.all_reduce(loss_sum)
+        # GPU time: the model's step alone (gpu_busy_fraction, as with PyG's host sampler) and, with the device
+        # sampler, the sampling too (it runs on the same stream, between the steps).
+        step_s = meter.busy_seconds()
+        sample_s = sample_meter.busy_seconds() if args.sampler == "device" else None
         rec = {"epoch": epoch, "seconds": wall, "loss": float(loss_sum[0] / loss_sum[1].clamp(min=1)),
-               "batches": batches, "seeds_per_second": float(loss_sum[1]) / wall, "gpu_busy_fraction": meter.fraction(wall),
+               "batches": n_batches, "seeds_per_second": float(loss_sum[1]) / wall,
+               "gpu_busy_fraction": meter.fraction(wall), "gpu_step_seconds": step_s, "gpu_sampling_seconds": sample_s,
+               "gpu_busy_fraction_step_and_sampling": (None if step_s is None or sample_s is None or wall <= 0
+                                                       else min(1.0, (step_s + sample_s) / wall)),
                "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
                "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
@@ -250,6 +323,9 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         record["epochs"].append(rec)
         if ctx.is_main:
             busy = "n/a" if rec["gpu_busy_fraction"] is None else f"{100 * rec['gpu_busy_fraction']:.0f}%"
+            if rec["gpu_busy_fraction_step_and_sampling"] is not None:
+                busy = (f"{100 * rec['gpu_busy_fraction_step_and_sampling']:.0f}% (step {busy}, sampling "
+                        f"{100 * rec['gpu_sampling_seconds'] / wall:.0f}%)")
             peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
             acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
             print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), "
@@ -277,12 +353,12 @@ def evaluate(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, loaders:
     for loader in loaders:
         correct = torch.zeros((), dtype=torch.int64, device=ctx.device)
         total = 0
-        for batches, (x, y, edge_index, bs, nsn, nse) in enumerate(Prefetcher(loader, ctx.device, to_device), 1):
+        for seen, (x, y, edge_index, bs, nsn, nse) in enumerate(batches(loader, args.sampler, ctx.device), 1):
             with autocast(ctx.device, args.precision):
                 out = model(x, edge_index, None, nsn, nse, sampled=True)
             correct += (out[:bs].argmax(-1) == y[:bs].view(-1).long()).sum()
             total += bs
-            if args.max_batches and batches >= args.max_batches:
+            if args.max_batches and seen >= args.max_batches:
                 break  # a sample of the split (--max-batches): the accuracy is over the seeds seen
         counts += [int(correct), total]
     c = all_reduce_counts(counts, ctx)
@@ -291,7 +367,7 @@ def evaluate(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, loaders:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
-    if not args.plan_only and not sampler_available():
+    if not args.plan_only and args.sampler == "pyg" and not sampler_available():
         raise SystemExit("papers100m.py needs pyg-lib or torch-sparse for PyG's NeighborLoader; install one with: "
                          "pip install pyg-lib -f https://data.pyg.org/whl/torch-<version>+<cpu|cuXYZ>.html")
     torchrun = launched_by_torchrun()

@@ -255,6 +255,22 @@ def test_memory_saved_tensors_sees_no_per_edge_channel_tensor_in_ours(tmp_path) 
     assert fits["gat"]["per_edge"] < 100 < 3_000 < fits["pyg-gat"]["per_edge"]
 
 
+def test_sampled_batch_sizes_with_the_device_sampler(tmp_path) -> None:
+    """sampled_batch_sizes.py --sampler device (no pyg-lib or torch-sparse needed): per-hop counts, the model at
+    their means on trimmed blocks with the graph resident on the GPU side."""
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
+
+    root, out = tmp_path / "d", tmp_path / "sizes.json"
+    synthetic_ogbn_mmap("ogbn-papers100M", root, scale=3e-5, seed=0)
+    proc = _run("investigations/sampled_batch_sizes.py", "--root", str(root), "--sampler", "device", "--batches", "2",
+                "--batch-size", "8", "--hidden", "8", "--heads", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rec = json.loads(out.read_text())
+    assert rec["batches"] == 2 and rec["sampler_reports_hops"] and rec["mean_hops"]["nodes"][0] == 8
+    mem = rec["memory_model_at_mean_hops"]["gat"]
+    assert mem["gpu_resident_graph"] > 0 and mem["host_per_rank"] == 0
+
+
 def _without_interpreter() -> dict[str, str]:
     """This process's environment without TRITON_INTERPRET (tests/ops/test_triton_backend.py sets it at import)."""
     return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -156,6 +156,23 @@ def test_memory_model_counts_the_example_parameters() -> None:
     assert est.gpu_model_state == 16 * params
 
 
+def test_memory_model_of_the_device_sampler() -> None:
+    """--sampler device: the graph (features, labels, CSC, the relabel map) on every GPU, one batch's inputs there (no
+    prefetched copy), no loader workers or pinned batches on the host; the model's terms are unchanged."""
+    kw = dict(num_nodes=1000, num_edges=20000, num_features=128, num_classes=172, batch_size=64, fanout=[5, 5],
+              hidden=32, heads=4, ranks=2, num_workers=4)
+    host, dev = estimate_memory(**kw), estimate_memory(**kw, sampler="device")
+    assert host.gpu_resident_graph == 0 and host.host_per_rank > 0
+    assert dev.gpu_resident_graph == 1000 * 128 * 4 + 8 * 1001 + 8 * 20000 + 8 * 1000 + 8 * 1001
+    assert dev.host_per_rank == 0 and dev.host_total == dev.host_features + dev.host_structure + dev.host_labels
+    assert dev.gpu_batch_inputs * 2 == host.gpu_batch_inputs
+    assert dev.gpu_activations == host.gpu_activations and dev.gpu_model_state == host.gpu_model_state
+    assert dev.gpu_total == host.gpu_total - dev.gpu_batch_inputs + dev.gpu_resident_graph
+    assert "resident graph" in dev.summary() and "resident graph" not in host.summary()
+    with pytest.raises(ValueError, match="sampler must be 'pyg' or 'device', got 'cpu'"):
+        estimate_memory(**kw, sampler="cpu")
+
+
 @pytest.mark.skipif(sampler_available(), reason="checks the error raised when no sampler is installed")
 def test_mapped_loader_without_sampler_names_the_install_command() -> None:
     from cudnn_gnn.apps.distributed import mapped_neighbor_loader
@@ -301,6 +318,31 @@ def test_papers100m_sampled_on_cpu(papers, tmp_path: Path) -> None:
     rec = papers.main([*TINY, "--root", str(tmp_path / "d"), "--epochs", "1", "--max-batches", "2", "--fanout", "3,3,2",
                        "--backend", "reference", "--batch-size", "8"])
     assert rec["epochs"][0]["batches"] == 2 and rec["epochs"][0]["loss"] > 0
+
+
+def test_papers100m_with_the_device_sampler_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sampler device end to end on CPU, needing neither pyg-lib nor torch-sparse: training and evaluation on the
+    device sampler's batches, each layer on its trimmed block (per-hop counts), the memory model with the graph on the
+    GPU side and no host workers, the record naming the sampler; ours and PyG's GATConv see the same batches and,
+    from the same weights, give the same losses."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: False)
+    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "2", "--backend", "reference",
+            "--fanout", "4,3,2", "--batch-size", "8", "--sampler", "device", "--no-warm-up", "--dropout", "0"]
+    rec = papers.main(args)
+    pyg = papers.main([*args, "--model", "pyg-gat"])
+    assert rec["sampler"] == "device" and rec["num_workers"] == 0 and len(rec["epochs"]) == 2
+    last = rec["epochs"][-1]
+    assert last["batches"] == 2 and last["loss"] > 0 and 0.0 <= last["valid_acc"] <= 1.0
+    assert last["gpu_sampling_seconds"] is None and last["gpu_busy_fraction_step_and_sampling"] is None  # CPU
+    nodes, edges = rec["measured_hops"]["nodes"], rec["measured_hops"]["edges"]
+    assert len(nodes) == 4 and len(edges) == 3 and nodes[0] == 8
+    mem = rec["memory_model_measured_hops"]
+    assert mem["host_per_rank"] == 0 and mem["gpu_resident_graph"] > 0 and mem["batch_nodes"] == sum(nodes)
+    n = rec["num_nodes"]
+    assert rec["gpu_resident_graph_bytes"] == 8 * (n + 1) + 8 * rec["num_edges"] + n * 128 * 4 + n * 4 + 8 * (n + 1)
+    assert pyg["measured_hops"] == rec["measured_hops"]
+    for ours, theirs in zip(rec["epochs"], pyg["epochs"]):
+        assert abs(ours["loss"] - theirs["loss"]) < 1e-4
 
 
 @pytest.mark.skipif(sampler_available(), reason="checks the message given when no sampler is installed")

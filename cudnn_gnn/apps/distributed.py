@@ -20,7 +20,8 @@ One entry point for 1..N processes on one host and for several hosts:
   pass-throughs on a CPU (the busy fraction is ``None`` there).
 - :func:`mapped_neighbor_loader`: PyG's ``NeighborLoader`` over a CSC that already lives in (memory-mapped)
   host memory, so ranks and loader workers share one copy of the structure and the features.
-- :func:`estimate_memory`: host and GPU bytes of a sampled run (the model of ``docs/scale.md``).
+- :func:`estimate_memory`: host and GPU bytes of a sampled run (the model of ``docs/scale.md``), with PyG's
+  host sampler or the device-resident one (:class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`).
 
 Our layers need nothing special under DDP: every parameter of ``GATConv`` takes part in every forward (so
 ``find_unused_parameters=False`` works), and graph caches are per process (each rank converts its own batches).
@@ -398,15 +399,17 @@ class MemoryEstimate:
     gpu_total: int
     batch_nodes: int
     batch_edges: int
+    gpu_resident_graph: int = 0
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
     def summary(self) -> str:
         gib = 2**30
+        graph = f"resident graph {self.gpu_resident_graph / gib:.2f}, " if self.gpu_resident_graph else ""
         return (f"memory model: host {self.host_total / gib:.1f} GiB (features {self.host_features / gib:.1f}, "
                 f"structure {self.host_structure / gib:.1f}, per rank {self.host_per_rank / gib:.2f}); GPU "
-                f"{self.gpu_total / gib:.2f} GiB per rank (model state {self.gpu_model_state / gib:.2f}, batch "
+                f"{self.gpu_total / gib:.2f} GiB per rank ({graph}model state {self.gpu_model_state / gib:.2f}, batch "
                 f"{(self.gpu_batch_inputs + self.gpu_structure_per_batch) / gib:.2f}, activations "
                 f"{self.gpu_activations / gib:.2f}, backward transient {self.gpu_backward_transient / gib:.2f}; "
                 f"{self.batch_nodes:,} nodes, {self.batch_edges:,} edges per batch)")
@@ -416,7 +419,7 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
                     fanout: Sequence[int], hidden: int, heads: int, model: str = "gat", feature_bytes: int = 4,
                     act_bytes: int = 4, ranks: int = 1, num_workers: int = 0, params: int | None = None,
                     hop_nodes: Sequence[int] | None = None, hop_edges: Sequence[int] | None = None,
-                    trimmed: bool = True) -> MemoryEstimate:
+                    trimmed: bool = True, sampler: str = "pyg") -> MemoryEstimate:
     """Predict host and GPU bytes of neighbour-sampled training of the example's GAT (``len(fanout)`` layers of
     ``heads x hidden``, the last averaging ``heads`` heads into ``num_classes``, a residual linear map per layer).
 
@@ -443,9 +446,17 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
     ``trimmed=False``: every layer runs on the whole batch (``n_src = n_dst`` = the batch's nodes, ``e`` its edges),
     as it does where the sampler reports no per-hop counts (:func:`sampler_reports_hops`; torch-sparse's). How the
     predictions compare with measured peaks: docs/scale.md.
+
+    ``sampler="device"`` (:class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`): every GPU also holds the graph
+    (``gpu_resident_graph``: features, labels and the int64 CSC as on the host, plus the sampler's ``8 (N + 1)``
+    relabel map), the batch is sampled there (one batch's inputs, no prefetched copy), and there are no loader
+    workers or pinned batches on the host (``host_per_rank = 0``; the host still holds the mapped files it copied
+    from). ``"pyg"``: PyG's ``NeighborLoader`` on the host, as above.
     """
     if model not in ("gat", "pyg-gat"):
         raise ValueError(f"model must be 'gat' or 'pyg-gat', got {model!r}")
+    if sampler not in ("pyg", "device"):
+        raise ValueError(f"sampler must be 'pyg' or 'device', got {sampler!r}")
     L = len(fanout)
     if hop_nodes is None or hop_edges is None:
         hop_nodes, hop_edges = sampled_hop_sizes(batch_size, fanout, num_nodes)
@@ -482,13 +493,18 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
     host_features = num_nodes * num_features * feature_bytes
     host_structure = 8 * (num_nodes + 1) + 8 * num_edges
     host_labels = 8 * num_nodes
-    host_per_rank = (num_workers + 1) * 2 * batch_in  # in-flight batches (prefetch factor 2), pinned copies
     gpu_state = (16 + (4 if ranks > 1 else 0)) * params
+    if sampler == "device":  # the graph on every GPU, batches sampled there: no workers, no pinned or prefetched copies
+        host_per_rank, gpu_inputs = 0, batch_in
+        resident = host_features + host_structure + host_labels + 8 * (num_nodes + 1)
+    else:
+        host_per_rank = (num_workers + 1) * 2 * batch_in  # in-flight batches (prefetch factor 2), pinned copies
+        gpu_inputs, resident = 2 * batch_in, 0  # the current batch and the prefetched next one
     return MemoryEstimate(
         host_features=host_features, host_structure=host_structure, host_labels=host_labels,
         host_per_rank=host_per_rank,
         host_total=host_features + host_structure + host_labels + ranks * host_per_rank,
-        gpu_model_state=gpu_state, gpu_batch_inputs=2 * batch_in, gpu_structure_per_batch=16 * batch_edges,
+        gpu_model_state=gpu_state, gpu_batch_inputs=gpu_inputs, gpu_structure_per_batch=16 * batch_edges,
         gpu_activations=act, gpu_backward_transient=transient,
-        gpu_total=gpu_state + 2 * batch_in + 16 * batch_edges + act + transient,
-        batch_nodes=batch_nodes, batch_edges=batch_edges)
+        gpu_total=resident + gpu_state + gpu_inputs + 16 * batch_edges + act + transient,
+        batch_nodes=batch_nodes, batch_edges=batch_edges, gpu_resident_graph=resident)

@@ -1,0 +1,101 @@
+"""DeviceNeighborLoader on CUDA (issue #16): the batches' invariants (graph edges, min(deg, fanout) in-edges per
+frontier node, hop-by-hop layout), determinism per seed with a CUDA generator, uniform draws, and exactly the
+documented host syncs per batch, ``len(fanout) + 1``, counted by ``torch.cuda.set_sync_debug_mode("warn")``."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU", allow_module_level=True)
+
+from cudnn_gnn.apps.sampler import DeviceNeighborLoader  # noqa: E402
+
+DEV = torch.device("cuda")
+FANOUT = [10, 10, 5]
+
+
+def _graph(n: int = 5000, e: int = 80_000, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """A skewed CSC on the host (hubs far above the fan-out, nodes without in-edges)."""
+    g = torch.Generator().manual_seed(seed)
+    dst = torch.multinomial(torch.arange(1, n + 1, dtype=torch.float64).pow(-1.1), e, replacement=True, generator=g)
+    src = torch.randint(0, n, (e,), generator=g)
+    order = (dst * n + src).argsort()
+    colptr = torch.zeros(n + 1, dtype=torch.int64)
+    colptr[1:] = torch.bincount(dst, minlength=n).cumsum(0)
+    return colptr, src[order]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+def test_batches_on_cuda_are_graph_edges_hop_by_hop(dtype) -> None:
+    colptr, row = _graph()
+    loader = DeviceNeighborLoader(colptr.to(dtype), row.to(dtype), node_attrs={"x": torch.randn(5000, 4)},
+                                  input_nodes=torch.randperm(5000)[:600], fanout=FANOUT, batch_size=256, shuffle=True,
+                                  device="cuda", seed=0)
+    deg_all = colptr.diff()
+    for batch in loader:
+        assert batch.edge_index.is_cuda and batch.x.is_cuda
+        b = batch.to("cpu")
+        src, dst = b.edge_index
+        assert torch.equal(row[b.e_id], b.n_id[src]) and torch.equal(b.x, loader.node_attrs["x"].cpu()[b.n_id])
+        assert bool(((colptr[b.n_id[dst]] <= b.e_id) & (b.e_id < colptr[b.n_id[dst] + 1])).all())
+        assert b.n_id.unique().numel() == b.n_id.numel() and b.e_id.unique().numel() == b.e_id.numel()
+        nodes, edges = b.num_sampled_nodes, b.num_sampled_edges
+        starts = [sum(nodes[:k]) for k in range(len(nodes) + 1)]
+        estarts = [sum(edges[:k]) for k in range(len(edges) + 1)]
+        got = torch.bincount(dst, minlength=b.num_nodes)
+        for k, f in enumerate(FANOUT):
+            want = deg_all[b.n_id[starts[k]: starts[k + 1]]].clamp(max=f)
+            assert torch.equal(got[starts[k]: starts[k + 1]], want)
+            hop_dst = dst[estarts[k]: estarts[k + 1]]
+            assert bool(((hop_dst >= starts[k]) & (hop_dst < starts[k + 1])).all())
+            hop_src = src[estarts[k]: estarts[k + 1]]
+            assert bool((hop_src < starts[k + 2]).all())
+
+
+def test_same_seed_same_batches_on_cuda() -> None:
+    colptr, row = _graph()
+    runs = []
+    for _ in range(2):
+        loader = DeviceNeighborLoader(colptr, row, input_nodes=torch.arange(512), fanout=FANOUT, batch_size=128,
+                                      shuffle=True, device="cuda", seed=7)
+        runs.append([b.e_id for epoch in range(2) for b in loader])
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+    assert not torch.equal(runs[0][0], runs[0][4])  # epoch 2 draws anew
+
+
+def test_uniform_draws_on_cuda() -> None:
+    """Node 0 with 20 in-neighbours, 4000 draws of 5: each neighbour 1000 times within 6 standard deviations."""
+    colptr = torch.tensor([0] + [20] * 21)
+    row = torch.arange(1, 21)
+    loader = DeviceNeighborLoader(colptr, row, input_nodes=torch.zeros(4000, dtype=torch.long), fanout=[5],
+                                  batch_size=4000, device="cuda", seed=0)
+    e_id = next(iter(loader)).e_id.view(4000, 5).cpu()
+    assert bool((e_id.diff(dim=1) > 0).all())
+    counts = torch.bincount(e_id.reshape(-1), minlength=20).double()
+    assert bool(((counts - 1000).abs() < 6 * 27.4).all()), counts
+
+
+def test_host_syncs_per_batch_are_the_documented_ones() -> None:
+    colptr, row = _graph()
+    loader = DeviceNeighborLoader(colptr, row, node_attrs={"x": torch.randn(5000, 4)}, input_nodes=torch.arange(1024),
+                                  fanout=FANOUT, batch_size=256, shuffle=True, device="cuda", seed=0)
+    it = iter(loader)
+    next(it)  # warm (the epoch's permutation)
+    torch.cuda.synchronize(DEV)
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            batch = next(it)
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
+    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    assert batch.num_sampled_edges[-1] > 0
+    assert len(syncs) == len(FANOUT) + 1, [str(w.message) for w in syncs]
