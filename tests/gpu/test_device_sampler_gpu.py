@@ -96,6 +96,7 @@ def test_host_syncs_per_batch_are_the_documented_ones() -> None:
             batch = next(it)
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-    syncs = [w for w in caught if "synchroniz" in str(w.message)]
+    # torch's own notice that the sync debug mode "does not yet detect all synchronizing operations" is not a sync
+    syncs = [w for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
     assert batch.num_sampled_edges[-1] > 0
     assert len(syncs) == len(FANOUT) + 1, [str(w.message) for w in syncs]
