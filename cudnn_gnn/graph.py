@@ -348,7 +348,7 @@ class CscGraph:
             return self
         m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(device)
         moved = CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m)
-        return moved.mark_rebuilt_every_call() if self.rebuilt_every_call else moved
+        return moved.mark_rebuilt_every_call(short_rows=self.short_rows) if self.rebuilt_every_call else moved
 
     def to_index_dtype(self, dtype: torch.dtype) -> CscGraph:
         """The same graph with int32 or int64 indices; the int64 copy of an int32 graph is cached."""
@@ -367,7 +367,7 @@ class CscGraph:
                 if name in self._cache:
                     g._cache[name] = self._cache[name].to(dtype)
             if self.rebuilt_every_call:
-                g.mark_rebuilt_every_call()
+                g.mark_rebuilt_every_call(short_rows=self.short_rows)
             self._cache[key] = g
         return g
 
@@ -411,19 +411,31 @@ class CscGraph:
         """What :meth:`derived` holds under ``key``, or ``None`` if nothing was built for it yet."""
         return self._cache.get(key)
 
-    def mark_rebuilt_every_call(self) -> CscGraph:
+    def mark_rebuilt_every_call(self, *, short_rows: bool = False) -> CscGraph:
         """Declare that this graph is rebuilt on every forward (the layers' static plans under
         ``torch.compile``, the blocks of a sampled batch): :meth:`max_degrees` then returns ``None`` instead of
         syncing, so nothing that would pay off only across calls (the hub split) is derived for it, and the layers
-        apply their self-loop rule to it with fixed-shape ops (no host sync). Returns ``self``."""
+        apply their self-loop rule to it with fixed-shape ops (no host sync). Returns ``self``.
+
+        ``short_rows``: the caller knows that its destinations have few in-edges (a sampled block: at most a
+        fan-out's, a few more where duplicates were sampled; see :attr:`short_rows`)."""
         self._cache["max_degrees"] = None
         self._cache["rebuilt_every_call"] = True
+        if short_rows:
+            self._cache["short_rows"] = True
         return self
 
     @property
     def rebuilt_every_call(self) -> bool:
         """Whether :meth:`mark_rebuilt_every_call` was called (kept by :meth:`to` and :meth:`to_index_dtype`)."""
         return bool(self._cache.get("rebuilt_every_call", False))
+
+    @property
+    def short_rows(self) -> bool:
+        """Whether the graph was marked with ``mark_rebuilt_every_call(short_rows=True)``: a hint, not a checked
+        property. Kernels may then walk every destination row whole instead of cutting long rows into chunks,
+        which is right for rows of any length and fast only while they are short; no degree is read back for it."""
+        return bool(self._cache.get("short_rows", False))
 
     def max_degrees(self) -> tuple[int, int] | None:
         """``(largest in-degree, largest out-degree)``, or ``None`` for a graph marked rebuilt every call.

@@ -123,9 +123,10 @@ def sampled_blocks(
     nodes are the first ``n_edge`` edges; it does not rely on the edges being sorted. ``map_csc_to_coo`` is kept,
     so edge features and returned attention are in the batch's COO order.
 
-    Every block is marked rebuilt every call (:meth:`CscGraph.mark_rebuilt_every_call`): its degrees are never
-    read back, so the layers never split its hubs automatically (the fan-out bounds the in-degrees anyway: at most
-    ``fanout[k]`` edges into a hop-``k`` node, or a few times that where duplicates are sampled), and our
+    Every block is marked rebuilt every call, with short rows (:meth:`CscGraph.mark_rebuilt_every_call`): its
+    degrees are never read back, so the layers never split its hubs automatically (the fan-out bounds the
+    in-degrees anyway: at most ``fanout[k]`` edges into a hop-``k`` node, or a few times that where duplicates are
+    sampled), the Triton kernels walk its rows whole (no chunk lists and merges for them), and our
     ``GATConv``/``GATv2Conv`` add self-loops to it with fixed-shape ops instead of the exact, syncing removal.
 
     Args:
@@ -178,5 +179,5 @@ def sampled_blocks(
         e = s.num_edges
         block = CscGraph.from_csc(offsets[: s.num_dst + 1], indices[:e], s.num_src, perm[:e],
                                   dst_index=sorted_dst[:e])
-        blocks.append(block.mark_rebuilt_every_call())
+        blocks.append(block.mark_rebuilt_every_call(short_rows=True))
     return blocks

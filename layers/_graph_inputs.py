@@ -64,7 +64,10 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
         g = edge_index
         if num_loops is None:  # already CSC: nothing to rewrite, eager or static
             return GraphPlan(g, g.num_dst_nodes, form="csc_graph")
-        return make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
+        plan = make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
+        if static and g.short_rows:  # one self-loop more a row (the padding row's length does not matter)
+            plan.graph.mark_rebuilt_every_call(short_rows=True)
+        return plan
     if is_sparse_tensor(edge_index):
         return _sparse_tensor_plan(edge_index, num_loops)
     if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):

@@ -83,9 +83,27 @@ def test_blocks_equal_the_edge_index_slices(seed, index_dtype):
         for name in ("offsets", "indices", "map_csc_to_coo", "dst_index"):
             assert torch.equal(getattr(block, name), getattr(ref, name)), name
         assert torch.equal(block.edge_index(), ei[:, : s.num_edges].long())
-        assert block.rebuilt_every_call and block.max_degrees() is None
+        assert block.rebuilt_every_call and block.max_degrees() is None and block.short_rows
         block.validate()
     assert all(b.offsets.data_ptr() == blocks[0].offsets.data_ptr() for b in blocks)  # views of one CSC
+
+
+def test_the_self_loop_plan_of_a_block_keeps_short_rows():
+    """A layer adding self-loops to a block builds a new CSC with fixed-shape ops; it keeps the block's
+    ``short_rows`` hint (one loop more a row), so the Triton kernels walk its rows whole."""
+    from cudnn_gnn.layers._plan_cache import resolve
+
+    ei, edges = _batch(NODES, FANOUT, 0)
+    block = sampled_blocks(ei, NODES, edges, 3)[0]
+    n = min(block.num_src_nodes, block.num_dst_nodes)
+    for num_loops in (None, n):
+        plan = resolve(block, num_src=block.num_src_nodes, num_dst=block.num_dst_nodes, num_loops=num_loops,
+                       device=block.device, cache=True)
+        assert plan.graph.rebuilt_every_call and plan.graph.short_rows
+    plain = CscGraph.from_edge_index(ei, num_nodes=sum(NODES)).mark_rebuilt_every_call()
+    plan = resolve(plain, num_src=plain.num_src_nodes, num_dst=plain.num_dst_nodes, num_loops=plain.num_dst_nodes,
+                   device=plain.device, cache=True)
+    assert not plan.graph.short_rows
 
 
 def test_blocks_ignore_hops_the_model_does_not_use():

@@ -493,27 +493,35 @@ class WorkList(NamedTuple):
     hubs: Tensor
 
 
-def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | None = None) -> WorkList:
+def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | None = None, *,
+              whole_rows: bool = False) -> WorkList:
     """Build the :class:`WorkList` of ``offsets`` with chunks of at most ``chunk`` edges; fixed-shape torch ops only
     (no host sync, traceable by ``torch.compile``).
 
     ``max_degree``, the largest row length where the caller knows it (a static graph's cached
     :meth:`~cudnn_gnn.CscGraph.max_degrees`): with no row longer than ``chunk`` the lists hold no chunk, padding or
     hub entries (``P = N``, ``S = R = 0``), so the launchers skip every hub launch (merges, the backward's pass-1
-    launch): on a small graph, six of a step's nine launches. Unknown (``None``): the upper bounds above."""
+    launch): on a small graph, six of a step's nine launches. ``whole_rows``: that list whatever the row lengths
+    (every row one item, a long one walked whole by one program: right for any lengths, fast while rows are short;
+    a graph marked ``short_rows``, such as a sampled block's destinations). Either way it takes about ten small
+    ops where the chunked list takes about seventy, which counts on a host-bound sampled step. Unknown
+    (``None``): the upper bounds above."""
     n = offsets.shape[0] - 1
     dev = offsets.device
     i64: dict[str, Any] = dict(device=dev, dtype=torch.int64)
-    no_hubs = max_degree is not None and max_degree <= chunk
-    r_max = 0 if no_hubs else min(n, num_edges // (chunk + 1))
-    s_max = 0 if no_hubs else num_edges // chunk + r_max
     if n == 0:
         return WorkList(torch.zeros(0, 4, **i64), torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
     off = offsets.long()
+    if whole_rows or (max_degree is not None and max_degree <= chunk):
+        row = torch.argsort(off.diff(), descending=True, stable=True)  # heaviest first, ties in row order
+        work = torch.stack([row, off[row], off[row + 1], torch.full_like(row, -1)], 1)
+        return WorkList(work, torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
+    r_max = min(n, num_edges // (chunk + 1))
+    s_max = num_edges // chunk + r_max
     n_chunks = ((off.diff() + chunk - 1) // chunk).clamp_min(1)
     multi = n_chunks > 1
     cum = n_chunks.cumsum(0)
-    p = torch.arange(n if no_hubs else n + num_edges // chunk, **i64)
+    p = torch.arange(n + num_edges // chunk, **i64)
     valid = p < cum[-1]
     row = torch.searchsorted(cum, p, right=True).clamp_max(n - 1)
     k = p - (cum[row] - n_chunks[row])
@@ -660,7 +668,7 @@ def build_call(
         return None if degrees is None else degrees[side]
 
     rows = g.derived(("triton", "row_work", chunk),
-                     lambda: work_list(g.offsets, g.num_edges, chunk, largest_degree(0)))
+                     lambda: work_list(g.offsets, g.num_edges, chunk, largest_degree(0), whole_rows=g.short_rows))
     rev_offsets = rev_to_csc = dst_index = None
     src_work = src_hub_work = src_hubs = None
     if needs_grad:

@@ -418,6 +418,27 @@ def test_work_list_without_hubs_when_the_largest_degree_fits_a_chunk():
     assert tb.work_list(offsets, 8, 3, max_degree=4).hubs.shape == (2, 3)
 
 
+def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
+    """``whole_rows``: every row one item, heaviest first, even a row longer than the chunk; a graph marked
+    ``short_rows`` takes that list for its destinations (its sources keep the chunked one), and a row far longer
+    than the chunk, walked whole by one program, still gives the reference's outputs and every gradient."""
+    w = tb.work_list(torch.tensor([0, 0, 10, 11, 30, 30]), 30, 4, whole_rows=True)
+    assert w.work.tolist() == [[3, 11, 30, -1], [1, 0, 10, -1], [2, 10, 11, -1], [0, 0, 0, -1], [4, 30, 30, -1]]
+    assert w.hub_work.shape == (0, 4) and w.hubs.shape == (0, 3)
+    chunk.set(4)
+    ei, ns, _ = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns).mark_rebuilt_every_call(short_rows=True)
+    assert graph.short_rows and graph.to_index_dtype(torch.int64).short_rows
+    assert int(graph.offsets.diff().max()) > 4  # a row the chunked list would cut
+    for v2 in (False, True):
+        xs, xd, w_, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=5)
+        _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True)
+    rows = graph.derived_if_built(("triton", "row_work", 4))
+    srcs = graph.derived_if_built(("triton", "src_work", 4))
+    assert rows.hub_work.shape[0] == 0 and rows.work.shape[0] == ns
+    assert srcs.hub_work.shape[0] > 0  # sources are not covered by the hint
+
+
 def test_static_graph_without_hubs_skips_the_hub_launches(monkeypatch):
     """A static CscGraph whose degrees fit a chunk: forward + backward launch the three row kernels and nothing
     else (no merge, no pass-1 launch); the same graph marked rebuilt every call (no degree sync) keeps the bounded
