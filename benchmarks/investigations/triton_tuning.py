@@ -92,7 +92,7 @@ def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
 
 
 GRID = tuple((be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8))
-PASSES = ("fwd", "dst", "src", "bwd")
+PASSES = ("fwd", "dst", "src", "bwd", "gat_src", "gat_delta")
 
 
 def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
@@ -106,8 +106,10 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on arxiv's shape (8 heads x 32), fp32
     and bf16. ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` /
     ``src``: forward + backward with that backward kernel's shape swept and every other kernel at its default;
-    ``bwd``: both backward kernels swept together. Each row says which shape is the
-    default (for ``bwd``: the destination pass's)."""
+    ``bwd``: both backward kernels swept together; ``gat_src`` / ``gat_delta``: GAT's one-gather backward's source
+    pass or delta pass (``dst`` / ``src`` / ``bwd`` then reach GATv2's kernels only, or GAT's with
+    ``cudnn_gnn.backends.triton.GAT_ONE_GATHER_BACKWARD`` off). Each row says which shape is the default (for
+    ``bwd``: the destination pass's)."""
     from cudnn_gnn.backends import _triton_kernels as tk
 
     g = make_graph(graph, seed=0, device=device)
