@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--cudnn-pattern", default=r"cudnn|gnn|mha_?gat", help="regex for unattributed cuDNN kernels")
-    ap.add_argument("--triton-pattern", default=r"^_(fwd|bwd_dst|bwd_src)_kernel",
+    ap.add_argument("--triton-pattern", default=r"^_(fwd|bwd_dst|bwd_src|bwd_gat_delta|bwd_gat_src|bwd_gat_dst)_kernel",
                     help="regex for our Triton kernels (cudnn_gnn/backends/_triton_kernels.py); the forward is the "
                          "one matching _fwd_")
     ap.add_argument("--out", default=None, help="JSON path (default profile_layers.json)")
@@ -225,15 +225,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             else:
                 print("\nTriton forward kernel not found among the profiled kernels: check --triton-pattern against "
                       "the kernel names above")
-            if args.pass_ == "fwd+bwd":  # each backward pass gathers one row per edge too
+            if args.pass_ == "fwd+bwd":  # the backward passes that gather one row per edge, and GAT's light ones
                 result["triton_backward_efficiency"] = {}
-                for name, pattern in (("destination pass", "_bwd_dst_"), ("source pass", "_bwd_src_")):
+                passes = (("destination pass", "_bwd_dst_", True), ("source pass", "_bwd_src_", True),
+                          ("GAT source pass", "_bwd_gat_src_", True), ("GAT delta pass", "_bwd_gat_delta_", False),
+                          ("GAT destination sum", "_bwd_gat_dst_", False))
+                for name, pattern, gathers in passes:
                     us = sum(r["self_cuda_us"] for r in per_kernel.values()
                              if r["class"] == ours and pattern in r["kernel"]) / steps
                     e = result["triton_backward_efficiency"][name] = gather_efficiency(inp, args.dtype, us)
                     if us > 0:
-                        print(f"Triton {name}: {us:,.1f} us/step, {100 * e['fraction_of_floor']:.0f}% of the same "
-                              "gather-bound floor")
+                        share = f", {100 * e['fraction_of_floor']:.0f}% of the same gather-bound floor" if gathers \
+                            else " (no feature rows)"
+                        print(f"Triton {name}: {us:,.1f} us/step{share}")
         elif cudnn_us > 0 and impl not in ("pyg", "pyg_compile", "reference", "layer_reference"):
             model_bytes = traffic_model(inp, args.layer, args.dtype, args.pass_)
             bw = {k: v / (cudnn_us * 1e-6) for k, v in model_bytes.items()}

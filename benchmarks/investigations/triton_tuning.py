@@ -92,7 +92,7 @@ def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
 
 
 GRID = tuple((be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8))
-PASSES = ("fwd", "dst", "src", "bwd")
+PASSES = ("fwd", "dst", "src", "bwd", "gat_src", "gat_delta")
 
 
 def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
@@ -106,20 +106,24 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on arxiv's shape (8 heads x 32), fp32
     and bf16. ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` /
     ``src``: forward + backward with that backward kernel's shape swept and every other kernel at its default;
-    ``bwd``: both backward kernels swept together. Each row says which shape is the
-    default (for ``bwd``: the destination pass's)."""
+    ``bwd``: both backward kernels swept together (for GAT: its two-gather backward, run with
+    ``cudnn_gnn.backends.triton.GAT_ONE_GATHER_BACKWARD`` off for those rows); ``gat_src`` / ``gat_delta``: GAT's
+    one-gather backward's source pass or delta pass. Each row says which shape is the default (for ``bwd``: the
+    destination pass's)."""
     from cudnn_gnn.backends import _triton_kernels as tk
+    from cudnn_gnn.backends import triton as tb
 
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     heads, c = 8, 32
     rows: list[dict[str, Any]] = []
-    original = tk.launch_shape
+    original, one_gather = tk.launch_shape, tb.GAT_ONE_GATHER_BACKWARD
     try:
         for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in (torch.float32, torch.bfloat16)):
             v2 = op == "gatv2"
             fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
             tk.launch_shape = original
+            tb.GAT_ONE_GATHER_BACKWARD = pass_ not in ("dst", "src", "bwd")  # those kernels: the two-gather backward
             elem = torch.empty((), dtype=dtype).element_size()
             default = original("dst" if pass_ == "bwd" else pass_, heads, c, v2, elem)
             swept = ("dst", "src") if pass_ == "bwd" else (pass_,)
@@ -160,6 +164,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                       f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
     finally:
         tk.launch_shape = original  # type: ignore[assignment]
+        tb.GAT_ONE_GATHER_BACKWARD = one_gather
     return rows
 
 

@@ -11,8 +11,11 @@ under Triton's interpreter (``TRITON_INTERPRET=1``, which is how the CPU test su
 GAT's logit is a sum of per-node and per-edge scores, ``act(a_src . x_j + a_dst . x_i + a_edge . f_e)``, so the
 scores are computed here once per node ``[N, H]`` (and per edge ``[E, H]``) in float32 with plain torch ops, and the
 op only gathers one source row per edge; autograd carries the score gradients the op returns back into
-``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``. GATv2's logit needs the whole feature rows, so its op
-takes them directly and recomputes ``act(x_j + x_i + f_e)`` in the backward instead of saving it.
+``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``. GAT's backward gathers one feature row per edge too
+(:func:`_gat_backward`: ``dout_i`` in the source pass, which also forms ``<dout_i, x_j>``; the softmax row sums come
+from the saved output, FlashAttention's ``rowsum(dO * O)``). GATv2's logit needs the whole feature rows, so its op
+takes them directly and recomputes ``act(x_j + x_i + f_e)`` in the backward instead of saving it; its backward
+gathers rows in a destination and a source pass.
 
 Everything here trusts its caller: :mod:`cudnn_gnn.ops` validates shapes, dtypes and devices first. The argument
 list is written once, in :class:`TritonCall`; the op schemas are derived from it, with its tensors packed into one
@@ -144,7 +147,7 @@ def unpack(tensors: list[Tensor] | tuple[Tensor, ...], present: int, *scalars: A
 
 _lib = torch.library.Library("cudnn_gnn", "FRAGMENT")
 _lib.define(f"triton_gat_fwd({_CALL_SCHEMA}, bool return_attention) -> (Tensor, Tensor, Tensor)")
-_lib.define(f"triton_gat_bwd(Tensor grad_out, Tensor? grad_attention, Tensor lse, {_CALL_SCHEMA}) -> "
+_lib.define(f"triton_gat_bwd(Tensor grad_out, Tensor? grad_attention, Tensor lse, Tensor? out, {_CALL_SCHEMA}) -> "
             f"({', '.join(['Tensor'] * len(_INPUT_NAMES))})")
 
 
@@ -191,7 +194,19 @@ def _sizes(c: TritonCall) -> tuple[int, int, int, int]:
     return c.offsets.shape[0] - 1, c.indices.shape[0], c.heads, c.x_src.shape[1] // c.heads
 
 
+def _out_spec(c: TritonCall) -> tuple[tuple[int, int], torch.dtype]:
+    """The shape and dtype of the op's output: ``[Nd, H*C]`` in the input dtype with ``concat``; without it GATv2's
+    mean over heads ``[Nd, C]`` (input dtype), but GAT's per-head output ``[Nd, H*C]`` in float32, whose mean
+    :func:`mha_gat` takes: autograd can then keep it for the backward (:func:`_delta_source`) and the forward op
+    keeps three outputs."""
+    nd, _, h, ch = _sizes(c)
+    if c.concat:
+        return (nd, h * ch), c.x_src.dtype
+    return ((nd, ch), c.x_src.dtype) if c.v2 else ((nd, h * ch), torch.float32)
+
+
 def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+    """``(out, lse, attention or empty)``; ``out`` as :func:`_out_spec` says."""
     c = unpack(*args[:_N_PACKED])
     return_attention = bool(args[_N_PACKED])
     _check_runnable(c.x_src.device)
@@ -205,7 +220,7 @@ def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
         c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
         c.score_src, c.score_dst, c.score_edge, c.dropout_mask, out, lse, att,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
-    if not c.concat:
+    if c.v2 and not c.concat:
         out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
     return out, lse, att if att is not None else lse.new_empty(0)
 
@@ -215,7 +230,8 @@ def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
     return_attention = bool(args[_N_PACKED])
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
-    out = c.x_src.new_empty(nd, h * ch if c.concat else ch)
+    shape, dtype = _out_spec(c)
+    out = torch.empty(shape, device=c.x_src.device, dtype=dtype)
     return out, torch.empty(nd, h, **f32), torch.empty((e, h) if return_attention else (0,), **f32)
 
 
@@ -227,7 +243,37 @@ def _like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) 
     return torch.empty(t.shape, dtype=dtype or t.dtype, device=t.device)
 
 
-def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
+GAT_ONE_GATHER_BACKWARD = True
+"""The rule that picks GAT's backward (read when the forward's autograd context is saved, so a step's forward and
+backward always agree): True, :func:`_gat_backward`, one feature-row gather per edge (its source pass gathers
+``dout_i``; the softmax row sums come from the saved per-head output); False, the two-gather backward GATv2 keeps
+(the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass ``dout_i``). A module global
+so that the two can be measured against each other in one process; GATv2 always takes the second."""
+
+
+def _delta_source(c: TritonCall, out: Tensor) -> Tensor | None:
+    """What the forward keeps for :func:`_gat_backward`'s softmax row sums ``delta_i = <dout_i, out_i>`` (plus the
+    attention gradient's share), or None where the backward takes the two-gather path (GATv2, or
+    :data:`GAT_ONE_GATHER_BACKWARD` off).
+
+    The op's output ``out``, its per-head output either way (:func:`_out_spec`). With ``concat`` in the input dtype:
+    FlashAttention's choice (``D = rowsum(dO * O)`` from the rounded ``O``); for 16-bit outputs its rounding (2**-8
+    relative in bfloat16) stays within the bf16 tolerances of the tests against the reference. Without ``concat``
+    in float32 (the mean is taken after the op), kept rather than recomputed: recomputing it would gather ``x_j``
+    per edge again, the gather this backward removes.
+
+    Memory: the output, ``[Nd, H*C]`` in the input dtype (concat), or ``[Nd, H*C]`` float32 (mean), stays alive from
+    the forward to the backward: nothing more where the caller keeps the output anyway, else that much (a layer that
+    adds a bias drops it otherwise). The backward in exchange allocates one ``[E, H]`` float32 buffer instead of two,
+    plus ``delta [Nd, H]``. An in-place change of the output before the backward is refused by autograd's version
+    check (as for torch's own attention kernels, which save their output too)."""
+    return None if c.v2 or not GAT_ONE_GATHER_BACKWARD else out
+
+
+def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None,
+              *args: Any) -> tuple[Tensor, ...]:
+    """The gradients of the op's inputs (:data:`_INPUT_NAMES` order; empty where an input has none). ``out``: what
+    :func:`_delta_source` kept; given (GAT), :func:`_gat_backward`, else the two-gather backward below."""
     c = unpack(*args)
     _check_runnable(c.x_src.device)
     if (c.rev_offsets is None or c.rev_to_csc is None or c.dst_index is None or c.src_work is None
@@ -235,9 +281,11 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *arg
         raise RuntimeError("triton_gat_bwd needs the reverse CSC (rev_offsets, rev_to_csc, dst_index, src_work, "
                            "src_hub_work, src_hubs), "
                            "got None: the forward was called without them")
+    if out is not None and not c.v2:
+        return _gat_backward(c, grad_out, grad_attention, lse, out)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
-    if c.concat:
+    if c.concat or not c.v2:  # GAT's output is per head either way (_out_spec)
         dout = grad_out.contiguous()
     else:  # the mean over heads: every head gets dout / H
         dout = (grad_out.float().unsqueeze(1) / h).expand(nd, h, ch).reshape(nd, h * ch)
@@ -276,6 +324,33 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *arg
     return d_x_src, d_x_dst, d_edge, d_edge_weight, d_w, d_score_src, d_score_dst, d_score_edge
 
 
+def _gat_backward(c: TritonCall, grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor,
+                  out: Tensor) -> tuple[Tensor, ...]:
+    """GAT's backward with one feature-row gather per edge (:func:`~cudnn_gnn.backends._triton_kernels.
+    launch_gat_backward`): a delta pass over the destinations (``delta_i = <dout_i, out_i> + sum_e alpha_e datt_e``
+    per head: the rows of ``dout`` and ``out`` once per node, per edge only ``[E, H]`` data and only with an
+    attention gradient), the source pass (``x_j`` once per source, ``dout_i`` gathered per out-edge: ``dx_j``,
+    ``<dout_i, x_j>``, the softmax and score gradients, ``dz [E, H]`` written per edge), and a destination sum over
+    ``dz`` (no indices or rows). A static graph without hubs launches three kernels; with hubs, four merges more."""
+    # narrowing for mypy: the caller checked the reverse CSC, and build_call gives GAT its node scores
+    assert c.rev_to_csc is not None and c.dst_index is not None and c.src_work is not None
+    assert c.src_hub_work is not None and c.src_hubs is not None and c.score_src is not None
+    assert c.score_dst is not None
+    empty = c.x_src.new_empty(0)
+    d_x_src = _like(c.x_src, empty)
+    d_score_src, d_score_dst = _like(c.score_src, empty), _like(c.score_dst, empty)
+    d_score_edge = _like(c.score_edge, empty)
+    _kernels().launch_gat_backward(
+        c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
+        c.rev_to_csc, c.dst_index, c.src_work, c.src_hub_work, c.src_hubs,
+        c.x_src, c.score_src, c.score_dst, c.score_edge, c.dropout_mask, lse, out, grad_out.contiguous(),
+        None if grad_attention is None else grad_attention.float().contiguous(),
+        d_x_src, d_score_src, d_score_dst, d_score_edge if c.score_edge is not None else None,
+        heads=c.heads, act=c.activation, alpha=c.activation_alpha)
+    return d_x_src, empty, empty.new_empty(0), empty.new_empty(0), empty.new_empty(0), d_score_src, d_score_dst, \
+        d_score_edge
+
+
 def _edge_grad(c: TritonCall, bit: int, t: Tensor | None) -> Tensor:
     """The buffer for the gradient of the edge input ``t``: shaped like it, except on the fused path where
     ``edge_grads`` does not ask for it (bit ``bit``: 1 ``edge_attr``, 2 ``lin_edge_weight``): empty."""
@@ -306,7 +381,8 @@ def _fused_edge_backward(c: TritonCall, ds_buf: Tensor, d_edge: Tensor) -> Tenso
     return d_edge_weight
 
 
-def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, *args: Any) -> tuple[Tensor, ...]:
+def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None,
+              *args: Any) -> tuple[Tensor, ...]:
     c = unpack(*args)
     empty = c.x_src.new_empty(0)
     if c.v2:
@@ -326,11 +402,11 @@ torch.library.register_fake("cudnn_gnn::triton_gat_bwd", _bwd_fake, lib=_lib)
 
 # ---------------------------------------------------------------------------------------------------- autograd
 def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
-    _, lse, att = output
+    out, lse, att = output
     tensors, *packed = inputs[:_N_PACKED]
     ctx.packed = packed  # present and the scalar fields; the tensors are saved below
     ctx.return_attention = bool(inputs[_N_PACKED])
-    ctx.save_for_backward(*tensors, lse)
+    ctx.save_for_backward(*tensors, lse, _delta_source(unpack(tensors, *packed), out))
     ctx.mark_non_differentiable(lse)
     if not ctx.return_attention:
         ctx.mark_non_differentiable(att)
@@ -339,14 +415,13 @@ def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
 def _backward(ctx, grad_out, _grad_lse, grad_att):  # type: ignore[no-untyped-def]
     """Gradients in the inputs' structure: for ``tensors`` a list with one entry per tensor (None for the graph's
     and the dropout mask's), None for each scalar."""
-    *tensors, lse = ctx.saved_tensors
-    c = unpack(tensors, *ctx.packed)
-    nd, _, h, ch = _sizes(c)
+    *tensors, lse, delta_out = ctx.saved_tensors
     if grad_out is None:
-        grad_out = c.x_src.new_zeros(nd, h * ch if c.concat else ch)
+        shape, dtype = _out_spec(unpack(tensors, *ctx.packed))
+        grad_out = lse.new_zeros(shape, dtype=dtype)
     if not ctx.return_attention:
         grad_att = None
-    grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, tensors, *ctx.packed)
+    grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, delta_out, tensors, *ctx.packed)
     by_field = dict(zip(_INPUT_FIELDS, grads))
     present = ctx.packed[0]
     tensor_grads = [by_field.get(i) for bit, i in enumerate(_TENSOR_FIELDS) if present >> bit & 1]
@@ -372,7 +447,7 @@ class _EagerAttention(torch.autograd.Function):
         tensors, *packed = pack(call)
         out, lse, att = _fwd_impl(tensors, *packed, return_attention)
         ctx.packed, ctx.return_attention = packed, return_attention
-        ctx.save_for_backward(*tensors, lse)
+        ctx.save_for_backward(*tensors, lse, _delta_source(call, out))
         ctx.set_materialize_grads(False)
         if not return_attention:
             ctx.mark_non_differentiable(att)
@@ -381,12 +456,12 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: Tensor | None, grad_att: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, ...]:
-        *tensors, lse = ctx.saved_tensors
+        *tensors, lse, delta_out = ctx.saved_tensors
         if grad_out is None:
-            c = unpack(tensors, *ctx.packed)
-            nd, _, h, ch = _sizes(c)
-            grad_out = c.x_src.new_zeros(nd, h * ch if c.concat else ch)
-        grads = _bwd_impl(grad_out, grad_att if ctx.return_attention else None, lse, tensors, *ctx.packed)
+            shape, dtype = _out_spec(unpack(tensors, *ctx.packed))
+            grad_out = lse.new_zeros(shape, dtype=dtype)
+        grads = _bwd_impl(grad_out, grad_att if ctx.return_attention else None, lse, delta_out, tensors,
+                          *ctx.packed)
         needs = ctx.needs_input_grad[2:]
         return (None, None, *(g if need else None for g, need in zip(grads, needs, strict=True)))
 
@@ -744,8 +819,11 @@ def mha_gat(
         Everything is differentiable in ``x_src``, ``x_dst``, ``attn_weights``, ``edge_attr`` and ``lin_edge_weight``.
 
     Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores; plus a merge launch where the work
-    list may hold hub rows), two backward (plus, where it may hold hub rows or sources, a pass-1 launch over the hub
-    chunks and small merge launches); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
+    list may hold hub rows); backward, GAT three (a light delta pass, the source pass, a light destination sum; only
+    the source pass gathers feature rows), GATv2 two (plus, where the lists may hold hub rows or sources, a pass-1
+    launch over the hub chunks), and small merge launches where they may hold hubs. GAT keeps its per-head output
+    ``[Nd, H*C]`` (the input dtype with ``concat``, float32 without) from the forward to the backward (see
+    :func:`_delta_source`); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
     order). A static graph's work lists know its largest degrees and hold hub entries only where a row (source) has
     more than :func:`chunk_size` edges; a graph rebuilt every call (a sampled block), or one traced by
     ``torch.compile``, gets lists sized for the worst case. Per graph, built once and cached on it: the work lists
@@ -771,6 +849,8 @@ def mha_gat(
         out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
     else:
         out, att = _EagerAttention.apply(call, return_attention, *(call[i] for i in _INPUT_FIELDS))
+    if not v2 and not concat:  # GAT's op returns the float32 per-head output (_out_spec)
+        out = out.view(out.shape[0], heads, x_src.shape[1] // heads).mean(1).to(x_src.dtype)
     return out, (att if return_attention else None)
 
 

@@ -78,6 +78,7 @@ CASES = [
     ("gat", torch.float32, torch.int32, True, True, True, "leaky_relu"),
     ("gat", torch.float32, torch.int64, False, False, False, "elu"),
     ("gat", torch.bfloat16, torch.int32, True, False, True, "leaky_relu"),
+    ("gat", torch.bfloat16, torch.int64, True, True, False, "leaky_relu"),  # one-gather backward: float32 per-head
     ("gatv2", torch.float32, torch.int32, True, True, True, "leaky_relu"),
     ("gatv2", torch.float32, torch.int64, False, True, False, "tanh"),
     ("gatv2", torch.bfloat16, torch.int32, True, False, True, "leaky_relu"),

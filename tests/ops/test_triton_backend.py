@@ -439,25 +439,41 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
     assert srcs.hub_work.shape[0] > 0  # sources are not covered by the hint
 
 
-def test_static_graph_without_hubs_skips_the_hub_launches(monkeypatch):
-    """A static CscGraph whose degrees fit a chunk: forward + backward launch the three row kernels and nothing
-    else (no merge, no pass-1 launch); the same graph marked rebuilt every call (no degree sync) keeps the bounded
-    lists and launches the merges over padding. Results agree."""
+@pytest.fixture
+def launched(monkeypatch):
+    """The names of the Triton kernels launched, in order: every kernel of the kernel module (a jitted function,
+    or under the interpreter its stand-in: anything launched by ``kernel[grid](...)``) wrapped by a spy."""
     from cudnn_gnn.backends import _triton_kernels as kernels
 
-    launched: list[str] = []
-    for name in ("_fwd_kernel", "_fwd_merge_kernel", "_bwd_dst_kernel", "_bwd_src_kernel", "_merge_sum_kernel"):
-        real = getattr(kernels, name)
+    names: list[str] = []
 
-        class _Spy:
-            def __init__(self, real, name):
-                self.real, self.name = real, name
+    class _Spy:
+        def __init__(self, real, name):
+            self.real, self.name = real, name
 
-            def __getitem__(self, grid):
-                launched.append(self.name)
-                return self.real[grid]
+        def __getitem__(self, grid):
+            names.append(self.name)
+            return self.real[grid]
 
-        monkeypatch.setattr(kernels, name, _Spy(real, name))
+    for name, real in list(vars(kernels).items()):
+        if name.endswith("_kernel") and hasattr(real, "__getitem__"):
+            monkeypatch.setattr(kernels, name, _Spy(real, name))
+    return names
+
+
+GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat_dst_kernel"],
+                False: ["_bwd_dst_kernel", "_bwd_src_kernel"]}
+"""The backward launches of a static graph without hubs: GAT's one-gather backward, or the two-gather one."""
+
+
+@pytest.mark.parametrize("one_gather", [True, False], ids=["one_gather", "two_gather"])
+def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, monkeypatch):
+    """A static CscGraph whose degrees fit a chunk: forward + backward launch the row kernels and nothing else (no
+    merge, no pass-1 launch): the forward, then GAT's three backward passes (delta, source, destination sum), or
+    the two-gather backward's two; the same graph marked rebuilt every call (no degree sync) keeps the bounded lists
+    and launches the merges over padding (GAT's one-gather backward: four, for delta, dx, d score_src and d
+    score_dst). Results agree."""
+    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
     ns = 40
     ei = torch.randint(0, ns, (2, 300), generator=torch.Generator().manual_seed(3))  # 300 edges > one 256-edge chunk
     results = []
@@ -469,12 +485,85 @@ def test_static_graph_without_hubs_skips_the_hub_launches(monkeypatch):
         launched.clear()
         results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True))
         if not rebuilt:
-            assert launched == ["_fwd_kernel", "_bwd_dst_kernel", "_bwd_src_kernel"], launched
+            assert launched == ["_fwd_kernel", *GAT_BACKWARD[one_gather]], launched
         else:
             assert "_fwd_merge_kernel" in launched and "_merge_sum_kernel" in launched, launched
+            if one_gather:
+                assert launched[2:] == ["_bwd_gat_delta_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
+                                        "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel",
+                                        "_merge_sum_kernel"], launched
     for a, b in zip(*results):
         if a is not None:
             torch.testing.assert_close(a, b)
+
+
+def test_cora_shaped_gat_step_launches_three_backward_kernels_a_layer(launched):
+    """Two GATConv layers of Cora's shape (8 heads x 8 concatenated, then one head averaged; attention dropout 0.6,
+    self-loops) on a static hub-free graph: the backward launches GAT's three passes per layer and nothing else,
+    and every gradient equals the reference layers'."""
+    from cudnn_gnn import GATConv
+
+    n, f = 60, 12
+    gen = torch.Generator().manual_seed(11)
+    ei = torch.randint(0, n, (2, 240), generator=gen)
+    x = torch.randn(n, f, generator=gen)
+    grads = []
+    for backend in ("triton", "reference"):
+        torch.manual_seed(0)
+        convs = [GATConv(f, 8, heads=8, dropout=0.6, backend=backend),
+                 GATConv(64, 7, heads=1, concat=False, dropout=0.6, backend=backend)]
+        xl = x.clone().requires_grad_()
+        torch.manual_seed(5)
+        out = convs[1](torch.nn.functional.elu(convs[0](xl, ei)), ei)
+        launched.clear()
+        out.square().sum().backward()
+        if backend == "triton":
+            assert launched == GAT_BACKWARD[True] * 2, launched
+        grads.append([xl.grad, *(p.grad for conv in convs for p in conv.parameters())])
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
+def test_gat_delta_from_the_rounded_bfloat16_output(concat):
+    """GAT's one-gather backward takes the softmax row sums ``delta_i = <dout_i, out_i>`` from the saved output: with
+    concat the bfloat16 output itself (rounded, as FlashAttention does), without it the float32 per-head output.
+    Against the float64 reference its gradients are within the bf16 tolerances and within 3x the error of the
+    reference's own bfloat16 path on the same inputs (the GPU suite's bound); with a dropout mask, edge scores and
+    a gradient on the attention."""
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False,
+                               dtype=torch.bfloat16)
+    _, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat)
+    exact = [t.detach().double().requires_grad_() for t in (xs, w, ea)]
+    _, _, ref = _run("reference", graph, exact[0], None, exact[1], exact[2], m, v2=False, heads=2, concat=concat)
+    _, _, same = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat)
+
+    def rel(a, b):
+        return float((a.double() - b).norm() / b.norm())
+
+    for name, a, b, lp in zip(("x_src", "attn_weights", "edge_attr"), grads, ref, same, strict=True):
+        assert rel(a, b) <= max(3 * rel(lp, b), 1e-3), name
+
+
+@pytest.mark.parametrize("one_gather", [True, False], ids=["one_gather", "two_gather"])
+@pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
+def test_gat_attention_gradient_with_dropout_in_chunks(concat, one_gather, chunk, monkeypatch):
+    """A gradient on the returned attention with a strided dropout mask, hub rows and sources in chunks of 4: GAT's
+    delta pass walks the row's edges for ``sum_e alpha_e datt_e`` (a chunk adds the row's ``<dout_i, out_i>`` once,
+    in its first chunk), the merge sums the chunks; also a loss on the attention alone. The two-gather backward
+    (kept for A/B measurement) on the same cases. Bitwise equal on a second run."""
+    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    chunk.set(4)
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns, index_dtype=torch.int32)
+    xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], 3, 3, edge=True, mask=True, bipartite=False, seed=12)
+    first = _compare(graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0)
+    second = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0)
+    assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
+    kw = dict(v2=False, heads=3, concat=concat, activation_name="leaky_relu", activation_alpha=0.2)
+    _attention_only_grads_match(graph, xs, w, ea, kw)
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
