@@ -72,7 +72,8 @@ def stubbed_launches() -> Iterator[None]:
     from cudnn_gnn.backends import triton as tb
 
     kernels = tb._kernels()
-    names = ("launch_forward", "launch_backward_dst", "launch_backward_src")
+    names = ("launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge",
+             "launch_gat_backward")
     saved = {name: getattr(kernels, name) for name in names}
     try:
         for name in names:

@@ -243,12 +243,14 @@ def _like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) 
     return torch.empty(t.shape, dtype=dtype or t.dtype, device=t.device)
 
 
-GAT_ONE_GATHER_BACKWARD = True
+GAT_ONE_GATHER_BACKWARD = False
 """The rule that picks GAT's backward (read when the forward's autograd context is saved, so a step's forward and
 backward always agree): True, :func:`_gat_backward`, one feature-row gather per edge (its source pass gathers
-``dout_i``; the softmax row sums come from the saved per-head output); False, the two-gather backward GATv2 keeps
-(the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass ``dout_i``). A module global
-so that the two can be measured against each other in one process; GATv2 always takes the second."""
+``dout_i``; the softmax row sums come from the saved per-head output); False (the default), the two-gather backward
+GATv2 keeps (the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass ``dout_i``). Off by
+default because, with its launch shapes not tuned yet, the one-gather backward measured slower on the H200
+(docs/performance.md); a module global so that the two can be measured against each other in one process. GATv2
+always takes the second."""
 
 
 def _delta_source(c: TritonCall, out: Tensor) -> Tensor | None:

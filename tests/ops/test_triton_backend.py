@@ -497,10 +497,11 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
             torch.testing.assert_close(a, b)
 
 
-def test_cora_shaped_gat_step_launches_three_backward_kernels_a_layer(launched):
+def test_cora_shaped_gat_step_launches_three_backward_kernels_a_layer(launched, monkeypatch):
     """Two GATConv layers of Cora's shape (8 heads x 8 concatenated, then one head averaged; attention dropout 0.6,
-    self-loops) on a static hub-free graph: the backward launches GAT's three passes per layer and nothing else,
-    and every gradient equals the reference layers'."""
+    self-loops) on a static hub-free graph, on the one-gather backward: it launches GAT's three passes per layer and
+    nothing else, and every gradient equals the reference layers'."""
+    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", True)
     from cudnn_gnn import GATConv
 
     n, f = 60, 12
@@ -525,12 +526,13 @@ def test_cora_shaped_gat_step_launches_three_backward_kernels_a_layer(launched):
 
 
 @pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
-def test_gat_delta_from_the_rounded_bfloat16_output(concat):
+def test_gat_delta_from_the_rounded_bfloat16_output(concat, monkeypatch):
     """GAT's one-gather backward takes the softmax row sums ``delta_i = <dout_i, out_i>`` from the saved output: with
     concat the bfloat16 output itself (rounded, as FlashAttention does), without it the float32 per-head output.
     Against the float64 reference its gradients are within the bf16 tolerances and within 3x the error of the
     reference's own bfloat16 path on the same inputs (the GPU suite's bound); with a dropout mask, edge scores and
     a gradient on the attention."""
+    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", True)
     ei, ns, nd = GRAPHS["power_law"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False,
