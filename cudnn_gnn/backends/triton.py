@@ -595,26 +595,26 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | Non
         return WorkList(work, torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
     r_max = min(n, num_edges // (chunk + 1))
     s_max = num_edges // chunk + r_max
-    n_chunks = ((off.diff() + chunk - 1) // chunk).clamp_min(1)
-    multi = n_chunks > 1
+    n_chunks = ((off.diff() + (chunk - 1)) // chunk).clamp_min(1)
     cum = n_chunks.cumsum(0)
-    p = torch.arange(n + num_edges // chunk, **i64)
-    valid = p < cum[-1]
-    row = torch.searchsorted(cum, p, right=True).clamp_max(n - 1)
-    k = p - (cum[row] - n_chunks[row])
-    start = off[row] + k * chunk
-    end = torch.minimum(start + chunk, off[row + 1])
-    hub_slots = torch.where(multi, n_chunks, 0)
+    hub_slots = n_chunks * (n_chunks > 1)  # a hub row's chunk count, 0 for a whole row
     slot0 = hub_slots.cumsum(0) - hub_slots
-    slot = torch.where(valid, torch.where(multi[row], slot0[row] + k, -1), -2)
-    items = torch.stack([torch.where(valid, row, 0), torch.where(valid, start, 0), torch.where(valid, end, 0), slot], 1)
-    length = torch.where(valid, end - start, -1)
-    work = items[torch.argsort(length, descending=True, stable=True)]
-    hub_work = items[torch.argsort((slot < 0).to(torch.int8), stable=True)[:s_max]]
+    # per row: first item, first and last edge, first slot (-1: a whole row); one gather per item below
+    table = torch.stack([cum - n_chunks, off[:-1], off[1:], torch.where(hub_slots > 0, slot0, -1)])
+    p = torch.arange(n + num_edges // chunk, **i64)
+    row = torch.searchsorted(cum, p, right=True).clamp_max(n - 1)
+    first, lo, hi, s0 = table[:, row].unbind(0)
+    k = p - first
+    start = lo + k * chunk
+    end = torch.minimum(start + chunk, hi)
+    valid = p < cum[-1]
     padding = torch.where(torch.arange(4, **i64) == 3, -2, 0)  # (0, 0, 0, -2), made on the device: no copy, no sync
+    items = torch.where(valid[:, None], torch.stack([row, start, end, torch.where(s0 >= 0, s0 + k, -1)], 1), padding)
+    work = items[torch.argsort(torch.where(valid, end - start, -1), descending=True, stable=True)]
+    hub_work = items[torch.argsort((items[:, 3] < 0).to(torch.int8), stable=True)[:s_max]]
     hub_work = torch.where(hub_work[:, 3:] >= 0, hub_work, padding)  # empty ranges: the padding does no work
-    hub_rows = torch.argsort((~multi).to(torch.int8), stable=True)[:r_max]
-    hubs = torch.stack([hub_rows, slot0[hub_rows], torch.where(multi[hub_rows], n_chunks[hub_rows], 0)], 1)
+    hub_rows = torch.argsort((hub_slots == 0).to(torch.int8), stable=True)[:r_max]
+    hubs = torch.stack([hub_rows, slot0[hub_rows], hub_slots[hub_rows]], 1)
     return WorkList(work, hub_work, hubs)
 
 

@@ -406,6 +406,50 @@ def test_work_list_cuts_rows_into_chunks_heaviest_first():
     assert sorted(whole[:, 0].tolist()) == [0, 2, 4]  # empty rows are whole items too (they write zeros)
 
 
+def _work_list_by_hand(off: list[int], num_edges: int, b: int) -> tuple[list, list, list]:
+    """The documented lists, one item at a time (the oracle of the vectorised :func:`tb.work_list`)."""
+    n = len(off) - 1
+    items, hubs, slot = [], [], 0
+    for r in range(n):
+        d = off[r + 1] - off[r]
+        if d <= b:
+            items.append([r, off[r], off[r + 1], -1])
+            continue
+        count = -(-d // b)
+        hubs.append([r, slot, count])
+        items += [[r, off[r] + k * b, min(off[r] + (k + 1) * b, off[r + 1]), slot + k] for k in range(count)]
+        slot += count
+    items += [[0, 0, 0, -2]] * (n + num_edges // b - len(items))
+    length = [it[2] - it[1] if it[3] != -2 else -1 for it in items]
+    work = [items[i] for i in sorted(range(len(items)), key=lambda i: -length[i])]  # stable
+    r_max, s_max = min(n, num_edges // (b + 1)), num_edges // b + min(n, num_edges // (b + 1))
+    hub_work = sorted((it for it in items if it[3] >= 0), key=lambda it: it[3])
+    hub_work = (hub_work + [[0, 0, 0, -2]] * s_max)[:s_max]
+    slot0 = {r: f for r, f, _ in hubs}
+    rest, acc = [], 0
+    for r in range(n):
+        if r not in slot0:
+            rest.append([r, acc, 0])
+        else:
+            acc += [c for h, _, c in hubs if h == r][0]
+    return work, hub_work, (hubs + rest)[:r_max]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_work_list_equals_the_lists_built_by_hand(seed):
+    """Random row lengths (empty rows, rows of exactly a chunk, long hubs): the vectorised lists equal the ones
+    built one item at a time, entry for entry."""
+    gen = torch.Generator().manual_seed(seed)
+    n, b = 1 + seed * 5, 4
+    deg = torch.randint(0, 3 * b, (n,), generator=gen)
+    deg[torch.randint(0, n, (2,), generator=gen)] = torch.tensor([b, 7 * b + 1])
+    off = torch.cat([torch.zeros(1, dtype=torch.long), deg.cumsum(0)])
+    e = int(off[-1])
+    w = tb.work_list(off, e, b)
+    work, hub_work, hubs = _work_list_by_hand(off.tolist(), e, b)
+    assert w.work.tolist() == work and w.hub_work.tolist() == hub_work and w.hubs.tolist() == hubs
+
+
 def test_work_list_without_hubs_when_the_largest_degree_fits_a_chunk():
     """With the largest degree known and at most the chunk, the lists hold the rows only: no chunk, padding or hub
     entries, the same whole items as without it; a known degree above the chunk keeps the upper bounds."""
