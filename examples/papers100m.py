@@ -169,8 +169,9 @@ def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops:
         trimmed = hops is not None or args.sampler == "device" or sampler_reports_hops()
     est = estimate_memory(num_nodes=g.num_nodes, num_edges=g.num_edges, num_features=g.x.size(1),
                           num_classes=g.num_classes, batch_size=args.batch_size, fanout=args.fanout, hidden=args.hidden,
-                          heads=args.heads, model=args.model, feature_bytes=g.x.element_size(), act_bytes=act_bytes,
-                          ranks=ranks, num_workers=args.num_workers, params=params,
+                          heads=args.heads, model=args.model, feature_bytes=g.x.element_size(),
+                          label_bytes=g.y.element_size(), act_bytes=act_bytes, ranks=ranks,
+                          num_workers=args.num_workers, params=params,
                           hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed,
                           sampler=args.sampler)
     print(label + est.summary(), flush=True)

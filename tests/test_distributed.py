@@ -94,6 +94,10 @@ def test_memory_model_grows_as_the_formulas_say() -> None:
     nodes, edges = sampled_hop_sizes(512, [10, 10, 5])
     assert nodes == [512, 5120, 51200, 256000] and edges == [5120, 51200, 256000]
     assert sampled_hop_sizes(10, [5, 5], num_nodes=40)[0] == [10, 30, 0]
+    # fan-out -1 (every in-edge): bounded by the graph's edges, never negative
+    assert sampled_hop_sizes(10, [-1, 5], num_nodes=1000, num_edges=300) == ([10, 300, 300], [300, 300])
+    with pytest.raises(ValueError, match=r"num_edges must be given for fanout\[0\] = -1"):
+        sampled_hop_sizes(10, [-1])
     kw = dict(num_nodes=1000, num_edges=20000, num_features=128, num_classes=172, batch_size=64, fanout=[5, 5],
               hidden=32, heads=4)
     ours, pyg = estimate_memory(**kw), estimate_memory(**kw, model="pyg-gat")

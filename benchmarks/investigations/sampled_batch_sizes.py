@@ -112,8 +112,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"mean per-hop counts: nodes {mean_hops[0]}, edges {mean_hops[1]}")
     common = dict(num_nodes=g.num_nodes, num_edges=g.num_edges, num_features=g.x.size(1), num_classes=g.num_classes,
                   batch_size=args.batch_size, fanout=fanout, hidden=args.hidden, heads=args.heads,
-                  feature_bytes=g.x.element_size(), act_bytes=2, ranks=args.ranks, num_workers=args.num_workers,
-                  params=params, sampler=args.sampler)
+                  feature_bytes=g.x.element_size(), label_bytes=g.y.element_size(), act_bytes=2, ranks=args.ranks,
+                  num_workers=args.num_workers, params=params, sampler=args.sampler)
     for model in ("gat", "pyg-gat"):
         est = estimate_memory(**common, model=model, hop_nodes=[mean_n], hop_edges=[mean_e], trimmed=False)
         payload["memory_model_at_mean_batch"][model] = est.as_dict()

@@ -369,15 +369,27 @@ def mapped_neighbor_loader(colptr: Tensor, row: Tensor, *, node_attrs: dict[str,
 # ---------------------------------------------------------------------------------------------- memory model
 
 
-def sampled_hop_sizes(batch_size: int, fanout: Sequence[int], num_nodes: int | None = None) -> tuple[list[int], list[int]]:
+def sampled_hop_sizes(batch_size: int, fanout: Sequence[int], num_nodes: int | None = None,
+                      num_edges: int | None = None) -> tuple[list[int], list[int]]:
     """Upper bounds of the nodes and edges a ``NeighborLoader`` batch adds per hop: hop 0 holds the seeds, hop
     ``l + 1`` at most ``nodes[l] * fanout[l]`` new nodes (no two sampled neighbours coinciding), capped by the
-    graph; ``edges[l] = nodes[l] * fanout[l]``. Real batches are smaller where neighbourhoods overlap (hubs)."""
+    graph; ``edges[l] = nodes[l] * fanout[l]``, capped by ``num_edges``. A fan-out of -1 (every in-edge) has no
+    bound but the graph's: ``num_edges`` edges. Real batches are smaller where neighbourhoods overlap (hubs).
+
+    Raises:
+        ValueError: a fan-out of -1 without ``num_edges``.
+    """
     nodes, edges = [batch_size], []
     cap = num_nodes if num_nodes is not None else math.inf
-    for f in fanout:
-        edges.append(nodes[-1] * f)
-        nodes.append(int(min(nodes[-1] * f, max(cap - sum(nodes), 0))))
+    for hop, f in enumerate(fanout):
+        if num_edges is None:
+            if f < 0:
+                raise ValueError(f"num_edges must be given for fanout[{hop}] = {f} (every in-edge), got None")
+            e = nodes[-1] * f
+        else:
+            e = num_edges if f < 0 else min(nodes[-1] * f, num_edges)
+        edges.append(e)
+        nodes.append(int(min(e, max(cap - sum(nodes), 0))))
     return nodes, edges
 
 
@@ -419,15 +431,16 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
                     fanout: Sequence[int], hidden: int, heads: int, model: str = "gat", feature_bytes: int = 4,
                     act_bytes: int = 4, ranks: int = 1, num_workers: int = 0, params: int | None = None,
                     hop_nodes: Sequence[int] | None = None, hop_edges: Sequence[int] | None = None,
-                    trimmed: bool = True, sampler: str = "pyg") -> MemoryEstimate:
+                    trimmed: bool = True, sampler: str = "pyg", label_bytes: int = 8) -> MemoryEstimate:
     """Predict host and GPU bytes of neighbour-sampled training of the example's GAT (``len(fanout)`` layers of
     ``heads x hidden``, the last averaging ``heads`` heads into ``num_classes``, a residual linear map per layer).
 
     Host, once per host: features ``N F feature_bytes``, CSC ``8 (N + 1) + 8 E`` (int64: the samplers' type),
-    labels ``8 N``. Per rank: one batch's gathered features and structure in each of ``num_workers + 1``
-    in-flight slots (pinned). GPU per rank: parameters, gradients, Adam's two moments (``16`` bytes per
-    parameter, ``+4`` for DDP's gradient buckets when ``ranks > 1``), two batches' inputs (the prefetched next
-    one), and per layer ``l`` on its trimmed block (``n_src`` sources, ``n_dst`` targets, ``e`` edges):
+    labels ``N label_bytes`` (8: int64; the synthetic papers100M stores 4-byte labels). Per rank: one batch's
+    gathered features and structure in each of ``num_workers + 1`` in-flight slots (pinned). GPU per rank:
+    parameters, gradients, Adam's two moments (``16`` bytes per parameter, ``+4`` for DDP's gradient buckets when
+    ``ranks > 1``), two batches' inputs (the prefetched next one), and per layer ``l`` on its trimmed block
+    (``n_src`` sources, ``n_dst`` targets, ``e`` edges):
 
     - ours: ``act_bytes (n_src (C_in + HC) + 3 n_dst HC) + 4 (n_src + 2 n_dst) H + 16 e`` (layer input and
       projection saved for backward, output, residual, activation; per-node scores and log-sum-exp in fp32;
@@ -459,7 +472,7 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
         raise ValueError(f"sampler must be 'pyg' or 'device', got {sampler!r}")
     L = len(fanout)
     if hop_nodes is None or hop_edges is None:
-        hop_nodes, hop_edges = sampled_hop_sizes(batch_size, fanout, num_nodes)
+        hop_nodes, hop_edges = sampled_hop_sizes(batch_size, fanout, num_nodes, num_edges)
     hop_nodes, hop_edges = list(hop_nodes), list(hop_edges)
     H, C = heads, hidden
     if params is None:  # per layer: lin (in x H out), res and bias (in x total, total), att_src/att_dst
@@ -492,7 +505,7 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
     batch_in = batch_nodes * (num_features * feature_bytes + 8 + 8) + 16 * batch_edges  # x, n_id, y, edge_index
     host_features = num_nodes * num_features * feature_bytes
     host_structure = 8 * (num_nodes + 1) + 8 * num_edges
-    host_labels = 8 * num_nodes
+    host_labels = label_bytes * num_nodes
     gpu_state = (16 + (4 if ranks > 1 else 0)) * params
     if sampler == "device":  # the graph on every GPU, batches sampled there: no workers, no pinned or prefetched copies
         host_per_rank, gpu_inputs = 0, batch_in
