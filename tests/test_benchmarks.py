@@ -93,6 +93,18 @@ def test_power_law_generator_is_exact_and_seeded() -> None:
     assert int(deg.max()) > 5 * float(deg.float().mean())  # heavy-tailed
 
 
+def test_bench_sampled_quick_trains_every_variant_on_the_same_batches(tmp_path) -> None:
+    """``bench_sampled.py --quick``: device-sampled batches drawn once on the CPU, PyG's layer and ours (with and
+    without the blocks' short-row hint) each take a training step on every one of them."""
+    proc = _run("bench_sampled.py", "--quick", "--out", str(tmp_path / "sampled.json"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads((tmp_path / "sampled.json").read_text())
+    assert payload["quick"] is True and payload["batch_mean"]["edges"] > 0
+    records = {r["variant"]: r for r in payload["records"]}
+    assert set(records) == {"pyg", "ours", "ours_chunked_rows"}
+    assert all(r["status"] == "ok" and r["steps"] == 2 for r in records.values()), records
+
+
 def test_bench_conversion_and_profile_quick(tmp_path) -> None:
     proc = _run("bench_conversion.py", "--quick", "--out", str(tmp_path / "conv.json"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -1,0 +1,200 @@
+"""Sampled training steps of the papers100M example's GAT, ours against PyG's layer, on the SAME device-sampled
+batches: per-batch step time (forward, backward, optimizer), and variants of ours for A/B in one process.
+
+The sampled step decides #16's "our epoch against PyG's" once the sampler is not the bottleneck: the example's
+epochs (``examples/papers100m.py --sampler device``) mix sampling, evaluation and warm-up with it. Here a synthetic
+OGB-shaped graph is generated on the device (``synthetic_ogbn``, seconds on a GPU), ``--batches`` batches are drawn
+once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant trains on exactly those batches
+(same initial weights, Adam), each step timed with CUDA events after ``--warmup`` steps:
+
+* ``pyg``: PyG's ``GATConv`` (``examples/_common.OgbGAT("pyg-gat")``, trimmed ``edge_index`` slices);
+* ``ours``: our ``GATConv`` on ``--backend`` (blocks from ``cudnn_gnn.sampled_blocks``);
+* ``ours_chunked_rows``: ours with the blocks' ``short_rows`` hint ignored (chunked row work lists, the hub
+  launches), as before ``a93a21c``;
+* ``ours_one_gather``: ours with ``GAT_ONE_GATHER_BACKWARD`` on (Triton).
+
+Per variant: median / mean step ms, total, the ratio to ``pyg``, peak memory. ``--quick``: a CPU smoke run (tiny
+graph, two batches, ``reference`` backend, no timing claims).
+
+    python benchmarks/bench_sampled.py [--scale 0.05] [--batches 32] [--precision bf16] [--out bench_sampled.json]
+    python benchmarks/bench_sampled.py --quick --out /tmp/bench_sampled_quick.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
+from _bench_common import environment, synchronize, write_json  # noqa: E402
+
+VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather")
+
+
+@contextlib.contextmanager
+def variant_switches(name: str) -> Iterator[None]:
+    """The module-level switches a variant flips, restored afterwards."""
+    from cudnn_gnn.backends import triton as tb
+    from cudnn_gnn.graph import CscGraph
+
+    saved_rows, saved_gather = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD
+    try:
+        if name == "ours_chunked_rows":
+            CscGraph.short_rows = property(lambda self: False)  # type: ignore[assignment,method-assign]
+        if name == "ours_one_gather":
+            tb.GAT_ONE_GATHER_BACKWARD = True
+        yield
+    finally:
+        CscGraph.short_rows = saved_rows  # type: ignore[method-assign]
+        tb.GAT_ONE_GATHER_BACKWARD = saved_gather
+
+
+def draw_batches(args: argparse.Namespace, device: torch.device) -> tuple[list[Any], int, int]:
+    """``(batches, in_channels, num_classes)``: ``--batches + --warmup`` device-sampled batches, drawn once."""
+    from cudnn_gnn.apps.sampler import DeviceNeighborLoader
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn
+
+    data = synthetic_ogbn(args.dataset, scale=args.scale, seed=args.seed, device=device)
+    n = data.num_nodes
+    src, dst = data.edge_index
+    order = torch.argsort(dst, stable=True)
+    colptr = torch.zeros(n + 1, dtype=torch.long, device=device)
+    colptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+    classes = int(data.num_classes)
+    gen = torch.Generator(device=device).manual_seed(args.seed)
+    y = torch.randint(0, classes, (n,), device=device, generator=gen)  # speed only: any labels do
+    loader = DeviceNeighborLoader(colptr, src[order], node_attrs={"x": data.x, "y": y}, input_nodes=data.train_idx,
+                                  fanout=args.fanout, batch_size=args.batch_size, shuffle=True, device=device,
+                                  seed=args.seed)
+    batches: list[Any] = []
+    while len(batches) < args.batches + args.warmup:
+        for batch in loader:
+            batches.append(batch)
+            if len(batches) == args.batches + args.warmup:
+                break
+    return batches, data.x.size(1), classes
+
+
+def run_variant(name: str, batches: list[Any], in_channels: int, classes: int, args: argparse.Namespace,
+                device: torch.device) -> dict[str, Any]:
+    from _common import OgbGAT, grad_scaler, optimizer_step
+
+    from cudnn_gnn.apps.train import autocast
+
+    torch.manual_seed(args.seed)
+    model = OgbGAT("pyg-gat" if name == "pyg" else "gat", in_channels, args.hidden, classes, layers=len(args.fanout),
+                   heads=args.heads, out_heads=args.heads, dropout=0.5, norm=False, activation="elu",
+                   backend=args.backend).to(device)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = grad_scaler(args.precision, device)
+
+    def step(batch: Any) -> None:
+        opt.zero_grad(set_to_none=True)
+        with autocast(device, args.precision):
+            out = model(batch.x.float(), batch.edge_index, None, batch.num_sampled_nodes, batch.num_sampled_edges,
+                        sampled=True)
+        loss = F.cross_entropy(out[: batch.batch_size].float(), batch.y[: batch.batch_size])
+        optimizer_step(loss, opt, scaler)
+
+    rec: dict[str, Any] = {"variant": name, "status": "ok"}
+    try:
+        with variant_switches(name):
+            t0 = time.perf_counter()
+            for batch in batches[: args.warmup]:
+                step(batch)
+            synchronize(device)
+            rec["warmup_s"] = time.perf_counter() - t0
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)
+            times = []
+            wall0 = time.perf_counter()
+            for batch in batches[args.warmup:]:
+                if device.type == "cuda":
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    step(batch)
+                    end.record()
+                    end.synchronize()
+                    times.append(start.elapsed_time(end))
+                else:
+                    t = time.perf_counter()
+                    step(batch)
+                    times.append((time.perf_counter() - t) * 1e3)
+            synchronize(device)
+            rec.update(step_ms_median=statistics.median(times), step_ms_mean=statistics.fmean(times),
+                       total_s=time.perf_counter() - wall0, steps=len(times),
+                       peak_gpu_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None)
+    except Exception as exc:  # noqa: BLE001 - a failed variant is a result; the others still run
+        rec.update(status="error", error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+    return rec
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dataset", default="ogbn-papers100M")
+    ap.add_argument("--scale", type=float, default=0.05)
+    ap.add_argument("--fanout", default="10,10,5")
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--batches", type=int, default=32, help="timed steps per variant")
+    ap.add_argument("--warmup", type=int, default=4)
+    ap.add_argument("--precision", default="bf16", choices=("fp32", "bf16", "fp16"))
+    ap.add_argument("--backend", default="triton")
+    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default=None, help="default: cuda if available (cpu with --quick)")
+    ap.add_argument("--quick", action="store_true", help="CPU smoke run: tiny graph, 2 batches, reference backend")
+    ap.add_argument("--out", default="bench_sampled.json")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.scale, args.batches, args.warmup, args.backend, args.precision = 0.0002, 2, 1, "reference", "fp32"
+        args.device = args.device or "cpu"
+        args.variants = "pyg,ours,ours_chunked_rows"
+    args.fanout = [int(f) for f in args.fanout.split(",")]
+    variants = args.variants.split(",")
+    unknown = sorted(set(variants) - set(VARIANTS))
+    if unknown:
+        ap.error(f"--variants must be among {', '.join(VARIANTS)}, got {', '.join(unknown)}")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    t0 = time.perf_counter()
+    batches, in_channels, classes = draw_batches(args, device)
+    nodes = statistics.fmean(int(b.num_nodes) for b in batches)
+    edges = statistics.fmean(int(b.edge_index.shape[1]) for b in batches)
+    print(f"{args.dataset} x{args.scale:g}: {len(batches)} batches drawn in {time.perf_counter() - t0:.1f} s "
+          f"({nodes:,.0f} nodes, {edges:,.0f} edges on average)", flush=True)
+    payload: dict[str, Any] = {"schema": "cudnn-gnn/bench_sampled/1", "environment": environment(device),
+                               "args": {k: v for k, v in vars(args).items()}, "quick": args.quick,
+                               "batch_mean": {"nodes": nodes, "edges": edges}, "records": []}
+    for name in variants:
+        rec = run_variant(name, batches, in_channels, classes, args, device)
+        payload["records"].append(rec)
+    base = next((r for r in payload["records"] if r["variant"] == "pyg" and r["status"] == "ok"), None)
+    for rec in payload["records"]:
+        if rec["status"] != "ok":
+            print(f"{rec['variant']:18s} {rec['error']}", flush=True)
+            continue
+        if base is not None:
+            rec["speedup_vs_pyg"] = base["step_ms_median"] / rec["step_ms_median"]
+        peak = "" if rec["peak_gpu_bytes"] is None else f", peak {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
+        ratio = f", {rec['speedup_vs_pyg']:.2f}x PyG" if "speedup_vs_pyg" in rec else ""
+        print(f"{rec['variant']:18s} step {rec['step_ms_median']:.2f} ms median ({rec['step_ms_mean']:.2f} mean, "
+              f"{rec['steps']} steps){ratio}{peak}", flush=True)
+    if args.quick:
+        print("(--quick: a CPU smoke run; its times are no claims)", flush=True)
+    write_json(args.out, payload)
+    return payload
+
+
+if __name__ == "__main__":
+    main()
