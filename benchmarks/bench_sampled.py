@@ -61,19 +61,17 @@ def variant_switches(name: str) -> Iterator[None]:
 
 def draw_batches(args: argparse.Namespace, device: torch.device) -> tuple[list[Any], int, int]:
     """``(batches, in_channels, num_classes)``: ``--batches + --warmup`` device-sampled batches, drawn once."""
+    from cudnn_gnn import CscGraph
     from cudnn_gnn.apps.sampler import DeviceNeighborLoader
     from cudnn_gnn.datasets.synthetic import synthetic_ogbn
 
     data = synthetic_ogbn(args.dataset, scale=args.scale, seed=args.seed, device=device)
     n = data.num_nodes
-    src, dst = data.edge_index
-    order = torch.argsort(dst, stable=True)
-    colptr = torch.zeros(n + 1, dtype=torch.long, device=device)
-    colptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+    csc = CscGraph.from_edge_index(data.edge_index, num_nodes=n)  # the sampler's colptr / row
     classes = int(data.num_classes)
     gen = torch.Generator(device=device).manual_seed(args.seed)
     y = torch.randint(0, classes, (n,), device=device, generator=gen)  # speed only: any labels do
-    loader = DeviceNeighborLoader(colptr, src[order], node_attrs={"x": data.x, "y": y}, input_nodes=data.train_idx,
+    loader = DeviceNeighborLoader(csc.offsets, csc.indices, node_attrs={"x": data.x, "y": y}, input_nodes=data.train_idx,
                                   fanout=args.fanout, batch_size=args.batch_size, shuffle=True, device=device,
                                   seed=args.seed)
     batches: list[Any] = []
@@ -174,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{args.dataset} x{args.scale:g}: {len(batches)} batches drawn in {time.perf_counter() - t0:.1f} s "
           f"({nodes:,.0f} nodes, {edges:,.0f} edges on average)", flush=True)
     payload: dict[str, Any] = {"schema": "cudnn-gnn/bench_sampled/1", "environment": environment(device),
-                               "args": {k: v for k, v in vars(args).items()}, "quick": args.quick,
+                               "args": dict(vars(args)), "quick": args.quick,
                                "batch_mean": {"nodes": nodes, "edges": edges}, "records": []}
     for name in variants:
         rec = run_variant(name, batches, in_channels, classes, args, device)

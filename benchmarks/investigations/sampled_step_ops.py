@@ -72,17 +72,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from _common import OgbGAT
     from op_schema_overhead import stubbed_launches
 
+    from cudnn_gnn import CscGraph
     from cudnn_gnn.apps.sampler import DeviceNeighborLoader
 
     gen = torch.Generator().manual_seed(0)
     n, e = args.nodes, args.edges
     dst = torch.randint(0, n, (e,), generator=gen)
     src = torch.randint(0, n, (e,), generator=gen)
-    row = src[torch.argsort(dst, stable=True)]
-    colptr = torch.zeros(n + 1, dtype=torch.long)
-    colptr[1:] = torch.cumsum(torch.bincount(dst, minlength=n), 0)
+    csc = CscGraph.from_edge_index(torch.stack([src, dst]), num_nodes=n)  # the sampler's colptr / row
     attrs = {"x": torch.randn(n, 128, generator=gen), "y": torch.randint(0, 172, (n,), generator=gen)}
-    loader = DeviceNeighborLoader(colptr, row, node_attrs=attrs, input_nodes=torch.arange(min(n, 50_000)),
+    loader = DeviceNeighborLoader(csc.offsets, csc.indices, node_attrs=attrs, input_nodes=torch.arange(min(n, 50_000)),
                                   fanout=[10, 10, 5], batch_size=1024, shuffle=True, device="cpu", seed=0)
     batch = next(iter(loader))
     payload: dict[str, Any] = {"schema": "cudnn-gnn/sampled_step_ops/1", "environment": environment(torch.device("cpu")),

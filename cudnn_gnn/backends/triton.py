@@ -403,6 +403,15 @@ torch.library.register_fake("cudnn_gnn::triton_gat_bwd", _bwd_fake, lib=_lib)
 
 
 # ---------------------------------------------------------------------------------------------------- autograd
+def _grad_out_or_zeros(grad_out: Tensor | None, tensors: list[Tensor], packed: list[Any], lse: Tensor) -> Tensor:
+    """The output's gradient, or zeros shaped as :func:`_out_spec` says where autograd gave none (only the returned
+    attention was used)."""
+    if grad_out is not None:
+        return grad_out
+    shape, dtype = _out_spec(unpack(tensors, *packed))
+    return lse.new_zeros(shape, dtype=dtype)
+
+
 def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
     out, lse, att = output
     tensors, *packed = inputs[:_N_PACKED]
@@ -418,9 +427,7 @@ def _backward(ctx, grad_out, _grad_lse, grad_att):  # type: ignore[no-untyped-de
     """Gradients in the inputs' structure: for ``tensors`` a list with one entry per tensor (None for the graph's
     and the dropout mask's), None for each scalar."""
     *tensors, lse, delta_out = ctx.saved_tensors
-    if grad_out is None:
-        shape, dtype = _out_spec(unpack(tensors, *ctx.packed))
-        grad_out = lse.new_zeros(shape, dtype=dtype)
+    grad_out = _grad_out_or_zeros(grad_out, tensors, ctx.packed, lse)
     if not ctx.return_attention:
         grad_att = None
     grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, delta_out, tensors, *ctx.packed)
@@ -439,8 +446,8 @@ class _EagerAttention(torch.autograd.Function):
     ``fill_defaults`` and pytree passes), which on small graphs cost more host time than the kernels take (see
     docs/performance.md). ``torch.compile`` traces the registered op instead (:func:`mha_gat` picks).
 
-    ``apply(call, return_attention, x_src, x_dst, edge_attr, attn_weights, score_src, score_dst, score_edge)``:
-    the inputs are ``call``'s own tensors again, passed one by one so that autograd tracks them. Returns
+    ``apply(call, return_attention, *inputs)``, ``inputs`` the :data:`_INPUT_NAMES` fields of ``call`` (its own
+    tensors again, passed one by one so that autograd tracks them). Returns
     ``(out, attention)`` (an empty, non-differentiable stand-in without ``return_attention``)."""
 
     @staticmethod
@@ -459,9 +466,7 @@ class _EagerAttention(torch.autograd.Function):
     def backward(ctx, grad_out: Tensor | None, grad_att: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, ...]:
         *tensors, lse, delta_out = ctx.saved_tensors
-        if grad_out is None:
-            shape, dtype = _out_spec(unpack(tensors, *ctx.packed))
-            grad_out = lse.new_zeros(shape, dtype=dtype)
+        grad_out = _grad_out_or_zeros(grad_out, tensors, ctx.packed, lse)
         grads = _bwd_impl(grad_out, grad_att if ctx.return_attention else None, lse, delta_out, tensors,
                           *ctx.packed)
         needs = ctx.needs_input_grad[2:]
