@@ -52,7 +52,8 @@ import triton.language as tl
 from torch import Tensor
 
 __all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "block_sizes", "edge_kernel_shape", "launch_shape",
-           "launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge", "launch_gat_backward"]
+           "launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge", "launch_gat_backward",
+           "launch_node_scores"]
 
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
 
@@ -1189,3 +1190,61 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         _bwd_gat_dst_kernel[(row_work.shape[0], triton.cdiv(heads, hg))](
             row_work, dz_buf, dscore_dst, dsd_part, heads, BLOCK_E=block_e, BIG_E=big_e, HG=hg, num_warps=num_warps)
         _merge_sum(row_hubs, dsd_part, dscore_dst, heads)
+
+
+# ---------------------------------------------------------------------------------------------------- node scores
+@triton.jit(do_not_specialize=["N0", "N1"])
+def _node_scores_kernel(x0_ptr, x1_ptr, a_ptr, s0_ptr, s1_ptr, N0, N1, H, C,
+                        SEPARATE: tl.constexpr, BLOCK_N: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr):
+    """GAT's per-node scores for ``BLOCK_N`` rows and the program's head group, float32: ``s0[n, h] = sum_c x0[n,
+    h*C + c] a[h*C + c]`` for ``n < N0`` and ``s1[n, h] = sum_c x1[n, h*C + c] a[H*C + h*C + c]`` for ``n < N1``;
+    ``SEPARATE`` False: ``x1`` is ``x0`` (a homogeneous graph, ``N1 <= N0``), read once for both. Each feature row
+    read once, in its own dtype; the row counts are not specialised on (a sampled batch's vary)."""
+    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    hm = h_off < H
+    c_off = tl.arange(0, BLOCK_C)
+    hc = h_off[:, None] * C + c_off[None, :]
+    hc_mask = hm[:, None] & (c_off < C)[None, :]
+    D = H * C
+    rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m0, m1 = rows < N0, rows < N1
+    x0 = tl.load(x0_ptr + rows[:, None, None] * D + hc[None, :, :], mask=m0[:, None, None] & hc_mask[None, :, :],
+                 other=0.0).to(tl.float32)
+    x1 = x0
+    if SEPARATE:
+        x1 = tl.load(x1_ptr + rows[:, None, None] * D + hc[None, :, :],
+                     mask=m1[:, None, None] & hc_mask[None, :, :], other=0.0).to(tl.float32)
+    a0 = tl.load(a_ptr + hc, mask=hc_mask, other=0.0).to(tl.float32)
+    a1 = tl.load(a_ptr + D + hc, mask=hc_mask, other=0.0).to(tl.float32)
+    out = rows[:, None] * H + h_off[None, :]
+    tl.store(s0_ptr + out, _sum(x0 * a0[None, :, :], 2), mask=m0[:, None] & hm[None, :])
+    tl.store(s1_ptr + out, _sum(x1 * a1[None, :, :], 2), mask=m1[:, None] & hm[None, :])
+
+
+SCORE_TILE = 4096
+"""The node-score kernel's rows a program: ``BLOCK_N = clamp(SCORE_TILE / (HG * BLOCK_C), 1, 64)`` (a feature tile of
+at most ~32 float32 registers a thread at 4 warps; two tiles where ``x_dst`` is its own tensor)."""
+
+
+def _score_shape(heads: int, c: int) -> tuple[int, int, int, int]:
+    """``(BLOCK_N, HG, BLOCK_C, head groups)`` of the node-score kernel (:func:`block_sizes`' head groups)."""
+    _, _, hg, block_c, _ = block_sizes(heads, c, False, MAX_TILE_D)
+    return max(1, min(64, SCORE_TILE // (hg * block_c))), hg, block_c, triton.cdiv(heads, hg)
+
+
+def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int, n_dst: int) -> tuple[Tensor, Tensor]:
+    """``(score_src [Ns, H], score_dst [n_dst, H])`` float32 of ``x_src [Ns, H*C]`` and ``x_dst [n_dst, H*C]`` (or,
+    None, the first ``n_dst`` rows of ``x_src``), contiguous, against ``a = att_src | att_dst`` (``[2*H*C]``), in
+    one launch (see :func:`_node_scores_kernel`)."""
+    n, d = x_src.shape
+    c = d // max(heads, 1)
+    f32: dict[str, Any] = dict(device=x_src.device, dtype=torch.float32)
+    s0, s1 = torch.empty(n, heads, **f32), torch.empty(n_dst, heads, **f32)
+    rows = max(n, n_dst)
+    if rows == 0 or heads == 0:
+        return s0, s1
+    block_n, hg, block_c, groups = _score_shape(heads, c)
+    _node_scores_kernel[(triton.cdiv(rows, block_n), groups)](
+        x_src, _or(x_dst, x_src), a, s0, s1, n, n_dst, heads, c, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg,
+        BLOCK_C=block_c, num_warps=4)
+    return s0, s1

@@ -585,9 +585,9 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | Non
     hub entries (``P = N``, ``S = R = 0``), so the launchers skip every hub launch (merges, the backward's pass-1
     launch): on a small graph, six of a step's nine launches. ``whole_rows``: that list whatever the row lengths
     (every row one item, a long one walked whole by one program: right for any lengths, fast while rows are short;
-    a graph marked ``short_rows``, such as a sampled block's destinations). Either way it takes about ten small
-    ops where the chunked list takes about seventy, which counts on a host-bound sampled step. Unknown
-    (``None``): the upper bounds above."""
+    a graph marked ``short_rows``, such as a sampled block, for its destinations and its sources). Either way it
+    takes about ten small ops where the chunked list takes about seventy (sixty of them kernel launches), which
+    counts on a host-bound sampled step. Unknown (``None``): the upper bounds above."""
     n = offsets.shape[0] - 1
     dev = offsets.device
     i64: dict[str, Any] = dict(device=dev, dtype=torch.int64)
@@ -644,7 +644,8 @@ class _Scores(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, m: Tensor) -> Tensor:  # type: ignore[override]
         ctx.save_for_backward(x, m)
-        return x.float() @ m
+        with torch.autocast(x.device.type, enabled=False):  # float32 scores under autocast too
+            return x.float() @ m
 
     @staticmethod
     def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
@@ -661,61 +662,108 @@ def _node_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
     return _Scores.apply(x, _score_matrix(a, heads))
 
 
+def _pair_score_matrix(attn_weights: Tensor, heads: int, d: int) -> Tensor:
+    """``m [H*C, 2H]`` float32, ``m[h*C + c, s*H + k] = a[s, h, c]`` if ``k == h`` else 0, for ``a = att_src |
+    att_dst`` (the first ``2*H*C`` entries of ``attn_weights``): both block-diagonal score matrices side by side,
+    by one broadcast multiply."""
+    a = attn_weights[:2 * d].float().view(2, heads, d // heads)
+    eye = torch.eye(heads, device=a.device, dtype=torch.float32)
+    return (a.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(d, 2 * heads)
+
+
+def _pair_scores_backward(ctx: Any, x_src: Tensor, x_dst: Tensor | None, m: Tensor, g_src: Tensor | None,
+                          g_dst: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
+    """The backward of GAT's node scores (:class:`_SrcDstScores`, :class:`_SrcDstScoresGemm`) as GEMMs in the
+    features' dtype (as :class:`_Scores`: the ``[N, H]`` score gradients rounded to it first, float32 accumulation
+    inside the GEMM): ``d_x = g m^T``, and the head vectors' gradient read off the diagonal blocks of ``x^T g``
+    straight into ``attn_weights``' shape."""
+    h, d = ctx.heads, x_src.shape[1]
+    dt = x_src.dtype
+    g_src = torch.zeros(x_src.shape[0], h, device=m.device) if g_src is None else g_src
+    g_dst = torch.zeros((x_src if x_dst is None else x_dst).shape[0], h, device=m.device) if g_dst is None \
+        else g_dst
+    d_x_src = d_x_dst = d_w = None
+    if x_dst is None:
+        g = torch.cat([g_src, g_dst], 1).to(dt)
+        if ctx.needs_input_grad[0]:
+            d_x_src = g @ m.to(dt).t()
+        d_m = (x_src.t() @ g).float() if ctx.needs_input_grad[2] else None
+    else:
+        gs, gd = g_src.to(dt), g_dst.to(dt)
+        if ctx.needs_input_grad[0]:
+            d_x_src = gs @ m[:, :h].to(dt).t()
+        if ctx.needs_input_grad[1]:
+            d_x_dst = gd @ m[:, h:].to(x_dst.dtype).t()
+        d_m = torch.cat([(x_src.t() @ gs).float(), (x_dst.t() @ gd.to(x_dst.dtype)).float()], 1) \
+            if ctx.needs_input_grad[2] else None
+    if d_m is not None:
+        # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
+        d_a = torch.diagonal(d_m.view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
+        d_w = d_a if ctx.width == 2 * d else torch.cat([d_a, d_a.new_zeros(ctx.width - 2 * d)])
+    return d_x_src, d_x_dst, d_w, None
+
+
+NODE_SCORE_KERNELS = True
+"""The rule that picks how eager calls compute GAT's node scores: True (the default), :class:`_SrcDstScores` (one
+small Triton kernel forward); False, :class:`_SrcDstScoresGemm` (the GEMMs ``torch.compile`` traces). A module
+global so that the two can be measured against each other in one process
+(``benchmarks/investigations/node_scores_ab.py``)."""
+
+
 class _SrcDstScores(torch.autograd.Function):
     """GAT's per-node scores ``(score_src [Ns, H], score_dst [Nd, H])``, contiguous float32, from ``x_src``,
     ``x_dst`` (None: the graph is homogeneous, ``x_dst`` is ``x_src``) and ``attn_weights`` (``att_src | att_dst``
-    in its first ``2*H*C`` entries), as one autograd node.
+    in its first ``2*H*C`` entries), as one autograd node (eager calls; ``torch.compile`` traces
+    :class:`_SrcDstScoresGemm`).
 
-    The block-diagonal ``[H*C, 2H]`` matrix of both head vectors is built by one broadcast multiply; a homogeneous graph
-    takes one GEMM ``x @ [A_src | A_dst]`` (``x`` read once). The backward runs the GEMMs in ``x``'s dtype (as
-    :class:`_Scores`) and reads the vectors' gradient off the diagonal blocks of ``x^T g`` straight into
-    ``attn_weights``' shape. Against one :class:`_Scores` per side plus the slicing, concatenation and matrix
-    construction as separate autograd ops, this saves about a dozen small launches and several autograd nodes per
-    step, which count on small, host-bound graphs (docs/performance.md)."""
+    Forward: one Triton launch (:func:`~cudnn_gnn.backends._triton_kernels.launch_node_scores`) reads every feature
+    row once in its own dtype and sums in float32 (a homogeneous graph: both scores from one read). Against the
+    GEMM, on 16-bit features, no float32 copy of ``x`` (``[N, D]`` written and read again; under autocast a second,
+    16-bit, copy too) and fewer host ops. Backward: :func:`_pair_scores_backward`'s GEMMs (a Triton backward with
+    the head vectors' gradient as per-program partials measured slower on the H200; docs/performance.md)."""
 
     @staticmethod
     def forward(ctx, x_src: Tensor, x_dst: Tensor | None, attn_weights: Tensor, heads: int  # type: ignore[override]
                 ) -> tuple[Tensor, Tensor]:
         d = x_src.shape[1]
-        a = attn_weights[:2 * d].float().view(2, heads, d // heads)
-        # m[h*C + c, s*H + k] = a[s, h, c] if k == h: [H, C, 2, H] laid out as [H*C, 2H]
-        eye = torch.eye(heads, device=a.device, dtype=torch.float32)
-        m = (a.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(d, 2 * heads)
+        x_src = x_src.contiguous()
+        x_dst = None if x_dst is None else x_dst.contiguous()
+        ctx.save_for_backward(x_src, x_dst, attn_weights)
+        ctx.heads, ctx.width = heads, attn_weights.shape[0]
+        n_dst = x_src.shape[0] if x_dst is None else x_dst.shape[0]
+        return _kernels().launch_node_scores(x_src, x_dst, attn_weights[:2 * d].contiguous(), heads, n_dst)
+
+    @staticmethod
+    def backward(ctx, g_src: Tensor | None, g_dst: Tensor | None  # type: ignore[override]
+                 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
+        x_src, x_dst, attn_weights = ctx.saved_tensors
+        m = _pair_score_matrix(attn_weights, ctx.heads, x_src.shape[1])
+        return _pair_scores_backward(ctx, x_src, x_dst, m, g_src, g_dst)
+
+
+class _SrcDstScoresGemm(torch.autograd.Function):
+    """:class:`_SrcDstScores` as GEMMs, for ``torch.compile`` to trace (the Triton launch is not traceable as it
+    is): the same values up to float32 summation order, the same backward. A homogeneous graph takes one GEMM ``x
+    @ [A_src | A_dst]`` (``x`` read once), in float32 with autocast off (under autocast the GEMM would run, and
+    round the scores, in 16 bits)."""
+
+    @staticmethod
+    def forward(ctx, x_src: Tensor, x_dst: Tensor | None, attn_weights: Tensor, heads: int  # type: ignore[override]
+                ) -> tuple[Tensor, Tensor]:
+        m = _pair_score_matrix(attn_weights, heads, x_src.shape[1])
         ctx.save_for_backward(x_src, x_dst, m)
         ctx.heads, ctx.width = heads, attn_weights.shape[0]
-        if x_dst is None:
-            both = x_src.float() @ m
-            return both[:, :heads].contiguous(), both[:, heads:].contiguous()
-        return x_src.float() @ m[:, :heads], x_dst.float() @ m[:, heads:]
+        with torch.autocast(x_src.device.type, enabled=False):
+            if x_dst is None:
+                both = x_src.float() @ m
+                return both[:, :heads].contiguous(), both[:, heads:].contiguous()
+            return x_src.float() @ m[:, :heads], x_dst.float() @ m[:, heads:]
 
     @staticmethod
     def backward(ctx, g_src: Tensor | None, g_dst: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
         x_src, x_dst, m = ctx.saved_tensors
-        h, d = ctx.heads, x_src.shape[1]
-        dt = x_src.dtype
-        g_src = torch.zeros(x_src.shape[0], h, device=m.device) if g_src is None else g_src
-        g_dst = torch.zeros((x_src if x_dst is None else x_dst).shape[0], h, device=m.device) if g_dst is None \
-            else g_dst
-        d_x_src = d_x_dst = d_w = None
-        if x_dst is None:
-            g = torch.cat([g_src, g_dst], 1).to(dt)
-            if ctx.needs_input_grad[0]:
-                d_x_src = g @ m.to(dt).t()
-            d_m = (x_src.t() @ g).float() if ctx.needs_input_grad[2] else None
-        else:
-            gs, gd = g_src.to(dt), g_dst.to(dt)
-            if ctx.needs_input_grad[0]:
-                d_x_src = gs @ m[:, :h].to(dt).t()
-            if ctx.needs_input_grad[1]:
-                d_x_dst = gd @ m[:, h:].to(x_dst.dtype).t()
-            d_m = torch.cat([(x_src.t() @ gs).float(), (x_dst.t() @ gd.to(x_dst.dtype)).float()], 1) \
-                if ctx.needs_input_grad[2] else None
-        if d_m is not None:
-            # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
-            d_a = torch.diagonal(d_m.view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
-            d_w = d_a if ctx.width == 2 * d else torch.cat([d_a, d_a.new_zeros(ctx.width - 2 * d)])
-        return d_x_src, d_x_dst, d_w, None
+        return _pair_scores_backward(ctx, x_src, x_dst, m, g_src, g_dst)
 
 
 def build_call(
@@ -757,7 +805,8 @@ def build_call(
         rev_offsets, rev_to_csc = g.reverse_csc()
         dst_index = g.dst_index
         src_work, src_hub_work, src_hubs = g.derived(
-            ("triton", "src_work", chunk), lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, largest_degree(1)))
+            ("triton", "src_work", chunk),
+            lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, largest_degree(1), whole_rows=g.short_rows))
     needs_map = edge_attr is not None or dropout_mask is not None or return_attention
     edge_map = g.map_csc_to_coo if needs_map else None
     d = x_src.shape[1]
@@ -774,7 +823,8 @@ def build_call(
         score_edge = None
         if edge_attr is not None:
             score_edge = _node_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
-        score_src, score_dst = _SrcDstScores.apply(x_src, None if x_dst is x_src else x_dst, attn_weights, heads)
+        scores = _SrcDstScoresGemm if torch.compiler.is_compiling() or not NODE_SCORE_KERNELS else _SrcDstScores
+        score_src, score_dst = scores.apply(x_src, None if x_dst is x_src else x_dst, attn_weights, heads)
         inputs = dict(x_src=x_src.contiguous(), x_dst=None, edge_attr=None, lin_edge_weight=None, attn_weights=None,
                       score_src=score_src, score_dst=score_dst, score_edge=score_edge)
     return TritonCall(

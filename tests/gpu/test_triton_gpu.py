@@ -5,7 +5,7 @@ GATv2, float32 and bfloat16, int32 and int64 indices, on a power-law graph with 
 20,000-edge hub row and hub source; bitwise repeats of outputs and gradients; head widths that are not powers of
 two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``; GATv2's fused edge projection (raw edge features and
 ``lin_edge_weight``) on a 1.6M-edge graph, its forward+backward peak at least one ``[E, H*C]`` buffer below the
-projected path's.
+projected path's; GAT's node-score kernels under autocast at 200,000 rows, and GAT compiled against eager.
 The reference runs in float64; low precision is judged against the error of the same-precision reference path.
 """
 
@@ -141,6 +141,66 @@ def test_compile_fullgraph():
     grad = torch.autograd.grad(compiled(x, w, ea), x)[0]
     eager = torch.autograd.grad(f(x, w, ea), x)[0]
     assert _rel(grad, eager) < 1e-5
+
+
+def test_compile_fullgraph_gat_against_eager():
+    """GAT under ``torch.compile(fullgraph=True)`` traces the node scores as GEMMs (``_SrcDstScoresGemm``); eager
+    calls run them on the score kernels (``_SrcDstScores``): outputs and gradients agree to float32 rounding."""
+    graph = _power_law_graph(3000, 30_000, seed=4, index_dtype=torch.int32)
+    xs, w, _, _ = _inputs(False, graph, 8, 32, edge=False, mask=False)
+    x = xs.requires_grad_()
+    w = w.requires_grad_()
+
+    def f(x, w):
+        out, _ = tb.mha_gat(graph, x, x, w, None, None, v2=False, heads=8, concat=True, activation_name="leaky_relu",
+                            activation_alpha=0.2, return_attention=False)
+        return out.square().sum()
+
+    torch._dynamo.reset()
+    got = torch.autograd.grad(torch.compile(f, fullgraph=True)(x, w), (x, w))
+    want = torch.autograd.grad(f(x, w), (x, w))
+    for a, b in zip(got, want, strict=True):
+        assert _rel(a, b) < 1e-5
+
+
+@pytest.mark.parametrize("bipartite", [False, True], ids=["homogeneous", "bipartite"])
+@pytest.mark.parametrize("heads, c", [(8, 32), (4, 128), (3, 250)])
+def test_node_scores_under_autocast_at_size(heads, c, bipartite):
+    """GAT's node scores on the score kernels, 200,000 bfloat16 source rows (and 120,000 destination rows of their
+    own where bipartite) under ``torch.autocast``: float32 scores within float32 rounding of the float64 sums;
+    ``d_x`` and the head vectors' gradient (GEMMs over the score gradients rounded to bfloat16) within bfloat16
+    rounding; bitwise repeats."""
+    n, nd, d = 200_000, 120_000 if bipartite else 200_000, heads * c
+    gen = torch.Generator(device=DEV).manual_seed(7)
+    x = torch.randn(n, d, device=DEV, generator=gen).to(torch.bfloat16).requires_grad_()
+    xd = torch.randn(nd, d, device=DEV, generator=gen).to(torch.bfloat16).requires_grad_() if bipartite else None
+    w = (torch.randn(2 * d, device=DEV, generator=gen) * 0.3).requires_grad_()
+    gs, gd = torch.randn(n, heads, device=DEV, generator=gen), torch.randn(nd, heads, device=DEV, generator=gen)
+    leaves = (x, w) if xd is None else (x, xd, w)
+
+    def run():
+        with torch.autocast("cuda", torch.bfloat16):
+            s, t = tb._SrcDstScores.apply(x, xd, w, heads)
+        return (s, t, *torch.autograd.grad((s * gs).sum() + (t * gd).sum(), leaves))
+
+    got = run()
+    x64 = x.detach().double().view(n, heads, c)
+    xd64 = x64 if xd is None else xd.detach().double().view(nd, heads, c)
+    w64 = w.detach().double().view(2, heads, c)
+    want_s, want_t = (x64 * w64[0]).sum(-1), (xd64 * w64[1]).sum(-1)
+    src_part = gs.double()[:, :, None] * w64[0]
+    dst_part = gd.double()[:, :, None] * w64[1]
+    want_dw = torch.cat([(gs.double()[:, :, None] * x64).sum(0).reshape(-1),
+                         (gd.double()[:, :, None] * xd64).sum(0).reshape(-1)])
+    assert got[0].dtype == got[1].dtype == torch.float32 and got[2].dtype == torch.bfloat16
+    assert _rel(got[0], want_s) < 1e-6 and _rel(got[1], want_t) < 1e-6
+    if xd is None:
+        assert _rel(got[2], (src_part + dst_part).reshape(n, d)) < 1e-2
+    else:
+        assert _rel(got[2], src_part.reshape(n, d)) < 1e-2 and _rel(got[3], dst_part.reshape(nd, d)) < 1e-2
+    assert _rel(got[-1], want_dw) < 1e-2
+    again = run()
+    assert all(torch.equal(a, b) for a, b in zip(got, again, strict=True))
 
 
 def test_empty_graph_and_no_destinations():

@@ -276,6 +276,9 @@ def test_eager_function_equals_the_registered_op(v2):
 
 
 def test_compile_fullgraph_has_no_graph_break():
+    """``torch.compile(fullgraph=True)`` traces GAT (the registered op; the node scores as GEMMs,
+    ``_SrcDstScoresGemm``): gradients equal the eager call's (the node scores on their Triton kernels) up to
+    float32 summation order."""
     ei, ns, nd = GRAPHS["zero_in_degree"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, _, w, ea, _ = _inputs(False, ns, nd, ei.shape[1], 2, 2, edge=True, mask=False, bipartite=False)
@@ -290,8 +293,8 @@ def test_compile_fullgraph_has_no_graph_break():
     loss = compiled(xs, w, ea)
     grads = torch.autograd.grad(loss, (xs, w, ea))
     r_grads = torch.autograd.grad(f(xs, w, ea), (xs, w, ea))
-    for a, b in zip(grads, r_grads):
-        assert torch.equal(a, b)
+    for a, b in zip(grads, r_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
 def test_float64_is_refused_and_unavailable_reason(monkeypatch):
@@ -464,8 +467,8 @@ def test_work_list_without_hubs_when_the_largest_degree_fits_a_chunk():
 
 def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
     """``whole_rows``: every row one item, heaviest first, even a row longer than the chunk; a graph marked
-    ``short_rows`` takes that list for its destinations (its sources keep the chunked one), and a row far longer
-    than the chunk, walked whole by one program, still gives the reference's outputs and every gradient."""
+    ``short_rows`` takes that list for its destinations and its sources, and a row (or a source's out-edges) far
+    longer than the chunk, walked whole by one program, still gives the reference's outputs and every gradient."""
     w = tb.work_list(torch.tensor([0, 0, 10, 11, 30, 30]), 30, 4, whole_rows=True)
     assert w.work.tolist() == [[3, 11, 30, -1], [1, 0, 10, -1], [2, 10, 11, -1], [0, 0, 0, -1], [4, 30, 30, -1]]
     assert w.hub_work.shape == (0, 4) and w.hubs.shape == (0, 3)
@@ -474,13 +477,14 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
     graph = CscGraph.from_edge_index(ei, num_nodes=ns).mark_rebuilt_every_call(short_rows=True)
     assert graph.short_rows and graph.to_index_dtype(torch.int64).short_rows
     assert int(graph.offsets.diff().max()) > 4  # a row the chunked list would cut
+    assert int(graph.reverse_csc()[0].diff().max()) > 4  # and a source
     for v2 in (False, True):
         xs, xd, w_, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=5)
         _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True)
     rows = graph.derived_if_built(("triton", "row_work", 4))
     srcs = graph.derived_if_built(("triton", "src_work", 4))
     assert rows.hub_work.shape[0] == 0 and rows.work.shape[0] == ns
-    assert srcs.hub_work.shape[0] > 0  # sources are not covered by the hint
+    assert srcs.hub_work.shape[0] == 0 and srcs.work.shape[0] == ns
 
 
 @pytest.fixture
@@ -509,12 +513,21 @@ GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat
                 False: ["_bwd_dst_kernel", "_bwd_src_kernel"]}
 """The backward launches of a static graph without hubs: GAT's one-gather backward, or the two-gather one."""
 
+SCORE_KERNELS = ("_node_scores_kernel",)
+"""GAT's node-score launch (``_SrcDstScores``' forward): one, whether ``x_dst`` is ``x_src`` or another tensor."""
+
+
+def _attention_launches(launched: list[str]) -> list[str]:
+    """``launched`` without the node-score kernels."""
+    return [k for k in launched if k not in SCORE_KERNELS]
+
 
 @pytest.mark.parametrize("one_gather", [True, False], ids=["one_gather", "two_gather"])
 def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, monkeypatch):
     """A static CscGraph whose degrees fit a chunk: forward + backward launch the row kernels and nothing else (no
     merge, no pass-1 launch): the forward, then GAT's three backward passes (delta, source, destination sum), or
-    the two-gather backward's two; the same graph marked rebuilt every call (no degree sync) keeps the bounded lists
+    the two-gather backward's two, besides the node scores' kernel (for ``x_src`` and ``x_dst``); the same
+    graph marked rebuilt every call (no degree sync) keeps the bounded lists
     and launches the merges over padding (GAT's one-gather backward: four, for delta, dx, d score_src and d
     score_dst). Results agree."""
     monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
@@ -528,12 +541,14 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
         launched.clear()
         results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True))
+        assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS)
+        rows = _attention_launches(launched)
         if not rebuilt:
-            assert launched == ["_fwd_kernel", *GAT_BACKWARD[one_gather]], launched
+            assert rows == ["_fwd_kernel", *GAT_BACKWARD[one_gather]], launched
         else:
-            assert "_fwd_merge_kernel" in launched and "_merge_sum_kernel" in launched, launched
+            assert "_fwd_merge_kernel" in rows and "_merge_sum_kernel" in rows, launched
             if one_gather:
-                assert launched[2:] == ["_bwd_gat_delta_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
+                assert rows[2:] == ["_bwd_gat_delta_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
                                         "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel",
                                         "_merge_sum_kernel"], launched
     for a, b in zip(*results):
@@ -709,26 +724,33 @@ def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
     torch.testing.assert_close(_score_matrix(a, 3), torch.block_diag(*a.float().view(3, 5, 1).unbind(0)))
 
 
+@pytest.mark.parametrize("kind", ["kernels", "gemm"])
 @pytest.mark.parametrize("bipartite", [False, True], ids=["homogeneous", "bipartite"])
 @pytest.mark.parametrize("edge_width", [0, 6])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_src_dst_scores_and_their_gradients(bipartite, edge_width, dtype):
-    """``_SrcDstScores`` (one autograd node, one GEMM on a homogeneous graph) against the plain per-head sums:
-    values, and the gradients of ``x_src``, ``x_dst`` and ``attn_weights`` (its edge part left at zero here)."""
-    from cudnn_gnn.backends.triton import _SrcDstScores
+def test_src_dst_scores_and_their_gradients(kind, bipartite, edge_width, dtype, monkeypatch):
+    """``_SrcDstScores`` (one autograd node, its forward one Triton launch, eager) and ``_SrcDstScoresGemm`` (its
+    GEMM form, which ``torch.compile`` traces) against the plain per-head sums: values, and the gradients of
+    ``x_src``, ``x_dst`` and ``attn_weights`` (its edge part left at zero here); with ``SCORE_TILE`` moved down,
+    blocks of 8 rows, so the kernel's programs end inside both tensors."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import _SrcDstScores, _SrcDstScoresGemm
 
-    h, c, ns, nd = 3, 5, 9, 4
+    monkeypatch.setattr(kernels, "SCORE_TILE", 256)
+
+    h, c, ns, nd = 3, 5, 41, 14
     gen = torch.Generator().manual_seed(3)
     xs = torch.randn(ns, h * c, generator=gen).to(dtype).requires_grad_()
     xd = torch.randn(nd, h * c, generator=gen).to(dtype).requires_grad_() if bipartite else None
     w = torch.randn(2 * h * c + edge_width, generator=gen).requires_grad_()
     x_dst = xs if xd is None else xd
     g_src, g_dst = torch.randn(ns, h, generator=gen), torch.randn(x_dst.shape[0], h, generator=gen)
-    got = _SrcDstScores.apply(xs, xd, w, h)
-    want = tuple((x.float().view(-1, h, c) * a.view(h, c)).sum(-1)
-                 for x, a in ((xs, w[:h * c]), (x_dst, w[h * c:2 * h * c])))
+    scores = _SrcDstScores if kind == "kernels" else _SrcDstScoresGemm
+    got = scores.apply(xs, xd, w, h)
     inputs = (xs, w) if xd is None else (xs, xd, w)
     grads = torch.autograd.grad((got[0] * g_src).sum() + (got[1] * g_dst).sum(), inputs)
+    want = tuple((x.float().view(-1, h, c) * a.view(h, c)).sum(-1)
+                 for x, a in ((xs, w[:h * c]), (x_dst, w[h * c:2 * h * c])))
     want_grads = torch.autograd.grad((want[0] * g_src).sum() + (want[1] * g_dst).sum(), inputs)
     tol = dict(atol=1e-5, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.1, rtol=0.02)
     for a, b in zip((*got, *grads), (*want, *want_grads), strict=True):
@@ -736,6 +758,25 @@ def test_src_dst_scores_and_their_gradients(bipartite, edge_width, dtype):
         torch.testing.assert_close(a, b, **tol)
     assert all(t.is_contiguous() and t.dtype == torch.float32 for t in got)
     assert torch.count_nonzero(grads[-1][2 * h * c:]) == 0
+
+
+@pytest.mark.parametrize("kind", ["kernels", "gemm"])
+def test_src_dst_scores_stay_float32_under_autocast(kind):
+    """Under ``torch.autocast(bfloat16)`` (how the benchmarks and examples run bf16) the scores are the float32 sums
+    of the bfloat16 features, not a 16-bit GEMM's rounded output: within float32 rounding of the exact sums."""
+    from cudnn_gnn.backends.triton import _SrcDstScores, _SrcDstScoresGemm
+
+    h, c = 2, 16
+    gen = torch.Generator().manual_seed(4)
+    xs = torch.randn(33, h * c, generator=gen).to(torch.bfloat16)
+    w = torch.randn(2 * h * c, generator=gen)
+    scores = _SrcDstScores if kind == "kernels" else _SrcDstScoresGemm
+    with torch.autocast("cpu", torch.bfloat16):
+        got = scores.apply(xs, None, w, h)
+    want = [(xs.double().view(-1, h, c) * a.double().view(h, c)).sum(-1) for a in (w[:h * c], w[h * c:])]
+    for a, b in zip(got, want, strict=True):
+        assert a.dtype == torch.float32
+        torch.testing.assert_close(a.double(), b, atol=1e-5, rtol=1e-5)
 
 
 # ------------------------------------------------------------------------------ GATv2's fused edge projection
