@@ -11,9 +11,16 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 * ``ours``: our ``GATConv`` on ``--backend`` (blocks from ``cudnn_gnn.sampled_blocks``);
 * ``ours_chunked_rows``: ours with the blocks' ``short_rows`` hint ignored (chunked row work lists, the hub
   launches), as before ``a93a21c``;
-* ``ours_one_gather``: ours with ``GAT_ONE_GATHER_BACKWARD`` on (Triton).
+* ``ours_one_gather``: ours with ``GAT_ONE_GATHER_BACKWARD`` on (Triton);
+* ``ours_whole_src``: ours with every work list walked in whole rows, whatever the graph's hints (since the
+  ``short_rows`` hint covers a block's sources too, the same lists as ``ours`` on sampled blocks);
+* ``ours_gemm_scores``: ours with GAT's node scores as GEMMs (``NODE_SCORE_KERNELS`` off), as before the score
+  kernels.
 
-Per variant: median / mean step ms, total, the ratio to ``pyg``, peak memory. ``--quick``: a CPU smoke run (tiny
+Per variant: median / mean step ms, total, the ratio to ``pyg``, peak memory; the host's share (``host_ms_median``:
+the Python call of a step without waiting for the GPU, so a step whose host time is close to its step time is
+host-bound); and over ``--profile-steps`` more steps under ``torch.profiler``, the GPU's kernel time and kernel
+count per step and the kernels that take most of it. ``--quick``: a CPU smoke run (tiny
 graph, two batches, ``reference`` backend, no timing claims).
 
     python benchmarks/bench_sampled.py [--scale 0.05] [--batches 32] [--precision bf16] [--out bench_sampled.json]
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import statistics
 import sys
@@ -38,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from _bench_common import environment, synchronize, write_json  # noqa: E402
 
-VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather")
+VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_whole_src", "ours_gemm_scores")
 
 
 @contextlib.contextmanager
@@ -47,16 +55,23 @@ def variant_switches(name: str) -> Iterator[None]:
     from cudnn_gnn.backends import triton as tb
     from cudnn_gnn.graph import CscGraph
 
-    saved_rows, saved_gather = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD
+    saved_rows, saved_gather, saved_list = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD, tb.work_list
+    saved_scores = tb.NODE_SCORE_KERNELS
     try:
         if name == "ours_chunked_rows":
             CscGraph.short_rows = property(lambda self: False)  # type: ignore[assignment,method-assign]
         if name == "ours_one_gather":
             tb.GAT_ONE_GATHER_BACKWARD = True
+        if name == "ours_whole_src":
+            tb.work_list = functools.partial(saved_list, whole_rows=True)  # type: ignore[assignment]
+        if name == "ours_gemm_scores":
+            tb.NODE_SCORE_KERNELS = False
         yield
     finally:
         CscGraph.short_rows = saved_rows  # type: ignore[method-assign]
         tb.GAT_ONE_GATHER_BACKWARD = saved_gather
+        tb.work_list = saved_list
+        tb.NODE_SCORE_KERNELS = saved_scores
 
 
 def draw_batches(args: argparse.Namespace, device: torch.device) -> tuple[list[Any], int, int]:
@@ -114,13 +129,15 @@ def run_variant(name: str, batches: list[Any], in_channels: int, classes: int, a
             rec["warmup_s"] = time.perf_counter() - t0
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            times = []
+            times, host = [], []
             wall0 = time.perf_counter()
             for batch in batches[args.warmup:]:
                 if device.type == "cuda":
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
+                    t = time.perf_counter()
                     step(batch)
+                    host.append((time.perf_counter() - t) * 1e3)
                     end.record()
                     end.synchronize()
                     times.append(start.elapsed_time(end))
@@ -128,13 +145,66 @@ def run_variant(name: str, batches: list[Any], in_channels: int, classes: int, a
                     t = time.perf_counter()
                     step(batch)
                     times.append((time.perf_counter() - t) * 1e3)
+                    host.append(times[-1])
             synchronize(device)
             rec.update(step_ms_median=statistics.median(times), step_ms_mean=statistics.fmean(times),
-                       total_s=time.perf_counter() - wall0, steps=len(times),
+                       host_ms_median=statistics.median(host), total_s=time.perf_counter() - wall0, steps=len(times),
                        peak_gpu_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None)
+            if args.profile_steps > 0 and device.type == "cuda":
+                rec.update(kernel_profile(step, batches[args.warmup:][: args.profile_steps], device))
+            if args.cprofile_steps > 0:
+                rec.update(host_profile(step, batches[args.warmup:][: args.cprofile_steps], device))
     except Exception as exc:  # noqa: BLE001 - a failed variant is a result; the others still run
         rec.update(status="error", error=f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
     return rec
+
+
+def kernel_profile(step: Any, batches: list[Any], device: torch.device, top: int = 8) -> dict[str, Any]:
+    """GPU kernel time and kernel count per step over ``batches`` under ``torch.profiler``, and the ``top`` kernels
+    by time (name cut to 90 characters, us per step)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for batch in batches:
+            step(batch)
+        synchronize(device)
+    per: dict[str, float] = {}
+    count = 0
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            per[e.name[:90]] = per.get(e.name[:90], 0.0) + (e.time_range.end - e.time_range.start)
+            count += 1
+    n = max(len(batches), 1)
+    ranked = sorted(per.items(), key=lambda kv: -kv[1])[:top]
+    return {"kernel_ms_per_step": sum(per.values()) / n / 1e3, "kernels_per_step": count / n,
+            "top_kernels_us_per_step": [{"kernel": k, "us": v / n} for k, v in ranked]}
+
+
+def host_profile(step: Any, batches: list[Any], device: torch.device, top: int = 40) -> dict[str, Any]:
+    """Where a step's host time goes: ``cProfile`` over ``batches`` (the GPU waited for at the end only), the
+    ``top`` functions by own time and by cumulative time, ms per step (cProfile's overhead inflates both)."""
+    import cProfile
+    import pstats
+
+    prof = cProfile.Profile()
+    prof.enable()
+    for batch in batches:
+        step(batch)
+    prof.disable()
+    synchronize(device)
+    n = max(len(batches), 1)
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+
+    def name(key: tuple[str, int, str]) -> str:
+        path, line, fn = key
+        return f"{os.path.relpath(path) if path.startswith(os.getcwd()) else os.path.basename(path)}:{line}:{fn}"
+
+    rows = [(name(k), v[2] * 1e3 / n, v[3] * 1e3 / n, v[1] / n) for k, v in stats.items()]
+    own = sorted(rows, key=lambda r: -r[1])[:top]
+    cum = sorted(rows, key=lambda r: -r[2])[:top]
+    return {"host_profile_own_ms": [{"fn": f, "own_ms": o, "calls": c} for f, o, _, c in own],
+            "host_profile_cum_ms": [{"fn": f, "cum_ms": t, "calls": c} for f, _, t, c in cum]}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -150,6 +220,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--precision", default="bf16", choices=("fp32", "bf16", "fp16"))
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--profile-steps", type=int, default=6, help="steps under torch.profiler per variant (GPU; 0: none)")
+    ap.add_argument("--cprofile-steps", type=int, default=0, help="steps under cProfile per variant (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="default: cuda if available (cpu with --quick)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke run: tiny graph, 2 batches, reference backend")
@@ -186,8 +258,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rec["speedup_vs_pyg"] = base["step_ms_median"] / rec["step_ms_median"]
         peak = "" if rec["peak_gpu_bytes"] is None else f", peak {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
         ratio = f", {rec['speedup_vs_pyg']:.2f}x PyG" if "speedup_vs_pyg" in rec else ""
+        kern = "" if "kernel_ms_per_step" not in rec else \
+            f"; GPU kernels {rec['kernel_ms_per_step']:.2f} ms ({rec['kernels_per_step']:.0f} a step)"
         print(f"{rec['variant']:18s} step {rec['step_ms_median']:.2f} ms median ({rec['step_ms_mean']:.2f} mean, "
-              f"{rec['steps']} steps){ratio}{peak}", flush=True)
+              f"{rec['steps']} steps){ratio}{peak}; host {rec['host_ms_median']:.2f} ms{kern}", flush=True)
     if args.quick:
         print("(--quick: a CPU smoke run; its times are no claims)", flush=True)
     write_json(args.out, payload)

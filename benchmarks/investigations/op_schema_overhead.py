@@ -68,16 +68,21 @@ def one_arg_per_field_schema() -> Any:
 
 @contextlib.contextmanager
 def stubbed_launches() -> Iterator[None]:
-    """The Triton kernel launches replaced by no-ops (outputs stay uninitialised), restored afterwards."""
+    """Every Triton kernel launch (``kernel[grid](...)`` of each ``*_kernel`` of the kernel module) replaced by a
+    no-op, restored afterwards: the launchers still run their own torch ops (allocations, partial sums), as on a
+    GPU; outputs stay uninitialised."""
     from cudnn_gnn.backends import triton as tb
 
     kernels = tb._kernels()
-    names = ("launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge",
-             "launch_gat_backward")
-    saved = {name: getattr(kernels, name) for name in names if hasattr(kernels, name)}  # older trees lack some
+
+    class _NoLaunch:
+        def __getitem__(self, grid: Any) -> Any:
+            return lambda *args, **kwargs: None
+
+    saved = {name: fn for name, fn in vars(kernels).items() if name.endswith("_kernel") and hasattr(fn, "__getitem__")}
     try:
         for name in saved:
-            setattr(kernels, name, lambda *args, **kwargs: None)
+            setattr(kernels, name, _NoLaunch())
         yield
     finally:
         for name, fn in saved.items():

@@ -37,23 +37,43 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 from _bench_common import environment, write_json  # noqa: E402
 
+NO_KERNEL = frozenset({
+    "view", "t", "slice", "select", "unsqueeze", "squeeze", "expand", "unbind", "as_strided", "alias", "detach",
+    "permute", "transpose", "split", "split_with_sizes", "narrow", "diagonal", "empty", "new_empty", "empty_like",
+    "empty_strided", "_reshape_alias", "_unsafe_view", "lift_fresh", "lift_fresh_copy", "is_nonzero", "sym_size",
+    "_local_scalar_dense"})
+"""Aten ops that launch no kernel on a GPU (views, allocations, metadata); the others launch at least one."""
+
+
+def _launches(func: Any) -> bool:
+    return str(func).split(".")[1] not in NO_KERNEL
+
 
 class _Count(TorchDispatchMode):
-    """Aten ops by name and, for ours, by the innermost repository function on the Python stack."""
+    """Aten ops by name, and by the innermost repository function on the Python stack; ``kernel_ops`` counts the
+    ops that launch a kernel on a GPU (not :data:`NO_KERNEL`), ``kernel_callers`` the same by caller."""
 
     def __init__(self, by_caller: bool) -> None:
         super().__init__()
         self.ops: collections.Counter[str] = collections.Counter()
         self.callers: collections.Counter[str] = collections.Counter()
+        self.kernel_callers: collections.Counter[str] = collections.Counter()
+        self.kernel_by_caller_op: collections.Counter[str] = collections.Counter()
+        self.kernel_ops = 0
         self.by_caller = by_caller
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
         self.ops[str(func)] += 1
+        launches = _launches(func)
+        self.kernel_ops += launches
         if self.by_caller:
             frames = [f for f in traceback.extract_stack(limit=30)
                       if f.filename.startswith(ROOT) and "investigations" not in f.filename]
             where = f"{os.path.relpath(frames[-1].filename, ROOT)}:{frames[-1].name}" if frames else "autograd engine"
             self.callers[where] += 1
+            if launches:
+                self.kernel_callers[where] += 1
+                self.kernel_by_caller_op[f"{where} {str(func).removeprefix('aten.')}"] += 1
         return func(*args, **(kwargs or {}))
 
 
@@ -62,6 +82,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--nodes", type=int, default=200_000)
     ap.add_argument("--edges", type=int, default=3_000_000)
     ap.add_argument("--no-short-rows", action="store_true", help="ignore the blocks' short_rows hint")
+    ap.add_argument("--precision", default="fp32", choices=("fp32", "bf16"),
+                    help="bf16: the step under torch.autocast(bfloat16), as bench_sampled.py runs it")
     ap.add_argument("--out", default="sampled_step_ops.json")
     args = ap.parse_args(argv)
     if args.no_short_rows:
@@ -96,20 +118,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        activation="elu", backend="triton")
 
         def step(model: OgbGAT = model) -> None:
-            out = model(batch.x, batch.edge_index, None, batch.num_sampled_nodes, batch.num_sampled_edges,
-                        sampled=True)
-            out[: batch.batch_size].sum().backward()
+            with torch.autocast("cpu", torch.bfloat16, enabled=args.precision == "bf16"):
+                out = model(batch.x, batch.edge_index, None, batch.num_sampled_nodes, batch.num_sampled_edges,
+                            sampled=True)
+            out[: batch.batch_size].float().sum().backward()
 
         with stubbed_launches():
             step()
-            with _Count(by_caller=name == "gat") as count:
+            with _Count(by_caller=True) as count:
                 step()
-        rec = {"aten_ops": sum(count.ops.values()), "by_op": dict(count.ops.most_common(30)),
-               "by_caller": dict(count.callers.most_common(30))}
+        rec = {"aten_ops": sum(count.ops.values()), "kernel_ops": count.kernel_ops,
+               "by_op": dict(count.ops.most_common(40)), "by_caller": dict(count.callers.most_common(30)),
+               "kernel_ops_by_caller": dict(count.kernel_callers.most_common(30)),
+               "kernel_ops_by_caller_and_op": dict(count.kernel_by_caller_op.most_common(80))}
         payload["models"][name] = rec
-        print(f"{name}: {rec['aten_ops']} aten ops a step", flush=True)
-        for where, k in list(rec["by_caller"].items())[:12]:
-            print(f"    {k:5d}  {where}", flush=True)
+        print(f"{name}: {rec['aten_ops']} aten ops a step, {rec['kernel_ops']} of them launching kernels; "
+              "by caller (all / launching):", flush=True)
+        for where, k in list(rec["by_caller"].items())[:14]:
+            print(f"    {k:5d} {count.kernel_callers[where]:5d}  {where}", flush=True)
     write_json(args.out, payload)
     return payload
 
