@@ -196,13 +196,19 @@ class CscGraph:
         map_csc_to_coo: Tensor | None = None,
         *,
         dst_index: Tensor | None = None,
+        edge_index: Tensor | None = None,
     ) -> CscGraph:
         """Wrap existing CSC tensors (no copy). ``map_csc_to_coo=None`` means COO order is CSC order.
         ``dst_index``: the ``[num_edges]`` destination of each CSC edge where the caller has it already (a sort's
-        keys), kept instead of being rebuilt from ``offsets``; trusted, like the rest."""
+        keys), kept instead of being rebuilt from ``offsets``. ``edge_index``: the ``[2, num_edges]`` int64 COO
+        edges this CSC was sorted from (``map_csc_to_coo`` numbers them), kept for :meth:`edge_index` instead of
+        being scattered back (a sampled block's slice of its batch; a layer adding self-loops to a block rebuilt
+        every call reads it every call). Both trusted, like the rest."""
         graph = cls(offsets, indices, num_src_nodes, map_csc_to_coo)
         if dst_index is not None:
             graph._cache["dst_index"] = dst_index
+        if edge_index is not None:
+            graph._cache["edge_index"] = edge_index
         return graph
 
     @classmethod
@@ -366,6 +372,8 @@ class CscGraph:
             for name in ("dst_index", "csc_rev_offsets", "rev_to_csc", "map_rev_to_coo"):
                 if name in self._cache:
                     g._cache[name] = self._cache[name].to(dtype)
+            if "edge_index" in self._cache:  # int64 whatever the index dtype
+                g._cache["edge_index"] = self._cache["edge_index"]
             if self.rebuilt_every_call:
                 g.mark_rebuilt_every_call(short_rows=self.short_rows)
             self._cache[key] = g
@@ -435,8 +443,8 @@ class CscGraph:
     def short_rows(self) -> bool:
         """Whether the graph was marked with ``mark_rebuilt_every_call(short_rows=True)``: a hint, not a checked
         property. Kernels may then walk every destination's in-edges and every source's out-edges whole (one
-        program each, heaviest first) instead of cutting long ones into chunks: right for any lengths, fast only
-        while they are short, and the work lists cost a few host ops instead of about seventy (a sampled step is
+        program each, in row order) instead of cutting long ones into chunks: right for any lengths, fast only
+        while they are short, and the work lists cost four host ops instead of about seventy (a sampled step is
         host-bound). No degree is read back for it.
 
         Why a sampled block's sources qualify too: a source's out-degree in a block is how many of the block's
@@ -502,7 +510,11 @@ class CscGraph:
         return self
 
     def edge_index(self) -> Tensor:
-        """``[2, num_edges]`` int64 COO edges in the caller's original order (inverse of the conversion)."""
+        """``[2, num_edges]`` int64 COO edges in the caller's original order (inverse of the conversion; the
+        tensor given to :meth:`from_csc` as ``edge_index`` where there was one)."""
+        kept = self._cache.get("edge_index")
+        if kept is not None:
+            return kept  # type: ignore[no-any-return]
         ei = torch.empty(2, self.num_edges, dtype=torch.long, device=self.device)
         ids = self.edge_ids.long()
         ei[0, ids] = self.indices.long()

@@ -174,10 +174,11 @@ def sampled_blocks(
     if validate:
         _check_batch(outer_ei[0], outer_ei[1], whole.offsets, sizes)
     offsets, indices, perm, sorted_dst = whole.offsets, whole.indices, whole.edge_ids, whole.dst_index
+    coo = outer_ei.long()  # what each block's edge_index() returns (a view where the batch is int64)
     blocks = []
     for s in sizes:
         e = s.num_edges
         block = CscGraph.from_csc(offsets[: s.num_dst + 1], indices[:e], s.num_src, perm[:e],
-                                  dst_index=sorted_dst[:e])
+                                  dst_index=sorted_dst[:e], edge_index=coo[:, :e])
         blocks.append(block.mark_rebuilt_every_call(short_rows=True))
     return blocks

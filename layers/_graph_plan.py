@@ -40,8 +40,13 @@ class GraphPlan:
         kept: ``[E']`` ids of the caller's edges that survive self-loop removal; None when all do or for
             static plans.
         loop_index: ``[E]`` per caller edge, the self-loop slot that its features feed for ``fill_value``
-            reductions, ``num_loops`` (a discarded slot) for self-loops and destinations without a loop.
-        keep: static plans only: ``[E + num_loops]`` bool, which of the graph's COO edges PyG has.
+            reductions, ``num_loops`` (a discarded slot) for self-loops and destinations without a loop; None
+            without the self-loop rule. Static plans build it on first read (edge features with a reducing
+            ``fill_value``), from ``coo``.
+        keep: static plans only: ``[E + num_loops]`` bool, which of the graph's COO edges PyG has; built on first
+            read (returned attention, explanations), from ``coo``.
+        coo: static plans with the self-loop rule: the caller's ``(src, dst)``, what ``loop_index`` and ``keep``
+            are built from when read. A sampled step reads neither and skips their eight launches a layer.
         form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_tensor", "csc_graph".
         source: the structure PyG returns attention on when it is not the caller's own object (the
             self-loop form of a sparse input); None otherwise. Plans never hold the caller's tensor, so a
@@ -53,11 +58,28 @@ class GraphPlan:
     pad_dst: bool = False
     num_loops: int = 0
     kept: Tensor | None = None
-    loop_index: Tensor | None = None
-    keep: Tensor | None = None
+    loop_index_: Tensor | None = field(default=None, repr=False)
     form: str = "coo"
     source: Any = None
+    coo: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
     _returned: dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @property
+    def loop_index(self) -> Tensor | None:
+        if self.loop_index_ is None and self.coo is not None:
+            self.loop_index_ = _loop_index(*self.coo, self.num_loops)
+        return self.loop_index_
+
+    @property
+    def keep(self) -> Tensor | None:
+        if not self.pad_dst or self.coo is None:
+            return None
+        keep = self._returned.get("keep")
+        if keep is None:
+            src, dst = self.coo
+            keep = self._returned.setdefault(
+                "keep", torch.cat([src != dst, torch.ones(self.num_loops, dtype=torch.bool, device=src.device)]))
+        return keep  # type: ignore[no-any-return]
 
 
 def loops(n: int, like: Tensor) -> Tensor:
@@ -85,13 +107,10 @@ def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, f
     src, dst = ei[0], ei[1]
     if num_loops is None:
         return GraphPlan(_static_csc(src, dst, num_src, num_dst), num_dst, form=form, source=source)
-    is_loop = src == dst
-    dst_pad = torch.where(is_loop, torch.full_like(dst, num_dst), dst)
+    dst_pad = torch.where(src == dst, num_dst, dst)
     ar = loops(num_loops, src)
     graph = _static_csc(torch.cat([src, ar]), torch.cat([dst_pad, ar]), num_src, num_dst + 1)
-    keep = torch.cat([~is_loop, torch.ones(num_loops, dtype=torch.bool, device=src.device)])
-    return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, loop_index=_loop_index(src, dst, num_loops),
-                     keep=keep, form=form, source=source)
+    return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, form=form, source=source, coo=(src, dst))
 
 
 def eager_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any) -> GraphPlan:
@@ -110,5 +129,5 @@ def eager_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, fo
     ar = loops(num_loops, ei)
     final = torch.cat([base, torch.stack([ar, ar])], dim=1)
     graph = CscGraph.from_edge_index(final, size=(num_src, num_dst))
-    return GraphPlan(graph, num_dst, num_loops=num_loops, kept=kept, loop_index=_loop_index(src, dst, num_loops),
+    return GraphPlan(graph, num_dst, num_loops=num_loops, kept=kept, loop_index_=_loop_index(src, dst, num_loops),
                      form=form, source=source)

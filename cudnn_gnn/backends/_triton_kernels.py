@@ -13,9 +13,10 @@ are the heads split over several programs, down to one head per program. See :fu
 
 Hub rows are cut into chunks: the programs take the items of a per-graph work list (built once by
 :func:`cudnn_gnn.backends.triton.work_list`), a whole row or a chunk of at most ``B`` edges of a longer one, heaviest
-first. A chunk writes a partial state to its slot (forward: per-head max, sum of exponentials and unnormalised
-accumulator; backward: per-head ``delta`` and the destination- or source-side sums), and one merge program per hub
-row combines the slots in their fixed order (log-sum-exp for the forward, plain sums for the backward).
+first (a sampled block's short rows: whole, in row order). A chunk writes a partial state to its slot (forward:
+per-head max, sum of exponentials and unnormalised accumulator; backward: per-head ``delta`` and the destination- or
+source-side sums), and one merge program per hub row combines the slots in their fixed order (log-sum-exp for the
+forward, plain sums for the backward).
 
 A program walks its row (or chunk) in blocks of ``BIG_E`` edges while at least that many remain, then in blocks of ``BLOCK_E``
 (small, for the many light rows of a power-law graph): a hub of thousands of edges takes few long iterations, a

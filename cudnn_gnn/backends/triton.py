@@ -583,18 +583,22 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | Non
     ``max_degree``, the largest row length where the caller knows it (a static graph's cached
     :meth:`~cudnn_gnn.CscGraph.max_degrees`): with no row longer than ``chunk`` the lists hold no chunk, padding or
     hub entries (``P = N``, ``S = R = 0``), so the launchers skip every hub launch (merges, the backward's pass-1
-    launch): on a small graph, six of a step's nine launches. ``whole_rows``: that list whatever the row lengths
-    (every row one item, a long one walked whole by one program: right for any lengths, fast while rows are short;
-    a graph marked ``short_rows``, such as a sampled block, for its destinations and its sources). Either way it
-    takes about ten small ops where the chunked list takes about seventy (sixty of them kernel launches), which
-    counts on a host-bound sampled step. Unknown (``None``): the upper bounds above."""
+    launch): on a small graph, six of a step's nine launches; heaviest row first (one sort). ``whole_rows``: every
+    row one item whatever its length, in row order (a long row walked whole by one program: right for any lengths,
+    fast while rows are short, and then their order hardly matters): a graph marked ``short_rows``, such as a
+    sampled block, for its destinations and its sources, rebuilt every call, so no sort. The known-degree list
+    takes about ten small ops, the ``whole_rows`` one four, the chunked list about seventy (sixty of them kernel
+    launches), which counts on a host-bound sampled step. Unknown (``None``): the upper bounds above."""
     n = offsets.shape[0] - 1
     dev = offsets.device
     i64: dict[str, Any] = dict(device=dev, dtype=torch.int64)
     if n == 0:
         return WorkList(torch.zeros(0, 4, **i64), torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
     off = offsets.long()
-    if whole_rows or (max_degree is not None and max_degree <= chunk):
+    if whole_rows:  # rows in row order: no sort (a graph rebuilt every call pays for its list every call)
+        work = torch.stack([torch.arange(n, **i64), off[:-1], off[1:], torch.full((n,), -1, **i64)], 1)
+        return WorkList(work, torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
+    if max_degree is not None and max_degree <= chunk:
         row = torch.argsort(off.diff(), descending=True, stable=True)  # heaviest first, ties in row order
         work = torch.stack([row, off[row], off[row + 1], torch.full_like(row, -1)], 1)
         return WorkList(work, torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
@@ -737,7 +741,7 @@ class _SrcDstScores(torch.autograd.Function):
     def backward(ctx, g_src: Tensor | None, g_dst: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
         x_src, x_dst, attn_weights = ctx.saved_tensors
-        m = _pair_score_matrix(attn_weights, ctx.heads, x_src.shape[1])
+        m = _pair_score_matrix(attn_weights, ctx.heads, x_src.shape[1]).to(x_src.dtype)  # one cast, not one a side
         return _pair_scores_backward(ctx, x_src, x_dst, m, g_src, g_dst)
 
 

@@ -466,11 +466,11 @@ def test_work_list_without_hubs_when_the_largest_degree_fits_a_chunk():
 
 
 def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
-    """``whole_rows``: every row one item, heaviest first, even a row longer than the chunk; a graph marked
+    """``whole_rows``: every row one item, in row order, even a row longer than the chunk; a graph marked
     ``short_rows`` takes that list for its destinations and its sources, and a row (or a source's out-edges) far
     longer than the chunk, walked whole by one program, still gives the reference's outputs and every gradient."""
     w = tb.work_list(torch.tensor([0, 0, 10, 11, 30, 30]), 30, 4, whole_rows=True)
-    assert w.work.tolist() == [[3, 11, 30, -1], [1, 0, 10, -1], [2, 10, 11, -1], [0, 0, 0, -1], [4, 30, 30, -1]]
+    assert w.work.tolist() == [[0, 0, 0, -1], [1, 0, 10, -1], [2, 10, 11, -1], [3, 11, 30, -1], [4, 30, 30, -1]]
     assert w.hub_work.shape == (0, 4) and w.hubs.shape == (0, 3)
     chunk.set(4)
     ei, ns, _ = GRAPHS["power_law"]()
