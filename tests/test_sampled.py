@@ -90,7 +90,8 @@ def test_blocks_equal_the_edge_index_slices(seed, index_dtype):
 
 def test_the_self_loop_plan_of_a_block_keeps_short_rows():
     """A layer adding self-loops to a block builds a new CSC with fixed-shape ops; it keeps the block's
-    ``short_rows`` hint (one loop more a row), so the Triton kernels walk its rows whole."""
+    ``short_rows`` hint (one loop more a row), so the Triton kernels walk its rows whole. The plan reads the
+    block's COO (the batch's own slice) and builds PyG's loop slots and kept-edge mask only when read."""
     from cudnn_gnn.layers._plan_cache import resolve
 
     ei, edges = _batch(NODES, FANOUT, 0)
@@ -100,6 +101,12 @@ def test_the_self_loop_plan_of_a_block_keeps_short_rows():
         plan = resolve(block, num_src=block.num_src_nodes, num_dst=block.num_dst_nodes, num_loops=num_loops,
                        device=block.device, cache=True)
         assert plan.graph.rebuilt_every_call and plan.graph.short_rows
+    # what only edge features, returned attention and explanations read is built on first read, and equals the rule
+    assert plan.loop_index_ is None and "keep" not in plan._returned
+    src, dst = ei[:, : block.num_edges]
+    assert torch.equal(plan.keep, torch.cat([src != dst, torch.ones(n, dtype=torch.bool)]))
+    assert torch.equal(plan.loop_index, torch.where((src == dst) | (dst >= n), n, dst))
+    assert block.edge_index().data_ptr() == ei.data_ptr()  # the batch's own edges, not scattered back
     plain = CscGraph.from_edge_index(ei, num_nodes=sum(NODES)).mark_rebuilt_every_call()
     plan = resolve(plain, num_src=plain.num_src_nodes, num_dst=plain.num_dst_nodes, num_loops=plain.num_dst_nodes,
                    device=plain.device, cache=True)
