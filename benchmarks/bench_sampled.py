@@ -15,7 +15,11 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 * ``ours_whole_src``: ours with every work list walked in whole rows, whatever the graph's hints (since the
   ``short_rows`` hint covers a block's sources too, the same lists as ``ours`` on sampled blocks);
 * ``ours_gemm_scores``: ours with GAT's node scores as GEMMs (``NODE_SCORE_KERNELS`` off), as before the score
-  kernels.
+  kernels;
+* ``ours_<kernel>_<BLOCK_E>x<warps>`` (``--sweep``, not in the defaults): ours with one Triton kernel's launch shape
+  (``fwd``, ``dst`` or ``src``: the forward, the backward's destination or source pass) set to ``BLOCK_E`` edges a
+  block and ``warps`` warps a program, every other kernel at its default: a launch-shape sweep on sampled blocks
+  (4 heads x 128, wider than the shapes ``TUNED_SHAPES`` covers).
 
 Per variant: median / mean step ms, total, the ratio to ``pyg``, peak memory; the host's share (``host_ms_median``:
 the Python call of a step without waiting for the GPU, so a step whose host time is close to its step time is
@@ -57,7 +61,21 @@ def variant_switches(name: str) -> Iterator[None]:
 
     saved_rows, saved_gather, saved_list = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD, tb.work_list
     saved_scores = tb.NODE_SCORE_KERNELS
+    from cudnn_gnn.backends import _triton_kernels as tk
+
+    saved_shape = tk.launch_shape
     try:
+        if name.count("_") == 2 and name.split("_")[1] in ("fwd", "dst", "src"):  # ours_<kernel>_<BLOCK_E>x<warps>
+            kernel, shape = name.split("_")[1:]
+            block_e, warps = (int(v) for v in shape.split("x"))
+
+            def launch_shape(k: str, *args: Any, **kwargs: Any) -> tuple[int, int, int, int, int]:
+                default = saved_shape(k, *args, **kwargs)
+                if k != kernel:
+                    return default
+                return block_e, max(block_e, default[1]), default[2], default[3], warps
+
+            tk.launch_shape = launch_shape  # type: ignore[assignment]
         if name == "ours_chunked_rows":
             CscGraph.short_rows = property(lambda self: False)  # type: ignore[assignment,method-assign]
         if name == "ours_one_gather":
@@ -72,6 +90,7 @@ def variant_switches(name: str) -> Iterator[None]:
         tb.GAT_ONE_GATHER_BACKWARD = saved_gather
         tb.work_list = saved_list
         tb.NODE_SCORE_KERNELS = saved_scores
+        tk.launch_shape = saved_shape  # type: ignore[assignment]
 
 
 def draw_batches(args: argparse.Namespace, device: torch.device) -> tuple[list[Any], int, int]:
@@ -220,6 +239,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--precision", default="bf16", choices=("fp32", "bf16", "fp16"))
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--sweep", default=None,
+                    help="KERNEL:BLOCK_Es x warps, e.g. src:2,4,8x1,2,4: adds ours_src_2x1 ... (see the variants)")
     ap.add_argument("--profile-steps", type=int, default=6, help="steps under torch.profiler per variant (GPU; 0: none)")
     ap.add_argument("--cprofile-steps", type=int, default=0, help="steps under cProfile per variant (0: none)")
     ap.add_argument("--seed", type=int, default=0)
@@ -233,7 +254,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.variants = "pyg,ours,ours_chunked_rows"
     args.fanout = [int(f) for f in args.fanout.split(",")]
     variants = args.variants.split(",")
-    unknown = sorted(set(variants) - set(VARIANTS))
+    if args.sweep:  # "src:2,4,8x1,2,4" -> ours_src_2x1, ...
+        kernel, grid = args.sweep.split(":")
+        edges, warps = grid.split("x")
+        variants += [f"ours_{kernel}_{b}x{w}" for b in edges.split(",") for w in warps.split(",")]
+    unknown = sorted(v for v in set(variants) - set(VARIANTS)
+                     if not (v.count("_") == 2 and v.split("_")[1] in ("fwd", "dst", "src")))
     if unknown:
         ap.error(f"--variants must be among {', '.join(VARIANTS)}, got {', '.join(unknown)}")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

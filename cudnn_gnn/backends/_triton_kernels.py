@@ -52,9 +52,9 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-__all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "block_sizes", "edge_kernel_shape", "launch_shape",
-           "launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge", "launch_gat_backward",
-           "launch_node_scores"]
+__all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "WIDE_TUNED_SHAPES", "block_sizes", "edge_kernel_shape",
+           "launch_shape", "launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge",
+           "launch_gat_backward", "launch_node_scores"]
 
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
 
@@ -102,12 +102,25 @@ the output gradient). From the H200 sweeps of ``benchmarks/investigations/triton
 :func:`block_sizes`, which won there. Read-only: :func:`launch_shape` caches what it derives from it."""
 
 
+WIDE_TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({
+    ("fwd", False, 2): (8, 1), ("src", False, 2): (2, 1),
+})
+"""Launch shapes measured faster than :func:`block_sizes` for tiles wider than 256 and at most 512: ``(kernel, v2,
+element bytes of the gathered rows)`` -> ``(BLOCK_E, num_warps)``. From an H200 sweep of ``bench_sampled.py
+--sweep`` on papers100M-shaped sampled blocks, GAT, 4 heads x 128, bfloat16 (results
+``h200-2026-12-01-aab3c70``): the forward 1,132 -> 250 us a step, the source pass 2,568 -> 787 (its sources have
+one or two out-edges: the smallest block won; a longer source is walked in ``BIG_E`` blocks all the same). One
+warp a program, as at 256 and below. A combination not listed (float32, GATv2, the destination pass: not swept)
+keeps :func:`block_sizes`."""
+
+
 @functools.cache
 def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
                  max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
     """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (``"fwd"``, ``"dst"`` or ``"src"``) for ``heads``
     heads of width ``c`` gathering rows of ``elem_bytes`` bytes an element: :func:`block_sizes`, except for a tile
-    ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES`, which runs
+    ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES` (wider, up to 512,
+    with an entry ``(BLOCK_E, warps)`` in :data:`WIDE_TUNED_SHAPES`, which it runs as it stands), which runs
     ``warps`` warps a program and blocks of ``KiB`` of gathered rows (``BLOCK_E = KiB * 1024 / (W * elem_bytes)``,
     clamped to 2..32; 8 in float32 and 16 in bfloat16 at 8 KiB and 8 x 32).
 
@@ -115,6 +128,9 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
     programs are mostly light rows (arxiv: 7 edges on average)."""
     block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
     width = hg * block_c
+    wide = WIDE_TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4))) if 256 < width <= 512 else None
+    if wide is not None:
+        return wide[0], max(wide[0], big_e), hg, block_c, wide[1]
     tuned = TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4)))
     if tuned is None or width > 256:
         return block_e, big_e, hg, block_c, num_warps

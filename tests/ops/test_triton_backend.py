@@ -682,7 +682,7 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     """The tuned shapes (measured faster on the H200): GAT's forward and destination pass one warp and 8 KiB of
     gathered rows a block, its source pass 16 KiB; GATv2's forward one warp at 8 KiB (float32) or 2 KiB (16-bit),
     its float32 backward one warp at 8 KiB, its 16-bit source pass two warps at 4 KiB; its 16-bit destination
-    pass, and tiles wider than 256, the shared shape."""
+    pass, and tiles wider than 256 without an entry of their own, the shared shape."""
     from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
 
     assert launch_shape("fwd", 8, 32, False, 4) == (8, 32, 8, 32, 1)
@@ -698,6 +698,37 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     for args in (("dst", 8, 32, True, 2), ("fwd", 4, 256, False, 4),
                  ("src", 3, 250, False, 2)):
         assert launch_shape(*args) == block_sizes(*args[1:4])
+    # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): WIDE_TUNED_SHAPES, one warp, the forward
+    # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
+    assert launch_shape("fwd", 4, 128, False, 2) == (8, 16, 4, 128, 1)
+    assert launch_shape("src", 4, 128, False, 2) == (2, 16, 4, 128, 1)
+    for args in (("dst", 4, 128, False, 2), ("fwd", 4, 128, False, 4), ("src", 4, 128, True, 2)):
+        assert launch_shape(*args) == block_sizes(*args[1:4])
+
+
+def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
+    """GAT at 4 heads x 128 with its forward and source pass on ``WIDE_TUNED_SHAPES`` (blocks of 8 and 2 edges;
+    the bfloat16 entries given to float32 here, so that the comparison is float32's) on a power-law graph with a row
+    and a source cut into chunks: outputs, attention and every gradient against the reference, within float32
+    rounding of the largest value (sums over 128 channels)."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    wide = {(k, v2, 4): shape for (k, v2, _), shape in kernels.WIDE_TUNED_SHAPES.items()}
+    monkeypatch.setattr(kernels, "WIDE_TUNED_SHAPES", wide)
+    kernels.launch_shape.cache_clear()
+    assert kernels.launch_shape("src", 4, 128, False, 4)[0] == 2
+    chunk.set(4)
+    ei, ns, _ = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 4, 128, edge=True, mask=True, bipartite=False, seed=12)
+    try:
+        got = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=4, concat=True)
+    finally:
+        kernels.launch_shape.cache_clear()  # its cache holds the patched table's shapes
+    want = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=4, concat=True)
+    for a, b in zip((got[0], got[1], *got[2]), (want[0], want[1], *want[2]), strict=True):
+        if b is not None:  # float32 sums over 128 channels: rounding relative to the largest value
+            assert float((a - b).detach().abs().max()) <= 1e-5 * float(b.detach().abs().max()) + 1e-6
 
 
 def test_tuned_backward_shapes_match_the_reference(monkeypatch):
