@@ -49,8 +49,9 @@ class GraphPlan:
             are built from when read. A sampled step reads neither and skips their eight launches a layer.
         form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_tensor", "csc_graph".
         source: the structure PyG returns attention on when it is not the caller's own object (the
-            self-loop form of a sparse input); None otherwise. Plans never hold the caller's tensor, so a
-            cache entry dies with it.
+            self-loop form of a sparse input); None otherwise. Eager plans, the ones kept between calls, never
+            hold the caller's tensor, so a cache entry dies with it; a static plan (built for one call, never
+            kept) holds views of it in ``coo``.
     """
 
     graph: CscGraph
@@ -62,24 +63,23 @@ class GraphPlan:
     form: str = "coo"
     source: Any = None
     coo: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
+    keep_: Tensor | None = field(default=None, repr=False)
     _returned: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
     def loop_index(self) -> Tensor | None:
+        """See the class docstring (``loop_index_`` holds it once built)."""
         if self.loop_index_ is None and self.coo is not None:
             self.loop_index_ = _loop_index(*self.coo, self.num_loops)
         return self.loop_index_
 
     @property
     def keep(self) -> Tensor | None:
-        if not self.pad_dst or self.coo is None:
-            return None
-        keep = self._returned.get("keep")
-        if keep is None:
+        """See the class docstring (``keep_`` holds it once built)."""
+        if self.keep_ is None and self.pad_dst and self.coo is not None:
             src, dst = self.coo
-            keep = self._returned.setdefault(
-                "keep", torch.cat([src != dst, torch.ones(self.num_loops, dtype=torch.bool, device=src.device)]))
-        return keep  # type: ignore[no-any-return]
+            self.keep_ = torch.cat([src != dst, torch.ones(self.num_loops, dtype=torch.bool, device=src.device)])
+        return self.keep_
 
 
 def loops(n: int, like: Tensor) -> Tensor:

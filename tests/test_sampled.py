@@ -102,7 +102,7 @@ def test_the_self_loop_plan_of_a_block_keeps_short_rows():
                        device=block.device, cache=True)
         assert plan.graph.rebuilt_every_call and plan.graph.short_rows
     # what only edge features, returned attention and explanations read is built on first read, and equals the rule
-    assert plan.loop_index_ is None and "keep" not in plan._returned
+    assert plan.loop_index_ is None and plan.keep_ is None
     src, dst = ei[:, : block.num_edges]
     assert torch.equal(plan.keep, torch.cat([src != dst, torch.ones(n, dtype=torch.bool)]))
     assert torch.equal(plan.loop_index, torch.where((src == dst) | (dst >= n), n, dst))
