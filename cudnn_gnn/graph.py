@@ -448,9 +448,8 @@ class CscGraph:
         host-bound). No degree is read back for it.
 
         Why a sampled block's sources qualify too: a source's out-degree in a block is how many of the block's
-        destinations sampled it. In papers100M-shaped batches (synthetic graph at 2% scale, largest in-degree
-        12,139, fan-out 10,10,5, 1,024 seeds) the largest was 2 to 20 per hop, far below a chunk (256 edges); on
-        the H200 the source pass took the same time with either list (docs/scale.md)."""
+        destinations sampled it, a few in papers100M-shaped batches, far below a chunk (measured in
+        docs/scale.md)."""
         return bool(self._cache.get("short_rows", False))
 
     def max_degrees(self) -> tuple[int, int] | None:

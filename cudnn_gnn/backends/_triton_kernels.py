@@ -106,12 +106,11 @@ WIDE_TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProx
     ("fwd", False, 2): (8, 1), ("src", False, 2): (2, 1),
 })
 """Launch shapes measured faster than :func:`block_sizes` for tiles wider than 256 and at most 512: ``(kernel, v2,
-element bytes of the gathered rows)`` -> ``(BLOCK_E, num_warps)``. From an H200 sweep of ``bench_sampled.py
---sweep`` on papers100M-shaped sampled blocks, GAT, 4 heads x 128, bfloat16 (results
-``h200-2026-12-01-ac12766``): the forward 1,132 -> 250 us a step, the source pass 2,568 -> 787 (its sources have
-one or two out-edges: the smallest block won; a longer source is walked in ``BIG_E`` blocks all the same). One
-warp a program, as at 256 and below. A combination not listed (float32, GATv2, the destination pass: not swept)
-keeps :func:`block_sizes`."""
+element bytes of the gathered rows)`` -> ``(BLOCK_E, num_warps)``. From the H200 sweep of ``bench_sampled.py
+--sweep`` on papers100M-shaped sampled blocks, GAT, 4 heads x 128, bfloat16 (figures in docs/performance.md). One
+warp a program, as at 256 and below; the source pass takes the smallest block because a sampled block's sources
+have one or two out-edges (a longer source is walked in ``BIG_E`` blocks all the same). A combination not listed
+(float32, GATv2, the destination pass: not swept at this width) keeps :func:`block_sizes`."""
 
 
 @functools.cache
