@@ -64,6 +64,27 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def kernel_times(run: Callable[[], Any], steps: int, device: torch.device,
+                 name_width: int = 90) -> tuple[dict[str, float], float]:
+    """``(us per step by kernel name, kernels per step)`` of the GPU kernels ``run()`` launches, ``run`` doing
+    ``steps`` steps under ``torch.profiler`` (one synchronize at the end); names cut to ``name_width``."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        run()
+        synchronize(device)
+    per: dict[str, float] = {}
+    count = 0
+    for e in prof.events():
+        if e.device_type == DeviceType.CUDA:
+            name = e.name[:name_width]
+            per[name] = per.get(name, 0.0) + (e.time_range.end - e.time_range.start)
+            count += 1
+    n = max(steps, 1)
+    return {k: v / n for k, v in per.items()}, count / n
+
+
 def free_memory(device: torch.device | None = None) -> None:
     """Collect garbage and hand cached blocks back, so one case's leftovers do not count against the next."""
     gc.collect()

@@ -12,8 +12,6 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 * ``ours_chunked_rows``: ours with the blocks' ``short_rows`` hint ignored (chunked row work lists, the hub
   launches), as before ``a93a21c``;
 * ``ours_one_gather``: ours with ``GAT_ONE_GATHER_BACKWARD`` on (Triton);
-* ``ours_whole_src``: ours with every work list walked in whole rows, whatever the graph's hints (since the
-  ``short_rows`` hint covers a block's sources too, the same lists as ``ours`` on sampled blocks);
 * ``ours_gemm_scores``: ours with GAT's node scores as GEMMs (``NODE_SCORE_KERNELS`` off), as before the score
   kernels;
 * ``ours_<kernel>_<BLOCK_E>x<warps>`` (``--sweep``, not in the defaults): ours with one Triton kernel's launch shape
@@ -35,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
 import os
 import statistics
 import sys
@@ -48,26 +45,33 @@ import torch.nn.functional as F
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
-from _bench_common import environment, synchronize, write_json  # noqa: E402
+from _bench_common import environment, kernel_times, synchronize, write_json  # noqa: E402
 
-VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_whole_src", "ours_gemm_scores")
+VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_gemm_scores")
+
+
+def sweep_variant(name: str) -> tuple[str, int, int] | None:
+    """``(kernel, BLOCK_E, warps)`` of a variant ``ours_<kernel>_<BLOCK_E>x<warps>`` (``--sweep``), else None."""
+    parts = name.split("_")
+    if len(parts) != 3 or parts[0] != "ours" or parts[1] not in ("fwd", "dst", "src"):
+        return None
+    block_e, warps = (int(v) for v in parts[2].split("x"))
+    return parts[1], block_e, warps
 
 
 @contextlib.contextmanager
 def variant_switches(name: str) -> Iterator[None]:
     """The module-level switches a variant flips, restored afterwards."""
+    from cudnn_gnn.backends import _triton_kernels as tk
     from cudnn_gnn.backends import triton as tb
     from cudnn_gnn.graph import CscGraph
 
-    saved_rows, saved_gather, saved_list = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD, tb.work_list
-    saved_scores = tb.NODE_SCORE_KERNELS
-    from cudnn_gnn.backends import _triton_kernels as tk
-
-    saved_shape = tk.launch_shape
+    saved_rows, saved_gather = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD
+    saved_scores, saved_shape = tb.NODE_SCORE_KERNELS, tk.launch_shape
     try:
-        if name.count("_") == 2 and name.split("_")[1] in ("fwd", "dst", "src"):  # ours_<kernel>_<BLOCK_E>x<warps>
-            kernel, shape = name.split("_")[1:]
-            block_e, warps = (int(v) for v in shape.split("x"))
+        swept = sweep_variant(name)
+        if swept is not None:
+            kernel, block_e, warps = swept
 
             def launch_shape(k: str, *args: Any, **kwargs: Any) -> tuple[int, int, int, int, int]:
                 default = saved_shape(k, *args, **kwargs)
@@ -80,15 +84,12 @@ def variant_switches(name: str) -> Iterator[None]:
             CscGraph.short_rows = property(lambda self: False)  # type: ignore[assignment,method-assign]
         if name == "ours_one_gather":
             tb.GAT_ONE_GATHER_BACKWARD = True
-        if name == "ours_whole_src":
-            tb.work_list = functools.partial(saved_list, whole_rows=True)  # type: ignore[assignment]
         if name == "ours_gemm_scores":
             tb.NODE_SCORE_KERNELS = False
         yield
     finally:
         CscGraph.short_rows = saved_rows  # type: ignore[method-assign]
         tb.GAT_ONE_GATHER_BACKWARD = saved_gather
-        tb.work_list = saved_list
         tb.NODE_SCORE_KERNELS = saved_scores
         tk.launch_shape = saved_shape  # type: ignore[assignment]
 
@@ -181,23 +182,10 @@ def run_variant(name: str, batches: list[Any], in_channels: int, classes: int, a
 def kernel_profile(step: Any, batches: list[Any], device: torch.device, top: int = 8) -> dict[str, Any]:
     """GPU kernel time and kernel count per step over ``batches`` under ``torch.profiler``, and the ``top`` kernels
     by time (name cut to 90 characters, us per step)."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for batch in batches:
-            step(batch)
-        synchronize(device)
-    per: dict[str, float] = {}
-    count = 0
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            per[e.name[:90]] = per.get(e.name[:90], 0.0) + (e.time_range.end - e.time_range.start)
-            count += 1
-    n = max(len(batches), 1)
+    per, count = kernel_times(lambda: [step(batch) for batch in batches], len(batches), device)
     ranked = sorted(per.items(), key=lambda kv: -kv[1])[:top]
-    return {"kernel_ms_per_step": sum(per.values()) / n / 1e3, "kernels_per_step": count / n,
-            "top_kernels_us_per_step": [{"kernel": k, "us": v / n} for k, v in ranked]}
+    return {"kernel_ms_per_step": sum(per.values()) / 1e3, "kernels_per_step": count,
+            "top_kernels_us_per_step": [{"kernel": k, "us": v} for k, v in ranked]}
 
 
 def host_profile(step: Any, batches: list[Any], device: torch.device, top: int = 40) -> dict[str, Any]:
@@ -258,8 +246,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         kernel, grid = args.sweep.split(":")
         edges, warps = grid.split("x")
         variants += [f"ours_{kernel}_{b}x{w}" for b in edges.split(",") for w in warps.split(",")]
-    unknown = sorted(v for v in set(variants) - set(VARIANTS)
-                     if not (v.count("_") == 2 and v.split("_")[1] in ("fwd", "dst", "src")))
+    unknown = sorted(v for v in set(variants) - set(VARIANTS) if sweep_variant(v) is None)
     if unknown:
         ap.error(f"--variants must be among {', '.join(VARIANTS)}, got {', '.join(unknown)}")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))

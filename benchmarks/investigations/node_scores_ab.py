@@ -22,24 +22,18 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import bench_layers as bl  # noqa: E402
-from _bench_common import environment, synchronize, time_fn, write_json  # noqa: E402
+from _bench_common import environment, kernel_times, time_fn, write_json  # noqa: E402
 
 
 def kernel_split(fn: Any, pre: Any, device: torch.device, steps: int = 5) -> dict[str, float]:
     """Per step: total GPU kernel us, and us by kernel (name cut to 70 characters), top 12."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    def run() -> None:
         for _ in range(steps):
             if pre is not None:
                 pre()
             fn()
-        synchronize(device)
-    per: dict[str, float] = {}
-    for e in prof.events():
-        if e.device_type == DeviceType.CUDA:
-            per[e.name[:70]] = per.get(e.name[:70], 0.0) + (e.time_range.end - e.time_range.start) / steps
+
+    per, _ = kernel_times(run, steps, device, name_width=70)
     top = dict(sorted(per.items(), key=lambda kv: -kv[1])[:12])
     return {"total_us": sum(per.values()), **top}
 
