@@ -561,14 +561,16 @@ def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_e
 class WorkList(NamedTuple):
     """The programs of one pass over a CSC (or reverse CSC) ``offsets [N+1]``, with rows of more than ``B`` edges
     cut into chunks of ``B`` (the last one shorter). All int64, fixed shapes (from ``N``, ``E`` and ``B`` alone,
-    unless :func:`work_list` is told that no row is longer than ``B``: then ``P = N`` and ``S = R = 0``).
+    unless :func:`work_list` is told that no row is longer than ``B``, or to walk every row whole: then ``P = N`` and
+    ``S = R = 0``).
 
     ``work [P, 4]`` (``P = N + E // B``): ``(row, start, end, slot)``, heaviest first (by ``end - start``; ties in
-    row order); ``slot == -1``: the whole row, its results written in place; ``slot >= 0``: a chunk of a hub row,
-    its partial results in slot ``slot``; ``slot == -2``: padding (empty, writes nothing). A row with no edges is one
-    empty whole item (it writes zeros). ``hub_work [S, 4]`` (``S = E // B + R``): the chunk items in slot order,
-    then padding. ``hubs [R, 3]`` (``R = min(N, E // (B + 1))``): ``(row, first slot, chunk count)`` per hub row in
-    row order, then padding rows with count 0. A hub row's slots are consecutive, in the order of its edges."""
+    row order; a ``whole_rows`` list in row order); ``slot == -1``: the whole row, its results written in place;
+    ``slot >= 0``: a chunk of a hub row, its partial results in slot ``slot``; ``slot == -2``: padding (empty,
+    writes nothing). A row with no edges is one empty whole item (it writes zeros). ``hub_work [S, 4]`` (``S = E //
+    B + R``): the chunk items in slot order, then padding. ``hubs [R, 3]`` (``R = min(N, E // (B + 1))``): ``(row,
+    first slot, chunk count)`` per hub row in row order, then padding rows with count 0. A hub row's slots are
+    consecutive, in the order of its edges."""
 
     work: Tensor
     hub_work: Tensor
@@ -734,8 +736,7 @@ class _SrcDstScores(torch.autograd.Function):
         x_dst = None if x_dst is None else x_dst.contiguous()
         ctx.save_for_backward(x_src, x_dst, attn_weights)
         ctx.heads, ctx.width = heads, attn_weights.shape[0]
-        n_dst = x_src.shape[0] if x_dst is None else x_dst.shape[0]
-        return _kernels().launch_node_scores(x_src, x_dst, attn_weights[:2 * d].contiguous(), heads, n_dst)
+        return _kernels().launch_node_scores(x_src, x_dst, attn_weights[:2 * d].contiguous(), heads)
 
     @staticmethod
     def backward(ctx, g_src: Tensor | None, g_dst: Tensor | None  # type: ignore[override]
