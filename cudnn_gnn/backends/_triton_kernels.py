@@ -247,13 +247,20 @@ def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
 
 
 @triton.jit
-def _item(work_ptr):
+def _item(work_ptr, WHOLE: tl.constexpr):
     """A work item ``(row, start, end, slot)`` (int64): the row's CSC positions ``start .. end`` and where its
     results go, ``slot == -1``: the row itself (the whole row), ``slot >= 0``: partial slot ``slot`` (one chunk of a
-    hub row, merged later), ``slot == -2``: nothing (padding of the fixed-size work list)."""
-    item = work_ptr + tl.program_id(0).to(tl.int64) * 4
-    return (tl.load(item).to(tl.int64), tl.load(item + 1).to(tl.int64), tl.load(item + 2).to(tl.int64),
-            tl.load(item + 3).to(tl.int64))
+    hub row, merged later), ``slot == -2``: nothing (padding of the fixed-size work list). ``WHOLE``: the work list
+    is the offsets ``[N+1]`` themselves (see :func:`n_items`): program ``i`` takes row ``i`` whole."""
+    pid = tl.program_id(0).to(tl.int64)
+    if WHOLE:
+        row, start, end, slot = pid, tl.load(work_ptr + pid).to(tl.int64), tl.load(work_ptr + pid + 1).to(tl.int64), \
+            pid * 0 - 1
+    else:
+        item = work_ptr + pid * 4
+        row, start, end, slot = tl.load(item).to(tl.int64), tl.load(item + 1).to(tl.int64), \
+            tl.load(item + 2).to(tl.int64), tl.load(item + 3).to(tl.int64)
+    return row, start, end, slot
 
 
 @triton.jit
@@ -316,12 +323,12 @@ def _fwd_kernel(
     H, C, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """One work item: a whole row writes ``out`` and ``lse`` (and normalises its attention); a chunk of a hub row
     writes its unnormalised state ``(max, sumexp, acc)`` per head to its partial slot, for :func:`_fwd_merge_kernel`.
     """
-    row, start, end, slot = _item(work_ptr)
+    row, start, end, slot = _item(work_ptr, WHOLE)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
@@ -534,7 +541,7 @@ def _bwd_dst_kernel(
     H, C, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Destination pass: for destination ``i`` and each head ``h`` of the program's group, recompute
     ``p_e = exp(s_e - lse_i)`` and ``alpha_e = p_e m_e``; ``g_e = <dout_i, x_j> + datt_e``;
@@ -547,7 +554,7 @@ def _bwd_dst_kernel(
     its slot), the slots are summed per row in a fixed order into ``delta_rows``, and the main launch then runs only
     pass 2 over each chunk, writing its destination-side sums (GATv2 ``dx_dst`` and the attention-vector partial,
     GAT ``d score_dst``) to its slot, merged in a fixed order afterwards."""
-    row, start, end, slot = _item(work_ptr)
+    row, start, end, slot = _item(work_ptr, WHOLE)
     ps = tl.maximum(slot, 0)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
@@ -661,13 +668,13 @@ def _bwd_src_kernel(
     dx_src_ptr, dssrc_ptr, dx_part_ptr, dss_part_ptr,
     H, C, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Source pass over the reverse CSC: for source ``j`` (a work item over reverse-CSC positions) and each head
     ``h`` of the program's group, ``dx_j = sum_e alpha_e dout_i`` plus, for GATv2, ``sum_e ds_e a act'(x_j + x_i +
     f_e)``; for GAT the score gradient ``dscore_src_j = sum_e dz_e``. A chunk of a hub source writes its sums to its
     partial slot (merged in a fixed order afterwards)."""
-    j, start, end, slot = _item(work_ptr)
+    j, start, end, slot = _item(work_ptr, WHOLE)
     ps = tl.maximum(slot, 0)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
@@ -812,7 +819,7 @@ def _bwd_gat_delta_kernel(
     H, C, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """``delta_i = sum_e alpha_e (g_e + datt_e)`` per destination ``i`` and head, the softmax backward's row sum
     (FlashAttention's ``D = rowsum(dO * O)``): ``sum_e alpha_e g_e = <dout_i, out_i>`` per head, with ``out_i =
@@ -822,7 +829,7 @@ def _bwd_gat_delta_kernel(
 
     A whole row writes ``delta [Nd, H]``; a chunk of a hub row writes its edges' sum (plus the dot product if it is
     the row's first chunk) to its partial slot, merged in slot order afterwards."""
-    row, start, end, slot = _item(work_ptr)
+    row, start, end, slot = _item(work_ptr, WHOLE)
     h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
@@ -898,7 +905,7 @@ def _bwd_gat_src_kernel(
     H, C, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """GAT's source pass, the one that gathers feature rows: for source ``j`` (a work item over reverse-CSC
     positions) and each head of the program's group, ``x_j`` is loaded once and each out-edge ``e = (j -> i)``
@@ -908,7 +915,7 @@ def _bwd_gat_src_kernel(
     ``dx_j = sum_e alpha_e dout_i``, ``d score_src_j = sum_e dz_e``, ``dz`` to ``dz_buf [E, H]`` (CSC order) for the
     destination sum, and with edge scores ``d score_edge = dz`` (COO order: each edge once, by its source's
     program). A chunk of a hub source writes its sums to its partial slot (merged in a fixed order afterwards)."""
-    j, start, end, slot = _item(work_ptr)
+    j, start, end, slot = _item(work_ptr, WHOLE)
     ps = tl.maximum(slot, 0)
     h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1
@@ -937,11 +944,11 @@ def _bwd_gat_src_kernel(
 
 @triton.jit
 def _bwd_gat_dst_kernel(work_ptr, dz_buf_ptr, dsdst_ptr, dsd_part_ptr, H,
-                        BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, HG: tl.constexpr):
+                        BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr):
     """``d score_dst_i = sum_e dz_e`` over destination ``i``'s in-edges, for the heads of the program's group: a
     contiguous range of ``dz_buf [E, H]`` (CSC order); no feature rows, no indices. A chunk of a hub row writes its
     sum to its partial slot."""
-    row, start, end, slot = _item(work_ptr)
+    row, start, end, slot = _item(work_ptr, WHOLE)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
     hm = h_off < H
     acc = tl.full([HG], 0.0, tl.float32)
@@ -1007,6 +1014,12 @@ def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
                                                                     num_warps=4)
 
 
+def n_items(work: Tensor) -> int:
+    """The programs of a work list: ``work [P, 4]`` (items of :func:`cudnn_gnn.backends.triton.work_list`), or
+    offsets ``[N+1]`` themselves for every row whole in row order (``N``; the kernels' ``WHOLE``)."""
+    return work.shape[0] - 1 if work.dim() == 1 else work.shape[0]
+
+
 def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, work: Tensor, hub_work: Tensor,
                    hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
                    score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
@@ -1018,7 +1031,7 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
     :func:`cudnn_gnn.backends.triton.work_list`: one launch over every item, then one merge program per hub row.
     GATv2's ``edge`` is ``[E, H*C]`` projected features, or with ``edge_weight [H*C, De]`` the raw ``[E, De]`` ones,
     projected in the kernel (see :func:`_edge_rows`)."""
-    if work.shape[0] == 0:
+    if n_items(work) == 0:
         return
     c, groups, cfg = _config(x_src, heads, v2, "fwd", x_src)
     has_edge = (edge if v2 else score_edge) is not None
@@ -1026,7 +1039,7 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
     m_part, l_part, acc_part = _partial(n_slots, heads, lse), _partial(n_slots, heads, lse), \
         _partial(n_slots, heads * c, lse)
     mask_args = (_or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1))
-    _fwd_kernel[(work.shape[0], groups)](
+    _fwd_kernel[(n_items(work), groups)](
         work, indices, _or(map_csc_to_coo, indices),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
@@ -1035,7 +1048,7 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
         HAS_MASK=mask is not None,
-        RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[act], **cfg,
+        RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[act], WHOLE=work.dim() == 1, **cfg,
     )
     if hubs.shape[0]:
         _fwd_merge_kernel[(hubs.shape[0], groups)](
@@ -1062,7 +1075,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
 
     With hub rows: a pass-1 launch over the chunks (``hub_work``), their ``delta`` merged per row, then the main
     launch over every item and the merges of the chunks' destination-side sums."""
-    if work.shape[0] == 0:
+    if n_items(work) == 0:
         return
     nd = offsets.shape[0] - 1
     c, groups, cfg = _config(x_src, heads, v2, "dst", x_src)
@@ -1091,9 +1104,10 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     flags = dict(V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
                  HAS_MASK=mask is not None, HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
     if n_hubs:
-        _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, **flags)
+        _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, WHOLE=False, **flags)
         _merge_sum(hubs, delta_part, delta_rows, heads)
-    _bwd_dst_kernel[(work.shape[0], groups)](work, *common, ONLY_DELTA=False, **flags)
+    _bwd_dst_kernel[(n_items(work), groups)](work, *common, ONLY_DELTA=False, WHOLE=work.dim() == 1,
+                                             **flags)
     if v2 and dx_dst is not None:
         _merge_sum(hubs, dxd_part, dx_dst, d)
     if not v2 and dscore_dst is not None:
@@ -1107,20 +1121,20 @@ def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: T
                         edge_weight: Tensor | None = None) -> None:
     """Source pass over the source work list (items over reverse-CSC positions); fills ``dx_src [Ns, H*C]`` and, for
     GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk sums merged in slot order."""
-    if work.shape[0] == 0:
+    if n_items(work) == 0:
         return
     c, groups, cfg = _config(x_src, heads, v2, "src", dout)
     n_slots = hub_work.shape[0]
     dx_part = _partial(n_slots, heads * c, alpha_buf)
     dss_part = _partial(0 if v2 else n_slots, heads, alpha_buf)
-    _bwd_src_kernel[(work.shape[0], groups)](
+    _bwd_src_kernel[(n_items(work), groups)](
         work, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         dout, alpha_buf, ds_buf,
         dx_src, _or(dscore_src, alpha_buf), dx_part, dss_part,
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=edge is not None, DE=_fused_dim(edge, edge_weight),
-        ACT=ACTIVATION_CODES[act], **cfg,
+        ACT=ACTIVATION_CODES[act], WHOLE=work.dim() == 1, **cfg,
     )
     _merge_sum(hubs, dx_part, dx_src, heads * c)
     if not v2 and dscore_src is not None:
@@ -1172,7 +1186,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     Launch shapes, untuned: the source pass and the delta pass take :func:`launch_shape` of ``"gat_src"`` and
     ``"gat_delta"`` (no entry in :data:`TUNED_SHAPES`, so :func:`block_sizes`); the destination sum, whose rows are
     one float a head, :func:`block_sizes` of heads of width 1 (8 heads: blocks of 16 and 64 edges, 2 warps)."""
-    nd, e, n_src = offsets.shape[0] - 1, indices.shape[0], src_work.shape[0]
+    nd, e, n_src, n_rows = offsets.shape[0] - 1, indices.shape[0], n_items(src_work), n_items(row_work)
     c, groups, cfg = _config(x_src, heads, False, "gat_src", dout)
     d = heads * c
     f32: dict[str, Any] = dict(device=x_src.device, dtype=torch.float32)
@@ -1182,13 +1196,13 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     mask_args = (_or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1))
     flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, HAS_MASK=has_mask, HAS_DATT=datt is not None,
                  ACT=ACTIVATION_CODES[act])
-    if row_work.shape[0]:  # whole rows and hub chunks in one launch; the chunks' sums merged per row in slot order
+    if n_rows:  # whole rows and hub chunks in one launch; the chunks' sums merged per row in slot order
         _, delta_groups, delta_cfg = _config(x_src, heads, False, "gat_delta", dout)
         delta_part = _partial(row_hub_work.shape[0], heads, lse)
-        _bwd_gat_delta_kernel[(row_work.shape[0], delta_groups)](
+        _bwd_gat_delta_kernel[(n_rows, delta_groups)](
             row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst, _or(score_edge, lse),
             *mask_args, lse, dout, out, _or(datt, lse), delta, delta_part,
-            heads, c, alpha, **flags, **delta_cfg)
+            heads, c, alpha, WHOLE=row_work.dim() == 1, **flags, **delta_cfg)
         _merge_sum(row_hubs, delta_part, delta, heads)
     if n_src:
         dx_part = _partial(src_hub_work.shape[0], d, lse)
@@ -1197,14 +1211,15 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
             src_work, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc),
             x_src, score_src, score_dst, _or(score_edge, lse), *mask_args,
             lse, delta, dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part, dss_part,
-            heads, c, alpha, **flags, **cfg)
+            heads, c, alpha, WHOLE=src_work.dim() == 1, **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d)
         _merge_sum(src_hubs, dss_part, dscore_src, heads)
-    if row_work.shape[0]:
+    if n_rows:
         block_e, big_e, hg, _, num_warps = block_sizes(heads, 1, False, MAX_TILE_D)
         dsd_part = _partial(row_hub_work.shape[0], heads, lse)
-        _bwd_gat_dst_kernel[(row_work.shape[0], triton.cdiv(heads, hg))](
-            row_work, dz_buf, dscore_dst, dsd_part, heads, BLOCK_E=block_e, BIG_E=big_e, HG=hg, num_warps=num_warps)
+        _bwd_gat_dst_kernel[(n_rows, triton.cdiv(heads, hg))](
+            row_work, dz_buf, dscore_dst, dsd_part, heads, BLOCK_E=block_e, BIG_E=big_e, WHOLE=row_work.dim() == 1,
+            HG=hg, num_warps=num_warps)
         _merge_sum(row_hubs, dsd_part, dscore_dst, heads)
 
 

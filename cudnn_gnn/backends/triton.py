@@ -561,11 +561,13 @@ def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_e
 class WorkList(NamedTuple):
     """The programs of one pass over a CSC (or reverse CSC) ``offsets [N+1]``, with rows of more than ``B`` edges
     cut into chunks of ``B`` (the last one shorter). All int64, fixed shapes (from ``N``, ``E`` and ``B`` alone,
-    unless :func:`work_list` is told that no row is longer than ``B``, or to walk every row whole: then ``P = N`` and
-    ``S = R = 0``).
+    unless :func:`work_list` is told that no row is longer than ``B``: then ``P = N`` and ``S = R = 0``). Every row
+    whole in row order (``whole_rows``): ``work`` is ``offsets`` itself, 1-D in its own dtype (item ``i`` is row
+    ``i``, no list built; the kernels' ``WHOLE``, see :func:`~cudnn_gnn.backends._triton_kernels.n_items`), and
+    ``S = R = 0``.
 
     ``work [P, 4]`` (``P = N + E // B``): ``(row, start, end, slot)``, heaviest first (by ``end - start``; ties in
-    row order; a ``whole_rows`` list in row order); ``slot == -1``: the whole row, its results written in place;
+    row order); ``slot == -1``: the whole row, its results written in place;
     ``slot >= 0``: a chunk of a hub row, its partial results in slot ``slot``; ``slot == -2``: padding (empty,
     writes nothing). A row with no edges is one empty whole item (it writes zeros). ``hub_work [S, 4]`` (``S = E //
     B + R``): the chunk items in slot order, then padding. ``hubs [R, 3]`` (``R = min(N, E // (B + 1))``): ``(row,
@@ -588,22 +590,22 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | Non
     launch): on a small graph, six of a step's nine launches; heaviest row first (one sort). ``whole_rows``: every
     row one item whatever its length, in row order (a long row walked whole by one program: right for any lengths,
     fast while rows are short, and then their order hardly matters): a graph marked ``short_rows``, such as a
-    sampled block, for its destinations and its sources, rebuilt every call, so no sort. The known-degree list
-    takes about ten small ops, the ``whole_rows`` one four, the chunked list about seventy (sixty of them kernel
+    sampled block, for its destinations and its sources, rebuilt every call: the offsets are the list, no op at all.
+    The known-degree list takes about ten small ops, the chunked list about seventy (sixty of them kernel
     launches), which counts on a host-bound sampled step. Unknown (``None``): the upper bounds above."""
     n = offsets.shape[0] - 1
     dev = offsets.device
     i64: dict[str, Any] = dict(device=dev, dtype=torch.int64)
+    no_hubs = torch.empty(0, 4, **i64), torch.empty(0, 3, **i64)  # empty: nothing to fill, no kernel
+    if whole_rows:  # rows in row order: the offsets are the list (a graph rebuilt every call builds nothing)
+        return WorkList(offsets, *no_hubs)
     if n == 0:
-        return WorkList(torch.zeros(0, 4, **i64), torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
+        return WorkList(torch.empty(0, 4, **i64), *no_hubs)
     off = offsets.long()
-    if whole_rows:  # rows in row order: no sort (a graph rebuilt every call pays for its list every call)
-        work = torch.stack([torch.arange(n, **i64), off[:-1], off[1:], torch.full((n,), -1, **i64)], 1)
-        return WorkList(work, torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
     if max_degree is not None and max_degree <= chunk:
         row = torch.argsort(off.diff(), descending=True, stable=True)  # heaviest first, ties in row order
         work = torch.stack([row, off[row], off[row + 1], torch.full_like(row, -1)], 1)
-        return WorkList(work, torch.zeros(0, 4, **i64), torch.zeros(0, 3, **i64))
+        return WorkList(work, *no_hubs)
     r_max = min(n, num_edges // (chunk + 1))
     s_max = num_edges // chunk + r_max
     n_chunks = ((off.diff() + (chunk - 1)) // chunk).clamp_min(1)

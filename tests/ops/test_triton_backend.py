@@ -31,6 +31,7 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
+from cudnn_gnn.backends._triton_kernels import n_items  # noqa: E402
 
 from ..conftest import GRAPHS  # noqa: E402
 
@@ -469,8 +470,9 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
     """``whole_rows``: every row one item, in row order, even a row longer than the chunk; a graph marked
     ``short_rows`` takes that list for its destinations and its sources, and a row (or a source's out-edges) far
     longer than the chunk, walked whole by one program, still gives the reference's outputs and every gradient."""
-    w = tb.work_list(torch.tensor([0, 0, 10, 11, 30, 30]), 30, 4, whole_rows=True)
-    assert w.work.tolist() == [[0, 0, 0, -1], [1, 0, 10, -1], [2, 10, 11, -1], [3, 11, 30, -1], [4, 30, 30, -1]]
+    offsets = torch.tensor([0, 0, 10, 11, 30, 30], dtype=torch.int32)
+    w = tb.work_list(offsets, 30, 4, whole_rows=True)
+    assert w.work is offsets and n_items(w.work) == 5  # the offsets are the list: program i walks row i
     assert w.hub_work.shape == (0, 4) and w.hubs.shape == (0, 3)
     chunk.set(4)
     ei, ns, _ = GRAPHS["power_law"]()
@@ -483,8 +485,8 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
         _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True)
     rows = graph.derived_if_built(("triton", "row_work", 4))
     srcs = graph.derived_if_built(("triton", "src_work", 4))
-    assert rows.hub_work.shape[0] == 0 and rows.work.shape[0] == ns
-    assert srcs.hub_work.shape[0] == 0 and srcs.work.shape[0] == ns
+    assert rows.hub_work.shape[0] == 0 and rows.work is graph.offsets
+    assert srcs.hub_work.shape[0] == 0 and srcs.work is graph.reverse_csc()[0]
 
 
 @pytest.fixture
