@@ -7,7 +7,7 @@ value checks (index ranges) live in :meth:`cudnn_gnn.CscGraph.validate`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -38,11 +38,14 @@ def check_index(name: str, value: object) -> Tensor:
     return t
 
 
-def check_shape(name: str, t: Tensor, shape: Sequence[int | None], what: str | None = None) -> None:
-    """Check ``t.shape`` against ``shape`` where ``None`` matches any size."""
+def check_shape(name: str, t: Tensor, shape: Sequence[int | None],
+                what: str | Callable[[], str] | None = None) -> None:
+    """Check ``t.shape`` against ``shape`` where ``None`` matches any size. ``what``, the expected shape as the
+    message says it, may be a callable, formatted only on failure: formatting a symbolic size (``torch.compile``
+    with dynamic shapes) would pin it to its current value and recompile for every batch."""
     ok = t.dim() == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape))
     if not ok:
-        want = what or "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+        want = (what() if callable(what) else what) or "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
         raise ValueError(f"{name} must have shape {want}, got {tuple(t.shape)}")
 
 

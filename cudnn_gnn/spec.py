@@ -168,7 +168,7 @@ def resolve_activation_alpha(activation: str, alpha: float | None) -> float:
 def _split_features(graph: CscGraph, x: object) -> tuple[Tensor, Tensor]:
     if isinstance(x, Tensor):
         x_src = check_float("x", x)
-        check_shape("x", x_src, (graph.num_src_nodes, None), f"(num_src_nodes={graph.num_src_nodes}, dim)")
+        check_shape("x", x_src, (graph.num_src_nodes, None), lambda: f"(num_src_nodes={graph.num_src_nodes}, dim)")
         if graph.num_dst_nodes > graph.num_src_nodes:
             raise ValueError(
                 f"x must be a (x_src, x_dst) tuple for a graph with more destinations ({graph.num_dst_nodes}) "
@@ -179,9 +179,9 @@ def _split_features(graph: CscGraph, x: object) -> tuple[Tensor, Tensor]:
     if isinstance(x, (tuple, list)) and len(x) == 2:
         x_src = check_float("x[0]", x[0])
         x_dst = check_float("x[1]", x[1])
-        check_shape("x[0]", x_src, (graph.num_src_nodes, None), f"(num_src_nodes={graph.num_src_nodes}, dim)")
+        check_shape("x[0]", x_src, (graph.num_src_nodes, None), lambda: f"(num_src_nodes={graph.num_src_nodes}, dim)")
         check_shape("x[1]", x_dst, (graph.num_dst_nodes, x_src.shape[1]),
-                    f"(num_dst_nodes={graph.num_dst_nodes}, {x_src.shape[1]})")
+                    lambda: f"(num_dst_nodes={graph.num_dst_nodes}, {x_src.shape[1]})")
         if x_dst.dtype != x_src.dtype:
             raise TypeError(f"x[1] must have the dtype of x[0] ({x_src.dtype}), got {x_dst.dtype}")
         return x_src, x_dst
@@ -193,17 +193,17 @@ def _check_edge_attr(v2: bool, edge_attr: Tensor, e: int, d: int, heads: int, de
     check_float("edge_attr", edge_attr)
     if lin_edge_weight is not None:
         check_float("lin_edge_weight", lin_edge_weight)
-        check_shape("lin_edge_weight", lin_edge_weight, (d, None), f"(dim={d}, dim_edge)")
+        check_shape("lin_edge_weight", lin_edge_weight, (d, None), lambda: f"(dim={d}, dim_edge)")
         de = lin_edge_weight.shape[1]
         if de == 0:
             raise ValueError(f"lin_edge_weight must have at least one column (dim_edge >= 1), got shape "
                              f"{tuple(lin_edge_weight.shape)}")
-        check_shape("edge_attr", edge_attr, (e, de), f"(num_edges={e}, dim_edge={de}) to match lin_edge_weight")
+        check_shape("edge_attr", edge_attr, (e, de), lambda: f"(num_edges={e}, dim_edge={de}) to match lin_edge_weight")
         check_device("lin_edge_weight", lin_edge_weight, device)
     elif v2:
-        check_shape("edge_attr", edge_attr, (e, d), f"(num_edges={e}, {d})")
+        check_shape("edge_attr", edge_attr, (e, d), lambda: f"(num_edges={e}, {d})")
     else:
-        check_shape("edge_attr", edge_attr, (e, None), f"(num_edges={e}, dim_edge)")
+        check_shape("edge_attr", edge_attr, (e, None), lambda: f"(num_edges={e}, dim_edge)")
         if edge_attr.shape[1] == 0 or edge_attr.shape[1] % heads != 0:
             raise ValueError(f"edge_attr must have a width divisible by heads={heads}, got {edge_attr.shape[1]}")
     check_device("edge_attr", edge_attr, device)
@@ -215,7 +215,7 @@ MASK_GRAD_BACKENDS = ("auto", "reference")
 
 def _check_dropout_mask(mask: Tensor, e: int, heads: int, device: torch.device, backend: str) -> None:
     check_float("dropout_mask", mask)
-    check_shape("dropout_mask", mask, (e, heads), f"(num_edges={e}, heads={heads})")
+    check_shape("dropout_mask", mask, (e, heads), lambda: f"(num_edges={e}, heads={heads})")
     check_device("dropout_mask", mask, device)
     if mask.requires_grad and backend not in MASK_GRAD_BACKENDS:
         raise NotImplementedError(
@@ -280,7 +280,7 @@ def attention_spec(
     check_float("attn_weights", attn_weights)
     n_w = d if v2 else 2 * d + de
     layout = "(dim,)" if v2 else "(2 * dim + dim_edge,) = att_src | att_dst | att_edge"
-    check_shape("attn_weights", attn_weights, (n_w,), f"{layout} = ({n_w},)")
+    check_shape("attn_weights", attn_weights, (n_w,), lambda: f"{layout} = ({n_w},)")
     check_device("attn_weights", attn_weights, graph.device)
     check_bool("concat", concat)
     check_choice("activation", activation, ACTIVATIONS)

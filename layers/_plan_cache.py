@@ -113,7 +113,9 @@ def resolve(
         edge_index = _moved(edge_index, device)
     if torch.compiler.is_compiling():
         if isinstance(edge_index, CscGraph):
-            plan = edge_index.derived_if_built((_PLAN_KEY, num_loops))
+            # a graph rebuilt every call keeps no plan; not looking saves hashing num_loops, which for a sampled
+            # block under dynamic shapes is symbolic (a hash would pin it, one graph per batch size)
+            plan = None if edge_index.rebuilt_every_call else edge_index.derived_if_built((_PLAN_KEY, num_loops))
             if plan is not None:
                 return plan  # type: ignore[no-any-return]
             if num_loops is None:

@@ -103,8 +103,12 @@ _TENSOR_FIELDS = tuple(i for i, t in enumerate(_FIELD_TYPES.values()) if t.start
 _SCALAR_FIELDS = tuple(i for i in range(len(TritonCall._fields)) if i not in _TENSOR_FIELDS)
 _N_CALL = len(TritonCall._fields)
 _N_PACKED = 2 + len(_SCALAR_FIELDS)
+_SYM_INT_FIELDS = frozenset({"num_src_nodes"})
+"""Scalar fields that follow the batch (a sampled block's node count): ``SymInt`` in the schema, so that
+``torch.compile(dynamic=True)`` keeps them symbolic instead of recompiling for every value."""
 _CALL_SCHEMA = "Tensor[] tensors, int present, " + ", ".join(
-    f"{_SCHEMA_TYPES[_FIELD_TYPES[name]]} {name}" for name in (TritonCall._fields[i] for i in _SCALAR_FIELDS))
+    f"{'SymInt' if name in _SYM_INT_FIELDS else _SCHEMA_TYPES[_FIELD_TYPES[name]]} {name}"
+    for name in (TritonCall._fields[i] for i in _SCALAR_FIELDS))
 _INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "lin_edge_weight", "attn_weights", "score_src", "score_dst",
                 "score_edge")
 _INPUT_FIELDS = tuple(TritonCall._fields.index(name) for name in _INPUT_NAMES)
@@ -488,13 +492,24 @@ def chunk_size(num_edges: int) -> int:
     longer sets the tail, while a chunk of at least 256 edges (4 to 128 big blocks) amortises its partial-state write
     and the merge. arxiv (1.17M edges): 512; Cora: 256; products-sized graphs: 1024. Depends on ``E`` only, so the
     work list built for a graph stays valid."""
-    b = _next_pow2(-(-num_edges // 4096))
-    return max(MIN_CHUNK_E, min(MAX_CHUNK_E, b))
+    return max(MIN_CHUNK_E, min(MAX_CHUNK_E, _pow2_cover(num_edges, 4096, MAX_CHUNK_E, start=MIN_CHUNK_E)))
 
 
 def _next_pow2(n: int) -> int:
     """The smallest power of two ``>= n`` (1 for ``n <= 1``), without importing triton."""
     return 1 << max(0, (n - 1).bit_length())
+
+
+def _pow2_cover(total: int, per: int, cap: int | None = None, *, start: int = 1) -> int:
+    """``max(s, _next_pow2(ceil(total / per)))``, or the first power of two ``>= cap`` if that is smaller, where
+    ``s`` is the largest power of two ``<= start`` (callers that clamp below at ``start`` lose nothing). By
+    comparisons only: with a symbolic ``total`` (a sampled block's edge count under ``torch.compile(dynamic=True)``)
+    each one is a range guard that every batch of a similar size passes, where ``bit_length`` would pin the exact
+    count and recompile for every batch; starting at ``s`` keeps the guards to the thresholds that matter."""
+    p = 1 << max(0, start.bit_length() - 1)
+    while p * per < total and (cap is None or p < cap):
+        p *= 2
+    return p
 
 
 # ---------------------------------------------------------------------------------------------------- GATv2 edges
@@ -514,7 +529,7 @@ def edge_span(num_edges: int) -> int:
     resident programs) and at most one per ``MIN_EDGE_SPAN`` edges: the ``[P, H*C, De]`` gradient partials stay a
     small multiple of ``H*C*De`` and at most ``4 * De / (MIN_EDGE_SPAN * element size)`` of an ``[E, H*C]``
     buffer."""
-    return max(MIN_EDGE_SPAN, _next_pow2(-(-num_edges // EDGE_PROGRAMS)))
+    return max(MIN_EDGE_SPAN, _pow2_cover(num_edges, EDGE_PROGRAMS, start=MIN_EDGE_SPAN))
 
 
 def fuse_edge_projection(num_edges: int, heads: int, dim: int, dim_edge: int, elem_bytes: int,

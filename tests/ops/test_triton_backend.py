@@ -394,6 +394,24 @@ def test_chunk_size_rule():
     assert tb.chunk_size(61_859_140) == 1024  # products
 
 
+def test_size_rules_keep_a_symbolic_edge_count_symbolic():
+    """``chunk_size`` and ``edge_span`` of a symbolic edge count (``torch.compile(dynamic=True)``, a sampled
+    block's) add range guards only: edge counts of one size class share one graph, where an exact power-of-two
+    computation (``bit_length``) would pin each count and recompile for every batch."""
+    from torch._dynamo.utils import counters
+
+    def f(x):
+        return x * (tb.chunk_size(x.shape[0]) + tb.edge_span(x.shape[0]))
+
+    torch._dynamo.reset()
+    graphs0 = counters["stats"]["unique_graphs"]
+    compiled = torch.compile(f, backend="eager", dynamic=True)
+    for e in (300_001, 310_017, 333_333):  # ceil(E / 4096) 74, 76, 82; ceil(E / 2048) 147, 152, 163
+        x = torch.ones(e)
+        assert torch.equal(compiled(x), f(x))
+    assert counters["stats"]["unique_graphs"] - graphs0 == 1
+
+
 def test_work_list_cuts_rows_into_chunks_heaviest_first():
     """Rows of 0, 10, 1, 19, 0 edges with chunks of 4: rows 1 and 3 are hubs (3 and 5 chunks, slots 0..2 and 3..7),
     the others whole items; fixed shapes P = N + E // B, S = E // B + R, R = min(N, E // (B + 1))."""
@@ -1092,3 +1110,42 @@ def test_gatv2conv_with_edge_dim_on_triton_matches_pyg(fused):
         for a, b in zip(*results):
             torch.testing.assert_close(a, b, atol=3e-5, rtol=1e-4)
     assert fused == [True, True]
+
+
+def test_compiled_sampled_layers_take_one_graph_for_every_batch():
+    """Two of our ``GATConv`` layers on :func:`~cudnn_gnn.sampled_blocks` of three batches of different sizes,
+    under ``torch.compile(dynamic=True)``: one graph serves every batch (the blocks' sizes stay symbolic: no
+    recompilation), and outputs and every gradient equal the eager calls'. The Triton op's node count is a
+    ``SymInt`` and the shape checks format their messages only on failure, else each would pin a size."""
+    from torch._dynamo.utils import counters
+
+    from cudnn_gnn import sampled_blocks
+    from cudnn_gnn.layers import GATConv
+
+    from ..test_sampled import _batch
+
+    torch.manual_seed(0)
+    convs = torch.nn.ModuleList([GATConv(6, 4, heads=2, backend="triton"), GATConv(8, 3, heads=1, backend="triton")])
+
+    def forward(x, edge_index, nodes, edges):
+        for i, block in enumerate(sampled_blocks(edge_index, nodes, edges, 2, validate=False)):
+            x = x[: block.num_src_nodes]
+            x = convs[i]((x, x[: block.num_dst_nodes]), block, size=(block.num_src_nodes, block.num_dst_nodes))
+        return x
+
+    torch._dynamo.reset()
+    graphs0 = counters["stats"]["unique_graphs"]
+    compiled = torch.compile(forward, backend="aot_eager", dynamic=True)
+    for seed, nodes in enumerate(([4, 9, 14], [5, 11, 17], [3, 8, 20])):
+        ei, edges = _batch(nodes, [2, 2], seed)
+        x = torch.randn(sum(nodes), 6, generator=torch.Generator().manual_seed(seed))
+        results = []
+        for f in (compiled, forward):
+            convs.zero_grad()
+            xs = x.clone().requires_grad_()
+            out = f(xs, ei, nodes, edges)
+            out.square().sum().backward()
+            results.append([out, xs.grad] + [p.grad for p in convs.parameters()])
+        for a, b in zip(*results, strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert counters["stats"]["unique_graphs"] - graphs0 == 1
