@@ -14,6 +14,9 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 * ``ours_one_gather``: ours with ``GAT_ONE_GATHER_BACKWARD`` on (Triton);
 * ``ours_gemm_scores``: ours with GAT's node scores as GEMMs (``NODE_SCORE_KERNELS`` off), as before the score
   kernels;
+* ``ours_compiled``, ``pyg_compiled``: the model under ``torch.compile(dynamic=True)`` (one graph for every batch
+  size; its build time is in ``warmup_s``, the graphs it built in ``compiled_graphs``), the loss and the optimizer
+  step eager as in the others;
 * ``ours_<kernel>_<BLOCK_E>x<warps>`` (``--sweep``, not in the defaults): ours with one Triton kernel's launch shape
   (``fwd``, ``dst`` or ``src``: the forward, the backward's destination or source pass) set to ``BLOCK_E`` edges a
   block and ``warps`` warps a program, every other kernel at its default: a launch-shape sweep on sampled blocks
@@ -23,7 +26,8 @@ Per variant: median / mean step ms, total, the ratio to ``pyg``, peak memory; th
 the Python call of a step without waiting for the GPU, so a step whose host time is close to its step time is
 host-bound); and over ``--profile-steps`` more steps under ``torch.profiler``, the GPU's kernel time and kernel
 count per step and the kernels that take most of it. ``--quick``: a CPU smoke run (tiny
-graph, two batches, ``reference`` backend, no timing claims).
+graph, two batches, ``reference`` backend unless ``--backend`` says otherwise (``triton`` wants
+``TRITON_INTERPRET=1``), no timing claims).
 
     python benchmarks/bench_sampled.py [--scale 0.05] [--batches 32] [--precision bf16] [--out bench_sampled.json]
     python benchmarks/bench_sampled.py --quick --out /tmp/bench_sampled_quick.json
@@ -47,7 +51,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from _bench_common import environment, kernel_times, synchronize, write_json  # noqa: E402
 
-VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_gemm_scores")
+VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_gemm_scores", "ours_compiled",
+            "pyg_compiled")
 
 
 def sweep_variant(name: str) -> tuple[str, int, int] | None:
@@ -121,20 +126,23 @@ def draw_batches(args: argparse.Namespace, device: torch.device) -> tuple[list[A
 def run_variant(name: str, batches: list[Any], in_channels: int, classes: int, args: argparse.Namespace,
                 device: torch.device) -> dict[str, Any]:
     from _common import OgbGAT, grad_scaler, optimizer_step
+    from torch._dynamo.utils import counters
 
     from cudnn_gnn.apps.train import autocast
 
     torch.manual_seed(args.seed)
-    model = OgbGAT("pyg-gat" if name == "pyg" else "gat", in_channels, args.hidden, classes, layers=len(args.fanout),
+    model = OgbGAT("pyg-gat" if name.startswith("pyg") else "gat", in_channels, args.hidden, classes, layers=len(args.fanout),
                    heads=args.heads, out_heads=args.heads, dropout=0.5, norm=False, activation="elu",
                    backend=args.backend).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     scaler = grad_scaler(args.precision, device)
+    forward = torch.compile(model, dynamic=True) if name.endswith("_compiled") else model
+    graphs0 = counters["stats"]["unique_graphs"]
 
     def step(batch: Any) -> None:
         opt.zero_grad(set_to_none=True)
         with autocast(device, args.precision):
-            out = model(batch.x.float(), batch.edge_index, None, batch.num_sampled_nodes, batch.num_sampled_edges,
+            out = forward(batch.x.float(), batch.edge_index, None, batch.num_sampled_nodes, batch.num_sampled_edges,
                         sampled=True)
         loss = F.cross_entropy(out[: batch.batch_size].float(), batch.y[: batch.batch_size])
         optimizer_step(loss, opt, scaler)
@@ -169,7 +177,8 @@ def run_variant(name: str, batches: list[Any], in_channels: int, classes: int, a
             synchronize(device)
             rec.update(step_ms_median=statistics.median(times), step_ms_mean=statistics.fmean(times),
                        host_ms_median=statistics.median(host), total_s=time.perf_counter() - wall0, steps=len(times),
-                       peak_gpu_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None)
+                       peak_gpu_bytes=int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+                       compiled_graphs=counters["stats"]["unique_graphs"] - graphs0)
             if args.profile_steps > 0 and device.type == "cuda":
                 rec.update(kernel_profile(step, batches[args.warmup:][: args.profile_steps], device))
             if args.cprofile_steps > 0:
@@ -225,8 +234,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--batches", type=int, default=32, help="timed steps per variant")
     ap.add_argument("--warmup", type=int, default=4)
     ap.add_argument("--precision", default="bf16", choices=("fp32", "bf16", "fp16"))
-    ap.add_argument("--backend", default="triton")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
+    ap.add_argument("--backend", default=None, help="default: triton (reference with --quick)")
+    ap.add_argument("--variants", default=None, help=f"comma-separated, among {', '.join(VARIANTS)} (default: all; "
+                    "with --quick: pyg,ours,ours_chunked_rows)")
     ap.add_argument("--sweep", default=None,
                     help="KERNEL:BLOCK_Es x warps, e.g. src:2,4,8x1,2,4: adds ours_src_2x1 ... (see the variants)")
     ap.add_argument("--profile-steps", type=int, default=6, help="steps under torch.profiler per variant (GPU; 0: none)")
@@ -237,9 +247,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default="bench_sampled.json")
     args = ap.parse_args(argv)
     if args.quick:
-        args.scale, args.batches, args.warmup, args.backend, args.precision = 0.0002, 2, 1, "reference", "fp32"
+        args.scale, args.batches, args.warmup, args.precision = 0.0002, 2, 1, "fp32"
+        args.backend = args.backend or "reference"
         args.device = args.device or "cpu"
-        args.variants = "pyg,ours,ours_chunked_rows"
+        args.variants = args.variants or "pyg,ours,ours_chunked_rows"
+    args.variants = args.variants or ",".join(VARIANTS)
+    args.backend = args.backend or "triton"
     args.fanout = [int(f) for f in args.fanout.split(",")]
     variants = args.variants.split(",")
     if args.sweep:  # "src:2,4,8x1,2,4" -> ours_src_2x1, ...
