@@ -286,33 +286,58 @@ class OgbGAT(nn.Module):
         return x
 
 
+def hop_batch(seeds: int, fanout: list[int], gen: torch.Generator) -> tuple[Tensor, list[int], list[int]]:
+    """A random batch laid out as PyG's sampler lays one out: ``seeds`` nodes at hop 0 and ``n_k * fanout[k]`` at
+    hop ``k + 1`` (no neighbour sampled twice, so a real batch of these seeds and fan-out has at most these counts),
+    each hop-``k`` node with ``fanout[k]`` in-edges from nodes of hops ``<= k + 1``, listed hop by hop. Returns
+    ``(edge_index [2, E], num_sampled_nodes, num_sampled_edges)``, on the CPU."""
+    nodes = [seeds]
+    for f in fanout:
+        nodes.append(nodes[-1] * f)
+    starts = [sum(nodes[:k]) for k in range(len(nodes) + 1)]
+    parts = []
+    for k, f in enumerate(fanout):
+        dst = torch.arange(starts[k], starts[k + 1]).repeat_interleave(f)
+        parts.append(torch.stack([torch.randint(0, starts[k + 2], (dst.numel(),), generator=gen), dst]))
+    return torch.cat(parts, 1), nodes, [p.shape[1] for p in parts]
+
+
 def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: str, *, num_nodes: int = 2048,
-            num_edges: int = 20_000, seeds: int = 256) -> float:
+            num_edges: int = 20_000, seeds: int = 256, fanout: list[int] | None = None) -> float:
     """Build the kernels that sampled training and evaluation will launch, before the first epoch; returns seconds.
 
-    Runs ``model`` itself (not a DDP wrapper: no gradient all-reduce) on a random batch of ``num_nodes`` nodes and
-    ``num_edges`` edges, the way the training loop calls it (``sampled=True``, under the run's autocast): one
-    forward and backward in training mode, one forward in eval mode without gradients. Triton builds its kernel
-    variants at their first call (their constexprs follow the model's heads, widths, dtype and dropout, not the
-    batch), cuDNN its own; PyG's layers warm cuBLAS and the allocator the same way. Leaves the parameters, their
-    gradients (None), the buffers (batch-norm statistics) and the CPU and CUDA random states as they were, so the
-    training that follows is the one a run without the warm-up would do."""
+    Runs ``model`` itself (not a DDP wrapper: no gradient all-reduce) on a random batch, the way the training loop
+    calls it (``sampled=True``, under the run's autocast): one forward and backward in training mode, one forward in
+    eval mode without gradients. The batch: with ``fanout``, :func:`hop_batch` of ``seeds`` seeds (per-hop counts
+    given, so every layer runs on its trimmed block, as with PyG's sampler); without, ``num_nodes`` nodes and
+    ``num_edges`` random edges (no per-hop counts). Triton builds its kernel variants at their first call (their
+    constexprs follow the model's heads, widths, dtype and dropout, not the batch), cuDNN its own, and a model
+    compiled with ``dynamic=True`` its graphs (one for training, one for evaluation, for every batch size); PyG's
+    layers warm cuBLAS and the allocator the same way. Leaves the parameters, their gradients (None), the buffers
+    (batch-norm statistics) and the CPU and CUDA random states as they were, so the training that follows is the
+    one a run without the warm-up would do."""
     t0 = time.perf_counter()
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     was_training = model.training
     gen = torch.Generator().manual_seed(0)
+    nsn = nse = None
+    if fanout is None:
+        edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
+    else:
+        edge_index, nsn, nse = hop_batch(seeds, fanout, gen)
+        num_nodes = sum(nsn)
     x = torch.randn(num_nodes, in_channels, generator=gen).to(device)
-    edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen).to(device)
+    edge_index = edge_index.to(device)
     try:
         model.train()
         with autocast(device, precision):
-            out = model(x, edge_index, None, sampled=True)
+            out = model(x, edge_index, None, nsn, nse, sampled=True)
         out[:seeds].float().sum().backward()
         model.eval()
         with torch.no_grad(), autocast(device, precision):
-            model(x, edge_index, None, sampled=True)
+            model(x, edge_index, None, nsn, nse, sampled=True)
         sync(device)
     finally:
         model.zero_grad(set_to_none=True)

@@ -44,9 +44,17 @@ ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. `
     # only the memory model and the data folder, no training
     python examples/papers100m.py --scale 0.1 --plan-only [--sampler device]
 
-Before epoch 1, one warm-up step on a random batch (``_common.warm_up``; ``--no-warm-up`` skips it) builds the
-kernels training and evaluation launch, so that epoch 1 does not carry them; the model's state and the random
-streams are left as they were.
+``--compile``: the model under ``torch.compile(dynamic=True)`` (``nn.Module.compile``, inside DDP): one graph for
+training and one for evaluation serve every batch size, and the glue between the attention kernels (the layers'
+self-loop plans, projections, activations and their backward) runs as a few fused kernels instead of hundreds of
+small ops, which a host-bound sampled step needs most. Both models take it; PyG's ``GATConv`` fails to compile
+this way on torch 2.11 (docs/scale.md).
+
+Before epoch 1, one warm-up step (``_common.warm_up``; ``--no-warm-up`` skips it) on a random batch laid out hop by
+hop as the sampler lays one out (``_common.hop_batch`` of ``--batch-size`` seeds and ``--fanout``; where the sampler
+reports no per-hop counts, torch-sparse's, a flat one) builds the kernels and compiled graphs training and
+evaluation need, so that epoch 1 does not carry them; the model's state and the random streams are left as they
+were.
 
 Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction of the model's step alone (``gpu_busy_fraction``: CUDA
 events around forward, backward and optimizer over wall time; None on a CPU), with ``--sampler device`` also the
@@ -127,6 +135,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--plan-only", action="store_true", help="prepare the data, print the memory model, exit")
     ap.add_argument("--json", metavar="PATH", default=None, help="the run's record as JSON (rank 0)")
     ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--compile", action="store_true",
+                    help="the model under torch.compile(dynamic=True): one graph for every batch size")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="skip the warm-up step that builds the kernels before epoch 1 (they are then built in it)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
@@ -204,6 +214,13 @@ def batches(loader: Any, sampler: str, device: torch.device, meter: BusyMeter | 
         yield batch
 
 
+def hop_counts(sampler: str) -> bool:
+    """Whether the sampler reports per-hop counts (the model then runs each layer on its trimmed block)."""
+    import torch_geometric.typing as pyg_typing
+
+    return sampler == "device" or bool(pyg_typing.WITH_PYG_LIB)
+
+
 def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict[str, Any]:
     import torch.distributed as dist
 
@@ -221,13 +238,15 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                    out_heads=args.heads, dropout=args.dropout, norm=False, activation="elu",
                    backend=args.backend).to(device)
     params = count_params(model)
+    if args.compile:
+        model.compile(dynamic=True)  # in place: DDP (and warm_up, evaluate) call the compiled forward
     ddp = wrap_ddp(model, ctx)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     scaler = grad_scaler(args.precision, device)
     record: dict[str, Any] = {"dataset": args.dataset, "scale": args.scale, "model": args.model, "params": params,
                               "world_size": ctx.world_size, "device": str(device), "precision": args.precision,
                               "fanout": args.fanout, "batch_size": args.batch_size, "sampler": args.sampler,
-                              "num_workers": args.num_workers,
+                              "num_workers": args.num_workers, "compile": args.compile,
                               "num_nodes": g.num_nodes, "num_edges": g.num_edges, "epochs": []}
     if ctx.is_main:
         record["memory_model_bound"] = memory_plan(args, g, ctx.world_size, params, None, device)
@@ -271,7 +290,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
     if not args.no_warm_up:  # kernel builds (Triton's, cuDNN's) here, not in epoch 1; model state left unchanged
         if ctx.is_main:
             print("building kernels: one warm-up step on a random batch ...", end=" ", flush=True)
-        record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision)
+        record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=args.batch_size,
+                                            fanout=args.fanout if hop_counts(args.sampler) else None)
         if ctx.is_main:
             print(f"{record['warm_up_seconds']:.1f} s", flush=True)
     meter, sample_meter = BusyMeter(device), BusyMeter(device)  # the model's step; the device sampler's batches

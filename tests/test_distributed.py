@@ -259,11 +259,24 @@ def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, m
     assert rec["memory_model_largest_batch"]["gpu_activations"] == want.as_dict()["gpu_activations"] > 0
 
 
+def test_hop_batch_is_laid_out_as_the_sampler_lays_one_out(papers) -> None:
+    """The warm-up's batch: per-hop counts of a sampler without repeats, hop-by-hop edges that
+    :func:`cudnn_gnn.sampled_blocks` accepts with its checks on."""
+    from cudnn_gnn import sampled_blocks
+
+    common = sys.modules["_common"]
+    ei, nsn, nse = common.hop_batch(4, [3, 2], torch.Generator().manual_seed(0))
+    assert nsn == [4, 12, 24] and nse == [12, 24] and ei.shape == (2, 36)
+    blocks = sampled_blocks(ei, nsn, nse, 2, validate=True)
+    assert [(b.num_src_nodes, b.num_dst_nodes, b.num_edges) for b in blocks] == [(40, 16, 36), (16, 4, 12)]
+
+
+@pytest.mark.parametrize("fanout", [None, [3, 2]], ids=["flat", "hop_by_hop"])
 @pytest.mark.parametrize("backend", ["reference", "triton"])
-def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: str) -> None:
+def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: str, fanout) -> None:
     """The warm-up step (kernel builds before epoch 1) on a model with batch norm and dropout: parameters, gradients
     (None), running statistics, training mode and the CPU random stream are those of before it; on the reference
-    backend and on the Triton kernels (Triton's interpreter here)."""
+    backend and on the Triton kernels (Triton's interpreter here), on a flat batch and on a hop-by-hop one."""
     if backend == "triton":
         pytest.importorskip("triton", reason="the triton backend needs the triton package")
         if not torch.cuda.is_available() and "cudnn_gnn.backends._triton_kernels" not in sys.modules:
@@ -275,7 +288,8 @@ def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: st
     model = common.OgbGAT("gat", 12, 4, 3, layers=2, heads=2, norm=True, dropout=0.5, backend=backend)
     state = {k: v.clone() for k, v in model.state_dict().items()}
     rng = torch.get_rng_state()
-    seconds = common.warm_up(model, 12, torch.device("cpu"), "fp32", num_nodes=64, num_edges=300, seeds=16)
+    seconds = common.warm_up(model, 12, torch.device("cpu"), "fp32", num_nodes=64, num_edges=300, seeds=16,
+                             fanout=fanout)
     assert seconds > 0 and model.training
     assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters())
