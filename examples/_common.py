@@ -286,14 +286,16 @@ class OgbGAT(nn.Module):
         return x
 
 
-def hop_batch(seeds: int, fanout: list[int], gen: torch.Generator) -> tuple[Tensor, list[int], list[int]]:
-    """A random batch laid out as PyG's sampler lays one out: ``seeds`` nodes at hop 0 and ``n_k * fanout[k]`` at
-    hop ``k + 1`` (no neighbour sampled twice, so a real batch of these seeds and fan-out has at most these counts),
-    each hop-``k`` node with ``fanout[k]`` in-edges from nodes of hops ``<= k + 1``, listed hop by hop. Returns
+def hop_batch(seeds: int, fanout: list[int], gen: torch.Generator, new_share: float = 1.0
+              ) -> tuple[Tensor, list[int], list[int]]:
+    """A random batch laid out as PyG's sampler lays one out: ``seeds`` nodes at hop 0, each hop-``k`` node with
+    ``fanout[k]`` in-edges from nodes of hops ``<= k + 1``, listed hop by hop, and ``new_share`` of hop ``k``'s edges
+    bringing a new node to hop ``k + 1`` (1: no neighbour sampled twice, the most nodes a real batch of these seeds
+    and fan-out has; less: repeats, as on real graphs, where a batch has fewer nodes than edges). Returns
     ``(edge_index [2, E], num_sampled_nodes, num_sampled_edges)``, on the CPU."""
     nodes = [seeds]
     for f in fanout:
-        nodes.append(nodes[-1] * f)
+        nodes.append(max(1, int(nodes[-1] * f * new_share)))
     starts = [sum(nodes[:k]) for k in range(len(nodes) + 1)]
     parts = []
     for k, f in enumerate(fanout):
@@ -309,10 +311,12 @@ def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: st
     Runs ``model`` itself (not a DDP wrapper: no gradient all-reduce) on a random batch, the way the training loop
     calls it (``sampled=True``, under the run's autocast): one forward and backward in training mode, one forward in
     eval mode without gradients. The batch: with ``fanout``, :func:`hop_batch` of ``seeds`` seeds (per-hop counts
-    given, so every layer runs on its trimmed block, as with PyG's sampler); without, ``num_nodes`` nodes and
+    given, so every layer runs on its trimmed block, as with PyG's sampler), twice: without repeats (more nodes than
+    edges) and with half the neighbours repeats (fewer nodes than edges, as on real graphs), so that a graph compiled
+    for one side of a size comparison is not recompiled in epoch 1 for the other; without, ``num_nodes`` nodes and
     ``num_edges`` random edges (no per-hop counts). Triton builds its kernel variants at their first call (their
     constexprs follow the model's heads, widths, dtype and dropout, not the batch), cuDNN its own, and a model
-    compiled with ``dynamic=True`` its graphs (one for training, one for evaluation, for every batch size); PyG's
+    compiled with ``dynamic=True`` its graphs (for training and for evaluation, for every batch size); PyG's
     layers warm cuBLAS and the allocator the same way. Leaves the parameters, their gradients (None), the buffers
     (batch-norm statistics) and the CPU and CUDA random states as they were, so the training that follows is the
     one a run without the warm-up would do."""
@@ -322,22 +326,25 @@ def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: st
     buffers = {name: b.detach().clone() for name, b in model.named_buffers()}
     was_training = model.training
     gen = torch.Generator().manual_seed(0)
-    nsn = nse = None
+    batches: list[tuple[Tensor, Tensor, Any, Any]] = []
     if fanout is None:
         edge_index = torch.randint(0, num_nodes, (2, num_edges), generator=gen)
+        batches.append((torch.randn(num_nodes, in_channels, generator=gen), edge_index, None, None))
     else:
-        edge_index, nsn, nse = hop_batch(seeds, fanout, gen)
-        num_nodes = sum(nsn)
-    x = torch.randn(num_nodes, in_channels, generator=gen).to(device)
-    edge_index = edge_index.to(device)
+        for share in (1.0, 0.5):
+            edge_index, nsn, nse = hop_batch(seeds, fanout, gen, share)
+            batches.append((torch.randn(sum(nsn), in_channels, generator=gen), edge_index, nsn, nse))
     try:
-        model.train()
-        with autocast(device, precision):
-            out = model(x, edge_index, None, nsn, nse, sampled=True)
-        out[:seeds].float().sum().backward()
-        model.eval()
-        with torch.no_grad(), autocast(device, precision):
-            model(x, edge_index, None, nsn, nse, sampled=True)
+        for x, edge_index, nsn, nse in batches:
+            x, edge_index = x.to(device), edge_index.to(device)
+            model.train()
+            with autocast(device, precision):
+                out = model(x, edge_index, None, nsn, nse, sampled=True)
+            out[:seeds].float().sum().backward()
+            model.zero_grad(set_to_none=True)
+            model.eval()
+            with torch.no_grad(), autocast(device, precision):
+                model(x, edge_index, None, nsn, nse, sampled=True)
         sync(device)
     finally:
         model.zero_grad(set_to_none=True)

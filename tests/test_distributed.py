@@ -260,8 +260,8 @@ def test_papers100m_trains_through_the_pipeline_on_cpu(papers, tmp_path: Path, m
 
 
 def test_hop_batch_is_laid_out_as_the_sampler_lays_one_out(papers) -> None:
-    """The warm-up's batch: per-hop counts of a sampler without repeats, hop-by-hop edges that
-    :func:`cudnn_gnn.sampled_blocks` accepts with its checks on."""
+    """The warm-up's batches: per-hop counts of a sampler without repeats and with half the neighbours repeats,
+    hop-by-hop edges that :func:`cudnn_gnn.sampled_blocks` accepts with its checks on."""
     from cudnn_gnn import sampled_blocks
 
     common = sys.modules["_common"]
@@ -269,6 +269,9 @@ def test_hop_batch_is_laid_out_as_the_sampler_lays_one_out(papers) -> None:
     assert nsn == [4, 12, 24] and nse == [12, 24] and ei.shape == (2, 36)
     blocks = sampled_blocks(ei, nsn, nse, 2, validate=True)
     assert [(b.num_src_nodes, b.num_dst_nodes, b.num_edges) for b in blocks] == [(40, 16, 36), (16, 4, 12)]
+    ei, nsn, nse = common.hop_batch(4, [3, 2], torch.Generator().manual_seed(0), new_share=0.5)  # repeats
+    assert nsn == [4, 6, 6] and nse == [12, 12] and sum(nsn) < sum(nse)
+    sampled_blocks(ei, nsn, nse, 2, validate=True)
 
 
 @pytest.mark.parametrize("fanout", [None, [3, 2]], ids=["flat", "hop_by_hop"])
