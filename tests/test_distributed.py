@@ -366,6 +366,28 @@ def test_papers100m_with_the_device_sampler_on_cpu(papers, tmp_path: Path, monke
         assert abs(ours["loss"] - theirs["loss"]) < 1e-4
 
 
+def test_papers100m_compiled_trains_like_eager_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--compile end to end on CPU (the device sampler, the reference backend): the warm-up builds the compiled
+    graphs, every batch of training and evaluation runs them without recompiling per batch size (one graph for
+    training, one for evaluation, at most one more where a batch crosses a size guard), and the losses match the
+    eager run's (dropout off, so neither draws)."""
+    from torch._dynamo.utils import counters
+
+    monkeypatch.setattr(papers, "sampler_available", lambda: False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # no artifact of another run
+    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "3", "--backend", "reference",
+            "--fanout", "4,3,2", "--batch-size", "8", "--sampler", "device", "--dropout", "0"]
+    torch._dynamo.reset()
+    eager = papers.main(args)
+    graphs0 = counters["stats"]["unique_graphs"]  # counters outlive reset(): other tests' graphs are in them
+    rec = papers.main([*args, "--compile"])
+    graphs = counters["stats"]["unique_graphs"] - graphs0
+    assert rec["compile"] and not eager["compile"] and rec["warm_up_seconds"] > 0
+    assert graphs <= 3, f"{graphs} graphs: something pins a batch size (TORCH_LOGS=recompiles says what)"
+    for ours, ref in zip(rec["epochs"], eager["epochs"], strict=True):
+        assert abs(ours["loss"] - ref["loss"]) < 1e-4
+
+
 @pytest.mark.skipif(sampler_available(), reason="checks the message given when no sampler is installed")
 def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="pip install pyg-lib"):
