@@ -484,10 +484,13 @@ def test_work_list_without_hubs_when_the_largest_degree_fits_a_chunk():
     assert tb.work_list(offsets, 8, 3, max_degree=4).hubs.shape == (2, 3)
 
 
-def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk):
+@pytest.mark.parametrize("one_gather", [False, True], ids=["two_gather", "one_gather"])
+def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypatch, one_gather):
     """``whole_rows``: every row one item, in row order, even a row longer than the chunk; a graph marked
     ``short_rows`` takes that list for its destinations and its sources, and a row (or a source's out-edges) far
-    longer than the chunk, walked whole by one program, still gives the reference's outputs and every gradient."""
+    longer than the chunk, walked whole by one program, still gives the reference's outputs and every gradient
+    (GAT with either backward)."""
+    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
     offsets = torch.tensor([0, 0, 10, 11, 30, 30], dtype=torch.int32)
     w = tb.work_list(offsets, 30, 4, whole_rows=True)
     assert w.work is offsets and n_items(w.work) == 5  # the offsets are the list: program i walks row i
