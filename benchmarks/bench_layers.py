@@ -25,6 +25,10 @@ What is measured, per preset x layer (GAT, GATv2) x dtype (fp32, bf16 autocast) 
                    are built before timing (``--prebuild``); Triton builds each kernel variant at its first call,
                    inside the warm-up: each case records ``first_call_ms`` and, in ``triton_builds``, every variant
                    it built (kernel, constexprs, seconds).
+* ``layer_triton_compile``  with ``--compile-layers``: our layer on Triton under ``torch.compile`` (default
+                   mode), like for like with ``pyg_compile`` and on the same presets and passes
+                   (``--compile-presets``, ``--compile-passes``); the summary adds it as its own small table
+                   (compiled against compiled). Off by default: its builds would lengthen the headline run.
 
 The summary has one row per preset x layer x dtype x pass x backend (field ``backend``), each with PyG eager and
 compiled and our layer on that backend: time, peak memory, speed-up against both PyG baselines.
@@ -93,6 +97,7 @@ DTYPES = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
 PYG_IMPLS = ("pyg", "pyg_compile")
 GPU_BACKENDS = tuple(b for b in GAT_BACKENDS if b not in ("auto", "reference"))  # what --backends may name
 DET_VARIANT = ("cudnn",)  # backends whose deterministic=True is other kernels (Triton's backward is always repeatable)
+COMPILE_VARIANT = ("triton",)  # backends whose layer is also measured under torch.compile (`layer_<backend>_compile`)
 MiB = 2**20
 
 
@@ -142,7 +147,7 @@ PRESETS: dict[str, Preset] = {
         "ogbn-arxiv shape (169,343 nodes, ~2.3M symmetric edges), Linear(128 -> 256) + attention with 8 heads x 32. "
         "One layer, the shape the device README measured with raw cuDNN calls. (DGL's arxiv GAT reference is "
         "3 layers, 3 heads x 250 hidden; the per-layer shape here is kept comparable with the README.)",
-        impls=("pyg", "pyg_compile", "cudnn", "layer_cudnn", "layer_cudnn_det"), repeats=10,
+        impls=("pyg", "pyg_compile", "cudnn", "layer_cudnn", "layer_cudnn_det", "layer_cudnn_compile"), repeats=10,
     ),
     "proteins": Preset(
         "proteins",
@@ -223,21 +228,24 @@ def impl_backend(impl: str) -> str | None:
     """The GAT backend an implementation runs on (``layer_triton`` -> ``triton``), None for PyG's own layer."""
     if impl in PYG_IMPLS:
         return None
-    name = impl.removeprefix("layer_").removesuffix("_det")
-    if name not in GAT_BACKENDS or name == "auto":
-        raise ValueError(f"impl must be pyg, pyg_compile or [layer_]<backend>[_det], got {impl!r}")
+    name = impl.removeprefix("layer_").removesuffix("_compile").removesuffix("_det")
+    if name not in GAT_BACKENDS or name == "auto" or (impl.endswith("_compile") and not impl.startswith("layer_")):
+        raise ValueError(f"impl must be pyg, pyg_compile, [layer_]<backend>[_det] or layer_<backend>_compile, "
+                         f"got {impl!r}")
     return name
 
 
 def backend_impls(impls: tuple[str, ...], backends: tuple[str, ...]) -> tuple[str, ...]:
     """``impls`` with every cuDNN one turned into one per backend of ``backends``, side by side
-    (``layer_cudnn`` -> ``layer_cudnn``, ``layer_triton``); a ``_det`` one only for backends in ``DET_VARIANT``."""
+    (``layer_cudnn`` -> ``layer_cudnn``, ``layer_triton``); a ``_det`` one only for backends in ``DET_VARIANT``, a
+    ``_compile`` one only for those in ``COMPILE_VARIANT``."""
     out: list[str] = []
     for impl in impls:
         if impl_backend(impl) != "cudnn":
             out.append(impl)
             continue
-        out += [impl.replace("cudnn", b) for b in backends if not impl.endswith("_det") or b in DET_VARIANT]
+        out += [impl.replace("cudnn", b) for b in backends if (not impl.endswith("_det") or b in DET_VARIANT)
+                and (not impl.endswith("_compile") or b in COMPILE_VARIANT)]
     return tuple(dict.fromkeys(out))
 
 
@@ -411,6 +419,7 @@ def build_model(impl: str, layer: str, inp: Inputs, seed: int) -> tuple[nn.Modul
     backend = impl_backend(impl)
     assert backend is not None  # the PyG impls returned above
     det = impl.endswith("_det")
+    compiled = impl.endswith("_compile")
     if not impl.startswith("layer_"):
         op = OpGAT if layer == "GAT" else OpGATv2
         convs = [op(conv, backend=backend, deterministic=det) for conv in pyg.convs]
@@ -420,7 +429,8 @@ def build_model(impl: str, layer: str, inp: Inputs, seed: int) -> tuple[nn.Modul
         raise LookupError("cudnn_gnn.layers.GATConv/GATv2Conv not available")
     convs = [make_layer(classes[layer], conv, backend=backend, deterministic=det) for conv in pyg.convs]
     kind = layer_graph_input(classes)
-    return Stack(convs).to(inp.device), (inp.csc if kind == "csc" else ei), kind
+    stack = Stack(convs).to(inp.device)
+    return (torch.compile(stack) if compiled else stack), (inp.csc if kind == "csc" else ei), kind
 
 
 def make_step(model: nn.Module, graph_arg: Any, inp: Inputs, dtype: str, pass_: str
@@ -485,7 +495,7 @@ def run_case(inp: Inputs, layer: str, impl: str, dtype: str, pass_: str, args: a
         model, graph_arg, kind = build_model(impl, layer, inp, args.seed)
         rec["graph_input"] = kind
         fn, pre = make_step(model, graph_arg, inp, dtype, pass_)
-        warmup = p.warmup + (1 if impl == "pyg_compile" else 0)
+        warmup = p.warmup + (1 if impl.endswith("_compile") else 0)
         repeats = args.repeats if args.repeats is not None else p.repeats
         rec.update(time_fn(fn, device=inp.device, warmup=warmup, repeats=repeats, pre=pre))
         rec["peak_mem_bytes"] = peak_memory(fn, device=inp.device, pre=pre)
@@ -499,7 +509,7 @@ def run_case(inp: Inputs, layer: str, impl: str, dtype: str, pass_: str, args: a
             if inp.device.type == "cuda" and is_fatal(exc):
                 _FATAL = _short(exc)
     finally:
-        if impl == "pyg_compile":
+        if impl.endswith("_compile"):
             torch._dynamo.reset()
         if builds is not None and (built := builds.take()):
             rec["triton_builds"] = built
@@ -660,6 +670,7 @@ def _summary_row(preset: str, layer: str, dtype: str, pass_: str, backend: str, 
 
     pyg, comp = by.get("pyg"), by.get("pyg_compile")
     ours, det = pick((f"layer_{backend}", backend)), pick((f"layer_{backend}_det", f"{backend}_det"))
+    ours_comp = by.get(f"layer_{backend}_compile")
 
     def ms(r: dict[str, Any] | None) -> float | None:
         return r["median_ms"] if r is not None and r["status"] == "ok" else None
@@ -678,9 +689,11 @@ def _summary_row(preset: str, layer: str, dtype: str, pass_: str, backend: str, 
         "speedup_vs_pyg": _ratio(ms(pyg), ms(ours)),
         "speedup_vs_pyg_compile": _ratio(ms(comp), ms(ours)),
         "speedup_det_vs_pyg": _ratio(ms(pyg), ms(det)),
+        "ours_compile_status": None if ours_comp is None else ours_comp["status"], "ours_compile_ms": ms(ours_comp),
+        "speedup_compile_vs_pyg_compile": _ratio(ms(comp), ms(ours_comp)),
         "mem_ratio_pyg_over_ours": _ratio(mem(pyg), mem(ours)),
         "checks": sorted({r.get("check") for r in (pyg, comp, ours, det) if r is not None and r.get("check")}),
-        "_rows": {"pyg": pyg, "pyg_compile": comp, "ours": ours, "ours_det": det},
+        "_rows": {"pyg": pyg, "pyg_compile": comp, "ours": ours, "ours_det": det, "ours_compile": ours_comp},
     }
 
 
@@ -706,6 +719,15 @@ def markdown_table(rows: list[dict[str, Any]], conversions: list[dict[str, Any]]
             f"| {x(r['speedup_vs_pyg_compile'])} | {_fmt_mem(k['pyg'])} | {_fmt_mem(k['ours'])} "
             f"| {x(r['mem_ratio_pyg_over_ours'])} |"
         )
+    compiled = [r for r in rows if r["_rows"].get("ours_compile") is not None]
+    if compiled:
+        lines += ["", "| preset | layer | dtype | pass | backend | PyG compiled ms | ours compiled ms | ours eager ms "
+                  "| compiled vs PyG compiled |", "|---|---|---|---|---|---:|---:|---:|---:|"]
+        for r in compiled:
+            k = r["_rows"]
+            lines.append(f"| {r['preset']} | {r['layer']} | {r['dtype']} | {r['pass']} | {r['backend']} "
+                         f"| {_fmt_ms(k['pyg_compile'])} | {_fmt_ms(k['ours_compile'])} | {_fmt_ms(k['ours'])} "
+                         f"| {x(r['speedup_compile_vs_pyg_compile'])} |")
     if conversions:
         lines += ["", "| preset | graph conversion | edges | median ms |", "|---|---|---:|---:|"]
         for c in conversions:
@@ -756,6 +778,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "kernel variant at its first call, inside the warm-up: reported, never timed")
     ap.add_argument("--repeats", type=int, default=None, help="timed repeats per case (default: per preset)")
     ap.add_argument("--compile-presets", default="arxiv", help="presets with a pyg_compile baseline ('' for none)")
+    ap.add_argument("--compile-layers", action="store_true",
+                    help="also our layer under torch.compile (layer_<backend>_compile) where pyg_compile runs")
     ap.add_argument("--compile-passes", default="fwd+bwd", help="passes with a pyg_compile baseline")
     ap.add_argument("--device", default=None, help="default: cuda if available, cpu with --quick")
     ap.add_argument("--no-ogbn", action="store_true", help="always use benchmarks/_graphs.py's generator")
@@ -843,7 +867,9 @@ def _run_preset(p: Preset, device: torch.device, args: argparse.Namespace, layer
                 continue  # the preset is measured in its own dtypes (e.g. products in bf16)
             for pass_ in p.passes:
                 for impl in impls:
-                    if impl == "pyg_compile" and (p.name not in compile_presets or pass_ not in compile_passes):
+                    if impl.endswith("_compile") and (p.name not in compile_presets or pass_ not in compile_passes):
+                        continue
+                    if impl.startswith("layer_") and impl.endswith("_compile") and not args.compile_layers:
                         continue
                     rec = run_case(inp, layer, impl, dtype, pass_, args, builds)
                     free_memory(device)

@@ -296,13 +296,35 @@ def test_backends_turn_each_cudnn_case_into_one_per_backend() -> None:
         import bench_layers as bl
     arxiv = bl.PRESETS["arxiv"]
     assert bl.backend_impls(arxiv.impls, ("cudnn", "triton")) == (
-        "pyg", "pyg_compile", "cudnn", "triton", "layer_cudnn", "layer_triton", "layer_cudnn_det")
-    assert bl.backend_impls(arxiv.impls, ("triton",)) == ("pyg", "pyg_compile", "triton", "layer_triton")
+        "pyg", "pyg_compile", "cudnn", "triton", "layer_cudnn", "layer_triton", "layer_cudnn_det",
+        "layer_triton_compile")
+    assert bl.backend_impls(arxiv.impls, ("triton",)) == ("pyg", "pyg_compile", "triton", "layer_triton",
+                                                          "layer_triton_compile")
     assert bl.case_impls(arxiv, ("cudnn", "triton"), {"pyg", "layer_triton"}) == ["pyg", "layer_triton"]
-    assert [bl.impl_backend(i) for i in ("pyg", "layer_triton", "cudnn_det", "layer_reference")] == [
-        None, "triton", "cudnn", "reference"]
-    with pytest.raises(ValueError, match="impl must be"):
-        bl.impl_backend("layer_auto")
+    assert [bl.impl_backend(i) for i in ("pyg", "layer_triton", "cudnn_det", "layer_reference",
+                                         "layer_triton_compile")] == [None, "triton", "cudnn", "reference", "triton"]
+    for bad in ("layer_auto", "triton_compile"):  # compiled: the layer only
+        with pytest.raises(ValueError, match="impl must be"):
+            bl.impl_backend(bad)
+
+
+def test_summary_adds_the_compiled_layer_against_compiled_pyg() -> None:
+    """``layer_triton_compile`` joins its backend's row (``ours_compile_ms``, the ratio to ``pyg_compile``) and a
+    table of its own in the markdown; rows without it add nothing."""
+    with _bench_on_path():
+        import bench_layers as bl
+    base = {"preset": "arxiv", "layer": "GAT", "dtype": "fp32", "pass": "fwd+bwd", "num_nodes": 1, "num_edges": 1,
+            "status": "ok", "peak_mem_bytes": 2**20}
+    recs = [{**base, "impl": "pyg", "median_ms": 30.0}, {**base, "impl": "pyg_compile", "median_ms": 6.0},
+            {**base, "impl": "layer_triton", "median_ms": 5.0}, {**base, "impl": "layer_triton_compile",
+                                                                "median_ms": 3.0}]
+    (row,) = bl.summarize(recs)
+    assert row["backend"] == "triton" and row["ours_ms"] == 5.0 and row["ours_compile_ms"] == 3.0
+    assert row["speedup_vs_pyg_compile"] == 1.2 and row["speedup_compile_vs_pyg_compile"] == 2.0
+    md = bl.markdown_table([row], [], timing_claims=True)
+    assert "| ours compiled ms |" in md and "| 2.00x |" in md
+    (plain,) = bl.summarize(recs[:3])
+    assert plain["ours_compile_ms"] is None and "ours compiled ms" not in bl.markdown_table([plain], [], True)
 
 
 def test_bench_layers_refuses_unknown_or_unavailable_backends(monkeypatch, capsys) -> None:
