@@ -444,8 +444,8 @@ class CscGraph:
         """Whether the graph was marked with ``mark_rebuilt_every_call(short_rows=True)``: a hint, not a checked
         property. Kernels may then walk every destination's in-edges and every source's out-edges whole (one
         program each, in row order) instead of cutting long ones into chunks: right for any lengths, fast only
-        while they are short, and the work lists cost four host ops instead of about seventy (a sampled step is
-        host-bound). No degree is read back for it.
+        while they are short, and no work list is built (the offsets serve as one) where a chunked list takes about
+        seventy host ops (a sampled step is host-bound). No degree is read back for it.
 
         Why a sampled block's sources qualify too: a source's out-degree in a block is how many of the block's
         destinations sampled it, a few in papers100M-shaped batches, far below a chunk (measured in
