@@ -369,7 +369,7 @@ class CscGraph:
                 raise ValueError(f"dtype must be torch.int64 for a graph of {self.num_edges} edges, got torch.int32")
             m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(dtype)
             g = CscGraph(self.offsets.to(dtype), self.indices.to(dtype), self.num_src_nodes, m)
-            for name in ("dst_index", "csc_rev_offsets", "rev_to_csc", "map_rev_to_coo"):
+            for name in ("dst_index", "csc_rev_offsets", "rev_to_csc", "rev_dst", "map_rev_to_coo"):
                 if name in self._cache:
                     g._cache[name] = self._cache[name].to(dtype)
             if "edge_index" in self._cache:  # int64 whatever the index dtype
@@ -497,6 +497,17 @@ class CscGraph:
             self._cache["csc_rev_offsets"] = csc_offsets(sorted_src, self.num_src_nodes, self.index_dtype)
             self._cache["rev_to_csc"] = order.to(self.index_dtype)
         return self._cache["csc_rev_offsets"], self._cache["rev_to_csc"]
+
+    def reverse_dst(self) -> Tensor:
+        """``[num_edges]`` destination of each reverse-CSC position, ``dst_index[rev_to_csc]`` (the column indices of
+        the graph's CSR), built once in the graph's index dtype. A source-major pass reads an out-edge's destination
+        from it directly instead of through the edge's CSC position: one dependent load fewer per edge."""
+        d = self._cache.get("rev_dst")
+        if d is None:
+            _, rev_to_csc = self.reverse_csc()
+            d = self.dst_index.index_select(0, rev_to_csc)
+            self._cache["rev_dst"] = d
+        return d
 
     def with_reverse_csc(self) -> CscGraph:
         """Build (once) the source-major reverse CSC the deterministic backward needs; returns ``self``.

@@ -223,6 +223,12 @@ def test_reverse_csc_lists_each_sources_edges_in_csc_order(index_dtype):
     assert g.reverse_csc()[1] is rev_to_csc  # built once
     g.with_reverse_csc()
     assert torch.equal(g.map_rev_to_coo.long(), g.edge_ids.long()[rev_to_csc.long()])
+    rev_dst = g.reverse_dst()  # each out-edge's destination, in reverse-CSC order
+    assert rev_dst.dtype == index_dtype and g.reverse_dst() is rev_dst
+    assert torch.equal(rev_dst.long(), g.dst_index.long()[rev_to_csc.long()])
+    assert rev_dst.tolist() == [0, 2, 2, 0, 1]  # sources 0, 1, 2 in turn
+    assert torch.equal(g.to_index_dtype(torch.int64 if index_dtype == torch.int32 else torch.int32)
+                       .reverse_dst().long(), rev_dst.long())
 
 
 def test_derived_structures_are_built_once_and_kept():

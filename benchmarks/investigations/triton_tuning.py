@@ -102,7 +102,8 @@ def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
-                 grid: tuple[tuple[int, int], ...] = GRID) -> list[dict[str, Any]]:
+                 grid: tuple[tuple[int, int], ...] = GRID,
+                 dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)) -> list[dict[str, Any]]:
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on arxiv's shape (8 heads x 32), fp32
     and bf16. ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` /
     ``src``: forward + backward with that backward kernel's shape swept and every other kernel at its default;
@@ -119,7 +120,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     rows: list[dict[str, Any]] = []
     original, one_gather = tk.launch_shape, tb.GAT_ONE_GATHER_BACKWARD
     try:
-        for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in (torch.float32, torch.bfloat16)):
+        for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in dtypes):
             v2 = op == "gatv2"
             fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
             tk.launch_shape = original
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--passes", default="fwd", help="comma list of " + ", ".join(PASSES) + " (see launch_sweep)")
     ap.add_argument("--grid", default=None, help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4 "
                     "(default: 4,8,16,32 x 1,2,4,8)")
+    ap.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16 for the sweep")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("triton_tuning.py needs a CUDA GPU (Triton kernels; the interpreter would time Python)")
@@ -189,8 +191,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     write_json(args.out, payload)
     if not args.skip_sweep:
         grid = GRID if args.grid is None else _parse_grid(args.grid)
+        dtypes = tuple({"fp32": torch.float32, "bf16": torch.bfloat16}[d] for d in args.dtypes.split(","))
         payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","),
-                                               grid=grid)
+                                               grid=grid, dtypes=dtypes)
     write_json(args.out, payload)
     return payload
 

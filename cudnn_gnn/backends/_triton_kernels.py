@@ -93,12 +93,14 @@ TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType
     ("fwd", True, 4): (8, 1), ("fwd", True, 2): (2, 1),
     ("dst", True, 4): (8, 1),
     ("src", True, 4): (8, 1), ("src", True, 2): (4, 2),
+    ("gat_src", False, 4): (16, 1), ("gat_src", False, 2): (8, 1),
 })
 """Launch shapes measured faster than :func:`block_sizes` for tiles at most 256 wide: ``(kernel, v2, element bytes
 of the rows the kernel gathers per edge)`` -> ``(KiB of gathered rows a block, num_warps)``. Kernels: ``"fwd"``
 (forward, gathers ``x_src``), ``"dst"`` (backward destination pass, ``x_src``), ``"src"`` (backward source pass,
-the output gradient). From the H200 sweeps of ``benchmarks/investigations/triton_tuning.py`` on the arxiv shape,
-8 heads x 32 (figures in docs/performance.md); a combination not listed (GATv2's 16-bit destination pass) keeps
+the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the output gradient; 16 edges a block). From the
+H200 sweeps of ``benchmarks/investigations/triton_tuning.py`` on the arxiv shape, 8 heads x 32 (figures in
+docs/performance.md); a combination not listed (GATv2's 16-bit destination pass) keeps
 :func:`block_sizes`, which won there. Read-only: :func:`launch_shape` caches what it derives from it."""
 
 
@@ -627,17 +629,29 @@ def _bwd_dst_kernel(
 
 
 @triton.jit
+def _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST: tl.constexpr):
+    """``(e_pos, i)`` (int64) of the reverse-CSC positions ``k``: each out-edge's CSC position and destination.
+    ``REV_DST``: the destination read from ``rev_dst [E]`` beside the position (both loads depend on ``k`` only),
+    else ``dst_index[e_pos]`` (a load that waits for the first)."""
+    e_pos = tl.load(rev_to_csc_ptr + k, mask=k_mask, other=0).to(tl.int64)
+    if REV_DST:
+        i = tl.load(rev_dst_ptr + k, mask=k_mask, other=0).to(tl.int64)
+    else:
+        i = tl.load(dst_index_ptr + e_pos, mask=k_mask, other=0).to(tl.int64)
+    return e_pos, i
+
+
+@triton.jit
 def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
-                   rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr, alpha_buf_ptr,
+                   rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr, alpha_buf_ptr,
                    ds_buf_ptr, H, D, alpha,
                    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-                   ACT: tl.constexpr, BLOCK: tl.constexpr):
+                   ACT: tl.constexpr, REV_DST: tl.constexpr, BLOCK: tl.constexpr):
     """One block of a source's out-edges (reverse-CSC positions ``k0 .. k0 + BLOCK``)."""
     k = k0 + tl.arange(0, BLOCK)
     k_mask = k < end
     kh_mask = k_mask[:, None] & hm[None, :]
-    e_pos = tl.load(rev_to_csc_ptr + k, mask=k_mask, other=0).to(tl.int64)
-    i = tl.load(dst_index_ptr + e_pos, mask=k_mask, other=0).to(tl.int64)
+    e_pos, i = _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST)
     tile_mask = k_mask[:, None, None] & hc_mask[None, :, :]
     buf_off = e_pos[:, None] * H + h_off[None, :]
     a = tl.load(alpha_buf_ptr + buf_off, mask=kh_mask, other=0.0)
@@ -662,12 +676,13 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
 
 @triton.jit
 def _bwd_src_kernel(
-    work_ptr, rev_to_csc_ptr, dst_index_ptr, map_ptr,
+    work_ptr, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr,
     dout_ptr, alpha_buf_ptr, ds_buf_ptr,
     dx_src_ptr, dssrc_ptr, dx_part_ptr, dss_part_ptr,
     H, C, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr,
+    REV_DST: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Source pass over the reverse CSC: for source ``j`` (a work item over reverse-CSC positions) and each head
@@ -695,12 +710,14 @@ def _bwd_src_kernel(
     big_end = start + (end - start) // BIG_E * BIG_E
     for k0 in range(start, big_end, BIG_E):
         dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr,
-                                 alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT, BIG_E)
+                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr,
+                                 dout_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT,
+                                 REV_DST, BIG_E)
     for k0 in range(big_end, end, BLOCK_E):
         dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr,
-                                 alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT, BLOCK_E)
+                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr,
+                                 dout_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT,
+                                 REV_DST, BLOCK_E)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     if not V2:
@@ -856,18 +873,17 @@ def _bwd_gat_delta_kernel(
 
 @triton.jit
 def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                   rev_to_csc_ptr, dst_index_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
+                   rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
                    lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
                    H, D, alpha,
                    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
-                   ACT: tl.constexpr, BLOCK: tl.constexpr):
+                   ACT: tl.constexpr, REV_DST: tl.constexpr, BLOCK: tl.constexpr):
     """One block of a source's out-edges (reverse-CSC positions ``k0 .. k0 + BLOCK``): the softmax and score
     gradients of each edge, and ``dx_j``'s and ``d score_src_j``'s sums."""
     k = k0 + tl.arange(0, BLOCK)
     k_mask = k < end
     kh_mask = k_mask[:, None] & hm[None, :]
-    e_pos = tl.load(rev_to_csc_ptr + k, mask=k_mask, other=0).to(tl.int64)
-    i = tl.load(dst_index_ptr + e_pos, mask=k_mask, other=0).to(tl.int64)
+    e_pos, i = _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST)
     coo = _coo_ids(map_ptr, e_pos, k_mask, HAS_MAP)
     ih = i[:, None] * H + h_off[None, :]
     coo_h = coo[:, None] * H + h_off[None, :]
@@ -898,13 +914,13 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
 
 @triton.jit
 def _bwd_gat_src_kernel(
-    work_ptr, rev_to_csc_ptr, dst_index_ptr, map_ptr,
+    work_ptr, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
     x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
     lse_ptr, delta_ptr, dout_ptr, datt_ptr,
     dz_buf_ptr, dx_src_ptr, dssrc_ptr, dsedge_ptr, dx_part_ptr, dss_part_ptr,
     H, C, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
-    ACT: tl.constexpr,
+    ACT: tl.constexpr, REV_DST: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """GAT's source pass, the one that gathers feature rows: for source ``j`` (a work item over reverse-CSC
@@ -928,14 +944,14 @@ def _bwd_gat_src_kernel(
     big_end = start + (end - start) // BIG_E * BIG_E
     for k0 in range(start, big_end, BIG_E):
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0,
-                                 mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, BIG_E)
+                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr,
+                                 mask_s0, mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, REV_DST, BIG_E)
     for k0 in range(big_end, end, BLOCK_E):
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0,
-                                 mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, BLOCK_E)
+                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr,
+                                 mask_s0, mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, REV_DST, BLOCK_E)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     tl.store(dssrc_ptr + j * H + h_off, dss, mask=hm & whole)
@@ -1114,13 +1130,15 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         _merge_sum(hubs, dsd_part, dscore_dst, heads)
 
 
-def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: Tensor | None, work: Tensor,
+def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, rev_dst: Tensor | None,
+                        map_csc_to_coo: Tensor | None, work: Tensor,
                         hub_work: Tensor, hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None,
                         attw: Tensor | None, dout: Tensor, alpha_buf: Tensor, ds_buf: Tensor, dx_src: Tensor,
                         dscore_src: Tensor | None, *, v2: bool, heads: int, act: str, alpha: float,
                         edge_weight: Tensor | None = None) -> None:
     """Source pass over the source work list (items over reverse-CSC positions); fills ``dx_src [Ns, H*C]`` and, for
-    GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk sums merged in slot order."""
+    GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk sums merged in slot order. ``rev_dst [E]``: the destination
+    of each reverse-CSC position, or None (read as ``dst_index[rev_to_csc[k]]``)."""
     if n_items(work) == 0:
         return
     c, groups, cfg = _config(x_src, heads, v2, "src", dout)
@@ -1128,13 +1146,13 @@ def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, map_csc_to_coo: T
     dx_part = _partial(n_slots, heads * c, alpha_buf)
     dss_part = _partial(0 if v2 else n_slots, heads, alpha_buf)
     _bwd_src_kernel[(n_items(work), groups)](
-        work, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc),
+        work, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         dout, alpha_buf, ds_buf,
         dx_src, _or(dscore_src, alpha_buf), dx_part, dss_part,
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=edge is not None, DE=_fused_dim(edge, edge_weight),
-        ACT=ACTIVATION_CODES[act], WHOLE=work.dim() == 1, **cfg,
+        ACT=ACTIVATION_CODES[act], REV_DST=rev_dst is not None, WHOLE=work.dim() == 1, **cfg,
     )
     _merge_sum(hubs, dx_part, dx_src, heads * c)
     if not v2 and dscore_src is not None:
@@ -1167,7 +1185,7 @@ def launch_backward_edge(indices: Tensor, dst_index: Tensor, map_csc_to_coo: Ten
 
 def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, row_work: Tensor,
                         row_hub_work: Tensor, row_hubs: Tensor, rev_to_csc: Tensor, dst_index: Tensor,
-                        src_work: Tensor, src_hub_work: Tensor, src_hubs: Tensor,
+                        rev_dst: Tensor | None, src_work: Tensor, src_hub_work: Tensor, src_hubs: Tensor,
                         x_src: Tensor, score_src: Tensor, score_dst: Tensor, score_edge: Tensor | None,
                         mask: Tensor | None, lse: Tensor, out: Tensor, dout: Tensor, datt: Tensor | None,
                         dx_src: Tensor, dscore_src: Tensor, dscore_dst: Tensor, dscore_edge: Tensor | None, *,
@@ -1176,7 +1194,8 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     ``dscore_dst [Nd, H]`` and, with edge scores, ``dscore_edge [E, H]`` (COO; float32 scores).
 
     ``out [Nd, H*C]``: the forward's per-head output (any float dtype); ``dout [Nd, H*C]``: its gradient (any float
-    dtype); ``datt [E, H]`` float32 COO, the returned attention's gradient, or None. Three passes, in this order:
+    dtype); ``datt [E, H]`` float32 COO, the returned attention's gradient, or None; ``rev_dst``: as for
+    :func:`launch_backward_src`. Three passes, in this order:
     :func:`_bwd_gat_delta_kernel` over the destinations, :func:`_bwd_gat_src_kernel` over the sources (the only
     one that gathers feature rows: ``dout_i`` per edge), :func:`_bwd_gat_dst_kernel` over the destinations, through
     ``delta [Nd, H]`` and ``dz [E, H]`` float32 buffers allocated here (one ``[E, H]`` buffer where the two-gather
@@ -1208,10 +1227,10 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         dx_part = _partial(src_hub_work.shape[0], d, lse)
         dss_part = _partial(src_hub_work.shape[0], heads, lse)
         _bwd_gat_src_kernel[(n_src, groups)](
-            src_work, rev_to_csc, dst_index, _or(map_csc_to_coo, rev_to_csc),
+            src_work, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
             x_src, score_src, score_dst, _or(score_edge, lse), *mask_args,
             lse, delta, dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part, dss_part,
-            heads, c, alpha, WHOLE=src_work.dim() == 1, **flags, **cfg)
+            heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d)
         _merge_sum(src_hubs, dss_part, dscore_src, heads)
     if n_rows:

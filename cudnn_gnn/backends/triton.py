@@ -39,7 +39,7 @@ from cudnn_gnn.graph import CscGraph
 if TYPE_CHECKING:
     from cudnn_gnn.spec import AttentionSpec
 
-__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "edge_span", "fuse_edge_projection",
+__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "edge_span", "fuse_edge_projection", "gat_one_gather",
            "gatv2_edge_inputs", "mha_gat", "pack", "unavailable_reason", "unpack", "work_list", "BACKEND"]
 
 
@@ -51,9 +51,11 @@ class TritonCall(NamedTuple):
     read or written), the destination work list ``row_work [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]``
     (see :func:`work_list`); for the backward ``rev_offsets [Ns+1]``, ``rev_to_csc [E]``, ``dst_index [E]`` and the
     source work list over the reverse CSC (``src_work``, ``src_hub_work``, ``src_hubs``), None when no gradient is
-    needed. Inputs, GATv2: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None,
-    ``attn_weights [H*C]``; or, with the edge projection fused (:func:`fuse_edge_projection`), the raw
-    ``edge_attr [E, De]`` and ``lin_edge_weight [H*C, De]``, projected inside the kernels (None otherwise).
+    needed; ``rev_dst [E]``, the destination of each reverse-CSC position (a static graph's, cached on it), or None
+    (a graph rebuilt every call: the source pass reads ``dst_index[rev_to_csc[k]]``). Inputs, GATv2:
+    ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None, ``attn_weights [H*C]``; or,
+    with the edge projection fused (:func:`fuse_edge_projection`), the raw ``edge_attr [E, De]`` and
+    ``lin_edge_weight [H*C, De]``, projected inside the kernels (None otherwise).
     Inputs, GAT: ``x_src`` and float32 scores ``score_src [Ns, H]``, ``score_dst [Nd, H]``,
     ``score_edge [E, H]`` (COO) or None. ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
     ``edge_grads``: on the fused path, which edge gradients the backward computes (bit 0: ``edge_attr``'s, bit 1:
@@ -69,6 +71,7 @@ class TritonCall(NamedTuple):
     rev_offsets: Tensor | None
     rev_to_csc: Tensor | None
     dst_index: Tensor | None
+    rev_dst: Tensor | None
     src_work: Tensor | None
     src_hub_work: Tensor | None
     src_hubs: Tensor | None
@@ -247,20 +250,43 @@ def _like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) 
     return torch.empty(t.shape, dtype=dtype or t.dtype, device=t.device)
 
 
-GAT_ONE_GATHER_BACKWARD = False
-"""The rule that picks GAT's backward (read when the forward's autograd context is saved, so a step's forward and
-backward always agree): True, :func:`_gat_backward`, one feature-row gather per edge (its source pass gathers
-``dout_i``; the softmax row sums come from the saved per-head output); False (the default), the two-gather backward
-GATv2 keeps (the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass ``dout_i``). Off by
-default because, with its launch shapes not tuned yet, the one-gather backward measured slower on the H200
-(docs/performance.md); a module global so that the two can be measured against each other in one process. GATv2
-always takes the second."""
+SOURCE_PASS_REV_DST = True
+"""Whether a static graph's backward gives the source pass ``rev_dst`` (:meth:`CscGraph.reverse_dst`, built once and
+cached on the graph: ``E`` indices more) so that it reads each out-edge's destination directly, or (False) through
+the edge's CSC position, ``dst_index[rev_to_csc[k]]``, one dependent load more per edge. Read by
+:func:`build_call`; a module global so that the two can be measured against each other in one process."""
+
+GAT_ONE_GATHER_BACKWARD: bool | None = None
+"""Which backward GAT takes (read when the forward's autograd context is saved, so a step's forward and backward
+always agree): True, :func:`_gat_backward`, one feature-row gather per edge (its source pass gathers ``dout_i``; the
+softmax row sums come from the saved per-head output); False, the two-gather backward GATv2 keeps (the destination
+pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass ``dout_i``); None (the default), the rule of
+:func:`gat_one_gather`. A module global so that the two can be measured against each other in one process."""
+
+
+def gat_one_gather(c: TritonCall) -> bool:
+    """Whether GAT's backward for the call ``c`` gathers one feature row per edge (:func:`_gat_backward`) or two.
+
+    The rule (where :data:`GAT_ONE_GATHER_BACKWARD` is None): one gather on a static graph (one whose call carries
+    ``rev_dst``, see :data:`SOURCE_PASS_REV_DST`) with a feature tile at most 256 wide (``HG * BLOCK_C``, see
+    :func:`~cudnn_gnn.backends._triton_kernels.block_sizes`: 8 x 32, 8 x 8), where its source pass has launch shapes
+    tuned on the H200; two gathers on a graph rebuilt every call (sampled blocks) and on wider tiles. Measured on
+    the H200 (docs/performance.md): arxiv, 8 x 32, the layer's fwd+bwd 4.71 against 4.95 ms (fp32) and 4.00 against
+    4.15 ms (bf16); sampled papers100M-shaped blocks, 4 x 128 bf16, whose sources have one or two out-edges and whose
+    source pass was not tuned for one gather: 8.7 against 5.4 ms of GPU kernels a step. GATv2: always two."""
+    if c.v2:
+        return False
+    if GAT_ONE_GATHER_BACKWARD is not None:
+        return GAT_ONE_GATHER_BACKWARD
+    # the feature width is a layer's (static) width; int() keeps a symbolic one from reaching the cached rule
+    _, _, hg, block_c, _ = _kernels().block_sizes(c.heads, int(c.x_src.shape[1]) // max(c.heads, 1), False)
+    return c.rev_dst is not None and hg * block_c <= 256
 
 
 def _delta_source(c: TritonCall, out: Tensor) -> Tensor | None:
     """What the forward keeps for :func:`_gat_backward`'s softmax row sums ``delta_i = <dout_i, out_i>`` (plus the
-    attention gradient's share), or None where the backward takes the two-gather path (GATv2, or
-    :data:`GAT_ONE_GATHER_BACKWARD` off).
+    attention gradient's share), or None where the backward takes the two-gather path (GATv2, or where
+    :func:`gat_one_gather` says so).
 
     The op's output ``out``, its per-head output either way (:func:`_out_spec`). With ``concat`` in the input dtype:
     FlashAttention's choice (``D = rowsum(dO * O)`` from the rounded ``O``); for 16-bit outputs its rounding (2**-8
@@ -273,7 +299,7 @@ def _delta_source(c: TritonCall, out: Tensor) -> Tensor | None:
     adds a bias drops it otherwise). The backward in exchange allocates one ``[E, H]`` float32 buffer instead of two,
     plus ``delta [Nd, H]``. An in-place change of the output before the backward is refused by autograd's version
     check (as for torch's own attention kernels, which save their output too)."""
-    return None if c.v2 or not GAT_ONE_GATHER_BACKWARD else out
+    return out if gat_one_gather(c) else None
 
 
 def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None,
@@ -319,8 +345,8 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         None if c.v2 else d_score_dst, None if c.v2 or c.score_edge is None else d_score_edge,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     k.launch_backward_src(
-        c.rev_to_csc, c.dst_index, c.map_csc_to_coo, c.src_work, c.src_hub_work, c.src_hubs, c.x_src, c.x_dst, c.edge_attr,
-        c.attn_weights, dout, alpha_buf, ds_buf, d_x_src, None if c.v2 else d_score_src,
+        c.rev_to_csc, c.dst_index, c.rev_dst, c.map_csc_to_coo, c.src_work, c.src_hub_work, c.src_hubs, c.x_src,
+        c.x_dst, c.edge_attr, c.attn_weights, dout, alpha_buf, ds_buf, d_x_src, None if c.v2 else d_score_src,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     d_edge_weight = _fused_edge_backward(c, ds_buf, d_edge) if fused else c.x_src.new_empty(0)
     if c.v2 and c.attn_weights is not None and d_w_part is not None:
@@ -348,7 +374,7 @@ def _gat_backward(c: TritonCall, grad_out: Tensor, grad_attention: Tensor | None
     d_score_edge = _like(c.score_edge, empty)
     _kernels().launch_gat_backward(
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
-        c.rev_to_csc, c.dst_index, c.src_work, c.src_hub_work, c.src_hubs,
+        c.rev_to_csc, c.dst_index, c.rev_dst, c.src_work, c.src_hub_work, c.src_hubs,
         c.x_src, c.score_src, c.score_dst, c.score_edge, c.dropout_mask, lse, out, grad_out.contiguous(),
         None if grad_attention is None else grad_attention.float().contiguous(),
         d_x_src, d_score_src, d_score_dst, d_score_edge if c.score_edge is not None else None,
@@ -821,11 +847,13 @@ def build_call(
 
     rows = g.derived(("triton", "row_work", chunk),
                      lambda: work_list(g.offsets, g.num_edges, chunk, largest_degree(0), whole_rows=g.short_rows))
-    rev_offsets = rev_to_csc = dst_index = None
+    rev_offsets = rev_to_csc = dst_index = rev_dst = None
     src_work = src_hub_work = src_hubs = None
     if needs_grad:
         rev_offsets, rev_to_csc = g.reverse_csc()
         dst_index = g.dst_index
+        if not g.rebuilt_every_call and SOURCE_PASS_REV_DST:  # built once per static graph; a block's: a launch a step
+            rev_dst = g.reverse_dst()
         src_work, src_hub_work, src_hubs = g.derived(
             ("triton", "src_work", chunk),
             lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, largest_degree(1), whole_rows=g.short_rows))
@@ -852,7 +880,7 @@ def build_call(
     return TritonCall(
         offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map,
         row_work=rows.work, row_hub_work=rows.hub_work, row_hubs=rows.hubs,
-        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index,
+        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, rev_dst=rev_dst,
         src_work=src_work, src_hub_work=src_hub_work, src_hubs=src_hubs,
         num_src_nodes=g.num_src_nodes, **inputs,
         dropout_mask=None if dropout_mask is None else dropout_mask.float(),

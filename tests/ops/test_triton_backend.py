@@ -1152,3 +1152,52 @@ def test_compiled_sampled_layers_take_one_graph_for_every_batch():
         for a, b in zip(*results, strict=True):
             torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert counters["stats"]["unique_graphs"] - graphs0 == 1
+
+
+@pytest.mark.parametrize("one_gather", [False, True], ids=["two_gather", "one_gather"])
+def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather, chunk, monkeypatch):
+    """A static graph's source pass reads each out-edge's destination from ``rev_dst`` (``CscGraph.reverse_dst``,
+    cached on the graph); without it (``SOURCE_PASS_REV_DST`` off, as for a graph rebuilt every call) through the
+    edge's CSC position: the same destinations, so the same gradients bit for bit, hub sources in chunks included;
+    and they match the reference."""
+    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    chunk.set(4)
+    ei, ns, _ = GRAPHS["power_law"]()
+    built = []
+    real = CscGraph.reverse_dst
+    monkeypatch.setattr(CscGraph, "reverse_dst", lambda g: built.append(g) or real(g))
+    results = []
+    for rev_dst in (True, False):
+        monkeypatch.setattr(tb, "SOURCE_PASS_REV_DST", rev_dst)
+        graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+        assert int(graph.reverse_csc()[0].diff().max()) > 4  # a hub source, cut into chunks
+        xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=7)
+        results.append(_compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True)[2])
+        assert (graph in built) == rev_dst  # asked for only where the source pass reads it
+    for a, b in zip(*results):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("heads,c,rebuilt,one_gather", [
+    (2, 3, False, True),  # a static graph, a narrow tile: one gather
+    (2, 3, True, False),  # a graph rebuilt every call (sampled blocks): two
+    (8, 40, False, False),  # a tile wider than 256 (8 x 64 padded): two
+], ids=["static", "rebuilt_every_call", "wide_tile"])
+def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, rebuilt, one_gather, launched):
+    """With ``GAT_ONE_GATHER_BACKWARD`` at its default (None), ``gat_one_gather`` decides: the one-gather backward
+    on a static graph with a tile at most 256 wide, the two-gather one on a graph rebuilt every call and on wider
+    tiles; the launches say which ran, and the gradients match the reference either way."""
+    assert tb.GAT_ONE_GATHER_BACKWARD is None
+    ns = 30
+    ei = torch.randint(0, ns, (2, 120), generator=torch.Generator().manual_seed(4))
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    if rebuilt:
+        graph.mark_rebuilt_every_call()
+    xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], heads, c, edge=False, mask=True, bipartite=False, seed=2)
+    launched.clear()
+    out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
+    ran = set(_attention_launches(launched))
+    r_out, _, r_grads = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
+    for a, b in zip((out, *grads), (r_out, *r_grads)):  # sums of up to 30 x 320 terms in another order
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    assert set(GAT_BACKWARD[one_gather]) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, launched
