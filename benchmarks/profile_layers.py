@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rev-dst", default=None, choices=("on", "off"),
                     help="the Triton source pass's destinations (cudnn_gnn.backends.triton.SOURCE_PASS_REV_DST; "
                          "default: the library's)")
+    ap.add_argument("--big-blocks", default=None, choices=("on", "off"),
+                    help="the Triton kernels' long-row blocks (cudnn_gnn.backends._triton_kernels.BIG_BLOCKS; "
+                         "default: the library's)")
     ap.add_argument("--out", default=None, help="JSON path (default profile_layers.json)")
     ap.add_argument("--trace", default=None, help="also export a Chrome trace here")
     ap.add_argument("--quick", action="store_true", help="CPU smoke test")
@@ -163,6 +166,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             triton_backend.GAT_ONE_GATHER_BACKWARD = args.gat_backward == "one-gather"
         if args.rev_dst is not None:
             triton_backend.SOURCE_PASS_REV_DST = args.rev_dst == "on"
+    if args.big_blocks is not None:
+        from cudnn_gnn.backends import _triton_kernels
+
+        _triton_kernels.BIG_BLOCKS = args.big_blocks == "on"
     inp, _ = bl.build_inputs(preset, device, argparse.Namespace(seed=args.seed, no_ogbn=args.no_ogbn))
     model, graph_arg, kind = bl.build_model(impl, args.layer, inp, args.seed)
     fn, pre = bl.make_step(model, graph_arg, inp, args.dtype, args.pass_)
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "schema": "cudnn-gnn/profile_layers/1", "quick": args.quick, "environment": environment(device),
         "case": {"preset": preset.name, "layer": args.layer, "impl": impl, "dtype": args.dtype, "pass": args.pass_,
                  "graph_input": kind, "gat_backward": args.gat_backward or "default",
-                 "rev_dst": args.rev_dst or "default",
+                 "rev_dst": args.rev_dst or "default", "big_blocks": args.big_blocks or "default",
                  "num_nodes": inp.graph.num_nodes, "num_edges": inp.graph.num_edges, "steps": steps,
                  "graph_source": inp.graph.source},
         "step_ms_cuda_events": timing,

@@ -18,9 +18,10 @@ per-head max, sum of exponentials and unnormalised accumulator; backward: per-he
 source-side sums), and one merge program per hub row combines the slots in their fixed order (log-sum-exp for the
 forward, plain sums for the backward).
 
-A program walks its row (or chunk) in blocks of ``BIG_E`` edges while at least that many remain, then in blocks of ``BLOCK_E``
-(small, for the many light rows of a power-law graph): a hub of thousands of edges takes few long iterations, a
-row of three edges loads a small masked tile.
+A program walks its row (or chunk) in blocks of ``BIG_E`` edges while at least that many remain, then in blocks of
+``BLOCK_E`` (small, for the many light rows of a power-law graph). The launchers pass ``BIG_E = BLOCK_E`` (one block
+size for every row) unless :data:`BIG_BLOCKS` is on: a big tile that only long rows use costs every program its
+registers.
 
 Softmax statistics are kept per (destination, head) as a log-sum-exp ``[Nd, H]`` float32; the backward recomputes
 the logits from it and never stores anything of size ``[E, H*C]``. GAT's backward (:func:`launch_gat_backward`)
@@ -70,7 +71,8 @@ def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> t
     ``BLOCK_C`` = ``c`` rounded up to a power of two; ``HG`` (heads per program) = ``heads`` rounded up to a power of
     two, halved until ``HG * BLOCK_C <= max_tile_d`` (at least 1). With the tile width ``W = HG * BLOCK_C``:
     ``BLOCK_E = clamp(2048 / W, 2, 16)`` edges for light rows (16 x 128 ... 8 x 256 ... 2 x 1024) and
-    ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` for long rows, with a register budget of 8192 tile elements (GAT, one
+    ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` for long rows (launched only with :data:`BIG_BLOCKS` on), with a
+    register budget of 8192 tile elements (GAT, one
     live feature tile) or 4096 (GATv2, whose backward holds several); ``num_warps = clamp(min(BIG_E * W, 4096) / 1024,
     2, 8)``: about 32 float32 registers a thread per GATv2 big tile, 64 for GAT's. GAT used to take 8 warps at 8 x 32
     (twice GATv2's 4): a light row's ``[8, 8, 32]`` tile is then 8 elements a thread and every reduction over the edge
@@ -113,6 +115,21 @@ element bytes of the gathered rows)`` -> ``(BLOCK_E, num_warps)``. From the H200
 warp a program, as at 256 and below; the source pass takes the smallest block because a sampled block's sources
 have one or two out-edges (a longer source is walked in ``BIG_E`` blocks all the same). A combination not listed
 (float32, GATv2, the destination pass: not swept at this width) keeps :func:`block_sizes`."""
+
+
+BIG_BLOCKS = False
+"""Whether long rows are walked in blocks of ``BIG_E`` edges (True) or, the default, in the light rows' ``BLOCK_E``
+(one block size for every row: the launches get ``BIG_E = BLOCK_E``). Read per launch, so that the two can be measured
+against each other in one process (``benchmarks/profile_layers.py --big-blocks on|off``).
+
+Why one size: a kernel's registers are allocated for its largest tile, so a big block that only long rows use costs
+every program (mostly light rows: arxiv has 14 edges a row on average) its occupancy. Compiled for sm_90a by
+Triton 3.6 (torch 2.11's; ``ptxas -v``), the big blocks put most kernels at 250-255 registers a thread, often with
+spills (GATv2's bf16 forward on arxiv's 8 x 32: 512 bytes), and one block size at 72-240 (the sampled 4 x 128 source
+pass: 254 -> 72). Measured on the H200 (arxiv, 8 x 32, the layer's fwd+bwd, one call): GAT 4.62 -> 4.13 ms (fp32;
+its forward kernel 1.04 -> 0.74 ms) and 4.01 -> 3.73 ms (bf16); GATv2 8.00 -> 7.34 ms (fp32) and 10.91 -> 7.14 ms
+(bf16). Not measured on the device with one size: graphs of long rows (proteins, products) and sampled blocks, whose
+kernels show the same register drop."""
 
 
 @functools.cache
@@ -1012,6 +1029,8 @@ def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) 
     # module globals read per call, so that the tuning sweep can swap launch_shape
     sizes = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
     block_e, big_e, hg, block_c, num_warps = sizes
+    if not BIG_BLOCKS:
+        big_e = block_e
     return c, triton.cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c,
                                            num_warps=num_warps)
 

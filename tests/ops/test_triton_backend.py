@@ -1201,3 +1201,27 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
     for a, b in zip((out, *grads), (r_out, *r_grads)):  # sums of up to 30 x 320 terms in another order
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
     assert set(GAT_BACKWARD[one_gather]) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, launched
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_big_blocks_switch_walks_long_rows_either_way(v2, monkeypatch):
+    """``BIG_BLOCKS`` on (long rows in blocks of ``BIG_E``, then ``BLOCK_E``) and off (the default: one block size,
+    ``BIG_E = BLOCK_E`` in every launch) both match the reference on a graph whose rows and sources are longer than
+    a big block, with edge features and a dropout mask."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    real = kernels.launch_shape
+
+    def shape(*a, **k):  # small blocks, so that the power-law graph's long rows take several big blocks
+        _, _, hg, block_c, warps = real(*a, **k)
+        return 2, 4, hg, block_c, warps
+
+    monkeypatch.setattr(kernels, "launch_shape", shape)
+    ei, ns, _ = GRAPHS["power_law"]()
+    assert int(torch.bincount(ei[1]).max()) > 8 and int(torch.bincount(ei[0]).max()) > 8
+    for on in (True, False):
+        monkeypatch.setattr(kernels, "BIG_BLOCKS", on)
+        graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+        xs, xd, w, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
+        assert kernels._config(xs, 2, v2, "fwd", xs)[2]["BIG_E"] == (4 if on else 2)
+        _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
