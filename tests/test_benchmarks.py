@@ -214,6 +214,20 @@ def test_investigation_scripts_import_without_cuda_and_define_main(script: str) 
     assert proc.returncode == 0, proc.stderr[-3000:]
 
 
+def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
+    """kernel_registers.py compiles a kernel for sm_90a with the installed Triton and its bundled ptxas (no GPU) and
+    reports registers for both block rules: the sampled forward's big block (16 edges) takes more registers than one
+    block size (8)."""
+    pytest.importorskip("triton")
+    out = tmp_path / "kr.json"
+    proc = _run("investigations/kernel_registers.py", "--cases", "sampled", "--kernels", "fwd", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())
+    assert [(r["BLOCK_E"], r["BIG_E"]) for r in rows] == [(8, 16), (8, 8)]
+    assert all(r["ptxas_error"] is None and isinstance(r["registers"], int) for r in rows), rows
+    assert rows[0]["registers"] > rows[1]["registers"]
+
+
 def test_triton_launch_sweep_patches_the_swept_kernels_only() -> None:
     """triton_tuning's sweep on Triton's interpreter (a 40-node graph): one row per shape and a single default per
     (op, pass, dtype); a fwd row launches the forward with the swept shape, a dst (src) row the destination (source)

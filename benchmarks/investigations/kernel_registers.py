@@ -1,0 +1,142 @@
+"""Registers and spills of our Triton kernels, compiled ahead of time for a GPU this machine need not have.
+
+Why a big block cost occupancy (issue #15): a kernel's registers are allocated for its largest tile, so the long-row
+blocks (``BIG_E``) that light rows never use still set how many programs fit on an SM. This compiles the kernels of
+``cudnn_gnn/backends/_triton_kernels.py`` with the installed Triton for ``--arch`` (default ``sm_90a``, the H200)
+through ``triton.compile`` (no GPU needed: Triton lowers to PTX on any host), runs the ``ptxas`` Triton ships with
+``-v`` on the PTX, and reports per kernel and launch shape the registers a thread, the spill bytes and the global
+loads by width, with ``BIG_E`` as :func:`launch_shape` gives it and with ``BIG_E = BLOCK_E``
+(:data:`BIG_BLOCKS` off). Pointer arguments and the head width are marked divisible by 16, as Triton's JIT
+specialises them for torch's allocations and widths such as 32.
+
+The device's Triton matters (torch 2.11 ships 3.6; this repository's CPU CI 3.9): register allocation differs
+between versions, so run it with the Triton the GPU runs, e.g. in a venv with ``pip install torch==2.13.0
+triton==3.6.0 numpy``::
+
+    PYTHONPATH=. python benchmarks/investigations/kernel_registers.py [--cases arxiv,proteins,products,sampled]
+        [--kernels fwd,dst,src,gat_src] [--out kernel_registers.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from typing import Any
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
+
+FEATURE_PTRS = {"x_src_ptr", "x_dst_ptr", "edge_ptr", "ew_ptr", "attw_ptr", "dout_ptr", "dx_dst_ptr", "dx_src_ptr",
+                "out_ptr"}
+"""Pointers to tensors in the layer's dtype; the rest hold int32 indices (:data:`INDEX_PTRS`) or float32 data."""
+INDEX_PTRS = {"work_ptr", "indices_ptr", "map_ptr", "rev_to_csc_ptr", "dst_index_ptr", "rev_dst_ptr", "offsets_ptr"}
+
+KERNELS = {
+    "fwd": (tk._fwd_kernel, dict(RETURN_ATT=False)),
+    "dst": (tk._bwd_dst_kernel, dict(HAS_DATT=False, ONLY_DELTA=False)),
+    "src": (tk._bwd_src_kernel, dict(REV_DST=True)),
+    "gat_src": (tk._bwd_gat_src_kernel, dict(REV_DST=True, HAS_DATT=False)),
+}
+"""Launch-shape kernel name -> (jitted kernel, the constexprs of the case that are not shape or graph flags)."""
+
+CASES: dict[str, dict[str, Any]] = {
+    # name: heads, width, dtype, edge features, whole-row work list, the kernels GAT / GATv2 launch
+    "arxiv": dict(heads=8, c=32, dtypes=("fp32", "bf16"), edge=False, whole=False),
+    "proteins": dict(heads=8, c=8, dtypes=("bf16",), edge=True, whole=False),
+    "products": dict(heads=4, c=64, dtypes=("bf16",), edge=False, whole=False, gat_only=True),
+    "sampled": dict(heads=4, c=128, dtypes=("bf16",), edge=False, whole=True, gat_only=True),
+}
+
+
+def _ptxas() -> str:
+    """The newest ``ptxas`` Triton bundles (a Triton whose PTX is newer than its ``ptxas`` ships a second one)."""
+    d = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
+    for name in ("ptxas-blackwell", "ptxas"):
+        if os.path.exists(os.path.join(d, name)):
+            return os.path.join(d, name)
+    raise SystemExit(f"no ptxas under {d}")
+
+
+def compile_kernel(fn: Any, dtype: str, consts: dict[str, Any], num_warps: int, arch: str) -> dict[str, Any]:
+    """Compile ``fn`` with ``consts`` for ``arch``; registers, spills and global loads of the result."""
+    sig: dict[str, str] = {}
+    for n in fn.arg_names:
+        if n in consts:
+            sig[n] = "constexpr"
+        elif n in FEATURE_PTRS:
+            sig[n] = "*" + dtype
+        elif n in INDEX_PTRS:
+            sig[n] = "*i32"
+        elif n.endswith("_ptr"):
+            sig[n] = "*fp32"
+        else:
+            sig[n] = "fp32" if n == "alpha" else "i32"
+    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in fn.arg_names
+             if sig[n].startswith("*") or n == "C"}
+    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()},
+                    attrs=attrs)
+    cc = int(re.sub(r"\D", "", arch))
+    compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": num_warps})
+    ptx = compiled.asm["ptx"]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(ptx)
+        run = subprocess.run([_ptxas(), "-v", "--gpu-name", arch, path, "-o", os.path.join(tmp, "k.cubin")],
+                             capture_output=True, text=True)
+    regs = re.search(r"Used (\d+) registers", run.stderr)
+    spills = re.search(r"(\d+) bytes spill stores", run.stderr)
+    return {"registers": int(regs.group(1)) if regs else None, "spill_store_bytes": int(spills.group(1)) if spills else None,
+            "global_loads": dict(collections.Counter(re.findall(r"ld\.global[a-z0-9.]*", ptx))),
+            "ptxas_error": None if run.returncode == 0 else run.stderr.strip()[-300:]}
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--kernels", default=",".join(KERNELS), help="comma list among " + ", ".join(KERNELS))
+    ap.add_argument("--arch", default="sm_90a")
+    ap.add_argument("--out", default=None, help="also write the rows as JSON here")
+    args = ap.parse_args(argv)
+    rows = []
+    for case in args.cases.split(","):
+        spec = CASES[case]
+        for v2 in (False,) if spec.get("gat_only") else (False, True):
+            for dtype in spec["dtypes"]:
+                elem = 4 if dtype == "fp32" else 2
+                # the kernels a step launches: GAT's one-gather backward on a static graph, the two-gather one on
+                # sampled blocks and for GATv2 (cudnn_gnn.backends.triton.gat_one_gather)
+                names = ("fwd", "gat_src") if not v2 and not spec["whole"] else ("fwd", "dst", "src")
+                for kname in (n for n in names if n in args.kernels.split(",")):
+                    fn, extra = KERNELS[kname]
+                    block_e, big_e, hg, block_c, warps = tk.launch_shape(kname, spec["heads"], spec["c"], v2, elem)
+                    for big in dict.fromkeys((big_e, block_e)):
+                        consts = dict(V2=v2, HAS_MAP=spec["edge"], HAS_EDGE=spec["edge"], DE=0, HAS_MASK=False, ACT=1,
+                                      WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, BIG_E=big, **extra)
+                        consts = {n: v for n, v in consts.items() if n in fn.arg_names}
+                        rec = compile_kernel(fn, dtype, consts, warps, args.arch)
+                        row = {"case": case, "layer": "GATv2" if v2 else "GAT", "dtype": dtype, "kernel": kname,
+                               "BLOCK_E": block_e, "BIG_E": big, "num_warps": warps, "triton": triton.__version__,
+                               "arch": args.arch, **rec}
+                        rows.append(row)
+                        print(f"{case:8s} {row['layer']:5s} {dtype} {kname:7s} BLOCK_E {block_e:2d} BIG_E {big:2d} "
+                              f"warps {warps}: {rec['registers']} registers, {rec['spill_store_bytes']} B spilled",
+                              flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(rows, f, indent=1)
+    return rows
+
+
+if __name__ == "__main__":
+    main()
