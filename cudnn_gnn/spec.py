@@ -28,10 +28,18 @@ from cudnn_gnn._validation import (
 from cudnn_gnn.backends import GAT_BACKENDS
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["AttentionSpec", "attention_spec", "make_dropout_mask", "GRAD_PRECISIONS", "ALPHA_DEFAULTS"]
+__all__ = ["AttentionSpec", "attention_spec", "make_dropout_mask", "project_edges", "GRAD_PRECISIONS", "ALPHA_DEFAULTS"]
 
 GRAD_PRECISIONS = ("auto", "fp32", "input")
 ALPHA_DEFAULTS = {"leaky_relu": 0.2, "scalar": 1.0}  # activations that take a parameter, and its default
+
+
+def project_edges(edge_attr: Tensor, lin_edge_weight: Tensor) -> Tensor:
+    """GATv2's projected edge features ``edge_attr [E, De] @ lin_edge_weight^T [De, H*C]`` -> ``[E, H*C]``
+    (torch's linear, differentiable), both operands in their promoted dtype: the one projection rule of every backend
+    that does not fuse it."""
+    dtype = torch.promote_types(edge_attr.dtype, lin_edge_weight.dtype)
+    return torch.nn.functional.linear(edge_attr.to(dtype), lin_edge_weight.to(dtype))
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,8 +109,7 @@ class AttentionSpec:
         dtype) for the backends that take projected GATv2 edge features."""
         if self.edge_attr is None or self.lin_edge_weight is None:
             return self.edge_attr
-        dtype = torch.promote_types(self.edge_attr.dtype, self.lin_edge_weight.dtype)
-        return torch.nn.functional.linear(self.edge_attr.to(dtype), self.lin_edge_weight.to(dtype))
+        return project_edges(self.edge_attr, self.lin_edge_weight)
 
     @property
     def dtype(self) -> torch.dtype:

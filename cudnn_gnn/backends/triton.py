@@ -596,7 +596,9 @@ def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_e
     if fuse_edge_projection(edge_attr.shape[0], heads, x_src.shape[1], edge_attr.shape[1], dtype.itemsize,
                             needs_grad and lin_edge_weight.requires_grad):
         return edge_attr, lin_edge_weight
-    return torch.nn.functional.linear(edge_attr.to(dtype), lin_edge_weight.to(dtype)), None
+    from cudnn_gnn.spec import project_edges  # here: spec imports the backends package, which imports this module
+
+    return project_edges(edge_attr, lin_edge_weight), None
 
 
 class WorkList(NamedTuple):
