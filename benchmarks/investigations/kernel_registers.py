@@ -14,7 +14,7 @@ between versions, so run it with the Triton the GPU runs, e.g. in a venv with ``
 triton==3.6.0 numpy``::
 
     PYTHONPATH=. python benchmarks/investigations/kernel_registers.py [--cases arxiv,proteins,products,sampled]
-        [--kernels fwd,dst,src,gat_src] [--out kernel_registers.json]
+        [--kernels fwd,dst,src,gat_src] [--grid 4,8,16,32x1,2,4] [--out kernel_registers.json]
 """
 
 from __future__ import annotations
@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--kernels", default=",".join(KERNELS), help="comma list among " + ", ".join(KERNELS))
+    ap.add_argument("--grid", default=None,
+                    help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4: compile every shape of the grid with "
+                         "BIG_E = BLOCK_E instead of launch_shape's (candidates for a sweep on the device)")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -120,7 +123,12 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 for kname in (n for n in names if n in args.kernels.split(",")):
                     fn, extra = KERNELS[kname]
                     block_e, big_e, hg, block_c, warps = tk.launch_shape(kname, spec["heads"], spec["c"], v2, elem)
-                    for big in dict.fromkeys((big_e, block_e)):
+                    if args.grid is None:  # launch_shape's BIG_E, then one block size
+                        shapes = [(block_e, big, warps) for big in dict.fromkeys((big_e, block_e))]
+                    else:
+                        edges, warp_list = args.grid.split("x")
+                        shapes = [(int(b), int(b), int(w)) for b in edges.split(",") for w in warp_list.split(",")]
+                    for block_e, big, warps in shapes:
                         consts = dict(V2=v2, HAS_MAP=spec["edge"], HAS_EDGE=spec["edge"], DE=0, HAS_MASK=False, ACT=1,
                                       WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, BIG_E=big, **extra)
                         consts = {n: v for n, v in consts.items() if n in fn.arg_names}
