@@ -29,9 +29,10 @@ import sys
 import tempfile
 from typing import Any
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+os.environ.pop("TRITON_INTERPRET", None)  # compiled, never interpreted: read when the kernels are decorated, below
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
