@@ -273,7 +273,9 @@ def gat_one_gather(c: TritonCall) -> bool:
     tuned on the H200; two gathers on a graph rebuilt every call (sampled blocks) and on wider tiles. Measured on
     the H200 (docs/performance.md): arxiv, 8 x 32, the layer's fwd+bwd 4.71 against 4.95 ms (fp32) and 4.00 against
     4.15 ms (bf16); sampled papers100M-shaped blocks, 4 x 128 bf16, whose sources have one or two out-edges and whose
-    source pass was not tuned for one gather: 8.7 against 5.4 ms of GPU kernels a step. GATv2: always two."""
+    source pass was not tuned for one gather: 8.7 against 5.4 ms of GPU kernels a step. Both measured with the
+    kernels' big long-row blocks, before one block size (``_triton_kernels.BIG_BLOCKS``); not yet compared since.
+    GATv2: always two."""
     if c.v2:
         return False
     if GAT_ONE_GATHER_BACKWARD is not None:
