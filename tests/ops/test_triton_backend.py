@@ -139,11 +139,12 @@ def test_head_width_not_a_power_of_two_one_head_and_long_rows(v2):
 def test_padded_heads_head_groups_and_rows_of_big_and_small_blocks(v2, max_tile_d, monkeypatch):
     """H = 3, C = 5: heads pad to 4 and channels to 8 in one all-heads tile; with a smaller tile budget the heads
     split into groups of 2 (the second group half padding) or one head per program (the wide-row path). A row of
-    150 edges takes two big blocks (BIG_E = 64) and two small ones (BLOCK_E = 16); others have 0 to 3 edges.
-    Bipartite, shuffled, with edge features and a strided dropout mask."""
+    150 edges takes two big blocks (BIG_E = 64, with ``BIG_BLOCKS`` on) and a small one for the rest; others have 0
+    to 3 edges. Bipartite, shuffled, with edge features and a strided dropout mask."""
     from cudnn_gnn.backends import _triton_kernels as kernels
 
     monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
+    monkeypatch.setattr(kernels, "BIG_BLOCKS", True)
     block_e, big_e, hg, block_c, _ = kernels.block_sizes(3, 5, v2, max_tile_d)
     assert (block_e, big_e, block_c) == (16, 64, 8) and hg == {1024: 4, 16: 2, 8: 1}[max_tile_d]
     hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
