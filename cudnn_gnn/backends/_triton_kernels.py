@@ -124,8 +124,8 @@ against each other in one process (``benchmarks/profile_layers.py --big-blocks o
 
 Why one size: a kernel's registers are allocated for its largest tile, so a big block that only long rows use costs
 every program (mostly light rows: arxiv has 14 edges a row on average) its occupancy. Compiled for sm_90a by
-Triton 3.6 (torch 2.11's; ``ptxas -v``), the big blocks put most kernels at 250-255 registers a thread, often with
-spills (GATv2's bf16 forward on arxiv's 8 x 32: 512 bytes), and one block size at 72-240 (the sampled 4 x 128 source
+Triton 3.6 (torch 2.11's; ``ptxas -v``), the big blocks put most kernels at 244-255 registers a thread, often with
+spills (GATv2's bf16 forward on arxiv's 8 x 32: 512 bytes), and one block size at 72-255 (the sampled 4 x 128 source
 pass: 254 -> 72). Measured on the H200 (arxiv, 8 x 32, the layer's fwd+bwd, one call): GAT 4.62 -> 4.13 ms (fp32;
 its forward kernel 1.04 -> 0.74 ms) and 4.01 -> 3.73 ms (bf16); GATv2 8.00 -> 7.34 ms (fp32) and 10.91 -> 7.14 ms
 (bf16). Not measured on the device with one size: graphs of long rows (proteins, products) and sampled blocks, whose
