@@ -2,11 +2,12 @@
 
 Outputs, returned attention and every gradient (a gradient through the returned attention included), GAT and
 GATv2, float32 and bfloat16, int32 and int64 indices, on a power-law graph with a hub (cut into chunks) and with a
-20,000-edge hub row and hub source; bitwise repeats of outputs and gradients; head widths that are not powers of
-two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``; GATv2's fused edge projection (raw edge features and
-``lin_edge_weight``) on a 1.6M-edge graph, its forward+backward peak at least one ``[E, H*C]`` buffer below the
-projected path's; GAT's node-score kernels under autocast at 200,000 rows, and GAT compiled against eager.
-The reference runs in float64; low precision is judged against the error of the same-precision reference path.
+20,000-edge hub row and hub source (in one block size and in big blocks); bitwise repeats of outputs and gradients;
+head widths that are not powers of two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``; GATv2's fused edge
+projection (raw edge features and ``lin_edge_weight``) on a 1.6M-edge graph, its forward+backward peak at least one
+``[E, H*C]`` buffer below the projected path's; GAT's node-score kernels under autocast at 200,000 rows, and GAT
+compiled against eager. The reference runs in float64; low precision is judged against the error of the
+same-precision reference path.
 """
 
 from __future__ import annotations
@@ -215,11 +216,16 @@ def test_empty_graph_and_no_destinations():
         assert torch.equal(gx, torch.zeros_like(gx))
 
 
+@pytest.mark.parametrize("big_blocks", [False, True], ids=["one_block_size", "big_blocks"])
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
-def test_20000_edge_hub_in_and_out_in_chunks(op):
+def test_20000_edge_hub_in_and_out_in_chunks(op, big_blocks, monkeypatch):
     """Destination 0 with 20,000 in-edges and source 1 with 20,000 out-edges on a light power-law background: both
     are cut into chunks (forward log-sum-exp merge, backward delta / destination / source merges), against the
-    float64 reference, with edge features, a dropout mask and returned attention; bitwise equal on a second run."""
+    float64 reference, with edge features, a dropout mask and returned attention; bitwise equal on a second run.
+    Long rows walked in one block size (the default) and in big blocks (``BIG_BLOCKS``)."""
+    from cudnn_gnn.backends import _triton_kernels
+
+    monkeypatch.setattr(_triton_kernels, "BIG_BLOCKS", big_blocks)
     v2 = op == "gatv2"
     n, hub = 4000, 20_000
     g = torch.Generator().manual_seed(5)
