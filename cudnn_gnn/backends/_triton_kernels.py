@@ -19,9 +19,10 @@ source-side sums), and one merge program per hub row combines the slots in their
 forward, plain sums for the backward).
 
 A program walks its row (or chunk) in blocks of ``BIG_E`` edges while at least that many remain, then in blocks of
-``BLOCK_E`` (small, for the many light rows of a power-law graph). The launchers pass ``BIG_E = BLOCK_E`` (one block
-size for every row) unless :data:`BIG_BLOCKS` is on: a big tile that only long rows use costs every program its
-registers.
+``BLOCK_E`` (small, for the many light rows of a power-law graph). The launchers of the kernels that gather feature
+rows pass ``BIG_E = BLOCK_E`` (one block size for every row) unless :data:`BIG_BLOCKS` is on: a big tile that only
+long rows use costs every program its registers. (GAT's destination sum, over ``[E, H]`` floats only, keeps
+:func:`block_sizes`' pair.)
 
 Softmax statistics are kept per (destination, head) as a log-sum-exp ``[Nd, H]`` float32; the backward recomputes
 the logits from it and never stores anything of size ``[E, H*C]``. GAT's backward (:func:`launch_gat_backward`)
@@ -119,17 +120,14 @@ have one or two out-edges (a longer source is walked in ``BIG_E`` blocks all the
 
 BIG_BLOCKS = False
 """Whether long rows are walked in blocks of ``BIG_E`` edges (True) or, the default, in the light rows' ``BLOCK_E``
-(one block size for every row: the launches get ``BIG_E = BLOCK_E``). Read per launch, so that the two can be measured
-against each other in one process (``benchmarks/profile_layers.py --big-blocks on|off``).
+(one block size for every row: the launches that take :func:`_config`'s shape get ``BIG_E = BLOCK_E``). Read per
+launch, so that the two can be measured against each other in one process (``benchmarks/profile_layers.py
+--big-blocks on|off``).
 
 Why one size: a kernel's registers are allocated for its largest tile, so a big block that only long rows use costs
-every program (mostly light rows: arxiv has 14 edges a row on average) its occupancy. Compiled for sm_90a by
-Triton 3.6 (torch 2.11's; ``ptxas -v``), the big blocks put most kernels at 244-255 registers a thread, often with
-spills (GATv2's bf16 forward on arxiv's 8 x 32: 512 bytes), and one block size at 72-255 (the sampled 4 x 128 source
-pass: 254 -> 72). Measured on the H200 (arxiv, 8 x 32, the layer's fwd+bwd, one call): GAT 4.62 -> 4.13 ms (fp32;
-its forward kernel 1.04 -> 0.74 ms) and 4.01 -> 3.73 ms (bf16); GATv2 8.00 -> 7.34 ms (fp32) and 10.91 -> 7.14 ms
-(bf16). Not measured on the device with one size: graphs of long rows (proteins, products) and sampled blocks, whose
-kernels show the same register drop."""
+every program (mostly light rows) its occupancy; compiled for sm_90a, the big blocks put most kernels at or near
+the 255-register limit, often with spills (``benchmarks/investigations/kernel_registers.py``). Measurements:
+docs/performance.md, "One block size"."""
 
 
 @functools.cache

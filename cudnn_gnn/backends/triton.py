@@ -270,12 +270,9 @@ def gat_one_gather(c: TritonCall) -> bool:
     The rule (where :data:`GAT_ONE_GATHER_BACKWARD` is None): one gather on a static graph (one whose call carries
     ``rev_dst``, see :data:`SOURCE_PASS_REV_DST`) with a feature tile at most 256 wide (``HG * BLOCK_C``, see
     :func:`~cudnn_gnn.backends._triton_kernels.block_sizes`: 8 x 32, 8 x 8), where its source pass has launch shapes
-    tuned on the H200; two gathers on a graph rebuilt every call (sampled blocks) and on wider tiles. Measured on
-    the H200 (docs/performance.md): arxiv, 8 x 32, the layer's fwd+bwd 4.71 against 4.95 ms (fp32) and 4.00 against
-    4.15 ms (bf16); sampled papers100M-shaped blocks, 4 x 128 bf16, whose sources have one or two out-edges and whose
-    source pass was not tuned for one gather: 8.7 against 5.4 ms of GPU kernels a step. Both measured with the
-    kernels' big long-row blocks, before one block size (``_triton_kernels.BIG_BLOCKS``); not yet compared since.
-    GATv2: always two."""
+    tuned on the H200 and measured faster than two gathers; two gathers on a graph rebuilt every call (sampled
+    blocks, whose sources have one or two out-edges: measured slower there with one) and on wider tiles. The
+    measurements: docs/performance.md, "GAT's backward with one row gather". GATv2: always two."""
     if c.v2:
         return False
     if GAT_ONE_GATHER_BACKWARD is not None:
