@@ -50,11 +50,22 @@ KERNELS = {
 }
 """Launch-shape kernel name -> (jitted kernel, the constexprs of the case that are not shape or graph flags)."""
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from bench_layers import PRESETS  # noqa: E402
+
+
+def _preset_case(name: str) -> dict[str, Any]:
+    """Heads, width, dtypes, edge features and layers of ``bench_layers.py``'s preset ``name`` (its first layer)."""
+    p = PRESETS[name]
+    c, heads, _ = p.stack[0]
+    dtypes = tuple(d for d in p.dtypes or ("fp32", "bf16") if d in ("fp32", "bf16"))
+    return dict(heads=heads, c=c, dtypes=dtypes, edge=p.graph.edge_dim > 0, whole=False,
+                gat_only=tuple(p.layers) == ("GAT",))
+
+
 CASES: dict[str, dict[str, Any]] = {
-    # name: heads, width, dtype, edge features, whole-row work list, the kernels GAT / GATv2 launch
-    "arxiv": dict(heads=8, c=32, dtypes=("fp32", "bf16"), edge=False, whole=False),
-    "proteins": dict(heads=8, c=8, dtypes=("bf16",), edge=True, whole=False),
-    "products": dict(heads=4, c=64, dtypes=("bf16",), edge=False, whole=False, gat_only=True),
+    **{name: _preset_case(name) for name in ("arxiv", "proteins", "products")},
+    # examples/papers100m.py's sampled model (--heads 4 --hidden 128, bf16): blocks rebuilt every call, rows whole
     "sampled": dict(heads=4, c=128, dtypes=("bf16",), edge=False, whole=True, gat_only=True),
 }
 
