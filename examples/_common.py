@@ -363,9 +363,9 @@ def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: st
 
 def require_sampler() -> None:
     """PyG's ``NeighborLoader`` samples with ``pyg-lib`` or ``torch-sparse``; say how to get one if neither."""
-    import torch_geometric.typing as pyg_typing
+    from cudnn_gnn.apps.distributed import sampler_available
 
-    if not (pyg_typing.WITH_PYG_LIB or pyg_typing.WITH_TORCH_SPARSE):
+    if not sampler_available():
         ver = torch.__version__.split("+")[0]
         cuda = torch.version.cuda
         tag = f"cu{cuda.replace('.', '')}" if cuda else "cpu"

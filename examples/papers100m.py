@@ -216,9 +216,7 @@ def batches(loader: Any, sampler: str, device: torch.device, meter: BusyMeter | 
 
 def hop_counts(sampler: str) -> bool:
     """Whether the sampler reports per-hop counts (the model then runs each layer on its trimmed block)."""
-    import torch_geometric.typing as pyg_typing
-
-    return sampler == "device" or bool(pyg_typing.WITH_PYG_LIB)
+    return sampler == "device" or sampler_reports_hops()
 
 
 def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict[str, Any]:
