@@ -90,21 +90,22 @@ def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> t
 
 
 TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({
-    ("fwd", False, 4): (8, 1), ("fwd", False, 2): (8, 1),
+    ("fwd", False, 4): (8, 1), ("fwd", False, 2): (2, 1),
     ("dst", False, 4): (8, 1), ("dst", False, 2): (8, 1),
     ("src", False, 4): (16, 1), ("src", False, 2): (16, 1),
     ("fwd", True, 4): (8, 1), ("fwd", True, 2): (2, 1),
-    ("dst", True, 4): (8, 1),
-    ("src", True, 4): (8, 1), ("src", True, 2): (4, 2),
-    ("gat_src", False, 4): (16, 1), ("gat_src", False, 2): (8, 1),
+    ("dst", True, 4): (8, 1), ("dst", True, 2): (2, 2),
+    ("src", True, 4): (8, 1), ("src", True, 2): (2, 2),
+    ("gat_src", False, 4): (16, 1), ("gat_src", False, 2): (2, 2),
 })
 """Launch shapes measured faster than :func:`block_sizes` for tiles at most 256 wide: ``(kernel, v2, element bytes
 of the rows the kernel gathers per edge)`` -> ``(KiB of gathered rows a block, num_warps)``. Kernels: ``"fwd"``
 (forward, gathers ``x_src``), ``"dst"`` (backward destination pass, ``x_src``), ``"src"`` (backward source pass,
-the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the output gradient; 16 edges a block). From the
-H200 sweeps of ``benchmarks/investigations/triton_tuning.py`` on the arxiv shape, 8 heads x 32 (figures in
-docs/performance.md); a combination not listed (GATv2's 16-bit destination pass) keeps
-:func:`block_sizes`, which won there. Read-only: :func:`launch_shape` caches what it derives from it."""
+the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the output gradient). From the H200 sweeps of
+``benchmarks/investigations/triton_tuning.py`` on the arxiv shape, 8 heads x 32 (figures in docs/performance.md); the
+16-bit entries of GAT's forward and source pass and of GATv2's backward were swept again with one block size
+(:data:`BIG_BLOCKS` off), which moved them to 2 KiB blocks (4 edges at 8 x 32). Read-only: :func:`launch_shape`
+caches what it derives from it."""
 
 
 WIDE_TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({

@@ -703,24 +703,27 @@ def test_chunked_bfloat16_and_gradient_through_attention_only(chunk):
 
 
 def test_launch_shapes_tuned_for_narrow_tiles():
-    """The tuned shapes (measured faster on the H200): GAT's forward and destination pass one warp and 8 KiB of
-    gathered rows a block, its source pass 16 KiB; GATv2's forward one warp at 8 KiB (float32) or 2 KiB (16-bit),
-    its float32 backward one warp at 8 KiB, its 16-bit source pass two warps at 4 KiB; its 16-bit destination
-    pass, and tiles wider than 256 without an entry of their own, the shared shape."""
+    """The tuned shapes (measured faster on the H200): GAT's forward one warp and 8 KiB of gathered rows a block in
+    float32, 2 KiB in 16-bit; its destination pass one warp at 8 KiB, its source pass 16 KiB; its one-gather source
+    pass one warp at 16 KiB (float32) or two at 2 KiB (16-bit); GATv2's forward one warp at 8 KiB (float32) or
+    2 KiB (16-bit), its float32 backward one warp at 8 KiB, its 16-bit backward two warps at 2 KiB; tiles wider
+    than 256 without an entry of their own, the shared shape."""
     from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
 
     assert launch_shape("fwd", 8, 32, False, 4) == (8, 32, 8, 32, 1)
-    assert launch_shape("fwd", 8, 32, False, 2) == (16, 32, 8, 32, 1)
+    assert launch_shape("fwd", 8, 32, False, 2) == (4, 32, 8, 32, 1)
     assert launch_shape("fwd", 8, 8, False, 4) == (32, 64, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
     assert launch_shape("dst", 8, 32, False, 2) == (16, 32, 8, 32, 1)
     assert launch_shape("src", 8, 32, False, 4) == (16, 32, 8, 32, 1)
     assert launch_shape("src", 8, 32, False, 2) == (32, 32, 8, 32, 1)
+    assert launch_shape("gat_src", 8, 32, False, 4) == (16, 32, 8, 32, 1)
+    assert launch_shape("gat_src", 8, 32, False, 2) == (4, 32, 8, 32, 2)
     assert launch_shape("dst", 8, 32, True, 4) == (8, 16, 8, 32, 1)
-    assert launch_shape("src", 8, 32, True, 2) == (8, 16, 8, 32, 2)
+    assert launch_shape("dst", 8, 32, True, 2) == (4, 16, 8, 32, 2)
+    assert launch_shape("src", 8, 32, True, 2) == (4, 16, 8, 32, 2)
     assert launch_shape("fwd", 8, 32, True, 4) == (8, 16, 8, 32, 1)
     assert launch_shape("fwd", 8, 32, True, 2) == (4, 16, 8, 32, 1)
-    for args in (("dst", 8, 32, True, 2), ("fwd", 4, 256, False, 4),
-                 ("src", 3, 250, False, 2)):
+    for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
         assert launch_shape(*args) == block_sizes(*args[1:4])
     # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): WIDE_TUNED_SHAPES, one warp, the forward
     # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
