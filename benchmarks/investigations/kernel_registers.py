@@ -143,7 +143,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     for block_e, big, warps in shapes:
                         consts = dict(V2=v2, HAS_MAP=spec["edge"], HAS_EDGE=spec["edge"], DE=0, HAS_MASK=False, ACT=1,
                                       WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, BIG_E=big, **extra)
-                        consts = {n: v for n, v in consts.items() if n in fn.arg_names}
+                        consts.update(H=spec["heads"], C=spec["c"])  # where the kernel takes them as constexprs
+                        constexprs = {fn.arg_names[i] for i in fn.constexprs}
+                        consts = {n: v for n, v in consts.items() if n in constexprs}
                         rec = compile_kernel(fn, dtype, consts, warps, args.arch)
                         row = {"case": case, "layer": "GATv2" if v2 else "GAT", "dtype": dtype, "kernel": kname,
                                "BLOCK_E": block_e, "BIG_E": big, "num_warps": warps, "triton": triton.__version__,

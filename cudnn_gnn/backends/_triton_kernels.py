@@ -40,6 +40,12 @@ layout; the sequential interpreter cannot show such races).
 
 All pointer offsets are computed in int64 (``N * H * C`` and ``E * H * C`` may pass 2**31 with int32 indices);
 arithmetic is float32 whatever the storage dtype; stores cast to the destination tensor's dtype.
+
+The heads ``H`` and the head width ``C`` are constexprs of the kernels that gather feature rows (one compiled
+variant per model shape, as ``HG`` and ``BLOCK_C`` already were): with them known, a thread's offsets ``h * C + c``
+inside a row are constants added to one row address per edge instead of 64-bit addresses computed and held per
+element, which cut the kernels' registers by up to a third and raised occupancy (docs/performance.md, "Heads and
+width as constants").
 """
 
 from __future__ import annotations
@@ -338,7 +344,7 @@ def _fwd_kernel(
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     mask_ptr, mask_s0, mask_s1,
     out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
-    H, C, alpha,
+    H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -556,7 +562,7 @@ def _bwd_dst_kernel(
     alpha_buf_ptr, ds_buf_ptr, delta_part_ptr, delta_rows_ptr,
     dx_dst_ptr, dedge_ptr, dattw_ptr, dsdst_ptr, dsedge_ptr,
     dxd_part_ptr, dattw_part_ptr, dsd_part_ptr,
-    H, C, alpha,
+    H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -696,7 +702,7 @@ def _bwd_src_kernel(
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr,
     dout_ptr, alpha_buf_ptr, ds_buf_ptr,
     dx_src_ptr, dssrc_ptr, dx_part_ptr, dss_part_ptr,
-    H, C, alpha,
+    H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr,
     REV_DST: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -849,7 +855,7 @@ def _bwd_gat_delta_kernel(
     work_ptr, offsets_ptr, indices_ptr, map_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     mask_ptr, mask_s0, mask_s1, lse_ptr, dout_ptr, out_ptr, datt_ptr,
     delta_ptr, delta_part_ptr,
-    H, C, alpha,
+    H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -934,7 +940,7 @@ def _bwd_gat_src_kernel(
     x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
     lse_ptr, delta_ptr, dout_ptr, datt_ptr,
     dz_buf_ptr, dx_src_ptr, dssrc_ptr, dsedge_ptr, dx_part_ptr, dss_part_ptr,
-    H, C, alpha,
+    H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr, REV_DST: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
