@@ -44,7 +44,7 @@ arithmetic is float32 whatever the storage dtype; stores cast to the destination
 The heads ``H`` and the head width ``C`` are constexprs of the kernels that gather feature rows (one compiled
 variant per model shape, as ``HG`` and ``BLOCK_C`` already were): with them known, a thread's offsets ``h * C + c``
 inside a row are constants added to one row address per edge instead of 64-bit addresses computed and held per
-element, which cut the kernels' registers by up to a third and raised occupancy (docs/performance.md, "Heads and
+element: fewer registers a thread, more warps resident (measured: docs/performance.md, "Heads and
 width as constants").
 """
 
