@@ -8,12 +8,14 @@
 2. **Launch shape.** The arxiv forward kernel reached 27% (fp32) and 11% (bf16) of its gather-bound floor. Times
    the op for every ``(BLOCK_E, num_warps)`` of a small grid against the default: the forward (no grad) with
    :func:`cudnn_gnn.backends._triton_kernels.launch_shape` swept, or (``--passes dst,src``) forward+backward with
-   one backward kernel's shape swept; GAT and GATv2.
+   one backward kernel's shape swept; GAT and GATv2; on arxiv's graph or (``--preset products``, ``proteins``)
+   another preset's graph and first layer's heads x width, since a block size chosen on arxiv's short rows (mean
+   degree 14) need not suit products' (50) or proteins' (597).
 
 Usage (from the repository root, on a CUDA GPU with Triton)::
 
     python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2] [--passes fwd,dst,src]
-        [--grid 4,8,16,32x1,2,4] [--skip-host]
+        [--grid 4,8,16,32x1,2,4] [--skip-host] [--preset arxiv|products|proteins] [--dtypes fp32,bf16]
 """
 
 from __future__ import annotations
@@ -31,13 +33,14 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _bench_common import environment, gather_floor_bytes, time_fn, write_json  # noqa: E402
+from _bench_common import environment, gather_floor_bytes, kernel_times, time_fn, write_json  # noqa: E402
 from _graphs import GraphSpec, make_graph  # noqa: E402
+from bench_layers import PRESETS  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
 
 CORA = GraphSpec(2_708, 10_556, exponent=0.5)
-ARXIV = GraphSpec(169_343, 2_315_598, exponent=0.6, ogbn="ogbn-arxiv")
+ARXIV = PRESETS["arxiv"].graph
 
 
 def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
@@ -92,6 +95,10 @@ def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
 
 
 GRID = tuple((be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8))
+KERNEL_NAMES = {"fwd": ("_fwd_kernel",), "dst": ("_bwd_dst_kernel",), "src": ("_bwd_src_kernel",),
+                "bwd": ("_bwd_dst_kernel", "_bwd_src_kernel"), "gat_src": ("_bwd_gat_src_kernel",),
+                "gat_delta": ("_bwd_gat_delta_kernel",)}
+"""Pass -> the Triton kernels whose own GPU time ``kernel_ms`` sums (the swept ones; the op's time adds the rest)."""
 PASSES = ("fwd", "dst", "src", "bwd", "gat_src", "gat_delta")
 
 
@@ -102,12 +109,16 @@ def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
 
 
 def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
+                 heads: int = 8, c: int = 32,
                  grid: tuple[tuple[int, int], ...] = GRID,
                  dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)) -> list[dict[str, Any]]:
-    """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on arxiv's shape (8 heads x 32), fp32
-    and bf16. ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` /
-    ``src``: forward + backward with that backward kernel's shape swept and every other kernel at its default;
-    ``bwd``: both backward kernels swept together (for GAT: its two-gather backward, run with
+    """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on ``graph`` with ``heads`` x ``c``
+    (arxiv's, 8 x 32, by default), fp32 and bf16, and the swept kernels' own GPU time (``kernel_ms``, from
+    ``torch.profiler`` over three more calls: the op's time adds every other kernel and the host).
+
+    ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` / ``src``:
+    forward + backward with that backward kernel's shape swept and every other kernel at its default; ``bwd``: both
+    backward kernels swept together (for GAT: its two-gather backward, run with
     ``cudnn_gnn.backends.triton.GAT_ONE_GATHER_BACKWARD`` off for those rows); ``gat_src`` / ``gat_delta``: GAT's
     one-gather backward's source pass or delta pass. Each row says which shape is the default (for ``bwd``: the
     destination pass's)."""
@@ -116,7 +127,6 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
 
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
-    heads, c = 8, 32
     rows: list[dict[str, Any]] = []
     original, one_gather = tk.launch_shape, tb.GAT_ONE_GATHER_BACKWARD
     try:
@@ -150,6 +160,10 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
 
                 try:
                     rec = time_fn(call, device=device, warmup=2, repeats=repeats)
+                    # the swept kernels' own time (the op's median adds every other kernel and the host)
+                    per, _ = kernel_times(lambda call=call: [call() for _ in range(3)], 3, device)
+                    rec["kernel_ms"] = sum(us for name, us in per.items()
+                                           if name.startswith(KERNEL_NAMES[pass_])) / 1e3
                 except Exception as exc:  # a shape Triton cannot compile is a finding, not a crash
                     rec = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 rec.update({"op": op, "pass": pass_, "dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e,
@@ -161,7 +175,8 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                         rec["fraction_of_floor"] = floor / rec["median_ms"]
                 rows.append(rec)
                 print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} "
-                      f"{rec.get('median_ms', float('nan')):.3f} ms{' (default)' if rec['default'] else ''}"
+                      f"{rec.get('median_ms', float('nan')):.3f} ms, kernel {rec.get('kernel_ms', float('nan')):.3f} ms"
+                      f"{' (default)' if rec['default'] else ''}"
                       f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
     finally:
         tk.launch_shape = original  # type: ignore[assignment]
@@ -181,6 +196,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--grid", default=None, help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4 "
                     "(default: 4,8,16,32 x 1,2,4,8)")
     ap.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16 for the sweep")
+    ap.add_argument("--preset", default="arxiv",
+                    help="bench_layers preset whose graph and first layer's heads x width the sweep takes (arxiv, "
+                         "proteins, products; edge features are not passed)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("triton_tuning.py needs a CUDA GPU (Triton kernels; the interpreter would time Python)")
@@ -192,8 +210,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if not args.skip_sweep:
         grid = GRID if args.grid is None else _parse_grid(args.grid)
         dtypes = tuple({"fp32": torch.float32, "bf16": torch.bfloat16}[d] for d in args.dtypes.split(","))
+        preset = PRESETS[args.preset]
+        payload["preset"] = args.preset
         payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","),
-                                               grid=grid, dtypes=dtypes)
+                                               grid=grid, dtypes=dtypes, graph=preset.graph, heads=preset.heads,
+                                               c=preset.channels)
     write_json(args.out, payload)
     return payload
 
