@@ -1,7 +1,7 @@
 """Run the Triton GAT / GATv2 op on arxiv's shape (8 heads x 32) for Nsight Compute to profile one kernel.
 
-Question: why does a kernel stay far from its gather-bound floor (GAT's one-gather source pass: 40% in fp32 on the
-H200)? ``profile_layers.py`` gives each kernel's time; what holds a kernel back (occupancy, registers, warp stall
+Question: why does a kernel stay far from its gather-bound floor (``profile_layers.py`` prints each pass's share)?
+``profile_layers.py`` gives each kernel's time; what holds a kernel back (occupancy, registers, warp stall
 reasons, bytes moved against bytes needed, L2 hit rate) takes Nsight Compute, which profiles kernel launches of a
 process it starts. This script is that process: a few steps of ``cudnn_gnn.gat`` (or ``gatv2``) forward+backward on
 the same graph as ``triton_tuning.py``, with the kernels' defaults, nothing else on the GPU. Example (on a CUDA
@@ -23,11 +23,12 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from _bench_common import time_fn  # noqa: E402
-from _graphs import GraphSpec, make_graph  # noqa: E402
+from _graphs import make_graph  # noqa: E402
+from bench_layers import PRESETS  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
 
-ARXIV = GraphSpec(169_343, 2_315_598, exponent=0.6, ogbn="ogbn-arxiv")
+ARXIV = PRESETS["arxiv"].graph
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

@@ -41,8 +41,9 @@ layout; the sequential interpreter cannot show such races).
 All pointer offsets are computed in int64 (``N * H * C`` and ``E * H * C`` may pass 2**31 with int32 indices);
 arithmetic is float32 whatever the storage dtype; stores cast to the destination tensor's dtype.
 
-The heads ``H`` and the head width ``C`` are constexprs of the kernels that gather feature rows (one compiled
-variant per model shape, as ``HG`` and ``BLOCK_C`` already were): with them known, a thread's offsets ``h * C + c``
+The heads ``H`` and the head width ``C`` are constexprs of the row kernels (the forward, the destination and source
+passes, GAT's delta and source passes; one compiled variant per model shape, as ``HG`` and ``BLOCK_C`` already
+were): with them known, a thread's offsets ``h * C + c``
 inside a row are constants added to one row address per edge instead of 64-bit addresses computed and held per
 element: fewer registers a thread, more warps resident (measured: docs/performance.md, "Heads and
 width as constants").
