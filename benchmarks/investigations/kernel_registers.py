@@ -44,7 +44,7 @@ INDEX_PTRS = {"work_ptr", "indices_ptr", "map_ptr", "rev_to_csc_ptr", "dst_index
 
 KERNELS = {
     "fwd": (tk._fwd_kernel, dict(RETURN_ATT=False)),
-    "dst": (tk._bwd_dst_kernel, dict(HAS_DATT=False, ONLY_DELTA=False)),  # DELTA_OUT: per layer, below
+    "dst": (tk._bwd_dst_kernel, dict(HAS_DATT=False, ONLY_DELTA=False)),
     "src": (tk._bwd_src_kernel, dict(REV_DST=True)),
     "gat_src": (tk._bwd_gat_src_kernel, dict(REV_DST=True, HAS_DATT=False)),
 }
@@ -144,7 +144,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         consts = dict(V2=v2, HAS_MAP=spec["edge"], HAS_EDGE=spec["edge"], DE=0, HAS_MASK=False, ACT=1,
                                       WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, BIG_E=big, **extra)
                         consts.update(H=spec["heads"], C=spec["c"])  # where the kernel takes them as constexprs
-                        consts.update(DELTA_OUT=v2)  # GATv2's one-pass destination pass (no attention gradient)
                         constexprs = {fn.arg_names[i] for i in fn.constexprs}
                         consts = {n: v for n, v in consts.items() if n in constexprs}
                         rec = compile_kernel(fn, dtype, consts, warps, args.arch)

@@ -555,60 +555,17 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
 
 
 @triton.jit
-def _bwd_dst_block_v2(e0, end, h_off, hm, hc, hc_mask, xi, aw, dout, lse, delta, dxi, datt_w,
-                      indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, mask_ptr, mask_s0, mask_s1,
-                      alpha_buf_ptr, ds_buf_ptr, dedge_ptr,
-                      H, D, alpha,
-                      HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
-                      ACT: tl.constexpr, BLOCK: tl.constexpr):
-    """GATv2's destination pass over one block in one go, its row's ``delta`` known beforehand (``DELTA_OUT``): the
-    source rows gathered once, ``z = x_j + x_i + f_e``, the logit and ``p``, ``g = <dout_i, x_j>``, ``ds``, and from
-    the same ``z`` the destination-side sums and the edge gradient; ``alpha`` and ``ds`` go to the buffers."""
-    e_pos = e0 + tl.arange(0, BLOCK)
-    e_mask = e_pos < end
-    eh_mask = e_mask[:, None] & hm[None, :]
-    tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
-    src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-    xj = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
-    if HAS_MAP:
-        coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-    else:
-        coo = e_pos
-    g = _sum(xj * dout[None, :, :], 2)
-    z = xj + xi[None, :, :]
-    if HAS_EDGE:
-        z += _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE)
-    az = tl.where(tile_mask, _act(z, ACT, alpha), 0.0)
-    p = tl.where(eh_mask, tl.exp(_sum(az * aw[None, :, :], 2) - lse[None, :]), 0.0)
-    if HAS_MASK:
-        mk = tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
-    else:
-        mk = tl.where(eh_mask, 1.0, 0.0)
-    ds = p * (mk * g - delta[None, :])
-    buf_off = e_pos[:, None] * H + h_off[None, :]
-    tl.store(alpha_buf_ptr + buf_off, p * mk, mask=eh_mask)
-    tl.store(ds_buf_ptr + buf_off, ds, mask=eh_mask)
-    dz = tl.where(tile_mask, ds[:, :, None] * aw[None, :, :] * _act_grad(z, ACT, alpha), 0.0)
-    dxi += _sum(dz, 0)
-    datt_w += _sum(ds[:, :, None] * az, 0)
-    if HAS_EDGE:
-        if DE == 0:
-            tl.store(dedge_ptr + coo[:, None, None] * D + hc[None, :, :], dz, mask=tile_mask)
-    return dxi, datt_w
-
-
-@triton.jit
 def _bwd_dst_kernel(
     work_ptr, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     mask_ptr, mask_s0, mask_s1,
-    lse_ptr, dout_ptr, datt_ptr, out_ptr,
+    lse_ptr, dout_ptr, datt_ptr,
     alpha_buf_ptr, ds_buf_ptr, delta_part_ptr, delta_rows_ptr,
     dx_dst_ptr, dedge_ptr, dattw_ptr, dsdst_ptr, dsedge_ptr,
     dxd_part_ptr, dattw_part_ptr, dsd_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
-    HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr, DELTA_OUT: tl.constexpr,
+    HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
     BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Destination pass: for destination ``i`` and each head ``h`` of the program's group, recompute
@@ -621,13 +578,7 @@ def _bwd_dst_kernel(
     launch with ``ONLY_DELTA`` runs pass 1 over each chunk (``p``, ``g`` into the buffers, the chunk's ``delta`` to
     its slot), the slots are summed per row in a fixed order into ``delta_rows``, and the main launch then runs only
     pass 2 over each chunk, writing its destination-side sums (GATv2 ``dx_dst`` and the attention-vector partial,
-    GAT ``d score_dst``) to its slot, merged in a fixed order afterwards.
-
-    ``DELTA_OUT`` (GATv2 without a gradient on the returned attention): ``delta_i = <dout_i, out_i>`` per head from
-    the forward's per-head output ``out [Nd, H*C]`` (FlashAttention's ``D = rowsum(dO * O)``; ``out_i = sum_e
-    alpha_e x_j``), so pass 1 and its buffer round trip go: every item, a hub's chunk too, walks its edges once
-    (:func:`_bwd_dst_block_v2`), gathering each source row once instead of twice, and no ``ONLY_DELTA`` launch
-    runs."""
+    GAT ``d score_dst``) to its slot, merged in a fixed order afterwards."""
     row, start, end, slot = _item(work_ptr, WHOLE)
     ps = tl.maximum(slot, 0)
     h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
@@ -649,77 +600,55 @@ def _bwd_dst_kernel(
         aw = xi
         sd = tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)
 
-    if DELTA_OUT:  # GATv2: one pass, delta from the saved output
-        delta = _sum(dout * tl.load(out_ptr + row * D + hc, mask=hc_mask, other=0.0).to(tl.float32), 1)
+    # pass 1: p and g per edge (kept in the [E, H] buffers), delta of the row; in the main launch, a hub's chunk
+    # skips it (done by the ONLY_DELTA launch) and reads its row's merged delta
+    p1_end = end
+    if not ONLY_DELTA:
+        p1_end = tl.where(slot >= 0, start, end)
+    big_end = start + (p1_end - start) // BIG_E * BIG_E
+    delta = tl.full([HG], 0.0, tl.float32)
+    for e0 in range(start, big_end, BIG_E):
+        delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
+                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
+                                mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
+                                V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BIG_E)
+    for e0 in range(big_end, p1_end, BLOCK_E):
+        delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
+                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
+                                mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
+                                V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BLOCK_E)
+    if ONLY_DELTA:
+        tl.store(delta_part_ptr + ps * H + h_off, delta, mask=hm & part)
+    else:
+        delta = tl.where(part, tl.load(delta_rows_ptr + row * H + h_off, mask=hm & part, other=0.0), delta)
+        # pass 2: ds, then the destination-side and per-edge gradients. p and g were stored in pass 1 in the layout
+        # of a reduction and are read back here in another: without the barrier a thread can read them before
+        # another thread's store lands (a race the sequential interpreter cannot show)
+        tl.debug_barrier()
+        big_end = start + (end - start) // BIG_E * BIG_E
         dxi = tl.full([HG, BLOCK_C], 0.0, tl.float32)
         datt_w = tl.full([HG, BLOCK_C], 0.0, tl.float32)
-        big_end = start + (end - start) // BIG_E * BIG_E
+        dsd = tl.full([HG], 0.0, tl.float32)
         for e0 in range(start, big_end, BIG_E):
-            dxi, datt_w = _bwd_dst_block_v2(e0, end, h_off, hm, hc, hc_mask, xi, aw, dout, lse, delta, dxi, datt_w,
-                                            indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, mask_ptr, mask_s0,
-                                            mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr, H, D, alpha,
-                                            HAS_MAP, HAS_EDGE, DE, HAS_MASK, ACT, BIG_E)
+            dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
+                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
+                                               sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
+                                               dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
+                                               HAS_MASK, ACT, BIG_E)
         for e0 in range(big_end, end, BLOCK_E):
-            dxi, datt_w = _bwd_dst_block_v2(e0, end, h_off, hm, hc, hc_mask, xi, aw, dout, lse, delta, dxi, datt_w,
-                                            indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, mask_ptr, mask_s0,
-                                            mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr, H, D, alpha,
-                                            HAS_MAP, HAS_EDGE, DE, HAS_MASK, ACT, BLOCK_E)
-        tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask & whole[:, None])
-        tl.store(dattw_ptr + row * D + hc, datt_w, mask=hc_mask & whole[:, None])
-        tl.store(dxd_part_ptr + ps * D + hc, dxi, mask=hc_mask & part[:, None])
-        tl.store(dattw_part_ptr + ps * D + hc, datt_w, mask=hc_mask & part[:, None])
-    else:
-        # pass 1: p and g per edge (kept in the [E, H] buffers), delta of the row; in the main launch, a hub's chunk
-        # skips it (done by the ONLY_DELTA launch) and reads its row's merged delta
-        p1_end = end
-        if not ONLY_DELTA:
-            p1_end = tl.where(slot >= 0, start, end)
-        big_end = start + (p1_end - start) // BIG_E * BIG_E
-        delta = tl.full([HG], 0.0, tl.float32)
-        for e0 in range(start, big_end, BIG_E):
-            delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
-                                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                    mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
-                                    V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BIG_E)
-        for e0 in range(big_end, p1_end, BLOCK_E):
-            delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
-                                    indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                    mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
-                                    V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BLOCK_E)
-        if ONLY_DELTA:
-            tl.store(delta_part_ptr + ps * H + h_off, delta, mask=hm & part)
+            dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
+                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
+                                               sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
+                                               dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
+                                               HAS_MASK, ACT, BLOCK_E)
+        if V2:
+            tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask & whole[:, None])
+            tl.store(dattw_ptr + row * D + hc, datt_w, mask=hc_mask & whole[:, None])
+            tl.store(dxd_part_ptr + ps * D + hc, dxi, mask=hc_mask & part[:, None])
+            tl.store(dattw_part_ptr + ps * D + hc, datt_w, mask=hc_mask & part[:, None])
         else:
-            delta = tl.where(part, tl.load(delta_rows_ptr + row * H + h_off, mask=hm & part, other=0.0), delta)
-            # pass 2: ds, then the destination-side and per-edge gradients. p and g were stored in pass 1 in the
-            # layout of a reduction and are read back here in another: without the barrier a thread can read them
-            # before another thread's store lands (a race the sequential interpreter cannot show)
-            tl.debug_barrier()
-            big_end = start + (end - start) // BIG_E * BIG_E
-            dxi = tl.full([HG, BLOCK_C], 0.0, tl.float32)
-            datt_w = tl.full([HG, BLOCK_C], 0.0, tl.float32)
-            dsd = tl.full([HG], 0.0, tl.float32)
-            for e0 in range(start, big_end, BIG_E):
-                dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w,
-                                                   dsd,
-                                                   indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
-                                                   sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
-                                                   dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
-                                                   HAS_MASK, ACT, BIG_E)
-            for e0 in range(big_end, end, BLOCK_E):
-                dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w,
-                                                   dsd,
-                                                   indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
-                                                   sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
-                                                   dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
-                                                   HAS_MASK, ACT, BLOCK_E)
-            if V2:
-                tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask & whole[:, None])
-                tl.store(dattw_ptr + row * D + hc, datt_w, mask=hc_mask & whole[:, None])
-                tl.store(dxd_part_ptr + ps * D + hc, dxi, mask=hc_mask & part[:, None])
-                tl.store(dattw_part_ptr + ps * D + hc, datt_w, mask=hc_mask & part[:, None])
-            else:
-                tl.store(dsdst_ptr + row * H + h_off, dsd, mask=hm & whole)
-                tl.store(dsd_part_ptr + ps * H + h_off, dsd, mask=hm & part)
+            tl.store(dsdst_ptr + row * H + h_off, dsd, mask=hm & whole)
+            tl.store(dsd_part_ptr + ps * H + h_off, dsd, mask=hm & part)
 
 
 @triton.jit
@@ -1179,17 +1108,14 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
                         mask: Tensor | None, lse: Tensor, dout: Tensor, datt: Tensor | None,
                         alpha_buf: Tensor, ds_buf: Tensor, dx_dst: Tensor | None, dedge: Tensor | None,
                         dattw_part: Tensor | None, dscore_dst: Tensor | None, dscore_edge: Tensor | None, *,
-                        v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None,
-                        out: Tensor | None = None) -> None:
+                        v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None) -> None:
     """Destination pass; fills ``alpha_buf``/``ds_buf`` ``[E, H]`` fp32 (CSC order) for the source pass and the
     destination-side outputs (GATv2: ``dx_dst``, ``dedge`` (projected edges only: with ``edge_weight`` the edge
     gradients come from :func:`launch_backward_edge`), ``dattw_part [Nd + S, H*C]`` fp32 zeros on entry,
     whose rows sum to the attention-vector gradient; GAT: ``dscore_dst``, ``dscore_edge``).
 
-    ``out [Nd, H*C]`` (GATv2 without ``datt``): the forward's per-head output, any float dtype; the softmax row sums
-    then come from it and the pass gathers each source row once (the kernel's ``DELTA_OUT``), one launch with hubs
-    too. Otherwise, with hub rows: a pass-1 launch over the chunks (``hub_work``), their ``delta`` merged per row,
-    then the main launch over every item; either way the merges of the chunks' destination-side sums after it."""
+    With hub rows: a pass-1 launch over the chunks (``hub_work``), their ``delta`` merged per row, then the main
+    launch over every item and the merges of the chunks' destination-side sums."""
     if n_items(work) == 0:
         return
     nd = offsets.shape[0] - 1
@@ -1197,9 +1123,8 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     d = heads * c
     has_edge = (edge if v2 else score_edge) is not None
     n_slots, n_hubs = hub_work.shape[0], hubs.shape[0]
-    delta_out = v2 and out is not None and datt is None
-    delta_part = _partial(0 if delta_out else n_slots, heads, lse)
-    delta_rows = _partial(nd if n_hubs and not delta_out else 0, heads, lse)
+    delta_part = _partial(n_slots, heads, lse)
+    delta_rows = _partial(nd if n_hubs else 0, heads, lse)
     dxd_part = _partial(n_slots if v2 else 0, d, lse)
     dsd_part = _partial(0 if v2 else n_slots, heads, lse)
     if dattw_part is None:
@@ -1211,7 +1136,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
         _or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1),
-        lse, dout, _or(datt, lse), _or(out, lse),
+        lse, dout, _or(datt, lse),
         alpha_buf, ds_buf, delta_part, delta_rows,
         _or(dx_dst, lse), _or(dedge, lse), dattw_rows, _or(dscore_dst, lse), _or(dscore_edge, lse),
         dxd_part, dattw_slots, dsd_part,
@@ -1219,11 +1144,11 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     )
     flags = dict(V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
                  HAS_MASK=mask is not None, HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
-    if n_hubs and not delta_out:
-        _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, DELTA_OUT=False, WHOLE=False, **flags)
+    if n_hubs:
+        _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, WHOLE=False, **flags)
         _merge_sum(hubs, delta_part, delta_rows, heads)
-    _bwd_dst_kernel[(n_items(work), groups)](work, *common, ONLY_DELTA=False, DELTA_OUT=delta_out,
-                                             WHOLE=work.dim() == 1, **flags)
+    _bwd_dst_kernel[(n_items(work), groups)](work, *common, ONLY_DELTA=False, WHOLE=work.dim() == 1,
+                                             **flags)
     if v2 and dx_dst is not None:
         _merge_sum(hubs, dxd_part, dx_dst, d)
     if not v2 and dscore_dst is not None:

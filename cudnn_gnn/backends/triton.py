@@ -15,8 +15,7 @@ op only gathers one source row per edge; autograd carries the score gradients th
 (:func:`_gat_backward`: ``dout_i`` in the source pass, which also forms ``<dout_i, x_j>``; the softmax row sums come
 from the saved output, FlashAttention's ``rowsum(dO * O)``). GATv2's logit needs the whole feature rows, so its op
 takes them directly and recomputes ``act(x_j + x_i + f_e)`` in the backward instead of saving it; its backward
-gathers the source rows once in a destination pass (its softmax row sums from the saved output too) and the
-destination rows in a source pass.
+gathers rows in a destination and a source pass.
 
 Everything here trusts its caller: :mod:`cudnn_gnn.ops` validates shapes, dtypes and devices first. The argument
 list is written once, in :class:`TritonCall`; the op schemas are derived from it, with its tensors packed into one
@@ -203,11 +202,14 @@ def _sizes(c: TritonCall) -> tuple[int, int, int, int]:
 
 
 def _out_spec(c: TritonCall) -> tuple[tuple[int, int], torch.dtype]:
-    """The shape and dtype of the op's output, its per-head output ``[Nd, H*C]`` either way: in the input dtype with
-    ``concat``; without it in float32, whose mean over heads :func:`mha_gat` takes. Autograd can then keep it for
-    the backward (:func:`_delta_source`) and the forward op keeps three outputs."""
+    """The shape and dtype of the op's output: ``[Nd, H*C]`` in the input dtype with ``concat``; without it GATv2's
+    mean over heads ``[Nd, C]`` (input dtype), but GAT's per-head output ``[Nd, H*C]`` in float32, whose mean
+    :func:`mha_gat` takes: autograd can then keep it for the backward (:func:`_delta_source`) and the forward op
+    keeps three outputs."""
     nd, _, h, ch = _sizes(c)
-    return (nd, h * ch), (c.x_src.dtype if c.concat else torch.float32)
+    if c.concat:
+        return (nd, h * ch), c.x_src.dtype
+    return ((nd, ch), c.x_src.dtype) if c.v2 else ((nd, h * ch), torch.float32)
 
 
 def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
@@ -225,6 +227,8 @@ def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
         c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
         c.score_src, c.score_dst, c.score_edge, c.dropout_mask, out, lse, att,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
+    if c.v2 and not c.concat:
+        out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
     return out, lse, att if att is not None else lse.new_empty(0)
 
 
@@ -279,12 +283,9 @@ def gat_one_gather(c: TritonCall) -> bool:
 
 
 def _delta_source(c: TritonCall, out: Tensor) -> Tensor | None:
-    """What the forward keeps for the backward's softmax row sums ``delta_i = <dout_i, out_i>``, or None where GAT's
-    backward takes the two-gather path (where :func:`gat_one_gather` says so), which sums them per edge. GAT's
-    one-gather backward (:func:`_gat_backward`) adds the attention gradient's share from ``[E, H]`` data; GATv2's
-    destination pass (the kernels' ``DELTA_OUT``) then walks each row once, gathering its source rows once instead
-    of twice, except where the returned attention has a gradient: that call sums ``delta`` per edge as before (its
-    share needs every edge's ``alpha``, known only after a pass over the row).
+    """What the forward keeps for :func:`_gat_backward`'s softmax row sums ``delta_i = <dout_i, out_i>`` (plus the
+    attention gradient's share), or None where the backward takes the two-gather path (GATv2, or where
+    :func:`gat_one_gather` says so).
 
     The op's output ``out``, its per-head output either way (:func:`_out_spec`). With ``concat`` in the input dtype:
     FlashAttention's choice (``D = rowsum(dO * O)`` from the rounded ``O``); for 16-bit outputs its rounding (2**-8
@@ -297,14 +298,13 @@ def _delta_source(c: TritonCall, out: Tensor) -> Tensor | None:
     adds a bias drops it otherwise). The backward in exchange allocates one ``[E, H]`` float32 buffer instead of two,
     plus ``delta [Nd, H]``. An in-place change of the output before the backward is refused by autograd's version
     check (as for torch's own attention kernels, which save their output too)."""
-    return out if c.v2 or gat_one_gather(c) else None
+    return out if gat_one_gather(c) else None
 
 
 def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None,
               *args: Any) -> tuple[Tensor, ...]:
     """The gradients of the op's inputs (:data:`_INPUT_NAMES` order; empty where an input has none). ``out``: what
-    :func:`_delta_source` kept; given for GAT, :func:`_gat_backward`, else the two-gather backward below (GATv2's
-    destination pass then takes ``delta`` from ``out``, see :func:`_delta_source`)."""
+    :func:`_delta_source` kept; given (GAT), :func:`_gat_backward`, else the two-gather backward below."""
     c = unpack(*args)
     _check_runnable(c.x_src.device)
     if (c.rev_offsets is None or c.rev_to_csc is None or c.dst_index is None or c.src_work is None
@@ -316,7 +316,10 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         return _gat_backward(c, grad_out, grad_attention, lse, out)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
-    dout = grad_out.contiguous()  # the per-head output's (_out_spec)
+    if c.concat or not c.v2:  # GAT's output is per head either way (_out_spec)
+        dout = grad_out.contiguous()
+    else:  # the mean over heads: every head gets dout / H
+        dout = (grad_out.float().unsqueeze(1) / h).expand(nd, h, ch).reshape(nd, h * ch)
     alpha_buf = torch.empty(e, h, **f32)
     ds_buf = torch.empty(e, h, **f32)
     d_x_src = _like(c.x_src, c.x_src)
@@ -339,8 +342,7 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         None if grad_attention is None else grad_attention.float().contiguous(), alpha_buf, ds_buf,
         d_x_dst if c.v2 else None, d_edge if c.v2 and c.edge_attr is not None and not fused else None, d_w_part,
         None if c.v2 else d_score_dst, None if c.v2 or c.score_edge is None else d_score_edge,
-        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight,
-        out=out if c.v2 else None)
+        v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     k.launch_backward_src(
         c.rev_to_csc, c.dst_index, c.rev_dst, c.map_csc_to_coo, c.src_work, c.src_hub_work, c.src_hubs, c.x_src,
         c.x_dst, c.edge_attr, c.attn_weights, dout, alpha_buf, ds_buf, d_x_src, None if c.v2 else d_score_src,
@@ -926,11 +928,10 @@ def mha_gat(
 
     Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores; plus a merge launch where the work
     list may hold hub rows); backward, GAT three (a light delta pass, the source pass, a light destination sum; only
-    the source pass gathers feature rows), GATv2 two (a destination pass gathering each source row once, a source pass
-    gathering the destination rows; with a gradient on the returned attention and hubs, a pass-1 launch over the hub
-    chunks more), and small merge launches where they may hold hubs. Both keep the per-head output ``[Nd, H*C]`` (the
-    input dtype with ``concat``, float32 without) from the forward to the backward (see :func:`_delta_source`; GAT's
-    two-gather backward does not); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
+    the source pass gathers feature rows), GATv2 two (plus, where the lists may hold hub rows or sources, a pass-1
+    launch over the hub chunks), and small merge launches where they may hold hubs. GAT keeps its per-head output
+    ``[Nd, H*C]`` (the input dtype with ``concat``, float32 without) from the forward to the backward (see
+    :func:`_delta_source`); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
     order). A static graph's work lists know its largest degrees and hold hub entries only where a row (source) has
     more than :func:`chunk_size` edges; a graph rebuilt every call (a sampled block), or one traced by
     ``torch.compile``, gets lists sized for the worst case. Per graph, built once and cached on it: the work lists
@@ -956,7 +957,7 @@ def mha_gat(
         out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
     else:
         out, att = _EagerAttention.apply(call, return_attention, *(call[i] for i in _INPUT_FIELDS))
-    if not concat:  # the op returns the float32 per-head output (_out_spec)
+    if not v2 and not concat:  # GAT's op returns the float32 per-head output (_out_spec)
         out = out.view(out.shape[0], heads, x_src.shape[1] // heads).mean(1).to(x_src.dtype)
     return out, (att if return_attention else None)
 
