@@ -12,8 +12,6 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 * ``ours_chunked_rows``: ours with the blocks' ``short_rows`` hint ignored (chunked row work lists, the hub
   launches), as before ``a93a21c``;
 * ``ours_one_gather``: ours with ``GAT_ONE_GATHER_BACKWARD`` on (Triton);
-* ``ours_gemm_scores``: ours with GAT's node scores as GEMMs (``NODE_SCORE_KERNELS`` off), as before the score
-  kernels;
 * ``ours_compiled``, ``pyg_compiled``: the model under ``torch.compile(dynamic=True)`` (one graph for every batch
   size; its build time is in ``warmup_s``, the graphs it built in ``compiled_graphs``), the loss and the optimizer
   step eager as in the others;
@@ -51,7 +49,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from _bench_common import environment, kernel_times, synchronize, write_json  # noqa: E402
 
-VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_gemm_scores", "ours_compiled",
+VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_compiled",
             "pyg_compiled")
 
 
@@ -72,7 +70,7 @@ def variant_switches(name: str) -> Iterator[None]:
     from cudnn_gnn.graph import CscGraph
 
     saved_rows, saved_gather = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD
-    saved_scores, saved_shape = tb.NODE_SCORE_KERNELS, tk.launch_shape
+    saved_shape = tk.launch_shape
     try:
         swept = sweep_variant(name)
         if swept is not None:
@@ -89,13 +87,10 @@ def variant_switches(name: str) -> Iterator[None]:
             CscGraph.short_rows = property(lambda self: False)  # type: ignore[assignment,method-assign]
         if name == "ours_one_gather":
             tb.GAT_ONE_GATHER_BACKWARD = True
-        if name == "ours_gemm_scores":
-            tb.NODE_SCORE_KERNELS = False
         yield
     finally:
         CscGraph.short_rows = saved_rows  # type: ignore[method-assign]
         tb.GAT_ONE_GATHER_BACKWARD = saved_gather
-        tb.NODE_SCORE_KERNELS = saved_scores
         tk.launch_shape = saved_shape  # type: ignore[assignment]
 
 

@@ -104,7 +104,7 @@ def op_boundary_us(device: torch.device, repeats: int = 300, rounds: int = 7) ->
                          activation_alpha=0.2, return_attention=False, needs_grad=True)
     pack = getattr(tb, "pack", tuple)  # tuple: the op before c31984e took the TritonCall's fields one by one
     args = (*pack(call), False)
-    leaves = [call.score_src, call.score_dst]
+    leaves = [x, w]  # GAT's op takes the features and head vectors (its node scores are computed inside it)
     op = torch.ops.cudnn_gnn.triton_gat_fwd
 
     def fwd_bwd() -> None:

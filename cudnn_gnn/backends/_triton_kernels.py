@@ -1307,15 +1307,17 @@ def _score_shape(heads: int, c: int) -> tuple[int, int, int, int]:
     return max(1, min(64, SCORE_TILE // (hg * block_c))), hg, block_c, triton.cdiv(heads, hg)
 
 
-def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int) -> tuple[Tensor, Tensor]:
+def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int,
+                       out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
     """``(score_src [Ns, H], score_dst [Nd, H])`` float32 of ``x_src [Ns, H*C]`` and ``x_dst [Nd, H*C]`` (None:
     ``x_src`` itself, ``Nd = Ns``), contiguous, against ``a = att_src | att_dst`` (``[2*H*C]``), in one launch (see
-    :func:`_node_scores_kernel`)."""
+    :func:`_node_scores_kernel`); written into ``out``, two contiguous float32 tensors of those shapes, where
+    given."""
     n, d = x_src.shape
     n_dst = n if x_dst is None else x_dst.shape[0]
     c = d // max(heads, 1)
     f32: dict[str, Any] = dict(device=x_src.device, dtype=torch.float32)
-    s0, s1 = torch.empty(n, heads, **f32), torch.empty(n_dst, heads, **f32)
+    s0, s1 = out if out is not None else (torch.empty(n, heads, **f32), torch.empty(n_dst, heads, **f32))
     rows = max(n, n_dst)
     if rows == 0 or heads == 0:
         return s0, s1

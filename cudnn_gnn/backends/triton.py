@@ -9,9 +9,11 @@ in :mod:`cudnn_gnn.backends._triton_kernels`, imported on first use: they run on
 under Triton's interpreter (``TRITON_INTERPRET=1``, which is how the CPU test suite runs them).
 
 GAT's logit is a sum of per-node and per-edge scores, ``act(a_src . x_j + a_dst . x_i + a_edge . f_e)``, so the
-scores are computed here once per node ``[N, H]`` (and per edge ``[E, H]``) in float32 with plain torch ops, and the
-op only gathers one source row per edge; autograd carries the score gradients the op returns back into
-``x_src``, ``x_dst``, ``attn_weights`` and ``edge_attr``. GAT's backward gathers one feature row per edge too
+op computes the node scores once per node ``[N, H]`` in float32 (one small kernel launch in its forward, kept for
+the backward) and gathers only one source row per edge; its backward folds the node scores' gradients into those
+of ``x_src``, ``x_dst`` and ``attn_weights`` itself (:func:`_fold_node_scores`), so a GAT call is one autograd
+node. The edge scores ``[E, H]`` come in computed by torch (``edge_attr`` is the caller's, of any width), and their
+gradient goes out. GAT's backward gathers one feature row per edge too
 (:func:`_gat_backward`: ``dout_i`` in the source pass, which also forms ``<dout_i, x_j>``; the softmax row sums come
 from the saved output, FlashAttention's ``rowsum(dO * O)``). GATv2's logit needs the whole feature rows, so its op
 takes them directly and recomputes ``act(x_j + x_i + f_e)`` in the backward instead of saving it; its backward
@@ -56,8 +58,10 @@ class TritonCall(NamedTuple):
     ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None, ``attn_weights [H*C]``; or,
     with the edge projection fused (:func:`fuse_edge_projection`), the raw ``edge_attr [E, De]`` and
     ``lin_edge_weight [H*C, De]``, projected inside the kernels (None otherwise).
-    Inputs, GAT: ``x_src`` and float32 scores ``score_src [Ns, H]``, ``score_dst [Nd, H]``,
-    ``score_edge [E, H]`` (COO) or None. ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
+    Inputs, GAT: ``x_src``, ``x_dst`` (None where it is ``x_src`` itself, a homogeneous graph: both node scores from
+    one read, one gradient), ``attn_weights [2*H*C + De] = att_src | att_dst | att_edge`` (the op reads the first
+    ``2*H*C``: the node scores are its own) and the float32 edge scores ``score_edge [E, H]`` (COO) or None.
+    ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
     ``edge_grads``: on the fused path, which edge gradients the backward computes (bit 0: ``edge_attr``'s, bit 1:
     ``lin_edge_weight``'s; the others come back as empty tensors); 0 otherwise.
     """
@@ -81,8 +85,6 @@ class TritonCall(NamedTuple):
     edge_attr: Tensor | None
     lin_edge_weight: Tensor | None
     attn_weights: Tensor | None
-    score_src: Tensor | None
-    score_dst: Tensor | None
     score_edge: Tensor | None
     dropout_mask: Tensor | None
     v2: bool
@@ -112,8 +114,7 @@ _SYM_INT_FIELDS = frozenset({"num_src_nodes"})
 _CALL_SCHEMA = "Tensor[] tensors, int present, " + ", ".join(
     f"{'SymInt' if name in _SYM_INT_FIELDS else _SCHEMA_TYPES[_FIELD_TYPES[name]]} {name}"
     for name in (TritonCall._fields[i] for i in _SCALAR_FIELDS))
-_INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "lin_edge_weight", "attn_weights", "score_src", "score_dst",
-                "score_edge")
+_INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "lin_edge_weight", "attn_weights", "score_edge")
 _INPUT_FIELDS = tuple(TritonCall._fields.index(name) for name in _INPUT_NAMES)
 
 
@@ -153,9 +154,9 @@ def unpack(tensors: list[Tensor] | tuple[Tensor, ...], present: int, *scalars: A
 
 
 _lib = torch.library.Library("cudnn_gnn", "FRAGMENT")
-_lib.define(f"triton_gat_fwd({_CALL_SCHEMA}, bool return_attention) -> (Tensor, Tensor, Tensor)")
-_lib.define(f"triton_gat_bwd(Tensor grad_out, Tensor? grad_attention, Tensor lse, Tensor? out, {_CALL_SCHEMA}) -> "
-            f"({', '.join(['Tensor'] * len(_INPUT_NAMES))})")
+_lib.define(f"triton_gat_fwd({_CALL_SCHEMA}, bool return_attention) -> (Tensor, Tensor, Tensor, Tensor)")
+_lib.define(f"triton_gat_bwd(Tensor grad_out, Tensor? grad_attention, Tensor lse, Tensor? out, Tensor scores, "
+            f"{_CALL_SCHEMA}) -> ({', '.join(['Tensor'] * len(_INPUT_NAMES))})")
 
 
 def _interpreting() -> bool:
@@ -212,8 +213,39 @@ def _out_spec(c: TritonCall) -> tuple[tuple[int, int], torch.dtype]:
     return ((nd, ch), c.x_src.dtype) if c.v2 else ((nd, h * ch), torch.float32)
 
 
-def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """``(out, lse, attention or empty)``; ``out`` as :func:`_out_spec` says."""
+def _scores_shape(c: TritonCall) -> tuple[int, ...]:
+    """GAT's node scores, one float32 tensor ``[Ns + Nd, H]`` (``score_src`` rows, then ``score_dst`` rows); GATv2
+    has none (``[0]``)."""
+    nd, _, h, _ = _sizes(c)
+    return (0,) if c.v2 else (c.x_src.shape[0] + nd, h)
+
+
+def _split_scores(c: TritonCall, scores: Tensor) -> tuple[Tensor | None, Tensor | None]:
+    """``(score_src [Ns, H], score_dst [Nd, H])``, contiguous views of :func:`_scores_shape`'s tensor, or Nones
+    (GATv2)."""
+    if c.v2:
+        return None, None
+    ns = c.x_src.shape[0]
+    return scores[:ns], scores[ns:]
+
+
+def _node_scores(c: TritonCall) -> Tensor:
+    """GAT's node scores ``score_src[j, h] = a_src[h] . x_src[j, h]``, ``score_dst[i, h] = a_dst[h] . x_dst[i, h]``
+    as :func:`_scores_shape` lays them out, in one launch of
+    :func:`~cudnn_gnn.backends._triton_kernels.launch_node_scores` (each feature row read once in its own dtype,
+    float32 sums; a homogeneous graph's rows once for both); an empty tensor for GATv2."""
+    scores = torch.empty(_scores_shape(c), device=c.x_src.device, dtype=torch.float32)
+    if not c.v2:
+        assert c.attn_weights is not None  # build_call gives GAT its head vectors
+        d = c.x_src.shape[1]
+        _kernels().launch_node_scores(c.x_src, c.x_dst, c.attn_weights[:2 * d].contiguous(), c.heads,
+                                      out=_split_scores(c, scores))
+    return scores
+
+
+def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(out, lse, attention or empty, scores)``; ``out`` as :func:`_out_spec` says, ``scores`` as
+    :func:`_scores_shape` (kept for the backward)."""
     c = unpack(*args[:_N_PACKED])
     return_attention = bool(args[_N_PACKED])
     _check_runnable(c.x_src.device)
@@ -222,24 +254,27 @@ def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
     out = c.x_src.new_empty(nd, h * ch) if c.concat else torch.empty(nd, h * ch, **f32)
     lse = torch.empty(nd, h, **f32)
     att = torch.empty(e, h, **f32) if return_attention else None
+    scores = _node_scores(c)
+    score_src, score_dst = _split_scores(c, scores)
     _kernels().launch_forward(
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
-        c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
-        c.score_src, c.score_dst, c.score_edge, c.dropout_mask, out, lse, att,
+        c.x_src, c.x_dst if c.v2 else None, c.edge_attr, c.attn_weights if c.v2 else None,
+        score_src, score_dst, c.score_edge, c.dropout_mask, out, lse, att,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     if c.v2 and not c.concat:
         out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
-    return out, lse, att if att is not None else lse.new_empty(0)
+    return out, lse, att if att is not None else lse.new_empty(0), scores
 
 
-def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
+def _fwd_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     c = unpack(*args[:_N_PACKED])
     return_attention = bool(args[_N_PACKED])
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     shape, dtype = _out_spec(c)
     out = torch.empty(shape, device=c.x_src.device, dtype=dtype)
-    return out, torch.empty(nd, h, **f32), torch.empty((e, h) if return_attention else (0,), **f32)
+    return (out, torch.empty(nd, h, **f32), torch.empty((e, h) if return_attention else (0,), **f32),
+            torch.empty(_scores_shape(c), **f32))
 
 
 # ---------------------------------------------------------------------------------------------------- op: backward
@@ -301,10 +336,12 @@ def _delta_source(c: TritonCall, out: Tensor) -> Tensor | None:
     return out if gat_one_gather(c) else None
 
 
-def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None,
+def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None, scores: Tensor,
               *args: Any) -> tuple[Tensor, ...]:
     """The gradients of the op's inputs (:data:`_INPUT_NAMES` order; empty where an input has none). ``out``: what
-    :func:`_delta_source` kept; given (GAT), :func:`_gat_backward`, else the two-gather backward below."""
+    :func:`_delta_source` kept; given (GAT), :func:`_gat_backward`, else the two-gather backward below. ``scores``:
+    what the forward computed (:func:`_node_scores`); GAT's node-score gradients are folded into the features' and
+    the head vectors' by :func:`_fold_node_scores`."""
     c = unpack(*args)
     _check_runnable(c.x_src.device)
     if (c.rev_offsets is None or c.rev_to_csc is None or c.dst_index is None or c.src_work is None
@@ -312,8 +349,13 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         raise RuntimeError("triton_gat_bwd needs the reverse CSC (rev_offsets, rev_to_csc, dst_index, src_work, "
                            "src_hub_work, src_hubs), "
                            "got None: the forward was called without them")
+    score_src, score_dst = _split_scores(c, scores)
+    empty = c.x_src.new_empty(0)
     if out is not None and not c.v2:
-        return _gat_backward(c, grad_out, grad_attention, lse, out)
+        assert score_src is not None and score_dst is not None
+        d_x_src, d_score_src, d_score_dst, d_score_edge = _gat_backward(c, grad_out, grad_attention, lse, out,
+                                                                         score_src, score_dst)
+        return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     if c.concat or not c.v2:  # GAT's output is per head either way (_out_spec)
@@ -328,58 +370,103 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         # one row per whole destination and one per hub chunk (zeros: hub rows' own rows and unused slots add 0)
         d_w_part = torch.zeros(nd + c.row_hub_work.shape[0], h * ch, **f32)
         d_x_dst, d_edge = _like(c.x_dst, c.x_src), _edge_grad(c, 1, c.edge_attr)
-        d_score_src = d_score_dst = d_score_edge = c.x_src.new_empty(0)
+        d_score_src = d_score_dst = d_score_edge = empty
     else:
-        d_x_dst, d_edge, d_w_part = c.x_src.new_empty(0), c.x_src.new_empty(0), None
-        d_score_src = _like(c.score_src, c.x_src)
-        d_score_dst = _like(c.score_dst, c.x_src)
+        d_x_dst, d_edge, d_w_part = empty, empty, None
+        d_score_src = _like(score_src, c.x_src)
+        d_score_dst = _like(score_dst, c.x_src)
         d_score_edge = _like(c.score_edge, c.x_src)
     k = _kernels()
     k.launch_backward_dst(
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
-        c.x_src, c.x_dst, c.edge_attr, c.attn_weights,
-        c.score_src, c.score_dst, c.score_edge, c.dropout_mask, lse, dout,
+        c.x_src, c.x_dst if c.v2 else None, c.edge_attr, c.attn_weights if c.v2 else None,
+        score_src, score_dst, c.score_edge, c.dropout_mask, lse, dout,
         None if grad_attention is None else grad_attention.float().contiguous(), alpha_buf, ds_buf,
         d_x_dst if c.v2 else None, d_edge if c.v2 and c.edge_attr is not None and not fused else None, d_w_part,
         None if c.v2 else d_score_dst, None if c.v2 or c.score_edge is None else d_score_edge,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     k.launch_backward_src(
         c.rev_to_csc, c.dst_index, c.rev_dst, c.map_csc_to_coo, c.src_work, c.src_hub_work, c.src_hubs, c.x_src,
-        c.x_dst, c.edge_attr, c.attn_weights, dout, alpha_buf, ds_buf, d_x_src, None if c.v2 else d_score_src,
+        c.x_dst if c.v2 else None, c.edge_attr, c.attn_weights if c.v2 else None, dout, alpha_buf, ds_buf, d_x_src,
+        None if c.v2 else d_score_src,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
-    d_edge_weight = _fused_edge_backward(c, ds_buf, d_edge) if fused else c.x_src.new_empty(0)
-    if c.v2 and c.attn_weights is not None and d_w_part is not None:
+    if not c.v2:
+        return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge)
+    d_edge_weight = _fused_edge_backward(c, ds_buf, d_edge) if fused else empty
+    if c.attn_weights is not None and d_w_part is not None:
         d_w = d_w_part.sum(0).to(c.attn_weights.dtype)  # per-row and per-chunk partials, reduced in a fixed order
     else:
-        d_w = c.x_src.new_empty(0)
-    return d_x_src, d_x_dst, d_edge, d_edge_weight, d_w, d_score_src, d_score_dst, d_score_edge
+        d_w = empty
+    return d_x_src, d_x_dst, d_edge, d_edge_weight, d_w, empty.new_empty(0)
 
 
-def _gat_backward(c: TritonCall, grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor,
-                  out: Tensor) -> tuple[Tensor, ...]:
+def _gat_backward(c: TritonCall, grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor,
+                  score_src: Tensor, score_dst: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """GAT's backward with one feature-row gather per edge (:func:`~cudnn_gnn.backends._triton_kernels.
     launch_gat_backward`): a delta pass over the destinations (``delta_i = <dout_i, out_i> + sum_e alpha_e datt_e``
     per head: the rows of ``dout`` and ``out`` once per node, per edge only ``[E, H]`` data and only with an
     attention gradient), the source pass (``x_j`` once per source, ``dout_i`` gathered per out-edge: ``dx_j``,
     ``<dout_i, x_j>``, the softmax and score gradients, ``dz [E, H]`` written per edge), and a destination sum over
-    ``dz`` (no indices or rows). A static graph without hubs launches three kernels; with hubs, four merges more."""
-    # narrowing for mypy: the caller checked the reverse CSC, and build_call gives GAT its node scores
+    ``dz`` (no indices or rows). A static graph without hubs launches three kernels; with hubs, four merges more.
+    Returns ``(d_x_src, d_score_src, d_score_dst, d_score_edge)``, the attention's share of ``d_x_src`` only (see
+    :func:`_fold_node_scores`)."""
+    # narrowing for mypy: the caller checked the reverse CSC
     assert c.rev_to_csc is not None and c.dst_index is not None and c.src_work is not None
-    assert c.src_hub_work is not None and c.src_hubs is not None and c.score_src is not None
-    assert c.score_dst is not None
+    assert c.src_hub_work is not None and c.src_hubs is not None
     empty = c.x_src.new_empty(0)
     d_x_src = _like(c.x_src, empty)
-    d_score_src, d_score_dst = _like(c.score_src, empty), _like(c.score_dst, empty)
+    d_score_src, d_score_dst = _like(score_src, empty), _like(score_dst, empty)
     d_score_edge = _like(c.score_edge, empty)
     _kernels().launch_gat_backward(
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
         c.rev_to_csc, c.dst_index, c.rev_dst, c.src_work, c.src_hub_work, c.src_hubs,
-        c.x_src, c.score_src, c.score_dst, c.score_edge, c.dropout_mask, lse, out, grad_out.contiguous(),
+        c.x_src, score_src, score_dst, c.score_edge, c.dropout_mask, lse, out, grad_out.contiguous(),
         None if grad_attention is None else grad_attention.float().contiguous(),
         d_x_src, d_score_src, d_score_dst, d_score_edge if c.score_edge is not None else None,
         heads=c.heads, act=c.activation, alpha=c.activation_alpha)
-    return d_x_src, empty, empty.new_empty(0), empty.new_empty(0), empty.new_empty(0), d_score_src, d_score_dst, \
-        d_score_edge
+    return d_x_src, d_score_src, d_score_dst, d_score_edge
+
+
+def _gat_grads(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor, d_score_dst: Tensor,
+               d_score_edge: Tensor) -> tuple[Tensor, ...]:
+    """GAT's input gradients in :data:`_INPUT_NAMES` order, the node scores' folded in (:func:`_fold_node_scores`)."""
+    d_x_src, d_x_dst, d_w = _fold_node_scores(c, d_x_src, d_score_src, d_score_dst)
+    empty = c.x_src.new_empty(0)
+    return d_x_src, d_x_dst, empty, empty.new_empty(0), d_w, d_score_edge
+
+
+def _fold_node_scores(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
+                      d_score_dst: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``(d_x_src, d_x_dst, d_attn_weights)`` of GAT's op from the kernels' ``d_x_src`` (the attention's share, a
+    buffer of this call, updated in place) and the float32 node-score gradients ``[Ns, H]``, ``[Nd, H]``.
+
+    ``score_s[n, h] = a_s[h] . x_s[n, h]``, so ``d x_s[n, h, :] += d score_s[n, h] a_s[h]`` and ``d a_s[h] = sum_n
+    d score_s[n, h] x_s[n, h]``. As GEMMs with the block-diagonal ``m [H*C, 2H]`` (:func:`_pair_score_matrix`) in
+    the features' dtype (the score gradients rounded to it first, float32 accumulation inside the GEMM): on a
+    homogeneous graph (``x_dst`` None) one ``addmm_`` adds both terms to ``d_x_src`` where it lies (its rows read and
+    written once, no second ``[N, H*C]`` gradient and no sum of two), and the head vectors' gradient is the
+    diagonal blocks of one ``x^T [d score_src | d score_dst]``; with its own ``x_dst``, ``d_x_dst = d score_dst
+    a_dst`` is a GEMM of its own. ``attn_weights``' edge part ``att_edge`` gets zeros here (its gradient flows
+    through the edge scores, computed outside the op)."""
+    assert c.attn_weights is not None  # build_call gives GAT its head vectors
+    h, d = c.heads, c.x_src.shape[1]
+    dt = c.x_src.dtype
+    m = _pair_score_matrix(c.attn_weights, h, d).to(dt)
+    if c.x_dst is None:
+        g = torch.cat([d_score_src, d_score_dst], 1).to(dt)
+        d_x_src.addmm_(g, m.t())
+        d_m = c.x_src.t() @ g
+        d_x_dst = d_x_src.new_empty(0)
+    else:
+        gs, gd = d_score_src.to(dt), d_score_dst.to(c.x_dst.dtype)
+        d_x_src.addmm_(gs, m[:, :h].t())
+        d_x_dst = gd @ m[:, h:].to(c.x_dst.dtype).t()
+        d_m = torch.cat([c.x_src.t() @ gs, c.x_dst.t() @ gd], 1)
+    # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
+    d_a = torch.diagonal(d_m.float().view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
+    width = c.attn_weights.shape[0]
+    d_w = d_a if width == 2 * d else torch.cat([d_a, d_a.new_zeros(width - 2 * d)])
+    return d_x_src, d_x_dst, d_w.to(c.attn_weights.dtype)
 
 
 def _edge_grad(c: TritonCall, bit: int, t: Tensor | None) -> Tensor:
@@ -412,16 +499,16 @@ def _fused_edge_backward(c: TritonCall, ds_buf: Tensor, d_edge: Tensor) -> Tenso
     return d_edge_weight
 
 
-def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None,
+def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out: Tensor | None, scores: Tensor,
               *args: Any) -> tuple[Tensor, ...]:
     c = unpack(*args)
     empty = c.x_src.new_empty(0)
     if c.v2:
         return (_like(c.x_src, empty), _like(c.x_dst, empty), _edge_grad(c, 1, c.edge_attr),
                 _edge_grad(c, 2, c.lin_edge_weight) if c.lin_edge_weight is not None else empty.new_empty(0),
-                _like(c.attn_weights, empty), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0))
-    return (_like(c.x_src, empty), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0), empty.new_empty(0),
-            _like(c.score_src, empty), _like(c.score_dst, empty), _like(c.score_edge, empty))
+                _like(c.attn_weights, empty), empty.new_empty(0))
+    return (_like(c.x_src, empty), _like(c.x_dst, empty), empty.new_empty(0), empty.new_empty(0),
+            _like(c.attn_weights, empty), _like(c.score_edge, empty))
 
 
 for _key in ("CPU", "CUDA"):
@@ -442,24 +529,24 @@ def _grad_out_or_zeros(grad_out: Tensor | None, tensors: list[Tensor], packed: l
 
 
 def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
-    out, lse, att = output
+    out, lse, att, scores = output
     tensors, *packed = inputs[:_N_PACKED]
     ctx.packed = packed  # present and the scalar fields; the tensors are saved below
     ctx.return_attention = bool(inputs[_N_PACKED])
-    ctx.save_for_backward(*tensors, lse, _delta_source(unpack(tensors, *packed), out))
-    ctx.mark_non_differentiable(lse)
+    ctx.save_for_backward(*tensors, lse, _delta_source(unpack(tensors, *packed), out), scores)
+    ctx.mark_non_differentiable(lse, scores)
     if not ctx.return_attention:
         ctx.mark_non_differentiable(att)
 
 
-def _backward(ctx, grad_out, _grad_lse, grad_att):  # type: ignore[no-untyped-def]
+def _backward(ctx, grad_out, _grad_lse, grad_att, _grad_scores):  # type: ignore[no-untyped-def]
     """Gradients in the inputs' structure: for ``tensors`` a list with one entry per tensor (None for the graph's
     and the dropout mask's), None for each scalar."""
-    *tensors, lse, delta_out = ctx.saved_tensors
+    *tensors, lse, delta_out, scores = ctx.saved_tensors
     grad_out = _grad_out_or_zeros(grad_out, tensors, ctx.packed, lse)
     if not ctx.return_attention:
         grad_att = None
-    grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, delta_out, tensors, *ctx.packed)
+    grads = torch.ops.cudnn_gnn.triton_gat_bwd(grad_out, grad_att, lse, delta_out, scores, tensors, *ctx.packed)
     by_field = dict(zip(_INPUT_FIELDS, grads))
     present = ctx.packed[0]
     tensor_grads = [by_field.get(i) for bit, i in enumerate(_TENSOR_FIELDS) if present >> bit & 1]
@@ -483,9 +570,9 @@ class _EagerAttention(torch.autograd.Function):
     def forward(ctx, call: TritonCall, return_attention: bool, *inputs: Tensor | None  # type: ignore[override]
                 ) -> tuple[Tensor, Tensor]:
         tensors, *packed = pack(call)
-        out, lse, att = _fwd_impl(tensors, *packed, return_attention)
+        out, lse, att, scores = _fwd_impl(tensors, *packed, return_attention)
         ctx.packed, ctx.return_attention = packed, return_attention
-        ctx.save_for_backward(*tensors, lse, _delta_source(call, out))
+        ctx.save_for_backward(*tensors, lse, _delta_source(call, out), scores)
         ctx.set_materialize_grads(False)
         if not return_attention:
             ctx.mark_non_differentiable(att)
@@ -494,9 +581,9 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: Tensor | None, grad_att: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, ...]:
-        *tensors, lse, delta_out = ctx.saved_tensors
+        *tensors, lse, delta_out, scores = ctx.saved_tensors
         grad_out = _grad_out_or_zeros(grad_out, tensors, ctx.packed, lse)
-        grads = _bwd_impl(grad_out, grad_att if ctx.return_attention else None, lse, delta_out, tensors,
+        grads = _bwd_impl(grad_out, grad_att if ctx.return_attention else None, lse, delta_out, scores, tensors,
                           *ctx.packed)
         needs = ctx.needs_input_grad[2:]
         return (None, None, *(g if need else None for g, need in zip(grads, needs, strict=True)))
@@ -706,113 +793,20 @@ class _Scores(torch.autograd.Function):
         return d_x, d_m
 
 
-def _node_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
-    """``[N, H]`` float32 ``sum_c x[n, h, c] * a[h, c]``, as one GEMM with :func:`_score_matrix`: ``x`` is read once
-    and no ``[N, H, C]`` product is materialised (forward or backward; see :class:`_Scores`)."""
+def _edge_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
+    """``[E, H]`` float32 ``sum_c x[e, h, c] * a[h, c]`` (GAT's edge scores from its edge features ``[E, H*C']``),
+    as one GEMM with :func:`_score_matrix`: ``x`` is read once and no ``[E, H, C']`` product is materialised (forward
+    or backward; see :class:`_Scores`)."""
     return _Scores.apply(x, _score_matrix(a, heads))
 
 
 def _pair_score_matrix(attn_weights: Tensor, heads: int, d: int) -> Tensor:
     """``m [H*C, 2H]`` float32, ``m[h*C + c, s*H + k] = a[s, h, c]`` if ``k == h`` else 0, for ``a = att_src |
     att_dst`` (the first ``2*H*C`` entries of ``attn_weights``): both block-diagonal score matrices side by side,
-    by one broadcast multiply."""
+    by one broadcast multiply (:func:`_fold_node_scores`' GEMMs)."""
     a = attn_weights[:2 * d].float().view(2, heads, d // heads)
     eye = torch.eye(heads, device=a.device, dtype=torch.float32)
     return (a.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(d, 2 * heads)
-
-
-def _pair_scores_backward(ctx: Any, x_src: Tensor, x_dst: Tensor | None, m: Tensor, g_src: Tensor | None,
-                          g_dst: Tensor | None) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
-    """The backward of GAT's node scores (:class:`_SrcDstScores`, :class:`_SrcDstScoresGemm`) as GEMMs in the
-    features' dtype (as :class:`_Scores`: the ``[N, H]`` score gradients rounded to it first, float32 accumulation
-    inside the GEMM): ``d_x = g m^T``, and the head vectors' gradient read off the diagonal blocks of ``x^T g``
-    straight into ``attn_weights``' shape."""
-    h, d = ctx.heads, x_src.shape[1]
-    dt = x_src.dtype
-    g_src = torch.zeros(x_src.shape[0], h, device=m.device) if g_src is None else g_src
-    g_dst = torch.zeros((x_src if x_dst is None else x_dst).shape[0], h, device=m.device) if g_dst is None \
-        else g_dst
-    d_x_src = d_x_dst = d_w = None
-    if x_dst is None:
-        g = torch.cat([g_src, g_dst], 1).to(dt)
-        if ctx.needs_input_grad[0]:
-            d_x_src = g @ m.to(dt).t()
-        d_m = (x_src.t() @ g).float() if ctx.needs_input_grad[2] else None
-    else:
-        gs, gd = g_src.to(dt), g_dst.to(dt)
-        if ctx.needs_input_grad[0]:
-            d_x_src = gs @ m[:, :h].to(dt).t()
-        if ctx.needs_input_grad[1]:
-            d_x_dst = gd @ m[:, h:].to(x_dst.dtype).t()
-        d_m = torch.cat([(x_src.t() @ gs).float(), (x_dst.t() @ gd.to(x_dst.dtype)).float()], 1) \
-            if ctx.needs_input_grad[2] else None
-    if d_m is not None:
-        # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
-        d_a = torch.diagonal(d_m.view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
-        d_w = d_a if ctx.width == 2 * d else torch.cat([d_a, d_a.new_zeros(ctx.width - 2 * d)])
-    return d_x_src, d_x_dst, d_w, None
-
-
-NODE_SCORE_KERNELS = True
-"""The rule that picks how eager calls compute GAT's node scores: True (the default), :class:`_SrcDstScores` (one
-small Triton kernel forward); False, :class:`_SrcDstScoresGemm` (the GEMMs ``torch.compile`` traces). A module
-global so that the two can be measured against each other in one process
-(``benchmarks/investigations/node_scores_ab.py``)."""
-
-
-class _SrcDstScores(torch.autograd.Function):
-    """GAT's per-node scores ``(score_src [Ns, H], score_dst [Nd, H])``, contiguous float32, from ``x_src``,
-    ``x_dst`` (None: the graph is homogeneous, ``x_dst`` is ``x_src``) and ``attn_weights`` (``att_src | att_dst``
-    in its first ``2*H*C`` entries), as one autograd node (eager calls; ``torch.compile`` traces
-    :class:`_SrcDstScoresGemm`).
-
-    Forward: one Triton launch (:func:`~cudnn_gnn.backends._triton_kernels.launch_node_scores`) reads every feature
-    row once in its own dtype and sums in float32 (a homogeneous graph: both scores from one read). Against the
-    GEMM, on 16-bit features, no float32 copy of ``x`` (``[N, D]`` written and read again; under autocast a second,
-    16-bit, copy too) and fewer host ops. Backward: :func:`_pair_scores_backward`'s GEMMs (a Triton backward with
-    the head vectors' gradient as per-program partials measured slower on the H200; docs/performance.md)."""
-
-    @staticmethod
-    def forward(ctx, x_src: Tensor, x_dst: Tensor | None, attn_weights: Tensor, heads: int  # type: ignore[override]
-                ) -> tuple[Tensor, Tensor]:
-        d = x_src.shape[1]
-        x_src = x_src.contiguous()
-        x_dst = None if x_dst is None else x_dst.contiguous()
-        ctx.save_for_backward(x_src, x_dst, attn_weights)
-        ctx.heads, ctx.width = heads, attn_weights.shape[0]
-        return _kernels().launch_node_scores(x_src, x_dst, attn_weights[:2 * d].contiguous(), heads)
-
-    @staticmethod
-    def backward(ctx, g_src: Tensor | None, g_dst: Tensor | None  # type: ignore[override]
-                 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
-        x_src, x_dst, attn_weights = ctx.saved_tensors
-        m = _pair_score_matrix(attn_weights, ctx.heads, x_src.shape[1]).to(x_src.dtype)  # one cast, not one a side
-        return _pair_scores_backward(ctx, x_src, x_dst, m, g_src, g_dst)
-
-
-class _SrcDstScoresGemm(torch.autograd.Function):
-    """:class:`_SrcDstScores` as GEMMs, for ``torch.compile`` to trace (the Triton launch is not traceable as it
-    is): the same values up to float32 summation order, the same backward. A homogeneous graph takes one GEMM ``x
-    @ [A_src | A_dst]`` (``x`` read once), in float32 with autocast off (under autocast the GEMM would run, and
-    round the scores, in 16 bits)."""
-
-    @staticmethod
-    def forward(ctx, x_src: Tensor, x_dst: Tensor | None, attn_weights: Tensor, heads: int  # type: ignore[override]
-                ) -> tuple[Tensor, Tensor]:
-        m = _pair_score_matrix(attn_weights, heads, x_src.shape[1])
-        ctx.save_for_backward(x_src, x_dst, m)
-        ctx.heads, ctx.width = heads, attn_weights.shape[0]
-        with torch.autocast(x_src.device.type, enabled=False):
-            if x_dst is None:
-                both = x_src.float() @ m
-                return both[:, :heads].contiguous(), both[:, heads:].contiguous()
-            return x_src.float() @ m[:, :heads], x_dst.float() @ m[:, heads:]
-
-    @staticmethod
-    def backward(ctx, g_src: Tensor | None, g_dst: Tensor | None  # type: ignore[override]
-                 ) -> tuple[Tensor | None, Tensor | None, Tensor | None, None]:
-        x_src, x_dst, m = ctx.saved_tensors
-        return _pair_scores_backward(ctx, x_src, x_dst, m, g_src, g_dst)
 
 
 def build_call(
@@ -869,15 +863,14 @@ def build_call(
             x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
             edge_attr=None if edge_attr is None else edge_attr.contiguous(),
             lin_edge_weight=None if lin_edge_weight is None else lin_edge_weight.contiguous(),
-            attn_weights=attn_weights.contiguous(), score_src=None, score_dst=None, score_edge=None)
+            attn_weights=attn_weights.contiguous(), score_edge=None)
     else:
         score_edge = None
         if edge_attr is not None:
-            score_edge = _node_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
-        scores = _SrcDstScoresGemm if torch.compiler.is_compiling() or not NODE_SCORE_KERNELS else _SrcDstScores
-        score_src, score_dst = scores.apply(x_src, None if x_dst is x_src else x_dst, attn_weights, heads)
-        inputs = dict(x_src=x_src.contiguous(), x_dst=None, edge_attr=None, lin_edge_weight=None, attn_weights=None,
-                      score_src=score_src, score_dst=score_dst, score_edge=score_edge)
+            score_edge = _edge_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
+        inputs = dict(x_src=x_src.contiguous(), x_dst=None if x_dst is x_src else x_dst.contiguous(),
+                      edge_attr=None, lin_edge_weight=None, attn_weights=attn_weights.contiguous(),
+                      score_edge=score_edge)
     return TritonCall(
         offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map,
         row_work=rows.work, row_hub_work=rows.hub_work, row_hubs=rows.hubs,
@@ -954,7 +947,7 @@ def mha_gat(
                       activation_name=activation_name, activation_alpha=activation_alpha,
                       return_attention=return_attention, needs_grad=needs_grad, lin_edge_weight=lin_edge_weight)
     if torch.compiler.is_compiling():
-        out, _, att = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
+        out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
     else:
         out, att = _EagerAttention.apply(call, return_attention, *(call[i] for i in _INPUT_FIELDS))
     if not v2 and not concat:  # GAT's op returns the float32 per-head output (_out_spec)

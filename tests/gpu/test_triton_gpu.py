@@ -23,6 +23,7 @@ if (_reason := compiled_triton_skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
 
 from cudnn_gnn import CscGraph  # noqa: E402
+from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
 
@@ -145,8 +146,9 @@ def test_compile_fullgraph():
 
 
 def test_compile_fullgraph_gat_against_eager():
-    """GAT under ``torch.compile(fullgraph=True)`` traces the node scores as GEMMs (``_SrcDstScoresGemm``); eager
-    calls run them on the score kernels (``_SrcDstScores``): outputs and gradients agree to float32 rounding."""
+    """GAT under ``torch.compile(fullgraph=True)`` (the registered op, its node scores computed inside it) against
+    the eager call (``_EagerAttention``, the same implementations): outputs and gradients agree to float32
+    rounding."""
     graph = _power_law_graph(3000, 30_000, seed=4, index_dtype=torch.int32)
     xs, w, _, _ = _inputs(False, graph, 8, 32, edge=False, mask=False)
     x = xs.requires_grad_()
@@ -167,22 +169,29 @@ def test_compile_fullgraph_gat_against_eager():
 @pytest.mark.parametrize("bipartite", [False, True], ids=["homogeneous", "bipartite"])
 @pytest.mark.parametrize("heads, c", [(8, 32), (4, 128), (3, 250)])
 def test_node_scores_under_autocast_at_size(heads, c, bipartite):
-    """GAT's node scores on the score kernels, 200,000 bfloat16 source rows (and 120,000 destination rows of their
-    own where bipartite) under ``torch.autocast``: float32 scores within float32 rounding of the float64 sums;
-    ``d_x`` and the head vectors' gradient (GEMMs over the score gradients rounded to bfloat16) within bfloat16
-    rounding; bitwise repeats."""
+    """GAT's node scores on the score kernel (the op's forward), 200,000 bfloat16 source rows (and 120,000
+    destination rows of their own where bipartite) under ``torch.autocast``: float32 scores within float32
+    rounding of the float64 sums; their gradients folded into ``d_x`` (added in place to the attention's share,
+    zeros here) and the head vectors' gradient (``_fold_node_scores``: GEMMs over the score gradients rounded to
+    bfloat16) within bfloat16 rounding; bitwise repeats."""
     n, nd, d = 200_000, 120_000 if bipartite else 200_000, heads * c
     gen = torch.Generator(device=DEV).manual_seed(7)
     x = torch.randn(n, d, device=DEV, generator=gen).to(torch.bfloat16).requires_grad_()
     xd = torch.randn(nd, d, device=DEV, generator=gen).to(torch.bfloat16).requires_grad_() if bipartite else None
     w = (torch.randn(2 * d, device=DEV, generator=gen) * 0.3).requires_grad_()
     gs, gd = torch.randn(n, heads, device=DEV, generator=gen), torch.randn(nd, heads, device=DEV, generator=gen)
-    leaves = (x, w) if xd is None else (x, xd, w)
+    graph = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), size=(n, nd))
+    x0 = x.detach()
+    call = tb.build_call(graph, x0, x0 if xd is None else xd.detach(), w.detach(), None, None,
+                         v2=False, heads=heads, concat=True, activation_name="leaky_relu", activation_alpha=0.2,
+                         return_attention=False, needs_grad=True)
+    assert (call.x_dst is None) == (xd is None)
 
     def run():
         with torch.autocast("cuda", torch.bfloat16):
-            s, t = tb._SrcDstScores.apply(x, xd, w, heads)
-        return (s, t, *torch.autograd.grad((s * gs).sum() + (t * gd).sum(), leaves))
+            s, t = tk.launch_node_scores(x0, None if xd is None else xd.detach(), w.detach(), heads)
+        d_x, d_xd, d_w = tb._fold_node_scores(call, torch.zeros_like(x), gs, gd)
+        return (s, t, d_x, d_w) if xd is None else (s, t, d_x, d_xd, d_w)
 
     got = run()
     x64 = x.detach().double().view(n, heads, c)
