@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cudnn_gnn._bias import bias_add
 from cudnn_gnn.graph import CscGraph, adj_t_to_coo
 
 from ._graph_inputs import plain
@@ -36,8 +37,7 @@ def finish(
         out = out[: plan.num_dst]
     if res is not None:
         out = out + res
-    if bias is not None:
-        out = out + bias
+    out = bias_add(out, bias)  # the bias's gradient a column sum (cudnn_gnn._bias), torch's promotion kept
     if alpha is None:
         return out
     second = attention_result(plan, alpha.to(alpha_dtype), edge_index)

@@ -18,6 +18,7 @@ from cudnn_gnn.ops.gatv2 import gatv2
 from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
 from ._edge_features import plan_edge_attr
 from ._explain import explained, run_explained
+from ._linear import project
 from ._plan_cache import resolve
 from ._pyg_outputs import finish
 
@@ -150,8 +151,8 @@ class GATv2Conv(MessagePassing):
             check_node_features("x", x)
             if self.res is not None:
                 res = self.res(x)
-            x_l = self.lin_l(x)
-            x_r = x_l if self.share_weights else self.lin_r(x)
+            x_l = project(self.lin_l, x)
+            x_r = x_l if self.share_weights else project(self.lin_r, x)
         elif isinstance(x, (tuple, list)) and len(x) == 2:
             check_node_features("x[0]", x[0])
             if x[1] is None:
@@ -159,7 +160,7 @@ class GATv2Conv(MessagePassing):
             check_node_features("x[1]", x[1])
             if self.res is not None:
                 res = self.res(x[1])
-            x_l, x_r = self.lin_l(x[0]), self.lin_r(x[1])
+            x_l, x_r = project(self.lin_l, x[0]), project(self.lin_r, x[1])
         else:
             raise TypeError(f"x must be a Tensor or an (x_src, x_dst) tuple, got {type(x).__name__}")
 

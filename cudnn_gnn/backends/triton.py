@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, cast
 import torch
 from torch import Tensor
 
+from cudnn_gnn._bias import column_sum
 from cudnn_gnn.backends.info import backend_info, triton_available
 from cudnn_gnn.graph import CscGraph
 
@@ -394,7 +395,7 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge)
     d_edge_weight = _fused_edge_backward(c, ds_buf, d_edge) if fused else empty
     if c.attn_weights is not None and d_w_part is not None:
-        d_w = d_w_part.sum(0).to(c.attn_weights.dtype)  # per-row and per-chunk partials, reduced in a fixed order
+        d_w = column_sum(d_w_part).to(c.attn_weights.dtype)  # per-row and per-chunk partials, in a fixed order
     else:
         d_w = empty
     return d_x_src, d_x_dst, d_edge, d_edge_weight, d_w, empty.new_empty(0)

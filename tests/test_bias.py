@@ -1,0 +1,76 @@
+"""``cudnn_gnn._bias``: column sums of tall tensors and the bias add with that gradient.
+
+Their CUDA path is taken for 2-D CUDA tensors of at least ``COLUMN_SUM_MIN_ROWS`` rows; here (no GPU) the tests
+route CPU tensors through it by patching ``_tall_cuda``, so every strategy's arithmetic and the autograd Function
+run; ``tests/gpu/test_bias_gpu.py`` runs them on the GPU at size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudnn_gnn import _bias
+
+
+@pytest.fixture
+def tall(monkeypatch):
+    monkeypatch.setattr(_bias, "_tall_cuda", lambda x: x.dim() == 2)
+
+
+@pytest.mark.parametrize("strategy", ["split", "mv", "sum"])
+@pytest.mark.parametrize("rows", [1, 127, 128, 1000])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_column_sum_strategies_equal_the_plain_sum(strategy, rows, dtype, tall, monkeypatch):
+    """Every strategy, row counts below, at and past a split block (128 rows), float32 and bfloat16: the column
+    sums of ``x.sum(0)``, in ``x``'s dtype (bfloat16 within its rounding of the float64 sums)."""
+    monkeypatch.setattr(_bias, "COLUMN_SUM", strategy)
+    x = torch.randn(rows, 37, generator=torch.Generator().manual_seed(rows)).to(dtype)
+    got = _bias.column_sum(x)
+    assert got.dtype == dtype and got.shape == (37,)
+    want = x.double().sum(0)
+    tol = dict(atol=1e-4, rtol=1e-5) if dtype == torch.float32 else dict(atol=0.1, rtol=1e-2)
+    torch.testing.assert_close(got.double(), want, **tol)
+
+
+def test_small_and_compiled_inputs_keep_the_plain_sum(monkeypatch):
+    """Below ``COLUMN_SUM_MIN_ROWS`` rows, on a CPU tensor, or with ``COLUMN_SUM = "sum"``: ``x.sum(0)`` itself and a
+    plain add (no autograd Function of ours in the graph)."""
+    x = torch.randn(50, 4, requires_grad=True)
+    b = torch.randn(4, requires_grad=True)
+    assert torch.equal(_bias.column_sum(x), x.sum(0))
+    y = _bias.bias_add(x, b)
+    assert type(y.grad_fn).__name__ == "AddBackward0"
+    assert _bias.bias_add(x, None) is x
+
+
+@pytest.mark.parametrize("cast", [False, True], ids=["promote", "cast"])
+@pytest.mark.parametrize("x_dtype", [torch.float32, torch.bfloat16])
+def test_bias_add_values_dtypes_and_gradients(cast, x_dtype, tall):
+    """``bias_add`` through its autograd Function: ``x + bias`` with torch's promotion (a float32 bias on a bfloat16
+    ``x`` gives float32, as PyG's ``out + self.bias``) or, with ``cast``, the bias in ``x``'s dtype (``F.linear``'s
+    rule under autocast); the gradients of ``x`` (in its dtype) and of the bias (its column sum, in the bias's
+    dtype) equal a plain add's."""
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(300, 24, generator=gen).to(x_dtype).requires_grad_()
+    b = torch.randn(24, generator=gen).requires_grad_()
+    y = _bias.bias_add(x, b, cast=cast)
+    assert type(y.grad_fn).__name__ == "_BiasAddBackward"
+    want = x + (b.to(x_dtype) if cast else b)
+    assert y.dtype == want.dtype and torch.equal(y, want)
+    g = torch.randn(y.shape, generator=gen).to(y.dtype)
+    got = torch.autograd.grad(y, (x, b), g)
+    ref = torch.autograd.grad(want, (x, b), g)
+    for a, r in zip(got, ref, strict=True):
+        assert a.dtype == r.dtype
+        torch.testing.assert_close(a, r, atol=0.1 if x_dtype == torch.bfloat16 else 1e-5, rtol=1e-2)
+
+
+def test_bias_gradient_only_where_asked(tall):
+    """A frozen bias gets no gradient and no column sum; a frozen ``x`` none either."""
+    x = torch.randn(300, 8, requires_grad=True)
+    b = torch.randn(8)
+    y = _bias.bias_add(x, b)
+    assert type(y.grad_fn).__name__ == "AddBackward0"  # the bias needs no gradient: the plain add
+    b.requires_grad_()
+    (gb,) = torch.autograd.grad(_bias.bias_add(x.detach(), b).sum(), b)
+    assert torch.equal(gb, torch.full((8,), 300.0))
