@@ -174,8 +174,9 @@ def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 3
     call = tb.build_call(csc, x, x, w, None, None, v2=v2, heads=8, concat=True, activation_name="leaky_relu",
                          activation_alpha=0.2, return_attention=False, needs_grad=True)
     args = tb.pack(call)
-    out, lse, _ = tb._fwd_impl(*args, False)
+    out, lse, _, scores = tb._fwd_impl(*args, False)
     grad = torch.randn_like(out)
+    kept = tb._delta_source(call, out)  # what the forward keeps for the backward (GAT's one-gather: the output)
 
     def per_call_us(fn: Callable[[], Any]) -> float:
         for _ in range(20):
@@ -189,11 +190,11 @@ def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 3
 
     with torch.no_grad():
         fwd = per_call_us(lambda: tb._fwd_impl(*args, False))
-        bwd = per_call_us(lambda: tb._bwd_impl(grad, None, lse, *args))
+        bwd = per_call_us(lambda: tb._bwd_impl(grad, None, lse, kept, scores, *args))
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls):
-            tb._bwd_impl(grad, None, lse, *args)
+            tb._bwd_impl(grad, None, lse, kept, scores, *args)
         torch.cuda.synchronize()
         prof.disable()
     text = io.StringIO()
