@@ -1,12 +1,11 @@
 """Column sums of tall ``[N, D]`` tensors, and the bias add whose gradient is one.
 
-A bias added to ``N`` rows has the gradient ``grad.sum(0)``, a reduction over the long axis into a few hundred
-sums. On the H200 torch's reduction kernel for that shape ran at a third of the memory bandwidth (arxiv, ``[169k,
-256]`` float32: 136-139 us a call where reading the tensor once takes ~45 us; a GATv2 layer's step launches four:
-its bias, ``lin_l``'s and ``lin_r``'s, and the Triton backend's attention-vector partials). :func:`column_sum` is
+A bias added to ``N`` rows has the gradient ``grad.sum(0)``, a reduction over the long axis into a few hundred sums,
+for which torch's reduction kernel reads the tensor well below the memory bandwidth; a GATv2 layer's step runs four
+(its bias, ``lin_l``'s and ``lin_r``'s, and the Triton backend's attention-vector partials). :func:`column_sum` is
 the one place that chooses how such a sum runs (:data:`COLUMN_SUM`); :func:`bias_add` adds a bias with it as the
-gradient. Small tensors, CPU tensors and ``torch.compile`` (whose generated reduction is its own) keep
-``x.sum(0)`` and a plain add: on a host-bound small graph one more Python autograd node costs more than it saves.
+gradient. Small tensors, CPU tensors and ``torch.compile`` (whose generated reduction is its own) keep ``x.sum(0)``
+and a plain add: on a host-bound small graph one more Python autograd node costs more than it saves.
 
 Measured: docs/performance.md, "Column sums".
 """
@@ -53,6 +52,11 @@ def column_sum(x: Tensor) -> Tensor:
     return head.to(x.dtype)
 
 
+def _add(x: Tensor, bias: Tensor, cast: bool) -> Tensor:
+    """``x + bias``: with ``cast`` the bias in ``x``'s dtype first, else torch's promotion."""
+    return x + (bias.to(x.dtype) if cast else bias)
+
+
 class _BiasAdd(torch.autograd.Function):
     """``x + bias``, the bias gradient by :func:`column_sum`; ``cast``: the bias cast to ``x``'s dtype first (as
     ``F.linear`` casts it under autocast), else torch's promotion (as a plain ``x + bias``)."""
@@ -60,7 +64,7 @@ class _BiasAdd(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x: Tensor, bias: Tensor, cast: bool) -> Tensor:  # type: ignore[override]
         ctx.dtypes = x.dtype, bias.dtype
-        return x + (bias.to(x.dtype) if cast else bias)
+        return _add(x, bias, cast)
 
     @staticmethod
     def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
@@ -78,4 +82,4 @@ def bias_add(x: Tensor, bias: Tensor | None, *, cast: bool = False) -> Tensor:
         return x
     if _tall_cuda(x) and COLUMN_SUM != "sum" and torch.is_grad_enabled() and bias.requires_grad:
         return _BiasAdd.apply(x, bias, cast)
-    return x + (bias.to(x.dtype) if cast else bias)
+    return _add(x, bias, cast)
