@@ -442,29 +442,17 @@ def _fold_node_scores(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
     buffer of this call, updated in place) and the float32 node-score gradients ``[Ns, H]``, ``[Nd, H]``.
 
     ``score_s[n, h] = a_s[h] . x_s[n, h]``, so ``d x_s[n, h, :] += d score_s[n, h] a_s[h]`` and ``d a_s[h] = sum_n
-    d score_s[n, h] x_s[n, h]``. As GEMMs with the block-diagonal ``m [H*C, 2H]`` (:func:`_pair_score_matrix`) in
-    the features' dtype (the score gradients rounded to it first, float32 accumulation inside the GEMM): on a
-    homogeneous graph (``x_dst`` None) one ``addmm_`` adds both terms to ``d_x_src`` where it lies (its rows read and
-    written once, no second ``[N, H*C]`` gradient and no sum of two), and the head vectors' gradient is the
-    diagonal blocks of one ``x^T [d score_src | d score_dst]``; with its own ``x_dst``, ``d_x_dst = d score_dst
-    a_dst`` is a GEMM of its own. ``attn_weights``' edge part ``att_edge`` gets zeros here (its gradient flows
-    through the edge scores, computed outside the op)."""
+    d score_s[n, h] x_s[n, h]``: one launch of :func:`~cudnn_gnn.backends._triton_kernels.
+    launch_node_scores_backward`, which reads each feature row once, adds both terms to ``d_x_src`` where it lies on a
+    homogeneous graph (``x_dst`` None: no second ``[N, H*C]`` gradient, no sum of two) or writes ``d_x_dst`` where
+    ``x_dst`` is its own tensor, and returns the head vectors' gradient. ``attn_weights``' edge part ``att_edge``
+    gets zeros here (its gradient flows through the edge scores, computed outside the op)."""
     assert c.attn_weights is not None  # build_call gives GAT its head vectors
-    h, d = c.heads, c.x_src.shape[1]
-    dt = c.x_src.dtype
-    m = _pair_score_matrix(c.attn_weights, h, d).to(dt)
-    if c.x_dst is None:
-        g = torch.cat([d_score_src, d_score_dst], 1).to(dt)
-        d_x_src.addmm_(g, m.t())
-        d_m = c.x_src.t() @ g
-        d_x_dst = d_x_src.new_empty(0)
-    else:
-        gs, gd = d_score_src.to(dt), d_score_dst.to(c.x_dst.dtype)
-        d_x_src.addmm_(gs, m[:, :h].t())
-        d_x_dst = gd @ m[:, h:].to(c.x_dst.dtype).t()
-        d_m = torch.cat([c.x_src.t() @ gs, c.x_dst.t() @ gd], 1)
-    # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
-    d_a = torch.diagonal(d_m.float().view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
+    d = c.x_src.shape[1]
+    d_x_dst = d_x_src.new_empty(0) if c.x_dst is None else _like(c.x_dst, d_x_src)
+    d_a = _kernels().launch_node_scores_backward(
+        c.x_src, c.x_dst, c.attn_weights[:2 * d].contiguous(), c.heads, d_score_src, d_score_dst, d_x_src,
+        None if c.x_dst is None else d_x_dst)
     width = c.attn_weights.shape[0]
     d_w = d_a if width == 2 * d else torch.cat([d_a, d_a.new_zeros(width - 2 * d)])
     return d_x_src, d_x_dst, d_w.to(c.attn_weights.dtype)
@@ -799,15 +787,6 @@ def _edge_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
     as one GEMM with :func:`_score_matrix`: ``x`` is read once and no ``[E, H, C']`` product is materialised (forward
     or backward; see :class:`_Scores`)."""
     return _Scores.apply(x, _score_matrix(a, heads))
-
-
-def _pair_score_matrix(attn_weights: Tensor, heads: int, d: int) -> Tensor:
-    """``m [H*C, 2H]`` float32, ``m[h*C + c, s*H + k] = a[s, h, c]`` if ``k == h`` else 0, for ``a = att_src |
-    att_dst`` (the first ``2*H*C`` entries of ``attn_weights``): both block-diagonal score matrices side by side,
-    by one broadcast multiply (:func:`_fold_node_scores`' GEMMs)."""
-    a = attn_weights[:2 * d].float().view(2, heads, d // heads)
-    eye = torch.eye(heads, device=a.device, dtype=torch.float32)
-    return (a.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(d, 2 * heads)
 
 
 def build_call(

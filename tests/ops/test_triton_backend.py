@@ -541,8 +541,9 @@ GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat
                 False: ["_bwd_dst_kernel", "_bwd_src_kernel"]}
 """The backward launches of a static graph without hubs: GAT's one-gather backward, or the two-gather one."""
 
-SCORE_KERNELS = ("_node_scores_kernel",)
-"""GAT's node-score launch (in the op's forward): one, whether ``x_dst`` is ``x_src`` or another tensor."""
+SCORE_KERNELS = ("_node_scores_kernel", "_node_scores_bwd_kernel")
+"""GAT's node-score launches, one in the op's forward and one in its backward (the scores' gradients folded into
+the features' and the head vectors'), whether ``x_dst`` is ``x_src`` or another tensor."""
 
 
 def _attention_launches(launched: list[str]) -> list[str]:
@@ -554,7 +555,7 @@ def _attention_launches(launched: list[str]) -> list[str]:
 def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, monkeypatch):
     """A static CscGraph whose degrees fit a chunk: forward + backward launch the row kernels and nothing else (no
     merge, no pass-1 launch): the forward, then GAT's three backward passes (delta, source, destination sum), or
-    the two-gather backward's two, besides the node scores' kernel (for ``x_src`` and ``x_dst``); the same
+    the two-gather backward's two, besides the node scores' two kernels (for ``x_src`` and ``x_dst``); the same
     graph marked rebuilt every call (no degree sync) keeps the bounded lists
     and launches the merges over padding (GAT's one-gather backward: four, for delta, dx, d score_src and d
     score_dst). Results agree."""
@@ -584,10 +585,10 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
             torch.testing.assert_close(a, b)
 
 
-def test_cora_shaped_gat_step_launches_three_backward_kernels_a_layer(launched, monkeypatch):
+def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, monkeypatch):
     """Two GATConv layers of Cora's shape (8 heads x 8 concatenated, then one head averaged; attention dropout 0.6,
     self-loops) on a static hub-free graph, on the one-gather backward: it launches GAT's three passes per layer and
-    nothing else, and every gradient equals the reference layers'."""
+    the node scores' backward, nothing else, and every gradient equals the reference layers'."""
     monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", True)
     from cudnn_gnn import GATConv
 
@@ -606,7 +607,7 @@ def test_cora_shaped_gat_step_launches_three_backward_kernels_a_layer(launched, 
         launched.clear()
         out.square().sum().backward()
         if backend == "triton":
-            assert launched == GAT_BACKWARD[True] * 2, launched
+            assert launched == [*GAT_BACKWARD[True], "_node_scores_bwd_kernel"] * 2, launched
         grads.append([xl.grad, *(p.grad for conv in convs for p in conv.parameters())])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
@@ -792,13 +793,16 @@ def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
 def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edge, dtype, launched, monkeypatch):
     """GAT's op computes its node scores itself (one ``_node_scores_kernel`` launch, ``SCORE_TILE`` moved down so
     that its programs end inside both tensors; 3 heads of width 5, padded) and folds their gradients into those of
-    ``x_src``, ``x_dst`` and ``attn_weights`` (``_fold_node_scores``): one autograd node for the whole call, every
+    ``x_src``, ``x_dst`` and ``attn_weights`` (``_fold_node_scores``: one ``_node_scores_bwd_kernel`` launch, here
+    of 3 programs that walk two blocks of 8 rows each, the last one ending past both tensors' rows): one autograd
+    node for the whole call, every
     gradient equal to the reference's (bfloat16: norm-wise against float64, see below), homogeneous (``x_dst`` is
     ``x_src``: one gradient) or bipartite, with edge scores or without, float32 and bfloat16. The edge part of
     ``attn_weights``' gradient comes from the edge scores alone."""
     from cudnn_gnn.backends import _triton_kernels as kernels
 
     monkeypatch.setattr(kernels, "SCORE_TILE", 256)
+    monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 4)
     h, c, ns = 3, 5, 41
     nd = 14 if bipartite else ns
     gen = torch.Generator().manual_seed(3)
@@ -818,7 +822,7 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
             assert a.dtype == lp.dtype
             rel = float((a.double() - b).norm() / b.norm())
             assert rel <= 8 * max(float((lp.double() - b).norm() / b.norm()), 2**-8), rel
-    assert launched.count("_node_scores_kernel") == 1, launched
+    assert launched.count("_node_scores_kernel") == 1 and launched.count("_node_scores_bwd_kernel") == 1, launched
     assert out.grad_fn is not None and type(out.grad_fn).__name__ == "_EagerAttentionBackward"
     w_grad = grads[2 if bipartite else 1]
     assert w_grad.shape == w.shape and (edge or torch.count_nonzero(w_grad[2 * h * c:]) == 0)
