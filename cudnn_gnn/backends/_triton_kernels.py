@@ -1276,11 +1276,7 @@ def _node_scores_kernel(x0_ptr, x1_ptr, a_ptr, s0_ptr, s1_ptr, N0, N1, H, C,
     h*C + c] a[h*C + c]`` for ``n < N0`` and ``s1[n, h] = sum_c x1[n, h*C + c] a[H*C + h*C + c]`` for ``n < N1``;
     ``SEPARATE`` False: ``x1`` is ``x0`` (a homogeneous graph, ``N1 <= N0``), read once for both. Each feature row
     read once, in its own dtype; the row counts are not specialised on (a sampled batch's vary)."""
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
-    hm = h_off < H
-    c_off = tl.arange(0, BLOCK_C)
-    hc = h_off[:, None] * C + c_off[None, :]
-    hc_mask = hm[:, None] & (c_off < C)[None, :]
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     D = H * C
     rows = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     m0, m1 = rows < N0, rows < N1
@@ -1309,11 +1305,7 @@ def _node_scores_bwd_kernel(x0_ptr, x1_ptr, a_ptr, g0_ptr, g1_ptr, dx0_ptr, dx1_
     read-modify-write of ``dx0``. The head vectors' share, as the program's partial sums ``part[p, 0, h*C + c] =
     sum_n g0[n, h] x0[n, h*C + c]`` and ``part[p, 1, :]`` likewise for ``x1`` (``part [P, 2, H*C]`` float32, summed
     over ``P`` by the caller in a fixed order). Every ``[N, H*C]`` tensor is read (or written) once."""
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
-    hm = h_off < H
-    c_off = tl.arange(0, BLOCK_C)
-    hc = h_off[:, None] * C + c_off[None, :]
-    hc_mask = hm[:, None] & (c_off < C)[None, :]
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     D = H * C
     a0 = tl.load(a_ptr + hc, mask=hc_mask, other=0.0).to(tl.float32)
     a1 = tl.load(a_ptr + D + hc, mask=hc_mask, other=0.0).to(tl.float32)
