@@ -1370,10 +1370,11 @@ def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: in
     return s0, s1
 
 
-SCORE_BWD_PROGRAMS = 1024
+SCORE_BWD_PROGRAMS = 4096
 """About how many programs (per head group) :func:`launch_node_scores_backward` launches: each walks
-``ROWS = BLOCK_N * ceil(blocks / SCORE_BWD_PROGRAMS)`` rows, so the head vectors' partials stay ``[<= 1024, 2, H*C]``
-(2 MiB at 8 x 32) however many rows there are, and a small graph still gets one block of rows a program."""
+``ROWS = BLOCK_N * ceil(blocks / SCORE_BWD_PROGRAMS)`` rows, so the head vectors' partials stay ``[<= 4096, 2, H*C]``
+(8 MiB at 8 x 32) however many rows there are, and a small graph still gets one block of rows a program. Of 1,024,
+4,096 and 16,384 on the H200 (arxiv's 169,343 rows, 8 x 32), 4,096 was the fastest (docs/performance.md)."""
 
 
 def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int, g_src: Tensor,

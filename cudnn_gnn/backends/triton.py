@@ -356,7 +356,7 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         assert score_src is not None and score_dst is not None
         d_x_src, d_score_src, d_score_dst, d_score_edge = _gat_backward(c, grad_out, grad_attention, lse, out,
                                                                          score_src, score_dst)
-        return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge)
+        return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge, True)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     if c.concat or not c.v2:  # GAT's output is per head either way (_out_spec)
@@ -392,7 +392,7 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         None if c.v2 else d_score_src,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     if not c.v2:
-        return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge)
+        return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge, False)
     d_edge_weight = _fused_edge_backward(c, ds_buf, d_edge) if fused else empty
     if c.attn_weights is not None and d_w_part is not None:
         d_w = column_sum(d_w_part).to(c.attn_weights.dtype)  # per-row and per-chunk partials, in a fixed order
@@ -429,9 +429,14 @@ def _gat_backward(c: TritonCall, grad_out: Tensor, grad_attention: Tensor | None
 
 
 def _gat_grads(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor, d_score_dst: Tensor,
-               d_score_edge: Tensor) -> tuple[Tensor, ...]:
-    """GAT's input gradients in :data:`_INPUT_NAMES` order, the node scores' folded in (:func:`_fold_node_scores`)."""
-    d_x_src, d_x_dst, d_w = _fold_node_scores(c, d_x_src, d_score_src, d_score_dst)
+               d_score_edge: Tensor, one_gather: bool) -> tuple[Tensor, ...]:
+    """GAT's input gradients in :data:`_INPUT_NAMES` order, the node scores' folded in: by the score kernel
+    (:func:`_fold_node_scores`) after the one-gather backward (``one_gather``; :func:`gat_one_gather`'s regime:
+    static graphs, tiles at most 256 wide, where the kernel was measured faster), else by GEMMs
+    (:func:`_fold_node_scores_gemm`, measured faster on sampled-shape bipartite blocks, 4 x 128;
+    docs/performance.md, "Inside the op")."""
+    fold = _fold_node_scores if one_gather else _fold_node_scores_gemm
+    d_x_src, d_x_dst, d_w = fold(c, d_x_src, d_score_src, d_score_dst)
     empty = c.x_src.new_empty(0)
     return d_x_src, d_x_dst, empty, empty.new_empty(0), d_w, d_score_edge
 
@@ -456,6 +461,43 @@ def _fold_node_scores(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
     width = c.attn_weights.shape[0]
     d_w = d_a if width == 2 * d else torch.cat([d_a, d_a.new_zeros(width - 2 * d)])
     return d_x_src, d_x_dst, d_w.to(c.attn_weights.dtype)
+
+
+def _fold_node_scores_gemm(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
+                           d_score_dst: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_fold_node_scores` as GEMMs with the block-diagonal ``m [H*C, 2H]`` (:func:`_pair_score_matrix`) in
+    the features' dtype (the score gradients rounded to it first, float32 accumulation inside the GEMM): on a
+    homogeneous graph one ``addmm_`` adds both terms to ``d_x_src`` where it lies, and the head vectors' gradient is
+    the diagonal blocks of one ``x^T [d score_src | d score_dst]``; with its own ``x_dst``, ``d_x_dst = d score_dst
+    a_dst`` is a GEMM of its own."""
+    assert c.attn_weights is not None  # build_call gives GAT its head vectors
+    h, d = c.heads, c.x_src.shape[1]
+    dt = c.x_src.dtype
+    m = _pair_score_matrix(c.attn_weights, h, d).to(dt)
+    if c.x_dst is None:
+        g = torch.cat([d_score_src, d_score_dst], 1).to(dt)
+        d_x_src.addmm_(g, m.t())
+        d_m = c.x_src.t() @ g
+        d_x_dst = d_x_src.new_empty(0)
+    else:
+        gs, gd = d_score_src.to(dt), d_score_dst.to(c.x_dst.dtype)
+        d_x_src.addmm_(gs, m[:, :h].t())
+        d_x_dst = gd @ m[:, h:].to(c.x_dst.dtype).t()
+        d_m = torch.cat([c.x_src.t() @ gs, c.x_dst.t() @ gd], 1)
+    # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
+    d_a = torch.diagonal(d_m.float().view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
+    width = c.attn_weights.shape[0]
+    d_w = d_a if width == 2 * d else torch.cat([d_a, d_a.new_zeros(width - 2 * d)])
+    return d_x_src, d_x_dst, d_w.to(c.attn_weights.dtype)
+
+
+def _pair_score_matrix(attn_weights: Tensor, heads: int, d: int) -> Tensor:
+    """``m [H*C, 2H]`` float32, ``m[h*C + c, s*H + k] = a[s, h, c]`` if ``k == h`` else 0, for ``a = att_src |
+    att_dst`` (the first ``2*H*C`` entries of ``attn_weights``): both block-diagonal score matrices side by side,
+    by one broadcast multiply (:func:`_fold_node_scores_gemm`' GEMMs)."""
+    a = attn_weights[:2 * d].float().view(2, heads, d // heads)
+    eye = torch.eye(heads, device=a.device, dtype=torch.float32)
+    return (a.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(d, 2 * heads)
 
 
 def _edge_grad(c: TritonCall, bit: int, t: Tensor | None) -> Tensor:

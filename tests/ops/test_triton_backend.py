@@ -542,8 +542,9 @@ GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat
 """The backward launches of a static graph without hubs: GAT's one-gather backward, or the two-gather one."""
 
 SCORE_KERNELS = ("_node_scores_kernel", "_node_scores_bwd_kernel")
-"""GAT's node-score launches, one in the op's forward and one in its backward (the scores' gradients folded into
-the features' and the head vectors'), whether ``x_dst`` is ``x_src`` or another tensor."""
+"""GAT's node-score launches, one in the op's forward and, after the one-gather backward, one in its backward (the
+scores' gradients folded into the features' and the head vectors'; the two-gather backward folds them by GEMMs),
+whether ``x_dst`` is ``x_src`` or another tensor."""
 
 
 def _attention_launches(launched: list[str]) -> list[str]:
@@ -555,7 +556,8 @@ def _attention_launches(launched: list[str]) -> list[str]:
 def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, monkeypatch):
     """A static CscGraph whose degrees fit a chunk: forward + backward launch the row kernels and nothing else (no
     merge, no pass-1 launch): the forward, then GAT's three backward passes (delta, source, destination sum), or
-    the two-gather backward's two, besides the node scores' two kernels (for ``x_src`` and ``x_dst``); the same
+    the two-gather backward's two, besides the node scores' kernels (forward, and the one-gather backward's fold);
+    the same
     graph marked rebuilt every call (no degree sync) keeps the bounded lists
     and launches the merges over padding (GAT's one-gather backward: four, for delta, dx, d score_src and d
     score_dst). Results agree."""
@@ -570,7 +572,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
         launched.clear()
         results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True))
-        assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS)
+        assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
         rows = _attention_launches(launched)
         if not rebuilt:
             assert rows == ["_fwd_kernel", *GAT_BACKWARD[one_gather]], launched
@@ -790,11 +792,14 @@ def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
 @pytest.mark.parametrize("bipartite", [False, True], ids=["homogeneous", "bipartite"])
 @pytest.mark.parametrize("edge", [False, True], ids=["no_edges", "edge_scores"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edge, dtype, launched, monkeypatch):
+@pytest.mark.parametrize("one_gather", [True, False], ids=["fold_kernel", "fold_gemm"])
+def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edge, dtype, one_gather, launched,
+                                                                   monkeypatch):
     """GAT's op computes its node scores itself (one ``_node_scores_kernel`` launch, ``SCORE_TILE`` moved down so
     that its programs end inside both tensors; 3 heads of width 5, padded) and folds their gradients into those of
-    ``x_src``, ``x_dst`` and ``attn_weights`` (``_fold_node_scores``: one ``_node_scores_bwd_kernel`` launch, here
-    of 3 programs that walk two blocks of 8 rows each, the last one ending past both tensors' rows): one autograd
+    ``x_src``, ``x_dst`` and ``attn_weights``: after the one-gather backward by ``_fold_node_scores`` (one
+    ``_node_scores_bwd_kernel`` launch, here of 3 programs that walk two blocks of 8 rows each, the last one ending
+    past both tensors' rows), after the two-gather one by ``_fold_node_scores_gemm``'s GEMMs: one autograd
     node for the whole call, every
     gradient equal to the reference's (bfloat16: norm-wise against float64, see below), homogeneous (``x_dst`` is
     ``x_src``: one gradient) or bipartite, with edge scores or without, float32 and bfloat16. The edge part of
@@ -803,6 +808,7 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
 
     monkeypatch.setattr(kernels, "SCORE_TILE", 256)
     monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 4)
+    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
     h, c, ns = 3, 5, 41
     nd = 14 if bipartite else ns
     gen = torch.Generator().manual_seed(3)
@@ -822,10 +828,45 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
             assert a.dtype == lp.dtype
             rel = float((a.double() - b).norm() / b.norm())
             assert rel <= 8 * max(float((lp.double() - b).norm() / b.norm()), 2**-8), rel
-    assert launched.count("_node_scores_kernel") == 1 and launched.count("_node_scores_bwd_kernel") == 1, launched
+    assert launched.count("_node_scores_kernel") == 1, launched
+    assert launched.count("_node_scores_bwd_kernel") == int(one_gather), launched
     assert out.grad_fn is not None and type(out.grad_fn).__name__ == "_EagerAttentionBackward"
     w_grad = grads[2 if bipartite else 1]
     assert w_grad.shape == w.shape and (edge or torch.count_nonzero(w_grad[2 * h * c:]) == 0)
+
+
+@pytest.mark.parametrize("bipartite", [False, True], ids=["homogeneous", "bipartite"])
+@pytest.mark.parametrize("heads, c", [(3, 5), (2, 550)], ids=["3x5", "2x550"])
+def test_node_scores_backward_kernel_against_float64(heads, c, bipartite, monkeypatch):
+    """``launch_node_scores_backward`` alone against float64 sums: ``d_x`` updated in place (both score terms where
+    ``x_dst`` is ``x_src``), ``d_x_dst`` written where it is its own tensor, the head vectors' gradient; rows walked
+    by 3 programs of several blocks each (the last one past the rows), and at 2 x 550 one head a program (two head
+    groups)."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 3)
+    monkeypatch.setattr(kernels, "SCORE_TILE", 256)
+    gen = torch.Generator().manual_seed(21)
+    n, nd, d = 37, 11 if bipartite else 37, heads * c
+    x = torch.randn(n, d, generator=gen)
+    xd = torch.randn(nd, d, generator=gen) if bipartite else None
+    a = torch.randn(2 * d, generator=gen)
+    gs, gd = torch.randn(n, heads, generator=gen), torch.randn(nd, heads, generator=gen)
+    base = torch.randn(n, d, generator=gen)
+    dx, dxd = base.clone(), None if xd is None else torch.full((nd, d), float("nan"))
+    da = kernels.launch_node_scores_backward(x, xd, a, heads, gs, gd, dx, dxd)
+    a64 = a.double().view(2, heads, c)
+    src = (gs.double()[:, :, None] * a64[0]).reshape(n, d)
+    dst = (gd.double()[:, :, None] * a64[1]).reshape(nd, d)
+    x2 = (x if xd is None else xd).double().view(nd, heads, c)
+    want_da = torch.cat([(gs.double()[:, :, None] * x.double().view(n, heads, c)).sum(0).reshape(-1),
+                         (gd.double()[:, :, None] * x2).sum(0).reshape(-1)])
+    torch.testing.assert_close(da.double(), want_da, rtol=1e-5, atol=1e-5)
+    if xd is None:
+        torch.testing.assert_close(dx.double(), base.double() + src + dst, rtol=1e-5, atol=1e-5)
+    else:
+        torch.testing.assert_close(dx.double(), base.double() + src, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(dxd.double(), dst, rtol=1e-5, atol=1e-5)
 
 
 def test_gat_node_scores_stay_float32_under_autocast():
