@@ -1,11 +1,13 @@
-"""Column sums of tall ``[N, D]`` tensors, and the bias add whose gradient is one.
+"""Column sums of tall ``[N, D]`` tensors, and the bias add and linear layer whose bias gradient is one.
 
 A bias added to ``N`` rows has the gradient ``grad.sum(0)``, a reduction over the long axis into a few hundred sums,
 for which torch's reduction kernel reads the tensor well below the memory bandwidth; a GATv2 layer's step runs four
 (its bias, ``lin_l``'s and ``lin_r``'s, and the Triton backend's attention-vector partials). :func:`column_sum` is
 the one place that chooses how such a sum runs (:data:`COLUMN_SUM`); :func:`bias_add` adds a bias with it as the
-gradient. Small tensors, CPU tensors and ``torch.compile`` (whose generated reduction is its own) keep ``x.sum(0)``
-and a plain add: on a host-bound small graph one more Python autograd node costs more than it saves.
+gradient, and :func:`linear` is ``F.linear`` with it as the bias's gradient (the bias still added inside the GEMM,
+where a separate add would cost an ``[N, D]`` read and write). Small tensors, CPU tensors and ``torch.compile``
+(whose generated reduction is its own) keep ``x.sum(0)``, a plain add and ``F.linear``: on a host-bound small graph
+one more Python autograd node costs more than it saves.
 
 Measured: docs/performance.md, "Column sums".
 """
@@ -13,9 +15,10 @@ Measured: docs/performance.md, "Column sums".
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["COLUMN_SUM", "COLUMN_SUM_MIN_ROWS", "bias_add", "column_sum"]
+__all__ = ["COLUMN_SUM", "COLUMN_SUM_MIN_ROWS", "bias_add", "column_sum", "linear"]
 
 COLUMN_SUM = "split"
 """How :func:`column_sum` sums a tall CUDA tensor: ``"split"`` (the rows in blocks of :data:`SPLIT_ROWS`, each
@@ -52,34 +55,65 @@ def column_sum(x: Tensor) -> Tensor:
     return head.to(x.dtype)
 
 
-def _add(x: Tensor, bias: Tensor, cast: bool) -> Tensor:
-    """``x + bias``: with ``cast`` the bias in ``x``'s dtype first, else torch's promotion."""
-    return x + (bias.to(x.dtype) if cast else bias)
-
-
 class _BiasAdd(torch.autograd.Function):
-    """``x + bias``, the bias gradient by :func:`column_sum`; ``cast``: the bias cast to ``x``'s dtype first (as
-    ``F.linear`` casts it under autocast), else torch's promotion (as a plain ``x + bias``)."""
+    """``x + bias`` (torch's promotion), the bias gradient by :func:`column_sum`."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, bias: Tensor, cast: bool) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, bias: Tensor) -> Tensor:  # type: ignore[override]
         ctx.dtypes = x.dtype, bias.dtype
-        return _add(x, bias, cast)
+        return x + bias
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
         x_dtype, bias_dtype = ctx.dtypes
         d_x = grad.to(x_dtype) if ctx.needs_input_grad[0] else None
         d_bias = column_sum(grad).to(bias_dtype) if ctx.needs_input_grad[1] else None
-        return d_x, d_bias, None
+        return d_x, d_bias
 
 
-def bias_add(x: Tensor, bias: Tensor | None, *, cast: bool = False) -> Tensor:
-    """``x [N, D] + bias [D]`` (``x`` itself for no bias): with ``cast`` the bias in ``x``'s dtype (``F.linear``'s
-    rule under autocast), else torch's promotion (a float32 bias on a 16-bit ``x`` gives float32, as a plain ``x +
-    bias``). For a tall CUDA ``x`` the bias's gradient is :func:`column_sum`'s, elsewhere autograd's own add."""
+def bias_add(x: Tensor, bias: Tensor | None) -> Tensor:
+    """``x [N, D] + bias [D]`` (``x`` itself for no bias) with torch's promotion (a float32 bias on a 16-bit ``x``
+    gives float32, as a plain ``x + bias``). For a tall CUDA ``x`` the bias's gradient is :func:`column_sum`'s,
+    elsewhere autograd's own add."""
     if bias is None:
         return x
     if _tall_cuda(x) and COLUMN_SUM != "sum" and torch.is_grad_enabled() and bias.requires_grad:
-        return _BiasAdd.apply(x, bias, cast)
-    return _add(x, bias, cast)
+        return _BiasAdd.apply(x, bias)
+    return x + bias
+
+
+class _Linear(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` (the bias added in the GEMM's epilogue, as torch does), with the bias's gradient
+    by :func:`column_sum` where autograd's would be ``grad.sum(0)``. Under autocast the three inputs are cast to the
+    autocast dtype first and the product runs in it, as ``F.linear``'s autocast rule does; the backward's GEMMs run
+    in that dtype and each gradient returns in its input's dtype (what autograd through the casts gives)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:  # type: ignore[override]
+        device = x.device.type
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
+        ctx.dtypes = x.dtype, weight.dtype, bias.dtype
+        if dtype is not None:
+            x, weight, bias = x.to(dtype), weight.to(dtype), bias.to(dtype)
+        ctx.save_for_backward(x, weight)
+        with torch.autocast(device, enabled=False):
+            return F.linear(x, weight, bias)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:  # type: ignore[override]
+        x, weight = ctx.saved_tensors
+        x_dtype, w_dtype, b_dtype = ctx.dtypes
+        grad = grad.to(x.dtype)
+        d_x = (grad @ weight).to(x_dtype) if ctx.needs_input_grad[0] else None
+        d_w = (grad.t() @ x).to(w_dtype) if ctx.needs_input_grad[1] else None  # x is 2-D (linear's rule)
+        d_b = column_sum(grad).to(b_dtype) if ctx.needs_input_grad[2] else None
+        return d_x, d_w, d_b
+
+
+def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    """``F.linear(x, weight, bias)``: for a tall CUDA ``x`` whose bias needs a gradient, through :class:`_Linear`
+    (the same forward, the bias's gradient by :func:`column_sum`); elsewhere ``F.linear`` itself."""
+    if (bias is not None and _tall_cuda(x) and COLUMN_SUM != "sum" and torch.is_grad_enabled()
+            and bias.requires_grad):
+        return _Linear.apply(x, weight, bias)
+    return F.linear(x, weight, bias)
