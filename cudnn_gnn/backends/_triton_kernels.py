@@ -1043,8 +1043,13 @@ def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) 
 
 
 def _partial(rows: int, width: int, like: Tensor) -> Tensor:
-    """A float32 ``[rows, width]`` partial buffer (at least one row, so that the pointer is always valid)."""
-    return torch.empty(max(rows, 1), width, device=like.device, dtype=torch.float32)
+    """A float32 ``[rows, width]`` partial buffer; with no rows, ``like`` (a float32 tensor of the call) stands in
+    as the pointer and nothing is allocated: a work list without chunk items has no program that touches a partial
+    (every access is masked by ``slot >= 0``, and the merges launch only for hub rows). On a hub-free static graph
+    that is seven allocations fewer a GAT step (a Cora step is host time)."""
+    if rows == 0:
+        return like
+    return torch.empty(rows, width, device=like.device, dtype=torch.float32)
 
 
 def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
