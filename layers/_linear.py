@@ -3,8 +3,7 @@
 ``GATv2Conv``'s ``lin_l`` and ``lin_r`` carry biases (PyG's defaults); ``F.linear(x, W, b)`` leaves their gradient
 to autograd's ``grad.sum(0)`` over every node, which on a large graph costs more than the GEMM's share of it should
 (see :mod:`cudnn_gnn._bias`). Same parameters, same forward (the bias added inside the GEMM, ``F.linear``'s
-autocast rule), the bias's gradient a column sum. (Until this module's ``project`` added the bias after the GEMM,
-one ``[N, H*C]`` add each; measured in docs/performance.md, "Column sums".)"""
+autocast rule, no separate ``[N, H*C]`` add), the bias's gradient a column sum."""
 
 from __future__ import annotations
 

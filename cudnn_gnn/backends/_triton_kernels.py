@@ -1045,8 +1045,8 @@ def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) 
 def _partial(rows: int, width: int, like: Tensor) -> Tensor:
     """A float32 ``[rows, width]`` partial buffer; with no rows, ``like`` (a float32 tensor of the call) stands in
     as the pointer and nothing is allocated: a work list without chunk items has no program that touches a partial
-    (every access is masked by ``slot >= 0``, and the merges launch only for hub rows). On a hub-free static graph
-    that is seven allocations fewer a GAT step (a Cora step is host time)."""
+    (every access is masked by ``slot >= 0``, and the merges launch only for hub rows). A small graph's step is host
+    time, of which every allocation is a part."""
     if rows == 0:
         return like
     return torch.empty(rows, width, device=like.device, dtype=torch.float32)
@@ -1378,8 +1378,8 @@ def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: in
 SCORE_BWD_PROGRAMS = 4096
 """About how many programs (per head group) :func:`launch_node_scores_backward` launches: each walks
 ``ROWS = BLOCK_N * ceil(blocks / SCORE_BWD_PROGRAMS)`` rows, so the head vectors' partials stay ``[<= 4096, 2, H*C]``
-(8 MiB at 8 x 32) however many rows there are, and a small graph still gets one block of rows a program. Of 1,024,
-4,096 and 16,384 on the H200 (arxiv's 169,343 rows, 8 x 32), 4,096 was the fastest (docs/performance.md)."""
+(8 MiB at 8 x 32) however many rows there are, and a small graph still gets one block of rows a program. Measured
+against 1,024 and 16,384: docs/performance.md, "The fold as a kernel"."""
 
 
 def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int, g_src: Tensor,
