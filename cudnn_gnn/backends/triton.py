@@ -351,12 +351,12 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
                            "src_hub_work, src_hubs), "
                            "got None: the forward was called without them")
     score_src, score_dst = _split_scores(c, scores)
-    empty = c.x_src.new_empty(0)
     if out is not None and not c.v2:
         assert score_src is not None and score_dst is not None
         d_x_src, d_score_src, d_score_dst, d_score_edge = _gat_backward(c, grad_out, grad_attention, lse, out,
                                                                          score_src, score_dst)
         return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge, True)
+    empty = c.x_src.new_empty(0)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     if c.concat or not c.v2:  # GAT's output is per head either way (_out_spec)
@@ -434,33 +434,35 @@ def _gat_grads(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor, d_score_dst:
     (:func:`_fold_node_scores`) after the one-gather backward (``one_gather``; :func:`gat_one_gather`'s regime:
     static graphs, tiles at most 256 wide, where the kernel was measured faster), else by GEMMs
     (:func:`_fold_node_scores_gemm`, measured faster on sampled-shape bipartite blocks, 4 x 128;
-    docs/performance.md, "Inside the op")."""
+    docs/performance.md, "The fold as a kernel"). ``attn_weights``' edge part ``att_edge`` gets zeros here (its
+    gradient flows through the edge scores, computed outside the op)."""
+    assert c.attn_weights is not None  # build_call gives GAT its head vectors
     fold = _fold_node_scores if one_gather else _fold_node_scores_gemm
-    d_x_src, d_x_dst, d_w = fold(c, d_x_src, d_score_src, d_score_dst)
+    d_x_src, d_x_dst, d_a = fold(c, d_x_src, d_score_src, d_score_dst)
+    pad = c.attn_weights.shape[0] - d_a.shape[0]
+    d_w = (torch.cat([d_a, d_a.new_zeros(pad)]) if pad else d_a).to(c.attn_weights.dtype)
     empty = c.x_src.new_empty(0)
     return d_x_src, d_x_dst, empty, empty.new_empty(0), d_w, d_score_edge
 
 
 def _fold_node_scores(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
                       d_score_dst: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """``(d_x_src, d_x_dst, d_attn_weights)`` of GAT's op from the kernels' ``d_x_src`` (the attention's share, a
-    buffer of this call, updated in place) and the float32 node-score gradients ``[Ns, H]``, ``[Nd, H]``.
+    """``(d_x_src, d_x_dst, d_a)`` of GAT's op from the kernels' ``d_x_src`` (the attention's share, a buffer of this
+    call, updated in place) and the float32 node-score gradients ``[Ns, H]``, ``[Nd, H]``; ``d_a [2*H*C]`` float32,
+    the gradient of ``att_src | att_dst``.
 
     ``score_s[n, h] = a_s[h] . x_s[n, h]``, so ``d x_s[n, h, :] += d score_s[n, h] a_s[h]`` and ``d a_s[h] = sum_n
     d score_s[n, h] x_s[n, h]``: one launch of :func:`~cudnn_gnn.backends._triton_kernels.
     launch_node_scores_backward`, which reads each feature row once, adds both terms to ``d_x_src`` where it lies on a
     homogeneous graph (``x_dst`` None: no second ``[N, H*C]`` gradient, no sum of two) or writes ``d_x_dst`` where
-    ``x_dst`` is its own tensor, and returns the head vectors' gradient. ``attn_weights``' edge part ``att_edge``
-    gets zeros here (its gradient flows through the edge scores, computed outside the op)."""
+    ``x_dst`` is its own tensor, and returns the head vectors' gradient."""
     assert c.attn_weights is not None  # build_call gives GAT its head vectors
     d = c.x_src.shape[1]
     d_x_dst = d_x_src.new_empty(0) if c.x_dst is None else _like(c.x_dst, d_x_src)
     d_a = _kernels().launch_node_scores_backward(
         c.x_src, c.x_dst, c.attn_weights[:2 * d].contiguous(), c.heads, d_score_src, d_score_dst, d_x_src,
         None if c.x_dst is None else d_x_dst)
-    width = c.attn_weights.shape[0]
-    d_w = d_a if width == 2 * d else torch.cat([d_a, d_a.new_zeros(width - 2 * d)])
-    return d_x_src, d_x_dst, d_w.to(c.attn_weights.dtype)
+    return d_x_src, d_x_dst, d_a
 
 
 def _fold_node_scores_gemm(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
@@ -486,9 +488,7 @@ def _fold_node_scores_gemm(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
         d_m = torch.cat([c.x_src.t() @ gs, c.x_dst.t() @ gd], 1)
     # d_a[s, h, c] = d_m[h*C + c, s*H + h]: the diagonal over (h, k) of d_m viewed as [H, C, 2, H]
     d_a = torch.diagonal(d_m.float().view(h, d // h, 2, h), dim1=0, dim2=3).permute(1, 2, 0).reshape(2 * d)
-    width = c.attn_weights.shape[0]
-    d_w = d_a if width == 2 * d else torch.cat([d_a, d_a.new_zeros(width - 2 * d)])
-    return d_x_src, d_x_dst, d_w.to(c.attn_weights.dtype)
+    return d_x_src, d_x_dst, d_a
 
 
 def _pair_score_matrix(attn_weights: Tensor, heads: int, d: int) -> Tensor:
