@@ -161,6 +161,18 @@ def measure_compiled(model: nn.Module, graph: Any, x: Tensor, grad: Tensor, args
         torch._dynamo.reset()
 
 
+def per_call_us(fn: Callable[[], Any], calls: int, warmup: int = 20) -> float:
+    """Host microseconds a call of ``fn`` over ``calls`` calls queued back to back (one sync at the end)."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 300) -> dict[str, Any]:
     """Host us per call of the Triton op's ``_fwd_impl`` and ``_bwd_impl`` (Cora, 8 heads x 8), and cProfile's top
     functions by own time over ``calls`` backward calls."""
@@ -178,19 +190,9 @@ def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 3
     grad = torch.randn_like(out)
     kept = tb._delta_source(call, out)  # what the forward keeps for the backward (GAT's one-gather: the output)
 
-    def per_call_us(fn: Callable[[], Any]) -> float:
-        for _ in range(20):
-            fn()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / calls * 1e6
-
     with torch.no_grad():
-        fwd = per_call_us(lambda: tb._fwd_impl(*args, False))
-        bwd = per_call_us(lambda: tb._bwd_impl(grad, None, lse, kept, scores, *args))
+        fwd = per_call_us(lambda: tb._fwd_impl(*args, False), calls)
+        bwd = per_call_us(lambda: tb._bwd_impl(grad, None, lse, kept, scores, *args), calls)
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls):

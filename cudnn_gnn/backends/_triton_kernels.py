@@ -61,6 +61,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from cudnn_gnn.backends._triton_launch import cached_launch
+
 __all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "WIDE_TUNED_SHAPES", "block_sizes", "edge_kernel_shape",
            "launch_shape", "launch_forward", "launch_backward_dst", "launch_backward_src", "launch_backward_edge",
            "launch_gat_backward", "launch_node_scores",
@@ -340,6 +342,7 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
     return m_new, l_run, acc
 
 
+@cached_launch
 @triton.jit
 def _fwd_kernel(
     work_ptr, indices_ptr, map_ptr,
@@ -404,6 +407,7 @@ def _fwd_kernel(
                        att_ptr, H, HAS_MAP, HAS_MASK, BIG_E)
 
 
+@cached_launch
 @triton.jit
 def _fwd_merge_kernel(
     hubs_ptr, offsets_ptr, map_ptr, mask_ptr, mask_s0, mask_s1,
@@ -451,6 +455,7 @@ def _fwd_merge_kernel(
                        att_ptr, H, HAS_MAP, HAS_MASK, BIG_E)
 
 
+@cached_launch
 @triton.jit
 def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr):
     """``out[row, :W] = sum_k part[slot0 + k, :W]`` for the hub ``hubs[pid0] = (row, slot0, n)``, in slot order
@@ -555,6 +560,7 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
 
 
 
+@cached_launch
 @triton.jit
 def _bwd_dst_kernel(
     work_ptr, indices_ptr, map_ptr,
@@ -698,6 +704,7 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
     return dx, dss
 
 
+@cached_launch
 @triton.jit
 def _bwd_src_kernel(
     work_ptr, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
@@ -749,6 +756,7 @@ def _bwd_src_kernel(
         tl.store(dss_part_ptr + ps * H + h_off, dss, mask=hm & part)
 
 
+@cached_launch
 @triton.jit
 def _bwd_edge_kernel(
     indices_ptr, dst_index_ptr, map_ptr,
@@ -852,6 +860,7 @@ def _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, acc,
     return acc + _sum(a * tl.load(datt_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0), 0)
 
 
+@cached_launch
 @triton.jit
 def _bwd_gat_delta_kernel(
     work_ptr, offsets_ptr, indices_ptr, map_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
@@ -936,6 +945,7 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
     return dx, dss
 
 
+@cached_launch
 @triton.jit
 def _bwd_gat_src_kernel(
     work_ptr, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
@@ -982,6 +992,7 @@ def _bwd_gat_src_kernel(
     tl.store(dss_part_ptr + ps * H + h_off, dss, mask=hm & part)
 
 
+@cached_launch
 @triton.jit
 def _bwd_gat_dst_kernel(work_ptr, dz_buf_ptr, dsdst_ptr, dsd_part_ptr, H,
                         BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr):
@@ -1274,6 +1285,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
 
 
 # ---------------------------------------------------------------------------------------------------- node scores
+@cached_launch
 @triton.jit(do_not_specialize=["N0", "N1"])
 def _node_scores_kernel(x0_ptr, x1_ptr, a_ptr, s0_ptr, s1_ptr, N0, N1, H, C,
                         SEPARATE: tl.constexpr, BLOCK_N: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr):
@@ -1298,6 +1310,7 @@ def _node_scores_kernel(x0_ptr, x1_ptr, a_ptr, s0_ptr, s1_ptr, N0, N1, H, C,
     tl.store(s1_ptr + out, _sum(x1 * a1[None, :, :], 2), mask=m1[:, None] & hm[None, :])
 
 
+@cached_launch
 @triton.jit(do_not_specialize=["N0", "N1", "ROWS"])
 def _node_scores_bwd_kernel(x0_ptr, x1_ptr, a_ptr, g0_ptr, g1_ptr, dx0_ptr, dx1_ptr, part_ptr, N0, N1, H, C, ROWS,
                             SEPARATE: tl.constexpr, BLOCK_N: tl.constexpr, HG: tl.constexpr,

@@ -47,6 +47,18 @@ def _power_law_graph(n: int, e: int, seed: int, index_dtype: torch.dtype) -> Csc
     return CscGraph.from_edge_index(ei.to(DEV), num_nodes=n, index_dtype=index_dtype)
 
 
+def _hub_graph(n: int, background: int, hub: int, seed: int) -> CscGraph:
+    """``background`` uniform edges, destination 0 with ``hub`` in-edges and source 1 with ``hub`` out-edges,
+    shuffled; int32 indices."""
+    g = torch.Generator().manual_seed(seed)
+    rand = torch.stack([torch.randint(0, n, (background,), generator=g), torch.randint(0, n, (background,), generator=g)])
+    hub_in = torch.stack([torch.randint(0, n, (hub,), generator=g), torch.zeros(hub, dtype=torch.long)])
+    hub_out = torch.stack([torch.ones(hub, dtype=torch.long), torch.randint(0, n, (hub,), generator=g)])
+    ei = torch.cat([rand, hub_in, hub_out], 1)
+    ei = ei[:, torch.randperm(ei.shape[1], generator=g)]
+    return CscGraph.from_edge_index(ei.to(DEV), num_nodes=n, index_dtype=torch.int32)
+
+
 def _inputs(v2: bool, graph: CscGraph, heads: int, c: int, *, edge: bool, mask: bool, seed: int = 0):
     gen = torch.Generator(device=DEV).manual_seed(seed)
     n, e, d = graph.num_src_nodes, graph.num_edges, heads * c
@@ -241,13 +253,7 @@ def test_20000_edge_hub_in_and_out_in_chunks(op, big_blocks, monkeypatch):
     monkeypatch.setattr(_triton_kernels, "BIG_BLOCKS", big_blocks)
     v2 = op == "gatv2"
     n, hub = 4000, 20_000
-    g = torch.Generator().manual_seed(5)
-    background = torch.stack([torch.randint(0, n, (40_000,), generator=g), torch.randint(0, n, (40_000,), generator=g)])
-    hub_in = torch.stack([torch.randint(0, n, (hub,), generator=g), torch.zeros(hub, dtype=torch.long)])
-    hub_out = torch.stack([torch.ones(hub, dtype=torch.long), torch.randint(0, n, (hub,), generator=g)])
-    ei = torch.cat([background, hub_in, hub_out], 1)
-    ei = ei[:, torch.randperm(ei.shape[1], generator=g)]
-    graph = CscGraph.from_edge_index(ei.to(DEV), num_nodes=n, index_dtype=torch.int32)
+    graph = _hub_graph(n, 40_000, hub, seed=5)
     xs, w, ea, m = _inputs(v2, graph, 8, 32, edge=True, mask=True, seed=6)
     kw = dict(v2=v2, heads=8, concat=True)
     ref = _run("reference", graph, xs.double(), w.double(), ea.double(), m, torch.float64, **kw)
@@ -327,3 +333,70 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
     assert extra_projected - extra >= buffer, (
         f"fused forward+backward peaked {extra} bytes above its inputs, projected {extra_projected}; one [E, H*C] "
         f"buffer is {buffer}")
+
+
+def test_cached_launch_matches_tritons_dispatch(monkeypatch):
+    """Every kernel launched through :class:`~cudnn_gnn.backends._triton_launch.CachedLaunch`'s shortcut gives
+    bitwise what Triton's own dispatch gives: GAT with its one-gather and its two-gather backward and GATv2 with its
+    fused edge projection, on a graph with a 3,000-edge hub row and hub source (so the merge kernels run too), with
+    edge features, a dropout mask and returned attention; every one of the eleven kernels holds a variant after the
+    first run, and the third run launches none through Triton's dispatch (all through the shortcut)."""
+    from cudnn_gnn.backends import _triton_launch
+
+    kernels = {name: k for name, k in vars(tk).items() if isinstance(k, _triton_launch.CachedLaunch)}
+    assert len(kernels) == 11, sorted(kernels)
+    n = 3000
+    graph = _hub_graph(n, 30_000, 3000, seed=11)
+    assert graph.num_edges > 4 * tb.chunk_size(graph.num_edges)
+    heads, c, de = 8, 8, 8
+    gen = torch.Generator(device=DEV).manual_seed(12)
+    xs = torch.randn(n, heads * c, device=DEV, generator=gen)
+    m = ((torch.rand(graph.num_edges, heads, device=DEV, generator=gen) > 0.2).float() * 1.25)
+    ea = torch.randn(graph.num_edges, de, device=DEV, generator=gen)
+    ew = torch.randn(heads * c, de, device=DEV, generator=gen) / de**0.5
+    w_gat = torch.randn(2 * heads * c + heads, device=DEV, generator=gen) * 0.3
+    w_v2 = torch.randn(heads * c, device=DEV, generator=gen) * 0.3
+    score_edge = torch.randn(graph.num_edges, heads, device=DEV, generator=gen)
+    assert tb.fuse_edge_projection(graph.num_edges, heads, heads * c, de, 4, True)
+
+    def run(case):
+        v2 = case == "gatv2_fused"
+        x = xs.detach().clone().requires_grad_()
+        w = (w_v2 if v2 else w_gat).detach().clone().requires_grad_()
+        f = (ea if v2 else score_edge).detach().clone().requires_grad_()
+        wt = ew.detach().clone().requires_grad_() if v2 else None
+        monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", case == "gat_one_gather")
+        out, att = tb.mha_gat(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, activation_name="leaky_relu",
+                              activation_alpha=0.2, return_attention=True, lin_edge_weight=wt)
+        cot = torch.Generator(device=DEV).manual_seed(0)
+        ((out * torch.randn(out.shape, device=DEV, generator=cot)).sum()
+         + (att * torch.randn(att.shape, device=DEV, generator=cot)).sum()).backward()
+        return [out, att, x.grad, w.grad, f.grad] + ([wt.grad] if v2 else [])
+
+    cases = ("gat_one_gather", "gat_two_gather", "gatv2_fused")
+    monkeypatch.setattr(_triton_launch, "ENABLED", False)
+    plain = {case: run(case) for case in cases}
+    monkeypatch.setattr(_triton_launch, "ENABLED", True)
+    first = {case: run(case) for case in cases}  # builds each variant's entry through Triton's dispatch
+    assert all(k.variants() > 0 for k in kernels.values()), {name: k.variants() for name, k in kernels.items()}
+
+    dispatched: list[str] = []
+
+    class _Counting:  # Triton's own dispatch of a kernel, counted
+        def __init__(self, fn, name):
+            self._fn, self._name = fn, name
+
+        def __getattr__(self, attr):
+            return getattr(self._fn, attr)
+
+        def __getitem__(self, grid):
+            dispatched.append(self._name)
+            return self._fn[grid]
+
+    for name, k in kernels.items():
+        monkeypatch.setattr(k, "fn", _Counting(k.fn, name))
+    shortcut = {case: run(case) for case in cases}
+    assert dispatched == [], dispatched
+    for case in cases:
+        for a, b, d in zip(plain[case], first[case], shortcut[case], strict=True):
+            assert torch.equal(a, b) and torch.equal(a, d), case

@@ -1,0 +1,134 @@
+"""The cached launch of our Triton kernels (``cudnn_gnn.backends._triton_launch``) on a CPU: its specialization key
+against the properties Triton specializes on, and its dispatch (Triton's own path for a variant's first launch and
+wherever the shortcut does not apply, the compiled kernel's launcher with the whole argument list after it), with a
+stand-in for a jitted kernel and for Triton's driver. The shortcut on real kernels, bitwise against Triton's
+dispatch: ``tests/gpu/test_triton_gpu.py``."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from cudnn_gnn.backends import _triton_launch as tl_launch  # noqa: E402
+
+
+def test_key_separates_what_triton_specializes_on():
+    x = torch.zeros(64)
+    base = tl_launch.args_key([x, 7, 0.5, None, True])
+    assert base is not None and base == tl_launch.args_key([torch.ones(64), 9, 2.0, None, False])
+    # a 4-byte offset view is not 16-byte aligned; another dtype is another signature
+    assert tl_launch.args_key([x[1:], 7, 0.5, None, True]) != base
+    assert tl_launch.args_key([x[4:], 7, 0.5, None, True]) == base
+    assert tl_launch.args_key([x.to(torch.bfloat16), 7, 0.5, None, True]) != base
+    # integers: 1 is a constant, multiples of 16 are divisible, int32 / int64 / uint64 by range
+    keys = {v: tl_launch.args_key([v]) for v in (1, 7, 9, 16, 32, 2**31 - 1, 2**31, 2**31 + 1, 2**63, -16, -3)}
+    assert keys[7] == keys[9] == keys[2**31 - 1] == keys[-3]
+    assert keys[16] == keys[32] == keys[-16]
+    assert len({keys[1], keys[7], keys[16], keys[2**31], keys[2**31 + 1], keys[2**63]}) == 6
+    # bool is not an int, float is not an int, None is its own
+    assert len({tl_launch.args_key([True]), tl_launch.args_key([1]), tl_launch.args_key([1.0]),
+                tl_launch.args_key([None])}) == 4
+    # a Parameter is a tensor; an unknown type has no key (Triton's own dispatch)
+    assert tl_launch.args_key([torch.nn.Parameter(torch.zeros(64))]) == tl_launch.args_key([x])
+    assert tl_launch.args_key([(x, x)]) is None
+
+
+class _Compiled:
+    """A stand-in for Triton's CompiledKernel: records what its launcher was called with."""
+
+    def __init__(self, calls):
+        self.calls, self.function, self.packed_metadata = calls, "cufunction", "metadata"
+
+    def run(self, *args):
+        self.calls.append(("run", args))
+
+
+class _Jitted:
+    """A stand-in for a JITFunction of parameters ``(a, b, n, BLOCK, WIDE)``, the last two constexprs."""
+
+    arg_names = ["a", "b", "n", "BLOCK", "WIDE"]
+
+    def __init__(self):
+        self.calls, self.pre_run_hooks = [], []
+        self.compiled = _Compiled(self.calls)
+
+    def __getitem__(self, grid):
+        def dispatch(*args, **kwargs):
+            self.calls.append(("triton", grid, args, kwargs))
+            return self.compiled
+        return dispatch
+
+
+@pytest.fixture
+def kernel(monkeypatch):
+    """A CachedLaunch around the stand-in, with the version check passed and a driver of device 3, stream 99."""
+    active = SimpleNamespace(get_current_device=lambda: 3, get_current_stream=lambda device: 99 + 0 * device)
+    monkeypatch.setattr(tl_launch, "driver", SimpleNamespace(active=active))
+    monkeypatch.setattr(tl_launch, "_SUPPORTED", True)
+    monkeypatch.setattr(tl_launch, "_hooks_active", lambda: False)
+    return tl_launch.CachedLaunch(_Jitted())
+
+
+def test_first_launch_through_triton_then_the_launcher(kernel):
+    a, b = torch.zeros(64), torch.zeros(64)
+    kernel[(5, 2)](a, b, 7, BLOCK=32, WIDE=False, num_warps=4)
+    kernel[(6,)](a, b, 9, BLOCK=32, WIDE=False, num_warps=4)
+    calls = kernel.fn.calls
+    assert calls[0] == ("triton", (5, 2), (a, b, 7), dict(BLOCK=32, WIDE=False, num_warps=4))
+    # the whole argument list in signature order (constexprs too), the grid in three dimensions, the stream of the
+    # current device, the compiled function and its metadata, no launch metadata or hooks
+    assert calls[1] == ("run", (6, 1, 1, 99, "cufunction", "metadata", None, None, None, a, b, 9, 32, False))
+    assert kernel.variants() == 1
+
+
+def test_a_new_variant_goes_through_triton(kernel):
+    a = torch.zeros(64)
+    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
+    kernel[(1,)](a[1:], a, 7, BLOCK=32, WIDE=False)  # unaligned
+    kernel[(1,)](a, a, 16, BLOCK=32, WIDE=False)  # divisible by 16
+    kernel[(1,)](a, a, 7, BLOCK=64, WIDE=False)  # another constexpr
+    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False, num_warps=8)  # another launch option
+    assert [c[0] for c in kernel.fn.calls] == ["triton"] * 5 and kernel.variants() == 5
+    kernel[(1,)](a, a, 23, BLOCK=64, WIDE=False)
+    assert kernel.fn.calls[-1][0] == "run"
+
+
+def test_where_the_shortcut_does_not_apply(kernel, monkeypatch):
+    a = torch.zeros(64)
+    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)  # now cached
+    monkeypatch.setattr(tl_launch, "ENABLED", False)
+    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
+    monkeypatch.setattr(tl_launch, "ENABLED", True)
+    monkeypatch.setattr(tl_launch, "_hooks_active", lambda: True)  # a profiler's launch hooks
+    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
+    monkeypatch.setattr(tl_launch, "_hooks_active", lambda: False)
+    kernel.fn.pre_run_hooks.append(lambda *args, **kwargs: None)
+    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
+    kernel.fn.pre_run_hooks.clear()
+    kernel[lambda meta: (1,)](a, a, 7, BLOCK=32, WIDE=False)  # a callable grid
+    kernel[(1,)](a, (a, a), 7, BLOCK=32, WIDE=False)  # a tuple argument
+    assert [c[0] for c in kernel.fn.calls] == ["triton"] * 6
+    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
+    assert kernel.fn.calls[-1][0] == "run"
+
+
+def test_a_constexpr_left_to_its_default_is_never_cached(kernel):
+    a = torch.zeros(64)
+    for _ in range(2):
+        kernel[(1,)](a, a, 7, BLOCK=32)  # WIDE not given: the tail of the argument list is unknown here
+    assert [c[0] for c in kernel.fn.calls] == ["triton", "triton"] and kernel.variants() == 0
+
+
+def test_interpreted_and_untested_tritons_keep_the_kernel(monkeypatch):
+    jitted = _Jitted()
+    assert tl_launch.cached_launch(jitted) is jitted  # not a JITFunction (the interpreter's stand-in)
+    monkeypatch.setattr(tl_launch.triton, "__version__", "3.5.1")
+    assert not tl_launch.fast_path_supported()
+    monkeypatch.setattr(tl_launch.triton, "__version__", "3.10.0")
+    assert not tl_launch.fast_path_supported()
+    monkeypatch.setattr(tl_launch.triton, "__version__", "3.6.0")
+    assert tl_launch.fast_path_supported()
