@@ -36,17 +36,23 @@ from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
+from cudnn_gnn.backends._triton_launch import CachedLaunch  # noqa: E402
 
 FEATURE_PTRS = {"x_src_ptr", "x_dst_ptr", "edge_ptr", "ew_ptr", "attw_ptr", "dout_ptr", "dx_dst_ptr", "dx_src_ptr",
                 "out_ptr"}
 """Pointers to tensors in the layer's dtype; the rest hold int32 indices (:data:`INDEX_PTRS`) or float32 data."""
 INDEX_PTRS = {"work_ptr", "indices_ptr", "map_ptr", "rev_to_csc_ptr", "dst_index_ptr", "rev_dst_ptr", "offsets_ptr"}
 
+def _jitted(kernel: Any) -> Any:
+    """The ``triton.JITFunction`` of a launched kernel (the module's kernels are wrapped by ``CachedLaunch``)."""
+    return kernel.fn if isinstance(kernel, CachedLaunch) else kernel
+
+
 KERNELS = {
-    "fwd": (tk._fwd_kernel, dict(RETURN_ATT=False)),
-    "dst": (tk._bwd_dst_kernel, dict(HAS_DATT=False, ONLY_DELTA=False)),
-    "src": (tk._bwd_src_kernel, dict(REV_DST=True)),
-    "gat_src": (tk._bwd_gat_src_kernel, dict(REV_DST=True, HAS_DATT=False)),
+    "fwd": (_jitted(tk._fwd_kernel), dict(RETURN_ATT=False)),
+    "dst": (_jitted(tk._bwd_dst_kernel), dict(HAS_DATT=False, ONLY_DELTA=False)),
+    "src": (_jitted(tk._bwd_src_kernel), dict(REV_DST=True)),
+    "gat_src": (_jitted(tk._bwd_gat_src_kernel), dict(REV_DST=True, HAS_DATT=False)),
 }
 """Launch-shape kernel name -> (jitted kernel, the constexprs of the case that are not shape or graph flags)."""
 
