@@ -68,6 +68,17 @@ __all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "WIDE_TUNED_SHAPES"
            "launch_gat_backward", "launch_node_scores",
            "launch_node_scores_backward"]
 
+def _cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` on the host. ``triton.cdiv`` (and ``triton.next_power_of_2``) are Triton constexpr functions,
+    whose host calls go through a wrapper of about 2 us each (Triton 3.6): a GAT step's launchers made ten."""
+    return -(-a // b)
+
+
+def _next_pow2(n: int) -> int:
+    """The smallest power of two at least ``n >= 1`` on the host (``triton.next_power_of_2``, see :func:`_cdiv`)."""
+    return 1 << (n - 1).bit_length()
+
+
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
 
 MAX_TILE_D = 1024
@@ -90,8 +101,8 @@ def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> t
     axis crosses 8 warps through shared memory, and half as many programs fit on an SM, in a kernel whose programs are
     mostly light rows (arxiv: 14 edges a row on average, 10 the median). Independent of the storage dtype: tiles are float32 in
     registers."""
-    block_c = triton.next_power_of_2(max(c, 1))
-    hg = min(triton.next_power_of_2(max(heads, 1)), max(1, max_tile_d // block_c))
+    block_c = _next_pow2(max(c, 1))
+    hg = min(_next_pow2(max(heads, 1)), max(1, max_tile_d // block_c))
     width = hg * block_c
     block_e = max(2, min(16, 2048 // width))
     big_e = max(block_e, min(64, (4096 if v2 else 8192) // width))
@@ -1032,9 +1043,9 @@ def edge_kernel_shape(heads: int, c: int, dim_edge: int) -> tuple[int, int, int,
     """``(BLOCK, HG, BLOCK_C, DE_PAD, num_warps)`` of :func:`_bwd_edge_kernel`: all heads in one program
     (``HG = next_pow2(H)``), ``BLOCK = clamp(2048 / (HG * BLOCK_C), 2, 32)`` edges a block (the GATv2 tiles'
     budget), 8 warps where the ``[DE_PAD, HG, BLOCK_C]`` gradient partial passes 2048 registers' worth, else 4."""
-    block_c = triton.next_power_of_2(max(c, 1))
-    hg = triton.next_power_of_2(max(heads, 1))
-    de_pad = triton.next_power_of_2(max(dim_edge, 1))
+    block_c = _next_pow2(max(c, 1))
+    hg = _next_pow2(max(heads, 1))
+    de_pad = _next_pow2(max(dim_edge, 1))
     width = hg * block_c
     block = max(2, min(32, 2048 // width))
     return block, hg, block_c, de_pad, 8 if de_pad * width > 2048 else 4
@@ -1049,7 +1060,7 @@ def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) 
     block_e, big_e, hg, block_c, num_warps = sizes
     if not BIG_BLOCKS:
         big_e = block_e
-    return c, triton.cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c,
+    return c, _cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c,
                                            num_warps=num_warps)
 
 
@@ -1067,8 +1078,8 @@ def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
     """``out[row] = sum of the row's partial slots`` for every hub row, in slot order (see :func:`_merge_sum_kernel`)."""
     if hubs.shape[0] == 0:
         return
-    block_w = min(1024, triton.next_power_of_2(max(width, 1)))
-    _merge_sum_kernel[(hubs.shape[0], triton.cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w,
+    block_w = min(1024, _next_pow2(max(width, 1)))
+    _merge_sum_kernel[(hubs.shape[0], _cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w,
                                                                     num_warps=4)
 
 
@@ -1215,7 +1226,7 @@ def launch_backward_edge(indices: Tensor, dst_index: Tensor, map_csc_to_coo: Ten
     de = edge_attr.shape[1]
     c = x_src.shape[1] // heads
     block, hg, block_c, de_pad, num_warps = edge_kernel_shape(heads, c, de)
-    _bwd_edge_kernel[(triton.cdiv(e, span),)](
+    _bwd_edge_kernel[(_cdiv(e, span),)](
         indices, dst_index, _or(map_csc_to_coo, indices),
         x_src, x_dst, edge_attr, edge_weight, attw, ds_buf,
         _or(dedge, ds_buf), _or(dew_part, ds_buf),
@@ -1278,7 +1289,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     if n_rows:
         block_e, big_e, hg, _, num_warps = block_sizes(heads, 1, False, MAX_TILE_D)
         dsd_part = _partial(row_hub_work.shape[0], heads, lse)
-        _bwd_gat_dst_kernel[(n_rows, triton.cdiv(heads, hg))](
+        _bwd_gat_dst_kernel[(n_rows, _cdiv(heads, hg))](
             row_work, dz_buf, dscore_dst, dsd_part, heads, BLOCK_E=block_e, BIG_E=big_e, WHOLE=row_work.dim() == 1,
             HG=hg, num_warps=num_warps)
         _merge_sum(row_hubs, dsd_part, dscore_dst, heads)
@@ -1364,7 +1375,7 @@ at most ~32 float32 registers a thread at 4 warps; two tiles where ``x_dst`` is 
 def _score_shape(heads: int, c: int) -> tuple[int, int, int, int]:
     """``(BLOCK_N, HG, BLOCK_C, head groups)`` of the node-score kernel (:func:`block_sizes`' head groups)."""
     _, _, hg, block_c, _ = block_sizes(heads, c, False, MAX_TILE_D)
-    return max(1, min(64, SCORE_TILE // (hg * block_c))), hg, block_c, triton.cdiv(heads, hg)
+    return max(1, min(64, SCORE_TILE // (hg * block_c))), hg, block_c, _cdiv(heads, hg)
 
 
 def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int,
@@ -1382,7 +1393,7 @@ def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: in
     if rows == 0 or heads == 0:
         return s0, s1
     block_n, hg, block_c, groups = _score_shape(heads, c)
-    _node_scores_kernel[(triton.cdiv(rows, block_n), groups)](
+    _node_scores_kernel[(_cdiv(rows, block_n), groups)](
         x_src, _or(x_dst, x_src), a, s0, s1, n, n_dst, heads, c, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg,
         BLOCK_C=block_c, num_warps=4)
     return s0, s1
@@ -1410,9 +1421,9 @@ def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, 
     if rows == 0 or heads == 0 or d == 0:
         return torch.zeros(2 * d, device=x_src.device, dtype=torch.float32)
     block_n, hg, block_c, groups = _score_shape(heads, c)
-    blocks = triton.cdiv(rows, block_n)
-    per = triton.cdiv(blocks, SCORE_BWD_PROGRAMS)
-    programs = triton.cdiv(blocks, per)
+    blocks = _cdiv(rows, block_n)
+    per = _cdiv(blocks, SCORE_BWD_PROGRAMS)
+    programs = _cdiv(blocks, per)
     part = torch.empty(programs, 2, d, device=x_src.device, dtype=torch.float32)
     _node_scores_bwd_kernel[(programs, groups)](
         x_src, _or(x_dst, x_src), a, g_src, g_dst, dx_src, _or(dx_dst, dx_src), part, n, n_dst, heads, c,

@@ -85,7 +85,11 @@ def args_key(args: Sequence[Any]) -> tuple[Any, ...] | None:
     ``bool`` is tested before ``int`` (a subclass of it), and tensors by ``isinstance`` (``nn.Parameter`` too)."""
     key: list[Any] = []
     append = key.append
-    for a in args:
+    for a in args:  # tensors first: most arguments are
+        if isinstance(a, torch.Tensor):
+            append(a.dtype)
+            append(a.data_ptr() % 16 == 0)
+            continue
         t = type(a)
         if t is bool:
             append(bool)
@@ -95,9 +99,6 @@ def args_key(args: Sequence[Any]) -> tuple[Any, ...] | None:
             append(float)
         elif a is None:
             append(None)
-        elif isinstance(a, torch.Tensor):
-            append(a.dtype)
-            append(a.data_ptr() % 16 == 0)
         else:
             return None
     return tuple(key)

@@ -303,6 +303,20 @@ def test_compile_fullgraph_has_no_graph_break():
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
+def test_host_grid_math_is_tritons():
+    """The launchers' host ``_cdiv`` / ``_next_pow2`` (plain Python in place of Triton's constexpr functions) give
+    ``triton.cdiv`` / ``triton.next_power_of_2``'s values."""
+    import triton
+
+    from cudnn_gnn.backends._triton_kernels import _cdiv, _next_pow2
+
+    for a in range(0, 3000, 7):
+        for b in (1, 2, 3, 16, 64, 4096):
+            assert _cdiv(a, b) == triton.cdiv(a, b), (a, b)
+    for n in [*range(1, 2100), 2**31 - 1, 2**31, 2**31 + 1]:
+        assert _next_pow2(n) == triton.next_power_of_2(n), n
+
+
 def test_float64_is_refused_and_unavailable_reason(monkeypatch):
     graph = CscGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2)
     x = torch.randn(2, 2, dtype=torch.float64)
