@@ -43,6 +43,7 @@ FEATURE_PTRS = {"x_src_ptr", "x_dst_ptr", "edge_ptr", "ew_ptr", "attw_ptr", "dou
 """Pointers to tensors in the layer's dtype; the rest hold int32 indices (:data:`INDEX_PTRS`) or float32 data."""
 INDEX_PTRS = {"work_ptr", "indices_ptr", "map_ptr", "rev_to_csc_ptr", "dst_index_ptr", "rev_dst_ptr", "offsets_ptr"}
 
+
 def _jitted(kernel: Any) -> Any:
     """The ``triton.JITFunction`` of a launched kernel (the module's kernels are wrapped by ``CachedLaunch``)."""
     return kernel.fn if isinstance(kernel, CachedLaunch) else kernel

@@ -68,9 +68,11 @@ __all__ = ["ACTIVATION_CODES", "MAX_TILE_D", "TUNED_SHAPES", "WIDE_TUNED_SHAPES"
            "launch_gat_backward", "launch_node_scores",
            "launch_node_scores_backward"]
 
+
 def _cdiv(a: int, b: int) -> int:
-    """``ceil(a / b)`` on the host. ``triton.cdiv`` (and ``triton.next_power_of_2``) are Triton constexpr functions,
-    whose host calls go through a wrapper of about 2 us each (Triton 3.6): a GAT step's launchers made ten."""
+    """``ceil(a / b)`` on the host. ``triton.cdiv`` (and ``triton.next_power_of_2``) are Triton constexpr functions:
+    a host call goes through their Python wrapper (argument unwrapping, an import), and the launchers make several
+    a step."""
     return -(-a // b)
 
 
@@ -1060,8 +1062,7 @@ def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) 
     block_e, big_e, hg, block_c, num_warps = sizes
     if not BIG_BLOCKS:
         big_e = block_e
-    return c, _cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c,
-                                           num_warps=num_warps)
+    return c, _cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
 
 
 def _partial(rows: int, width: int, like: Tensor) -> Tensor:
@@ -1079,8 +1080,7 @@ def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
     if hubs.shape[0] == 0:
         return
     block_w = min(1024, _next_pow2(max(width, 1)))
-    _merge_sum_kernel[(hubs.shape[0], _cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w,
-                                                                    num_warps=4)
+    _merge_sum_kernel[(hubs.shape[0], _cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w, num_warps=4)
 
 
 def n_items(work: Tensor) -> int:

@@ -194,9 +194,9 @@ def _kernels() -> ModuleType:
 
 def _check_runnable(device: torch.device) -> None:
     """Raise :func:`unavailable_reason`'s reason, if any, for tensors of ``device`` (a tensor's). Checked on every
-    call, so the common case returns first: a CUDA tensor exists only where CUDA does, and an imported ``triton``
-    is importable, so that is :func:`unavailable_reason`'s None without its environment read, device parse and CUDA
-    query (several microseconds a call, three calls a step)."""
+    call (three times a step), so the common case returns first: a CUDA tensor exists only where CUDA does, and an
+    imported ``triton`` is importable, so that is :func:`unavailable_reason`'s None without its environment read,
+    device parse and CUDA query."""
     if device.type == "cuda" and sys.modules.get("triton") is not None:
         return
     reason = unavailable_reason(device)
