@@ -132,3 +132,31 @@ def test_interpreted_and_untested_tritons_keep_the_kernel(monkeypatch):
     assert not tl_launch.fast_path_supported()
     monkeypatch.setattr(tl_launch.triton, "__version__", "3.6.0")
     assert tl_launch.fast_path_supported()
+
+
+def test_every_launched_kernel_takes_the_cached_launch():
+    """Outside the interpreter (a fresh process: Triton decides when it decorates), every kernel that the kernel
+    module launches as ``name[grid](...)`` is a CachedLaunch, and the helpers it calls from inside kernels stay
+    plain ``JITFunction`` objects (Triton inlines those)."""
+    import os
+    import subprocess
+    import sys
+
+    code = """
+import re, inspect, triton
+from cudnn_gnn.backends import _triton_kernels as tk
+from cudnn_gnn.backends._triton_launch import CachedLaunch, fast_path_supported
+src = inspect.getsource(tk)
+launched = set(re.findall(r"(_\\w+_kernel)\\[", src))
+assert len(launched) == 11, sorted(launched)
+wrapped = {n for n, v in vars(tk).items() if isinstance(v, CachedLaunch)}
+helpers = {n for n, v in vars(tk).items() if isinstance(v, triton.runtime.JITFunction)}
+if fast_path_supported():
+    assert wrapped == launched, (sorted(launched - wrapped), sorted(wrapped - launched))
+    assert not helpers & launched, sorted(helpers & launched)
+print("ok", len(launched), len(helpers))
+"""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.startswith("ok 11"), proc.stdout
