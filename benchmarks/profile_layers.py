@@ -9,6 +9,10 @@ model) after warm-up, then prints
   kernels launched inside our ops (casts, fills, index copies), the linear layers, and the rest;
 * the step time from CUDA events, and the gap between it and the summed kernel time (GPU idle: host overhead,
   launch latency, syncs);
+* with ``--gaps N``: where the GPU waits within a step, from N more profiled steps each followed by a device sync as
+  in ``bench_layers.py``'s timing: every kernel of the step in launch order with the op that launched it, its
+  start after the step's host start, the GPU's idle gap before it and its time (medians over the steps; the first
+  kernel's gap is the host time before the step's first launch plus the launch latency);
 * the achieved bandwidth of the cuDNN kernels under a simple traffic model (see :func:`traffic_model`) against
   the H200's ~4.3 TB/s measured copy bandwidth;
 * with ``--backend triton``: the same split for our Triton kernels (``triton gnn``), and the Triton forward
@@ -39,7 +43,7 @@ from typing import Any
 
 import torch
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile
+from torch.profiler import ProfilerActivity, profile, record_function
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -53,6 +57,62 @@ TORCH_KERNEL = re.compile(
     r"at::native|at::cuda|at_cuda_detail|cub::|^void at::|elementwise|reduce_kernel|memset|memcpy", re.I
 )
 LINEAR_OPS = re.compile(r"^aten::(linear|addmm|mm|matmul|bmm)")
+
+
+def launching_op(kernel: Any, cpu_by_id: dict[int, Any]) -> str:
+    """The innermost op that launched ``kernel`` and its nearest parent that is an op of ours or a torch op (not
+    the launch call itself), e.g. ``cudnn_gnn::... < aten::empty``; ``?`` where kineto linked none."""
+    op = cpu_by_id.get(getattr(kernel, "linked_correlation_id", 0))
+    names = []
+    while op is not None and len(names) < 3:
+        if not op.name.startswith(("cuda", "cu", "Activity")):
+            names.append(op.name)
+        op = op.cpu_parent
+    return " < ".join(names) if names else "?"
+
+
+def step_gaps(fn: Any, pre: Any, steps: int, device: torch.device) -> list[dict[str, Any]]:
+    """``steps`` profiled steps, each synchronised after (``bench_layers.py``'s timing): per kernel position of the
+    step, its name, launching op, start after the step's host start, the GPU idle before it and its own time
+    (medians over the steps). Steps whose kernel count differs from the first's are left out."""
+    import statistics
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(steps):
+            if pre is not None:
+                pre()
+            synchronize(device)
+            with record_function("profile_layers::step"):
+                fn()
+            synchronize(device)
+    events = prof.events()
+    cpu_by_id = {e.id: e for e in events if e.device_type == DeviceType.CPU}
+    marks = sorted((e for e in events if e.name == "profile_layers::step" and e.device_type == DeviceType.CPU),
+                   key=lambda e: e.time_range.start)
+    kernels = sorted((e for e in events if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
+    per_step: list[list[tuple[str, str, float, float, float]]] = []
+    for i, mark in enumerate(marks):
+        t0 = mark.time_range.start
+        t1 = marks[i + 1].time_range.start if i + 1 < len(marks) else float("inf")
+        ks = [k for k in kernels if t0 <= k.time_range.start < t1]
+        rows, prev_end = [], t0
+        for k in ks:
+            start, end = k.time_range.start, k.time_range.end
+            rows.append((k.name, launching_op(k, cpu_by_id), start - t0, max(start - prev_end, 0.0), end - start))
+            prev_end = max(prev_end, end)
+        per_step.append(rows)
+    if not per_step:
+        return []
+    n = len(per_step[0])
+    same = [r for r in per_step if len(r) == n]
+    out = []
+    for j in range(n):
+        name, op = same[0][j][0], same[0][j][1]
+        out.append({"kernel": name if len(name) <= 90 else name[:87] + "...", "op": op,
+                    "start_us": statistics.median(r[j][2] for r in same),
+                    "gap_before_us": statistics.median(r[j][3] for r in same),
+                    "kernel_us": statistics.median(r[j][4] for r in same), "steps": len(same)})
+    return out
 
 
 def classify(kernel: Any, cpu_by_id: dict[int, Any], pattern: re.Pattern[str], ours: str = "cudnn gnn") -> str:
@@ -143,6 +203,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "default: the library's)")
     ap.add_argument("--out", default=None, help="JSON path (default profile_layers.json)")
     ap.add_argument("--trace", default=None, help="also export a Chrome trace here")
+    ap.add_argument("--gaps", type=int, default=0, metavar="N",
+                    help="also profile N steps, each synchronised, for where the GPU waits within a step (CUDA)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke test")
     ap.add_argument("--device", default=None)
     ap.add_argument("--no-ogbn", action="store_true")
@@ -267,6 +329,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                          "h200_copy_bytes_per_s": H200_COPY_BW}
             print(f"\ncuDNN kernels' achieved bandwidth (traffic_model): lower bound {bw['min_bytes'] / 1e12:.2f} TB/s, "
                   f"gather-bound {bw['gather_bytes'] / 1e12:.2f} TB/s, against ~{H200_COPY_BW / 1e12:.1f} TB/s copy")
+        if args.gaps > 0:
+            gaps = result["step_gaps"] = step_gaps(fn, pre, args.gaps, device)
+            print("\n| # | kernel | launched by | start us | GPU idle before us | kernel us |\n|---:|---|---|---:|---:|---:|")
+            for j, r in enumerate(gaps):
+                print(f"| {j} | `{r['kernel'][:60]}` | {r['op'][:70]} | {r['start_us']:,.1f} | {r['gap_before_us']:,.1f} "
+                      f"| {r['kernel_us']:,.1f} |")
+            if gaps:
+                print(f"| | sum | | | {sum(r['gap_before_us'] for r in gaps):,.1f} | {sum(r['kernel_us'] for r in gaps):,.1f} |")
     else:
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top)
         print(table)

@@ -111,7 +111,8 @@ def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
 def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
                  heads: int = 8, c: int = 32,
                  grid: tuple[tuple[int, int], ...] = GRID,
-                 dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16)) -> list[dict[str, Any]]:
+                 dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16),
+                 head_groups: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on ``graph`` with ``heads`` x ``c``
     (arxiv's, 8 x 32, by default), fp32 and bf16, and the swept kernels' own GPU time (``kernel_ms``, from
     ``torch.profiler`` over three more calls: the op's time adds every other kernel and the host).
@@ -121,7 +122,9 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     backward kernels swept together (for GAT: its two-gather backward, run with
     ``cudnn_gnn.backends.triton.GAT_ONE_GATHER_BACKWARD`` off for those rows); ``gat_src`` / ``gat_delta``: GAT's
     one-gather backward's source pass or delta pass. Each row says which shape is the default (for ``bwd``: the
-    destination pass's)."""
+    destination pass's). ``head_groups``: the heads a program takes (``HG``, a power of two; ``H / HG`` programs a
+    row or source, each gathering its heads' slice of the rows) swept too, every ``(BLOCK_E, num_warps)`` with
+    each; None keeps the default's."""
     from cudnn_gnn.backends import _triton_kernels as tk
     from cudnn_gnn.backends import triton as tb
 
@@ -141,9 +144,11 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
             x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ != "fwd")
             att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
             floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
-            shapes = [(default[0], default[4])] + [shape for shape in grid if shape != (default[0], default[4])]
-            for block_e, num_warps in shapes:
-                cfg = (block_e, max(block_e, default[1]), default[2], default[3], num_warps)
+            first = (default[0], default[4], default[2])
+            shapes = [first] + [s for s in ((b, w, hg) for hg in (head_groups or (default[2],)) for b, w in grid)
+                                if s != first]
+            for block_e, num_warps, hg in shapes:
+                cfg = (block_e, max(block_e, default[1]), hg, default[3], num_warps)
 
                 def shape(kernel: str, *a: Any, _cfg: tuple[int, ...] = cfg, _swept: tuple[str, ...] = swept,
                           **k: Any) -> Any:  # the swept kernels take the shape, every other kernel its default
@@ -167,14 +172,14 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                 except Exception as exc:  # a shape Triton cannot compile is a finding, not a crash
                     rec = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 rec.update({"op": op, "pass": pass_, "dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e,
-                            "BIG_E": cfg[1], "num_warps": num_warps,
-                            "default": (block_e, num_warps) == (default[0], default[4])})
+                            "BIG_E": cfg[1], "num_warps": num_warps, "HG": hg,
+                            "default": (block_e, num_warps, hg) == first})
                 if pass_ == "fwd":
                     rec["floor_ms"] = floor
                     if "median_ms" in rec:
                         rec["fraction_of_floor"] = floor / rec["median_ms"]
                 rows.append(rec)
-                print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} "
+                print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} HG {hg} "
                       f"{rec.get('median_ms', float('nan')):.3f} ms, kernel {rec.get('kernel_ms', float('nan')):.3f} ms"
                       f"{' (default)' if rec['default'] else ''}"
                       f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
@@ -195,6 +200,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--passes", default="fwd", help="comma list of " + ", ".join(PASSES) + " (see launch_sweep)")
     ap.add_argument("--grid", default=None, help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4 "
                     "(default: 4,8,16,32 x 1,2,4,8)")
+    ap.add_argument("--head-groups", default=None,
+                    help="comma list of heads a program (HG, powers of two), each swept with the whole grid "
+                         "(default: the kernel's own)")
     ap.add_argument("--dtypes", default="fp32,bf16", help="comma list of fp32, bf16 for the sweep")
     ap.add_argument("--preset", default="arxiv",
                     help="bench_layers preset whose graph and first layer's heads x width the sweep takes (arxiv, "
@@ -214,7 +222,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         payload["preset"] = args.preset
         payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","),
                                                grid=grid, dtypes=dtypes, graph=preset.graph, heads=preset.heads,
-                                               c=preset.channels)
+                                               c=preset.channels,
+                                               head_groups=None if args.head_groups is None else
+                                               tuple(int(v) for v in args.head_groups.split(",")))
     write_json(args.out, payload)
     return payload
 
