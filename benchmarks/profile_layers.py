@@ -10,9 +10,9 @@ model) after warm-up, then prints
 * the step time from CUDA events, and the gap between it and the summed kernel time (GPU idle: host overhead,
   launch latency, syncs);
 * with ``--gaps N``: where the GPU waits within a step, from N more profiled steps each followed by a device sync as
-  in ``bench_layers.py``'s timing: every kernel of the step in launch order with the op that launched it, its
-  start after the step's host start, the GPU's idle gap before it and its time (medians over the steps; the first
-  kernel's gap is the host time before the step's first launch plus the launch latency);
+  in ``bench_layers.py``'s timing (see :func:`step_gaps`): every kernel of the step in launch order with the op
+  that launched it, the GPU's idle gap before it and its time, the span from the first kernel to the last, and the
+  CUDA-event step time outside that span (the host's time before the first launch, and the launch latency);
 * the achieved bandwidth of the cuDNN kernels under a simple traffic model (see :func:`traffic_model`) against
   the H200's ~4.3 TB/s measured copy bandwidth;
 * with ``--backend triton``: the same split for our Triton kernels (``triton gnn``), and the Triton forward
@@ -43,7 +43,7 @@ from typing import Any
 
 import torch
 from torch.autograd import DeviceType
-from torch.profiler import ProfilerActivity, profile, record_function
+from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -71,48 +71,47 @@ def launching_op(kernel: Any, cpu_by_id: dict[int, Any]) -> str:
     return " < ".join(names) if names else "?"
 
 
-def step_gaps(fn: Any, pre: Any, steps: int, device: torch.device) -> list[dict[str, Any]]:
-    """``steps`` profiled steps, each synchronised after (``bench_layers.py``'s timing): per kernel position of the
-    step, its name, launching op, start after the step's host start, the GPU idle before it and its own time
-    (medians over the steps). Steps whose kernel count differs from the first's are left out."""
+def step_gaps(fn: Any, pre: Any, steps: int, device: torch.device) -> dict[str, Any]:
+    """``steps`` steps, each synchronised after (``bench_layers.py``'s timing), profiled twice: with CUDA activity
+    only (the gaps: no per-op host overhead of the profiler's own), and with CPU activity too (which op launched each
+    kernel). Per kernel position of the step: its name, launching op, the GPU idle before it (after the previous
+    kernel's end) and its own time, medians over the steps; and per step the span from the first kernel's start
+    to the last one's end. Steps are told apart by their kernel count (every step launches the same kernels)."""
     import statistics
 
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(steps):
-            if pre is not None:
-                pre()
-            synchronize(device)
-            with record_function("profile_layers::step"):
+    def run(activities: list[Any]) -> list[Any]:
+        with profile(activities=activities) as prof:
+            for _ in range(steps):
+                if pre is not None:
+                    pre()
+                synchronize(device)
                 fn()
-            synchronize(device)
-    events = prof.events()
+                synchronize(device)
+        return list(prof.events())
+
+    def kernels_of(events: list[Any]) -> list[Any]:
+        return sorted((e for e in events if e.device_type == DeviceType.CUDA and not e.name.startswith("ProfilerStep")),
+                      key=lambda e: e.time_range.start)
+
+    timed = kernels_of(run([ProfilerActivity.CUDA]))
+    events = run([ProfilerActivity.CPU, ProfilerActivity.CUDA])
     cpu_by_id = {e.id: e for e in events if e.device_type == DeviceType.CPU}
-    marks = sorted((e for e in events if e.name == "profile_layers::step" and e.device_type == DeviceType.CPU),
-                   key=lambda e: e.time_range.start)
-    kernels = sorted((e for e in events if e.device_type == DeviceType.CUDA), key=lambda e: e.time_range.start)
-    per_step: list[list[tuple[str, str, float, float, float]]] = []
-    for i, mark in enumerate(marks):
-        t0 = mark.time_range.start
-        t1 = marks[i + 1].time_range.start if i + 1 < len(marks) else float("inf")
-        ks = [k for k in kernels if t0 <= k.time_range.start < t1]
-        rows, prev_end = [], t0
-        for k in ks:
-            start, end = k.time_range.start, k.time_range.end
-            rows.append((k.name, launching_op(k, cpu_by_id), start - t0, max(start - prev_end, 0.0), end - start))
-            prev_end = max(prev_end, end)
-        per_step.append(rows)
-    if not per_step:
-        return []
-    n = len(per_step[0])
-    same = [r for r in per_step if len(r) == n]
-    out = []
+    named = kernels_of(events)
+    if not timed or len(timed) % steps or len(named) != len(timed):
+        return {"error": f"{len(timed)} / {len(named)} kernels over {steps} steps: not the same kernels each step"}
+    n = len(timed) // steps
+    per_step = [timed[i * n:(i + 1) * n] for i in range(steps)]
+    rows = []
     for j in range(n):
-        name, op = same[0][j][0], same[0][j][1]
-        out.append({"kernel": name if len(name) <= 90 else name[:87] + "...", "op": op,
-                    "start_us": statistics.median(r[j][2] for r in same),
-                    "gap_before_us": statistics.median(r[j][3] for r in same),
-                    "kernel_us": statistics.median(r[j][4] for r in same), "steps": len(same)})
-    return out
+        gaps = [max(s[j].time_range.start - s[j - 1].time_range.end, 0.0) if j else 0.0 for s in per_step]
+        rows.append({"kernel": named[j].name if len(named[j].name) <= 90 else named[j].name[:87] + "...",
+                     "op": launching_op(named[j], cpu_by_id),
+                     "gap_before_us": statistics.median(gaps),
+                     "kernel_us": statistics.median(s[j].time_range.end - s[j].time_range.start for s in per_step)})
+    span = statistics.median(s[-1].time_range.end - s[0].time_range.start for s in per_step)
+    return {"kernels_per_step": n, "steps": steps, "span_us": span, "kernels": rows,
+            "idle_in_span_us": sum(r["gap_before_us"] for r in rows),
+            "kernel_sum_us": sum(r["kernel_us"] for r in rows)}
 
 
 def classify(kernel: Any, cpu_by_id: dict[int, Any], pattern: re.Pattern[str], ours: str = "cudnn gnn") -> str:
@@ -331,12 +330,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                   f"gather-bound {bw['gather_bytes'] / 1e12:.2f} TB/s, against ~{H200_COPY_BW / 1e12:.1f} TB/s copy")
         if args.gaps > 0:
             gaps = result["step_gaps"] = step_gaps(fn, pre, args.gaps, device)
-            print("\n| # | kernel | launched by | start us | GPU idle before us | kernel us |\n|---:|---|---|---:|---:|---:|")
-            for j, r in enumerate(gaps):
-                print(f"| {j} | `{r['kernel'][:60]}` | {r['op'][:70]} | {r['start_us']:,.1f} | {r['gap_before_us']:,.1f} "
-                      f"| {r['kernel_us']:,.1f} |")
-            if gaps:
-                print(f"| | sum | | | {sum(r['gap_before_us'] for r in gaps):,.1f} | {sum(r['kernel_us'] for r in gaps):,.1f} |")
+            if "error" in gaps:
+                print(f"\nstep gaps: {gaps['error']}")
+            else:
+                print("\n| # | kernel | launched by | GPU idle before us | kernel us |\n|---:|---|---|---:|---:|")
+                for j, r in enumerate(gaps["kernels"]):
+                    print(f"| {j} | `{r['kernel'][:60]}` | {r['op'][:70]} | {r['gap_before_us']:,.1f} | {r['kernel_us']:,.1f} |")
+                print(f"| | first kernel's start to last one's end: {gaps['span_us']:,.1f} us | | "
+                      f"{gaps['idle_in_span_us']:,.1f} | {gaps['kernel_sum_us']:,.1f} |")
+                print(f"step (CUDA events, median) {step_us:,.1f} us: {step_us - gaps['span_us']:,.1f} us outside the span")
     else:
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top)
         print(table)

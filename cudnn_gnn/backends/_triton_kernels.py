@@ -116,19 +116,21 @@ TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType
     ("fwd", False, 4): (8, 1), ("fwd", False, 2): (2, 1),
     ("dst", False, 4): (8, 1), ("dst", False, 2): (8, 1),
     ("src", False, 4): (16, 1), ("src", False, 2): (16, 1),
-    ("fwd", True, 4): (8, 1), ("fwd", True, 2): (2, 1),
-    ("dst", True, 4): (8, 1), ("dst", True, 2): (2, 2),
-    ("src", True, 4): (8, 1), ("src", True, 2): (2, 2),
-    ("gat_src", False, 4): (16, 1), ("gat_src", False, 2): (2, 2),
+    ("fwd", True, 4): (2, 2), ("fwd", True, 2): (1, 2),
+    ("dst", True, 4): (8, 1), ("dst", True, 2): (1, 2),
+    ("src", True, 4): (8, 1), ("src", True, 2): (1, 2),
+    ("gat_src", False, 4): (2, 2), ("gat_src", False, 2): (1, 2),
+    ("gat_delta", False, 4): (2, 1),
 })
 """Launch shapes measured faster than :func:`block_sizes` for tiles at most 256 wide: ``(kernel, v2, element bytes
 of the rows the kernel gathers per edge)`` -> ``(KiB of gathered rows a block, num_warps)``. Kernels: ``"fwd"``
 (forward, gathers ``x_src``), ``"dst"`` (backward destination pass, ``x_src``), ``"src"`` (backward source pass,
-the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the output gradient). From the H200 sweeps of
+the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the output gradient), ``"gat_delta"`` (its delta
+pass, keyed by the output gradient's element size). From the H200 sweeps of
 ``benchmarks/investigations/triton_tuning.py`` on the arxiv shape, 8 heads x 32 (figures in docs/performance.md); the
-16-bit entries of GAT's forward and source pass and of GATv2's backward were swept again with one block size
-(:data:`BIG_BLOCKS` off), which moved them to 2 KiB blocks (4 edges at 8 x 32). Read-only: :func:`launch_shape`
-caches what it derives from it."""
+kernels with the most live tiles (GAT's one-gather source pass, GATv2's forward and its 16-bit backward) run two
+warps on blocks of two edges at 8 x 32: few registers a thread, so many programs resident, each with its gathers in
+flight. Read-only: :func:`launch_shape` caches what it derives from it."""
 
 
 WIDE_TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({
@@ -1255,8 +1257,8 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     backward takes two); where the work lists hold hubs, four ``_merge_sum`` launches more (``delta``, ``dx_src``,
     ``dscore_src``, ``dscore_dst``), each in slot order.
 
-    Launch shapes, untuned: the source pass and the delta pass take :func:`launch_shape` of ``"gat_src"`` and
-    ``"gat_delta"`` (no entry in :data:`TUNED_SHAPES`, so :func:`block_sizes`); the destination sum, whose rows are
+    Launch shapes: the source pass and the delta pass take :func:`launch_shape` of ``"gat_src"`` and
+    ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide); the destination sum, whose rows are
     one float a head, :func:`block_sizes` of heads of width 1 (8 heads: blocks of 16 and 64 edges, 2 warps)."""
     nd, e, n_src, n_rows = offsets.shape[0] - 1, indices.shape[0], n_items(src_work), n_items(row_work)
     c, groups, cfg = _config(x_src, heads, False, "gat_src", dout)

@@ -726,9 +726,9 @@ def test_chunked_bfloat16_and_gradient_through_attention_only(chunk):
 def test_launch_shapes_tuned_for_narrow_tiles():
     """The tuned shapes (measured faster on the H200): GAT's forward one warp and 8 KiB of gathered rows a block in
     float32, 2 KiB in 16-bit; its destination pass one warp at 8 KiB, its source pass 16 KiB; its one-gather source
-    pass one warp at 16 KiB (float32) or two at 2 KiB (16-bit); GATv2's forward one warp at 8 KiB (float32) or
-    2 KiB (16-bit), its float32 backward one warp at 8 KiB, its 16-bit backward two warps at 2 KiB; tiles wider
-    than 256 without an entry of their own, the shared shape."""
+    pass two warps and two edges a block (2 KiB in float32, 1 KiB in 16-bit), its delta pass one warp in float32;
+    GATv2's forward two warps and two edges a block, its float32 backward one warp at 8 KiB, its 16-bit backward two
+    warps at 1 KiB; tiles wider than 256 without an entry of their own, the shared shape."""
     from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
 
     assert launch_shape("fwd", 8, 32, False, 4) == (8, 32, 8, 32, 1)
@@ -737,13 +737,14 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     assert launch_shape("dst", 8, 32, False, 2) == (16, 32, 8, 32, 1)
     assert launch_shape("src", 8, 32, False, 4) == (16, 32, 8, 32, 1)
     assert launch_shape("src", 8, 32, False, 2) == (32, 32, 8, 32, 1)
-    assert launch_shape("gat_src", 8, 32, False, 4) == (16, 32, 8, 32, 1)
-    assert launch_shape("gat_src", 8, 32, False, 2) == (4, 32, 8, 32, 2)
+    assert launch_shape("gat_src", 8, 32, False, 4) == (2, 32, 8, 32, 2)
+    assert launch_shape("gat_src", 8, 32, False, 2) == (2, 32, 8, 32, 2)
+    assert launch_shape("gat_delta", 8, 32, False, 4) == (2, 32, 8, 32, 1)
     assert launch_shape("dst", 8, 32, True, 4) == (8, 16, 8, 32, 1)
-    assert launch_shape("dst", 8, 32, True, 2) == (4, 16, 8, 32, 2)
-    assert launch_shape("src", 8, 32, True, 2) == (4, 16, 8, 32, 2)
-    assert launch_shape("fwd", 8, 32, True, 4) == (8, 16, 8, 32, 1)
-    assert launch_shape("fwd", 8, 32, True, 2) == (4, 16, 8, 32, 1)
+    assert launch_shape("dst", 8, 32, True, 2) == (2, 16, 8, 32, 2)
+    assert launch_shape("src", 8, 32, True, 2) == (2, 16, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, True, 4) == (2, 16, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, True, 2) == (2, 16, 8, 32, 2)
     for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
         assert launch_shape(*args) == block_sizes(*args[1:4])
     # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): WIDE_TUNED_SHAPES, one warp, the forward
