@@ -35,19 +35,19 @@ import bench_layers as bl  # noqa: E402
 from _bench_common import environment, synchronize, write_json  # noqa: E402
 
 WRAPPED = (
-    "cudnn_gnn.layers.gat_conv:check_node_features", "cudnn_gnn.layers.gat_conv:graph_sizes", "cudnn_gnn.layers.gat_conv:resolve",
-    "cudnn_gnn.layers.gat_conv:gat", "cudnn_gnn.layers.gat_conv:finish", "cudnn_gnn.layers.gatv2_conv:resolve", "cudnn_gnn.layers.gatv2_conv:gatv2",
-    "cudnn_gnn.layers.gatv2_conv:finish",
+    "cudnn_gnn.layers.gat_conv:check_node_features", "cudnn_gnn.layers.gat_conv:graph_sizes",
+    "cudnn_gnn.layers.gat_conv:resolve", "cudnn_gnn.layers.gat_conv:gat", "cudnn_gnn.layers.gat_conv:finish",
+    "cudnn_gnn.layers.gatv2_conv:resolve", "cudnn_gnn.layers.gatv2_conv:gatv2", "cudnn_gnn.layers.gatv2_conv:finish",
     "cudnn_gnn.ops.gat:attention_spec", "cudnn_gnn.ops.gat:plan", "cudnn_gnn.ops.gat:run",
     "cudnn_gnn.backends.triton:mha_gat", "cudnn_gnn.backends.triton:build_call", "cudnn_gnn.backends.triton:pack",
     "cudnn_gnn.backends.triton:_fwd_impl", "cudnn_gnn.backends.triton:_node_scores",
     "cudnn_gnn.backends.triton:_bwd_impl", "cudnn_gnn.backends.triton:_gat_backward",
-    "cudnn_gnn.backends.triton:_gat_grads",
-    "cudnn_gnn.backends._triton_kernels:launch_node_scores", "cudnn_gnn.backends._triton_kernels:launch_forward",
-    "cudnn_gnn.backends._triton_kernels:launch_gat_backward",
+    "cudnn_gnn.backends.triton:_gat_grads", "cudnn_gnn.backends._triton_kernels:launch_node_scores",
+    "cudnn_gnn.backends._triton_kernels:launch_forward", "cudnn_gnn.backends._triton_kernels:launch_gat_backward",
     "cudnn_gnn.backends._triton_kernels:launch_node_scores_backward",
-    "cudnn_gnn.backends._triton_kernels:launch_backward_dst", "cudnn_gnn.backends._triton_kernels:launch_backward_src",
-    "cudnn_gnn.layers._pyg_outputs:bias_add", "cudnn_gnn._bias:column_sum",
+    "cudnn_gnn.backends._triton_kernels:launch_backward_dst",
+    "cudnn_gnn.backends._triton_kernels:launch_backward_src", "cudnn_gnn.layers._pyg_outputs:bias_add",
+    "cudnn_gnn._bias:column_sum",
 )
 
 _LOG: list[tuple[str, str, float]] = []

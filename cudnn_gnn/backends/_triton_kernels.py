@@ -119,7 +119,7 @@ TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType
     ("fwd", True, 4): (2, 2), ("fwd", True, 2): (1, 2),
     ("dst", True, 4): (8, 1), ("dst", True, 2): (1, 2),
     ("src", True, 4): (8, 1), ("src", True, 2): (1, 2),
-    ("gat_src", False, 4): (2, 2), ("gat_src", False, 2): (1, 2),
+    ("gat_src", False, 4): (16, 1), ("gat_src", False, 2): (1, 2),
     ("gat_delta", False, 4): (2, 1),
 })
 """Launch shapes measured faster than :func:`block_sizes` for tiles at most 256 wide: ``(kernel, v2, element bytes
@@ -131,6 +131,16 @@ pass, keyed by the output gradient's element size). From the H200 sweeps of
 kernels with the most live tiles (GAT's one-gather source pass, GATv2's forward and its 16-bit backward) run two
 warps on blocks of two edges at 8 x 32: few registers a thread, so many programs resident, each with its gathers in
 flight. Read-only: :func:`launch_shape` caches what it derives from it."""
+
+
+FULL_TILE_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({
+    ("gat_src", False, 4): (2, 2),
+})
+"""Entries of :data:`TUNED_SHAPES`' form that hold only for tiles exactly 256 wide (8 x 32, where they were swept),
+taking precedence there: GAT's float32 one-gather source pass, two warps on blocks of two edges. On narrower tiles
+the same 2 KiB block measured slower than :data:`TUNED_SHAPES`' 16 KiB one (products' 1 x 47 last layer, whose
+output gradient is float32 and whose sources have about 50 out-edges; figures in docs/performance.md), so there the
+general entry holds."""
 
 
 WIDE_TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({
@@ -161,7 +171,8 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
                  max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
     """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (``"fwd"``, ``"dst"`` or ``"src"``) for ``heads``
     heads of width ``c`` gathering rows of ``elem_bytes`` bytes an element: :func:`block_sizes`, except for a tile
-    ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES` (wider, up to 512,
+    ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES` (exactly 256 wide,
+    :data:`FULL_TILE_SHAPES` first; wider, up to 512,
     with an entry ``(BLOCK_E, warps)`` in :data:`WIDE_TUNED_SHAPES`, which it runs as it stands), which runs
     ``warps`` warps a program and blocks of ``KiB`` of gathered rows (``BLOCK_E = KiB * 1024 / (W * elem_bytes)``,
     clamped to 2..32; 8 in float32 and 16 in bfloat16 at 8 KiB and 8 x 32).
@@ -173,7 +184,9 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
     wide = WIDE_TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4))) if 256 < width <= 512 else None
     if wide is not None:
         return wide[0], max(wide[0], big_e), hg, block_c, wide[1]
-    tuned = TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4)))
+    key = (kernel, v2, min(elem_bytes, 4))
+    tuned = FULL_TILE_SHAPES.get(key) if width == 256 else None
+    tuned = tuned or TUNED_SHAPES.get(key)
     if tuned is None or width > 256:
         return block_e, big_e, hg, block_c, num_warps
     kib, num_warps = tuned
