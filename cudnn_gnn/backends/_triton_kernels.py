@@ -136,11 +136,12 @@ flight. Read-only: :func:`launch_shape` caches what it derives from it."""
 FULL_TILE_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({
     ("gat_src", False, 4): (2, 2),
 })
-"""Entries of :data:`TUNED_SHAPES`' form that hold only for tiles exactly 256 wide (8 x 32, where they were swept),
-taking precedence there: GAT's float32 one-gather source pass, two warps on blocks of two edges. On narrower tiles
-the same 2 KiB block measured slower than :data:`TUNED_SHAPES`' 16 KiB one (products' 1 x 47 last layer, whose
-output gradient is float32 and whose sources have about 50 out-edges; figures in docs/performance.md), so there the
-general entry holds."""
+"""Entries of :data:`TUNED_SHAPES`' form that hold only for full tiles exactly 256 wide (the head width a power of
+two, no padded lanes: 8 x 32, where they were swept), taking precedence there: GAT's float32 one-gather source
+pass, two warps on blocks of two edges. Where it was also measured, on products' last layer (4 heads x 47, padded to
+4 x 64; a float32 output gradient, the heads averaged; sources of about 50 out-edges, arxiv's 14), it was slower
+than :data:`TUNED_SHAPES`' 16 KiB block, which holds there and on every other tile. Which of the two differences
+decides was not measured. Figures: docs/performance.md."""
 
 
 WIDE_TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProxyType({
@@ -171,8 +172,8 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
                  max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
     """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (``"fwd"``, ``"dst"`` or ``"src"``) for ``heads``
     heads of width ``c`` gathering rows of ``elem_bytes`` bytes an element: :func:`block_sizes`, except for a tile
-    ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES` (exactly 256 wide,
-    :data:`FULL_TILE_SHAPES` first; wider, up to 512,
+    ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES` (a full tile 256
+    wide: :data:`FULL_TILE_SHAPES` first; wider, up to 512,
     with an entry ``(BLOCK_E, warps)`` in :data:`WIDE_TUNED_SHAPES`, which it runs as it stands), which runs
     ``warps`` warps a program and blocks of ``KiB`` of gathered rows (``BLOCK_E = KiB * 1024 / (W * elem_bytes)``,
     clamped to 2..32; 8 in float32 and 16 in bfloat16 at 8 KiB and 8 x 32).
@@ -185,7 +186,7 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
     if wide is not None:
         return wide[0], max(wide[0], big_e), hg, block_c, wide[1]
     key = (kernel, v2, min(elem_bytes, 4))
-    tuned = FULL_TILE_SHAPES.get(key) if width == 256 else None
+    tuned = FULL_TILE_SHAPES.get(key) if width == 256 and c == block_c else None
     tuned = tuned or TUNED_SHAPES.get(key)
     if tuned is None or width > 256:
         return block_e, big_e, hg, block_c, num_warps

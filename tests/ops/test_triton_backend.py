@@ -726,7 +726,7 @@ def test_chunked_bfloat16_and_gradient_through_attention_only(chunk):
 def test_launch_shapes_tuned_for_narrow_tiles():
     """The tuned shapes (measured faster on the H200): GAT's forward one warp and 8 KiB of gathered rows a block in
     float32, 2 KiB in 16-bit; its destination pass one warp at 8 KiB, its source pass 16 KiB; its one-gather source
-    pass two warps and two edges a block (2 KiB in float32 on 256-wide tiles, one warp at 16 KiB on narrower ones;
+    pass two warps and two edges a block (2 KiB in float32 on full 256-wide tiles, one warp at 16 KiB elsewhere;
     1 KiB in 16-bit), its delta pass one warp in float32;
     GATv2's forward two warps and two edges a block, its float32 backward one warp at 8 KiB, its 16-bit backward two
     warps at 1 KiB; tiles wider than 256 without an entry of their own, the shared shape."""
@@ -740,6 +740,7 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     assert launch_shape("src", 8, 32, False, 2) == (32, 32, 8, 32, 1)
     assert launch_shape("gat_src", 8, 32, False, 4) == (2, 32, 8, 32, 2)
     assert launch_shape("gat_src", 1, 47, False, 4) == (32, 64, 1, 64, 1)  # narrower: TUNED_SHAPES' 16 KiB
+    assert launch_shape("gat_src", 4, 47, False, 4) == (16, 32, 4, 64, 1)  # 256 wide, padded: the same
     assert launch_shape("gat_src", 8, 32, False, 2) == (2, 32, 8, 32, 2)
     assert launch_shape("gat_delta", 8, 32, False, 4) == (2, 32, 8, 32, 1)
     assert launch_shape("dst", 8, 32, True, 4) == (8, 16, 8, 32, 1)
