@@ -1301,3 +1301,24 @@ def test_big_blocks_switch_walks_long_rows_either_way(v2, monkeypatch):
         xs, xd, w, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
         assert kernels._config(xs, 2, v2, "fwd", xs)[2]["BIG_E"] == (4 if on else 2)
         _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
+
+
+def test_two_edge_blocks_on_full_tiles_match_the_reference(monkeypatch):
+    """The shapes of full 256-wide tiles, unpatched: at 8 heads x 32 in float32, GAT's one-gather source pass
+    (``FULL_TILE_SHAPES``) and GATv2's forward (``TUNED_SHAPES``) walk blocks of two edges, here over a 40-edge row
+    and a source cut into chunks of 16 and over light rows; outputs, attention and every gradient against the
+    reference. A padded tile of the same width (4 x 47) keeps the 16 KiB block."""
+    from cudnn_gnn.backends import _triton_kernels as kernels
+
+    assert kernels.launch_shape("gat_src", 8, 32, False, 4)[0] == 2
+    assert kernels.launch_shape("fwd", 8, 32, True, 4)[0] == 2
+    assert kernels.launch_shape("gat_src", 4, 47, False, 4)[0] == 16
+    monkeypatch.setattr(tb, "MIN_CHUNK_E", 16)
+    monkeypatch.setattr(tb, "MAX_CHUNK_E", 16)
+    src = torch.cat([torch.arange(40) % 11, torch.zeros(20, dtype=torch.long), torch.arange(10) % 11])
+    dst = torch.cat([torch.zeros(40, dtype=torch.long), torch.arange(20) % 10 + 1, torch.arange(10) % 6 + 1])
+    ei = torch.stack([src, dst])  # row 0: 40 in-edges; source 0: 24 out-edges
+    graph = CscGraph.from_edge_index(ei, num_nodes=11)
+    for v2 in (False, True):
+        xs, xd, w, ea, m = _inputs(v2, 11, 11, ei.shape[1], 8, 32, edge=True, mask=True, bipartite=False, seed=21)
+        _compare(graph, xs, xd, w, ea, m, v2=v2, heads=8, concat=True)
