@@ -170,7 +170,7 @@ docs/performance.md, "One block size"."""
 @functools.cache
 def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
                  max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
-    """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (``"fwd"``, ``"dst"`` or ``"src"``) for ``heads``
+    """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (a :data:`TUNED_SHAPES` kernel name) for ``heads``
     heads of width ``c`` gathering rows of ``elem_bytes`` bytes an element: :func:`block_sizes`, except for a tile
     ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES` (a full tile 256
     wide: :data:`FULL_TILE_SHAPES` first; wider, up to 512,
