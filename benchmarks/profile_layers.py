@@ -38,6 +38,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import statistics
 import sys
 from typing import Any
 
@@ -59,6 +60,11 @@ TORCH_KERNEL = re.compile(
 LINEAR_OPS = re.compile(r"^aten::(linear|addmm|mm|matmul|bmm)")
 
 
+def short_name(name: str, width: int = 90) -> str:
+    """A kernel name cut to ``width`` characters, ``...`` marking the cut."""
+    return name if len(name) <= width else name[:width - 3] + "..."
+
+
 def launching_op(kernel: Any, cpu_by_id: dict[int, Any]) -> str:
     """The innermost op that launched ``kernel`` and its nearest parent that is an op of ours or a torch op (not
     the launch call itself), e.g. ``cudnn_gnn::... < aten::empty``; ``?`` where kineto linked none."""
@@ -77,8 +83,6 @@ def step_gaps(fn: Any, pre: Any, steps: int, device: torch.device) -> dict[str, 
     kernel). Per kernel position of the step: its name, launching op, the GPU idle before it (after the previous
     kernel's end) and its own time, medians over the steps; and per step the span from the first kernel's start
     to the last one's end. Steps are told apart by their kernel count (every step launches the same kernels)."""
-    import statistics
-
     def run(activities: list[Any]) -> list[Any]:
         with profile(activities=activities) as prof:
             for _ in range(steps):
@@ -104,7 +108,7 @@ def step_gaps(fn: Any, pre: Any, steps: int, device: torch.device) -> dict[str, 
     rows = []
     for j in range(n):
         gaps = [max(s[j].time_range.start - s[j - 1].time_range.end, 0.0) if j else 0.0 for s in per_step]
-        rows.append({"kernel": named[j].name if len(named[j].name) <= 90 else named[j].name[:87] + "...",
+        rows.append({"kernel": short_name(named[j].name),
                      "op": launching_op(named[j], cpu_by_id),
                      "gap_before_us": statistics.median(gaps),
                      "kernel_us": statistics.median(s[j].time_range.end - s[j].time_range.start for s in per_step)})
@@ -283,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                        "step (cuda events)": step_us, "gpu idle in step": max(step_us - total_us / steps, 0)}
         print("\n| kernel | class | calls/step | self CUDA us/step | share |\n|---|---|---:|---:|---:|")
         for r in top:
-            name = r["kernel"] if len(r["kernel"]) <= 90 else r["kernel"][:87] + "..."
+            name = short_name(r["kernel"])
             print(f"| `{name}` | {r['class']} | {r['calls'] / steps:g} | {r['self_cuda_us'] / steps:,.1f} "
                   f"| {100 * r['self_cuda_us'] / total_us:.1f}% |")
         print("\n| split | us/step | share of kernel time |\n|---|---:|---:|")
