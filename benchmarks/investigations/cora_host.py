@@ -140,19 +140,25 @@ def measure(model: nn.Module, graph: Any, x: Tensor, grad: Tensor, args: argpars
     return rec
 
 
+def first_call_then_warm(step: Callable[[], None], warmup: int = 10) -> float:
+    """Wall seconds of ``step``'s first call (the compile), then ``warmup`` more calls; synchronised."""
+    t0 = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    for _ in range(warmup):
+        step()
+    torch.cuda.synchronize()
+    return first
+
+
 def measure_compiled(model: nn.Module, graph: Any, x: Tensor, grad: Tensor, args: argparse.Namespace,
                      mode: str | None) -> dict[str, Any]:
     torch._dynamo.reset()
     compiled = torch.compile(model, mode=mode)
     step = step_fn(compiled, graph, x, grad, mark=mode == "reduce-overhead")
     try:
-        t0 = time.perf_counter()
-        step()
-        torch.cuda.synchronize()
-        first = time.perf_counter() - t0
-        for _ in range(10):
-            step()
-        torch.cuda.synchronize()
+        first = first_call_then_warm(step)
         return {"status": "ok", "first_call_s": first, "event_ms": event_ms(step, args.repeats),
                 "host_ms": host_ms(step, args.steps, collect=True), **profile(step, top=5)}
     except Exception as exc:  # noqa: BLE001 - a failure is a result here
