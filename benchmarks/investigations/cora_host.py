@@ -13,6 +13,8 @@ backend, default ``triton``), GAT and GATv2, float32, this measures:
   wall time (the compile);
 * ``op_host``: host microseconds per call of the Triton op's forward and backward implementations alone on
   the same graph (real launches, queued back to back), and cProfile's functions with the most own time in them;
+* ``step_cprofile_tottime`` (``--step-cprofile``): cProfile's functions with the most own time over whole eager
+  steps, per layer and implementation;
 * ``after_other_backend``: our eager step measured again after the other GPU backend's layer ran a few steps in
   the same process (``--other-backend``; the headline runs measured GAT's Cora rows slower in processes that
   also ran cuDNN).
@@ -20,7 +22,7 @@ backend, default ``triton``), GAT and GATv2, float32, this measures:
 Usage (from the repository root, on a CUDA machine)::
 
     python benchmarks/investigations/cora_host.py [--backend triton] [--other-backend cudnn] [--steps 200] \\
-        [--out cora_host.json]
+        [--step-cprofile] [--out cora_host.json]
 """
 
 from __future__ import annotations
@@ -179,6 +181,23 @@ def per_call_us(fn: Callable[[], Any], calls: int, warmup: int = 20) -> float:
     return (time.perf_counter() - t0) / calls * 1e6
 
 
+def step_cprofile(step: Callable[[], None], calls: int = 300, top: int = 30) -> str:
+    """cProfile's functions with the most own time over ``calls`` eager steps queued back to back (after 30 warm-up
+    steps): where the host's time of a whole step goes, the autograd engine's C++ (``run_backward``) included."""
+    for _ in range(30):
+        step()
+    torch.cuda.synchronize()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(calls):
+        step()
+    torch.cuda.synchronize()
+    prof.disable()
+    text = io.StringIO()
+    pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(top)
+    return text.getvalue()
+
+
 def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 300) -> dict[str, Any]:
     """Host us per call of the Triton op's ``_fwd_impl`` and ``_bwd_impl`` (Cora, 8 heads x 8), and cProfile's top
     functions by own time over ``calls`` backward calls."""
@@ -218,6 +237,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=50)
     ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--step-cprofile", action="store_true",
+                    help="also cProfile whole eager steps of each layer (the JSON's step_cprofile_tottime)")
     ap.add_argument("--out", default="cora_host.json")
     args = ap.parse_args(argv)
     device = torch.device("cuda")
@@ -237,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for impl in ("pyg", args.backend):
             model, graph = build(layer, impl, g.edge_index, device)
             rec: dict[str, Any] = {"layer": layer, "impl": impl, **measure(model, graph, x, grad, args)}
+            if args.step_cprofile:
+                rec["step_cprofile_tottime"] = step_cprofile(step_fn(model, graph, x, grad))
             if not args.no_compile:
                 rec["compiled"] = measure_compiled(model, graph, x, grad, args, None)
                 rec["reduce_overhead"] = measure_compiled(model, graph, x, grad, args, "reduce-overhead")
