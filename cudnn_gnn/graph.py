@@ -100,7 +100,8 @@ class CscGraph:
     Build one with :meth:`from_edge_index` (PyG COO), :meth:`from_data` (PyG ``Data``), :meth:`from_sparse`
     (``torch.sparse`` CSC/CSR/COO, ``torch_sparse.SparseTensor``, PyG ``EdgeIndex``) or :meth:`from_csc`.
     The object is immutable; conversions (:meth:`to`, :meth:`to_index_dtype`) return new graphs, and derived
-    structures (reverse CSC, the int64 copy, the per-edge destination) are built once and cached.
+    structures (reverse CSC, the int64 copy, the per-edge destination) are built once and cached, outside
+    ``torch.compile`` (see :meth:`derived`).
 
     Attributes:
         offsets: ``[num_dst_nodes + 1]`` int32/int64, non-decreasing, ``offsets[0] == 0``,
@@ -376,7 +377,7 @@ class CscGraph:
                 g._cache["edge_index"] = self._cache["edge_index"]
             if self.rebuilt_every_call:
                 g.mark_rebuilt_every_call(short_rows=self.short_rows)
-            self._cache[key] = g
+            self._keep(key, g)
         return g
 
     # ------------------------------------------------------------------ derived structures (cached)
@@ -390,7 +391,7 @@ class CscGraph:
                 self.offsets.diff(),
                 output_size=self.num_edges,
             )
-            self._cache["dst_index"] = d
+            self._keep("dst_index", d)
         return d
 
     @property
@@ -401,7 +402,7 @@ class CscGraph:
         ids = self._cache.get("edge_ids")
         if ids is None:
             ids = torch.arange(self.num_edges, device=self.device, dtype=self.index_dtype)
-            self._cache["edge_ids"] = ids
+            self._keep("edge_ids", ids)
         return ids
 
     def derived(self, key: Hashable, build: Callable[[], Any]) -> Any:
@@ -410,10 +411,21 @@ class CscGraph:
         The one way for code outside this module to cache per-graph data (a hub split, a layer's self-loop
         plan, a backend's index layout): the graph is immutable, so what is derived from it stays valid for its
         lifetime. Keys are namespaced by their users, e.g. ``("hub_split", 256)``. ``None`` results are kept too.
+
+        While ``torch.compile`` traces a call, a missing structure is built inside the traced graph and not kept:
+        a tensor made there can live in the CUDA-graph pool of ``mode="reduce-overhead"``, which the next replay
+        overwrites, so a kept one would be stale on the graph's next use. Build a static graph's structures
+        eagerly (one eager call) before compiling to have them read instead of rebuilt in every compiled step.
         """
-        if key not in self._cache:
-            self._cache[key] = build()
-        return self._cache[key]
+        if key in self._cache:
+            return self._cache[key]
+        return self._keep(key, build())
+
+    def _keep(self, key: Hashable, value: Any) -> Any:
+        """Cache ``value`` under ``key`` unless ``torch.compile`` is tracing (see :meth:`derived`); returns it."""
+        if not torch.compiler.is_compiling():
+            self._cache[key] = value
+        return value
 
     def derived_if_built(self, key: Hashable) -> Any:
         """What :meth:`derived` holds under ``key``, or ``None`` if nothing was built for it yet."""
@@ -491,12 +503,12 @@ class CscGraph:
         dtype). Source ``j``'s outgoing edges are the CSC positions ``rev_to_csc[rev_offsets[j]:rev_offsets[j+1]]``,
         in CSC order. One stable sort of the sources and a binary search per source, fixed-shape ops only (no
         host sync, traceable by ``torch.compile``); what a source-major pass (a backward without atomics) walks."""
-        if "rev_to_csc" not in self._cache:
-            _check_offsets_fit("num_src_nodes", self.num_src_nodes, self.index_dtype, self.device)
-            sorted_src, order = torch.sort(self.indices, stable=True)
-            self._cache["csc_rev_offsets"] = csc_offsets(sorted_src, self.num_src_nodes, self.index_dtype)
-            self._cache["rev_to_csc"] = order.to(self.index_dtype)
-        return self._cache["csc_rev_offsets"], self._cache["rev_to_csc"]
+        if "rev_to_csc" in self._cache:
+            return self._cache["csc_rev_offsets"], self._cache["rev_to_csc"]
+        _check_offsets_fit("num_src_nodes", self.num_src_nodes, self.index_dtype, self.device)
+        sorted_src, order = torch.sort(self.indices, stable=True)
+        rev_offsets = self._keep("csc_rev_offsets", csc_offsets(sorted_src, self.num_src_nodes, self.index_dtype))
+        return rev_offsets, self._keep("rev_to_csc", order.to(self.index_dtype))
 
     def reverse_dst(self) -> Tensor:
         """``[num_edges]`` destination of each reverse-CSC position, ``dst_index[rev_to_csc]`` (the column indices of
@@ -505,18 +517,25 @@ class CscGraph:
         d = self._cache.get("rev_dst")
         if d is None:
             _, rev_to_csc = self.reverse_csc()
-            d = self.dst_index.index_select(0, rev_to_csc)
-            self._cache["rev_dst"] = d
+            d = self._keep("rev_dst", self.dst_index.index_select(0, rev_to_csc))
         return d
+
+    def reverse_coo_map(self) -> tuple[Tensor, Tensor]:
+        """``(csc_rev_offsets [num_src_nodes + 1], map_rev_to_coo [num_edges])``: the reverse CSC as the
+        deterministic cuDNN backward takes it, each reverse position's COO edge id; built once (see
+        :meth:`derived` for calls traced by ``torch.compile``)."""
+        rev_offsets, rev_to_csc = self.reverse_csc()
+        m = self._cache.get("map_rev_to_coo")
+        if m is None:
+            m = self._keep("map_rev_to_coo", self.edge_ids[rev_to_csc.long()].to(self.index_dtype))
+        return rev_offsets, m
 
     def with_reverse_csc(self) -> CscGraph:
         """Build (once) the source-major reverse CSC the deterministic backward needs; returns ``self``.
 
         Works on CPU and CUDA: one stable sort of the sources plus a histogram.
         """
-        if "map_rev_to_coo" not in self._cache:
-            _, rev_to_csc = self.reverse_csc()
-            self._cache["map_rev_to_coo"] = self.edge_ids[rev_to_csc.long()].to(self.index_dtype)
+        self.reverse_coo_map()
         return self
 
     def edge_index(self) -> Tensor:

@@ -97,6 +97,28 @@ def test_reverse_csc_is_source_major_and_cached(graph_case):
     assert g.csc_rev_offsets is rev_o  # built once
 
 
+def test_structures_built_while_compiling_are_not_kept():
+    """A structure a ``torch.compile``-traced call builds stays out of the graph (under ``mode="reduce-overhead"``
+    it would live in CUDA-graph memory that the next replay overwrites); the same values as eager, and an eager
+    call then keeps them."""
+    ei = torch.tensor([[0, 1, 2, 3, 3, 1], [1, 2, 0, 0, 2, 2]])
+
+    def structures(g: CscGraph) -> torch.Tensor:
+        rev_offsets, rev_to_csc = g.reverse_csc()
+        _, rev_map = g.reverse_coo_map()
+        built = g.derived(("test", "twice"), lambda: g.indices * 2)
+        return torch.cat([rev_offsets, rev_to_csc, g.reverse_dst(), rev_map, built]).long()
+
+    want = structures(CscGraph.from_edge_index(ei, num_nodes=4))
+    g = CscGraph.from_edge_index(ei, num_nodes=4)
+    torch._dynamo.reset()
+    got = torch.compile(structures, backend="eager", fullgraph=True)(g)
+    assert torch.equal(got, want)
+    assert not g.has_reverse_csc and g.csc_rev_offsets is None and g.derived_if_built(("test", "twice")) is None
+    assert torch.equal(structures(g), want)
+    assert g.has_reverse_csc and g.csc_rev_offsets is not None and g.derived_if_built(("test", "twice")) is not None
+
+
 def test_to_index_dtype_is_cached_and_equal():
     ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 1]])
     g = CscGraph.from_edge_index(ei)

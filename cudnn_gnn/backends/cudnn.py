@@ -84,11 +84,9 @@ class CudnnBackend:
         dtype = spec.dtype
         det = spec.deterministic
         edge_attr = spec.projected_edge_attr()  # GATv2 with lin_edge_weight: projected by torch first
-        if det:
-            graph.with_reverse_csc()
+        rev_offsets, rev_map = graph.reverse_coo_map() if det else (None, None)
         call = _cudnn.GatCall(
-            graph.offsets, graph.indices, graph.map_csc_to_coo if _needs_map(spec) else None,
-            graph.csc_rev_offsets if det else None, graph.map_rev_to_coo if det else None,
+            graph.offsets, graph.indices, graph.map_csc_to_coo if _needs_map(spec) else None, rev_offsets, rev_map,
             graph.num_src_nodes, spec.x_src, spec.x_dst,
             None if edge_attr is None else edge_attr.to(dtype),
             spec.attn_weights.to(dtype),

@@ -157,6 +157,39 @@ def test_compile_fullgraph():
     assert _rel(grad, eager) < 1e-5
 
 
+def test_reduce_overhead_on_a_graph_no_eager_call_used():
+    """``mode="reduce-overhead"`` (CUDA graphs) on a ``CscGraph`` that no eager call has used: the work lists and
+    the reverse CSC the first compiled call builds stay inside its CUDA graph instead of on the graph, whose next
+    replay would overwrite them (``accessing tensor output of CUDAGraphs that has been overwritten``). Five steps
+    match the eager layer on the same edges: outputs and every parameter's gradient."""
+    from cudnn_gnn import GATConv
+
+    edges = _power_law_graph(2000, 20_000, seed=7, index_dtype=torch.int32).edge_index()
+    torch.manual_seed(0)
+    conv = GATConv(32, 16, heads=4, add_self_loops=False, backend="triton").to(DEV)  # the graph itself, no loops plan
+    x = torch.randn(2000, 32, device=DEV)
+    grad = torch.randn(2000, 64, device=DEV)
+
+    def step(model, graph):
+        for p in model.parameters():
+            p.grad = None
+        out = model(x, graph)
+        out.backward(grad)
+        return out.detach().clone(), [p.grad.clone() for p in model.parameters()]
+
+    want_out, want_grads = step(conv, CscGraph.from_edge_index(edges, num_nodes=2000))
+    graph = CscGraph.from_edge_index(edges, num_nodes=2000)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, mode="reduce-overhead")
+    for _ in range(5):
+        torch.compiler.cudagraph_mark_step_begin()
+        out, grads = step(compiled, graph)
+        assert _rel(out, want_out) < 1e-5
+        for g, w in zip(grads, want_grads, strict=True):
+            assert _rel(g, w) < 1e-4
+    torch._dynamo.reset()
+
+
 def test_compile_fullgraph_gat_against_eager():
     """GAT under ``torch.compile(fullgraph=True)`` (the registered op, its node scores computed inside it) against
     the eager call (``_EagerAttention``, the same implementations): outputs and gradients agree to float32
