@@ -42,6 +42,7 @@ MEMORY_WARN_BYTES = 16 * 2**30
 _HIDDEN = 16
 _CHUNK = 1 << 22
 _SMOOTH_EDGES = 1 << 22
+_LABEL_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -175,11 +176,14 @@ def _labels_and_split(meta: OgbnMeta, h: torch.Tensor, sample: torch.Tensor, siz
     smooth = 0.5 * h + 0.5 * _mean_in(h, sample, n)
     outputs = meta.num_tasks if meta.num_tasks > 1 else meta.num_classes
     weight = torch.randn(_HIDDEN, outputs, generator=gen, device=device)
-    logits = smooth @ weight
-    if meta.num_tasks > 1:  # binary tasks (proteins)
-        y = (logits > 0).to(torch.int64)
-    else:
-        y = logits.argmax(dim=1, keepdim=True)
+    parts = []
+    for start in range(0, n, _LABEL_ROWS):  # [rows, outputs] logits at a time (papers100M's whole: 76 GB)
+        logits = smooth[start : start + _LABEL_ROWS] @ weight
+        if meta.num_tasks > 1:  # binary tasks (proteins)
+            parts.append((logits > 0).to(torch.int64))
+        else:
+            parts.append(logits.argmax(dim=1, keepdim=True))
+    y = torch.cat(parts) if len(parts) > 1 else parts[0]
 
     order = torch.randperm(n, generator=gen, device=device)
     split = (order[:n_train], order[n_train : n_train + n_valid], order[n_train + n_valid : n_train + n_valid + n_test])
@@ -357,7 +361,7 @@ def degree_stats(edge_index: torch.Tensor, num_nodes: int, *, xmin: int | None =
 
 # ------------------------------------------------------------------------------------ memory-mapped layout
 
-_MMAP_FORMAT = 1
+_MMAP_FORMAT = 2  # 2: labels in node chunks (n > 2**20), the generating device in the manifest
 _MMAP_DTYPES = {"float32": np.float32, "float16": np.float16}
 
 
@@ -400,16 +404,18 @@ class MappedGraph:
         return torch.stack([self.row.clone(), dst])
 
 
-def _chunk_generator(seed: int, tag: int, index: int) -> torch.Generator:
-    """An independent generator per (seed, stream, chunk): a chunk can be drawn again, alone, identically."""
+def _chunk_generator(seed: int, tag: int, index: int, device: torch.device | None = None) -> torch.Generator:
+    """An independent generator per (seed, stream, chunk) on ``device`` (default CPU): a chunk can be drawn again,
+    alone, identically (CPU and CUDA generators draw different numbers from one seed)."""
     state = np.random.SeedSequence([seed, tag, index]).generate_state(2, dtype=np.uint32)
-    return torch.Generator().manual_seed(int(state[0]) << 32 | int(state[1]))
+    return torch.Generator(device=device or "cpu").manual_seed(int(state[0]) << 32 | int(state[1]))
 
 
 def _raw_edge_chunk(src_law: _PowerLawSampler, dst_law: _PowerLawSampler, seed: int, index: int, start: int,
                     count: int, undirected: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Chunk ``index`` of the raw edges (``count`` draws from edge ``start``), with reverse edges if undirected."""
-    gen = _chunk_generator(seed, 1, index)
+    """Chunk ``index`` of the raw edges (``count`` draws from edge ``start``), with reverse edges if undirected; drawn
+    on the laws' device."""
+    gen = _chunk_generator(seed, 1, index, src_law.perm.device)
     src, dst = src_law.sample(count, gen), dst_law.sample(count, gen)
     dst = torch.where(src == dst, (dst + 1) % src_law.n, dst)
     if undirected:
@@ -422,68 +428,84 @@ def _open_npy(path: Path, dtype: type | np.dtype, shape: tuple[int, ...]) -> np.
 
 
 def _write_mapped(meta: OgbnMeta, root: Path, scale: float, seed: int, width: int, feature_dtype: str,
-                  chunk: int) -> None:
-    """Generate into ``root`` in two passes over seeded edge chunks (degrees, then a counting sort into the
-    memory-mapped CSC): the edge list is never held in memory, not even once."""
+                  chunk: int, device: torch.device, *, staged: bool | None = None) -> None:
+    """Generate into ``root`` in two passes over seeded edge chunks (degrees, then a counting sort into the CSC
+    ``row``): the edge list is never held in memory, not even once. On a CPU every pass writes straight into the
+    memory-mapped files; on a GPU the draws, the counting sort and the features are computed there, ``row`` is
+    sorted into a device buffer (``8 E`` bytes) and copied to its file in pieces, and the labels are computed on
+    the host (:func:`_labels_and_split`, in node chunks). ``staged`` forces one way or the other (tests run the
+    GPU's way on a CPU)."""
     n, raw_edges, sizes = _sizes(meta, scale)
     undirected = meta.add_inverse_edge
     num_edges = raw_edges * (2 if undirected else 1)
-    gen = torch.Generator().manual_seed(seed)
+    gen = torch.Generator(device=device).manual_seed(seed)
     src_law, dst_law = _edge_laws(meta, n, raw_edges, scale, gen)
     chunks = [(i, start, min(chunk, raw_edges - start)) for i, start in enumerate(range(0, raw_edges, chunk))]
 
-    deg = torch.zeros(n, dtype=torch.int64)
+    deg = torch.zeros(n, dtype=torch.int64, device=device)
     for i, start, count in chunks:  # pass 1: in-degrees
         _, dst = _raw_edge_chunk(src_law, dst_law, seed, i, start, count, undirected)
         deg.index_add_(0, dst, torch.ones_like(dst))
     colptr_np = _open_npy(root / "colptr.npy", np.int64, (n + 1,))
-    colptr = torch.from_numpy(colptr_np)
-    colptr[0] = 0
+    colptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
     torch.cumsum(deg, 0, out=colptr[1:])
     del deg
 
     row_np = _open_npy(root / "row.npy", np.int64, (num_edges,))
-    row = torch.from_numpy(row_np)
+    on_host = device.type == "cpu" if staged is None else not staged
+    row = torch.from_numpy(row_np) if on_host else torch.empty(num_edges, dtype=torch.int64, device=device)
     cursor = colptr[:-1].clone()
     sample: torch.Tensor | None = None
     for i, start, count in chunks:  # pass 2: each edge to its slot; within a destination in draw order
         src, dst = _raw_edge_chunk(src_law, dst_law, seed, i, start, count, undirected)
         if sample is None:  # a uniform sample of the edges (i.i.d. draws) for the label smoothing
-            sample = torch.stack([src, dst])[:, : _SMOOTH_EDGES * (2 if undirected else 1)]
+            sample = torch.stack([src, dst])[:, : _SMOOTH_EDGES * (2 if undirected else 1)].cpu()
         dst, order = torch.sort(dst, stable=True)
         first = torch.ones_like(dst, dtype=torch.bool)
         first[1:] = dst[1:] != dst[:-1]
         starts = first.nonzero().view(-1)
         group = torch.cumsum(first, 0) - 1
-        slot = cursor[dst] + torch.arange(dst.numel()) - starts[group]
+        slot = cursor[dst] + torch.arange(dst.numel(), device=device) - starts[group]
         row[slot] = src[order]
         cursor.index_add_(0, dst, torch.ones_like(dst))
+    _copy_out(torch.from_numpy(colptr_np), colptr)
+    if not on_host:
+        _copy_out(torch.from_numpy(row_np), row)
     row_np.flush()
     colptr_np.flush()
-    del row, row_np, cursor
+    del row, row_np, cursor, colptr
 
-    h = torch.randn(n, _HIDDEN, generator=gen)
+    h = torch.randn(n, _HIDDEN, generator=gen, device=device)
     if width:
         x_np = _open_npy(root / "x.npy", _MMAP_DTYPES[feature_dtype], (n, width))
         x = torch.from_numpy(x_np)
-        mix = torch.randn(_HIDDEN, width, generator=gen) / math.sqrt(_HIDDEN)
+        mix = torch.randn(_HIDDEN, width, generator=gen, device=device) / math.sqrt(_HIDDEN)
         for i, start in enumerate(range(0, n, chunk // max(width, 1) or 1)):
             stop = min(n, start + (chunk // max(width, 1) or 1))
-            noise = torch.randn(stop - start, width, generator=_chunk_generator(seed, 2, i))
-            x[start:stop] = h[start:stop] @ mix + 0.5 * noise
+            noise = torch.randn(stop - start, width, generator=_chunk_generator(seed, 2, i, device), device=device)
+            x[start:stop] = (h[start:stop] @ mix + 0.5 * noise).to(x.dtype)
         x_np.flush()
         del x, x_np
     assert sample is not None  # raw_edges >= 1
-    y, split = _labels_and_split(meta, h, sample, sizes, gen)
+    if not on_host:  # the labels on the host, from a host generator seeded by the device one
+        gen = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (), generator=gen, device=device)))
+    y, split = _labels_and_split(meta, h.cpu(), sample, sizes, gen)
     np.save(root / "y.npy", y.numpy())
     for part, idx in zip(("train_idx", "valid_idx", "test_idx"), split):
         np.save(root / f"{part}.npy", idx.numpy())
 
 
-def _manifest(meta: OgbnMeta, scale: float, seed: int, width: int, feature_dtype: str) -> dict:
+def _copy_out(dst: torch.Tensor, src: torch.Tensor, piece: int = 1 << 25) -> None:
+    """``dst[:] = src`` in pieces of ``piece`` elements (a memory-mapped host tensor from a device one): no
+    host copy of the whole tensor at once."""
+    for start in range(0, src.numel(), piece):
+        dst[start : start + piece].copy_(src[start : start + piece])
+
+
+def _manifest(meta: OgbnMeta, scale: float, seed: int, width: int, feature_dtype: str, device: torch.device) -> dict:
     n, raw_edges, _ = _sizes(meta, scale)
     return {"format": _MMAP_FORMAT, "name": meta.name, "scale": scale, "seed": seed, "num_features": width,
-            "feature_dtype": feature_dtype, "num_nodes": n,
+            "feature_dtype": feature_dtype, "generated_on": device.type, "num_nodes": n,
             "num_edges": raw_edges * (2 if meta.add_inverse_edge else 1), "num_classes": meta.num_classes}
 
 
@@ -503,6 +525,7 @@ def synthetic_ogbn_mmap(
     num_features: int | None = None,
     feature_dtype: str = "float32",
     chunk_edges: int = _CHUNK,
+    device: str | torch.device = "cpu",
 ) -> MappedGraph:
     """Generate (once) and memory-map a synthetic OGB-shaped node dataset laid out for sampled training.
 
@@ -519,6 +542,12 @@ def synthetic_ogbn_mmap(
     The graph is not the one :func:`synthetic_ogbn` returns for the same seed (edges come from per-chunk
     generators, so it also depends on ``chunk_edges``), but has the same sizes and degree laws.
 
+    ``device="cuda"`` draws the edges, sorts them into the CSC and computes the features on the GPU (minutes
+    become seconds at papers100M's full size, where the host's passes are bound by one thread's elementwise
+    work). It needs about ``8 E + 40 N`` bytes of GPU memory (``row`` is sorted there, then copied to its file;
+    papers100M: 17.4 GB) and gives another graph than the CPU, of the same laws (CUDA generators draw other
+    numbers), also byte-identical for the same arguments on one device type; the manifest records which.
+
     Args:
         name: An ``ogbn-*`` preset without edge features (arxiv, products, papers100M).
         root: Folder for the files (created).
@@ -527,6 +556,7 @@ def synthetic_ogbn_mmap(
         num_features: Width of ``x``; ``None`` for the preset's.
         feature_dtype: ``"float32"`` or ``"float16"`` (half the host memory and disk).
         chunk_edges: Raw edges drawn per chunk (memory per chunk is about 60 bytes per edge).
+        device: Where to draw and sort (``"cpu"``, ``"cuda"``); the files are on the host either way.
 
     Returns:
         A :class:`MappedGraph` of read-only memory-mapped tensors.
@@ -544,14 +574,19 @@ def synthetic_ogbn_mmap(
     if isinstance(chunk_edges, bool) or not isinstance(chunk_edges, int) or chunk_edges < 1:
         raise ValueError(f"chunk_edges must be an int >= 1, got {chunk_edges!r}")
     width = meta.num_features if num_features is None else num_features
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str or a torch.device, got {type(device).__name__}")
+    dev = torch.device(device)
+    if dev.type not in ("cpu", "cuda"):
+        raise ValueError(f"device must be a CPU or CUDA device, got {str(device)!r}")
     folder = Path(root).expanduser()
-    want = {**_manifest(meta, float(scale), seed, width, feature_dtype), "chunk_edges": chunk_edges}
+    want = {**_manifest(meta, float(scale), seed, width, feature_dtype, dev), "chunk_edges": chunk_edges}
     manifest = folder / "manifest.json"
     have = json.loads(manifest.read_text()) if manifest.is_file() else None
     if have != want:
         folder.mkdir(parents=True, exist_ok=True)
         manifest.unlink(missing_ok=True)  # invalid until rewritten
-        _write_mapped(meta, folder, float(scale), seed, width, feature_dtype, chunk_edges)
+        _write_mapped(meta, folder, float(scale), seed, width, feature_dtype, chunk_edges, dev)
         tmp = folder / "manifest.json.tmp"
         tmp.write_text(json.dumps(want, indent=1))
         os.replace(tmp, manifest)

@@ -243,3 +243,44 @@ def _mapping_of(address: int) -> str | None:
         if lo <= address < hi:
             return parts[5] if len(parts) == 6 else None
     return None
+
+
+def test_mmap_the_gpus_way_on_a_cpu_writes_the_same_graph_and_features(tmp_path, monkeypatch) -> None:
+    """The GPU's way (row sorted into a buffer and copied out in pieces, labels from a host generator seeded by the
+    device's) run on a CPU: the same CSC and features as writing straight into the files; its own labels and split
+    (another generator), still valid; the manifest records the generating device and a CUDA folder is not taken
+    for a CPU one."""
+    from cudnn_gnn.datasets import synthetic as syn
+
+    meta = OGBN_META["ogbn-papers100M"]
+    for root, staged in (("direct", False), ("staged", True)):
+        (tmp_path / root).mkdir()
+        syn._write_mapped(meta, tmp_path / root, PAPERS_TINY, 3, 128, "float16", 10_000, torch.device("cpu"),
+                          staged=staged)
+    for key in ("colptr", "row", "x"):
+        assert (tmp_path / "direct" / f"{key}.npy").read_bytes() == (tmp_path / "staged" / f"{key}.npy").read_bytes()
+    y = torch.from_numpy(np.load(tmp_path / "staged" / "y.npy"))
+    idx = torch.cat([torch.from_numpy(np.load(tmp_path / "staged" / f"{p}.npy")) for p in ("train_idx", "valid_idx",
+                                                                                              "test_idx")])
+    assert idx.unique().numel() == idx.numel() and not torch.isnan(y[idx]).any()
+    assert int(torch.isnan(y).sum()) == y.size(0) - idx.numel()
+
+    g = syn.synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "m", scale=PAPERS_TINY, seed=3)
+    manifest = __import__("json").loads((g.root / "manifest.json").read_text())
+    assert manifest["generated_on"] == "cpu" and manifest["format"] == syn._MMAP_FORMAT
+    manifest["generated_on"] = "cuda"
+    (g.root / "manifest.json").write_text(__import__("json").dumps(manifest))
+    calls = []
+    original = syn._write_mapped
+    monkeypatch.setattr(syn, "_write_mapped", lambda *a, **k: (calls.append(a[-1]), original(*a, **k))[1])
+    syn.synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "m", scale=PAPERS_TINY, seed=3)
+    assert calls == [torch.device("cpu")]  # a folder made on another device is made again
+
+
+@pytest.mark.parametrize("device, exc, match", [(3, TypeError, "device must be a str or a torch.device, got int"),
+                                                ("meta", ValueError, "device must be a CPU or CUDA device, got 'meta'")])
+def test_mmap_device_errors(tmp_path, device, exc, match) -> None:
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
+
+    with pytest.raises(exc, match=match):
+        synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "p", scale=PAPERS_TINY, device=device)
