@@ -1,16 +1,17 @@
 """Neighbour-sampled GAT on a papers100M-shaped synthetic graph (or products-shaped), on 1..N GPUs with DDP.
 
 The graph is written once per host by :func:`cudnn_gnn.datasets.synthetic.synthetic_ogbn_mmap` (``--root``, default
-``~/.cache/cudnn_gnn/synthetic/<name>-s<scale>-seed<seed>-<dtype>``) and memory-mapped by every rank: features and
-CSC live in the page cache once, not once per rank. Every rank trains on a fixed, equal shard of the training
-seeds (``shard_seeds`` of one shared permutation, taken once), through ONE ``NeighborLoader`` built at start with
-``shuffle=True`` and, with ``--num-workers > 0``, persistent workers: each epoch reshuffles the shard without
-starting loader processes again (PyG's multi-GPU examples do the same). The loader samples in its workers over
-that shared CSC; each layer runs on its trimmed bipartite block (PyG's ``trim_to_layer``, with pyg-lib; ours as
-CSC blocks from one sort per batch, :func:`cudnn_gnn.sampled_blocks`, no host sync); the next batch's host->GPU
-copy overlaps the current step (a side CUDA stream), and DDP averages gradients. Evaluation is sampled the same
-way, sharded over ranks (its two loaders also built once), correct counts summed. Persistent workers stay alive
-between uses: ``3 * --num-workers`` loader processes per rank, idle while another loader runs.
+``~/.cache/cudnn_gnn/synthetic/<name>-s<scale>-seed<seed>-<dtype>-<cpu|cuda>``; drawn on the GPU where there is one,
+``--generate-on``) and memory-mapped by every rank: features and CSC live in the page cache once, not once per rank.
+Every rank trains on a fixed, equal shard of the training seeds (``shard_seeds`` of one shared permutation, taken
+once), through ONE ``NeighborLoader`` built at start with ``shuffle=True`` and, with ``--num-workers > 0``,
+persistent workers: each epoch reshuffles the shard without starting loader processes again (PyG's multi-GPU
+examples do the same). The loader samples in its workers over that shared CSC; each layer runs on its trimmed
+bipartite block (PyG's ``trim_to_layer``, with pyg-lib; ours as CSC blocks from one sort per batch,
+:func:`cudnn_gnn.sampled_blocks`, no host sync); the next batch's host->GPU copy overlaps the current step (a side
+CUDA stream), and DDP averages gradients. Evaluation is sampled the same way, sharded over ranks (its two loaders
+also built once), correct counts summed. Persistent workers stay alive between uses: ``3 * --num-workers`` loader
+processes per rank, idle while another loader runs.
 
 Two samplers (``--sampler``), both with PyG's ``NeighborLoader`` batches (nodes and edges numbered hop by hop):
 
@@ -20,9 +21,11 @@ Two samplers (``--sampler``), both with PyG's ``NeighborLoader`` batches (nodes 
   layer runs on the whole batch.
 - ``device``: :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`; each rank copies the CSC, features and labels
   to its GPU once (papers100M-shaped at scale 0.1: 7.2 GB per GPU with fp32 features) and samples and gathers
-  there, on the training stream, with ``len(fanout) + 1`` host syncs a batch: no worker processes, no host->GPU
-  copies, per-hop counts always (trimmed blocks for both models), no pyg-lib or torch-sparse needed. Its GPU time
-  is recorded apart from the model's step (``gpu_sampling_seconds``).
+  there with ``len(fanout) + 1`` host syncs a batch: no worker processes, no host->GPU copies, per-hop counts
+  always (trimmed blocks for both models), no pyg-lib or torch-sparse needed. By default the next batch is sampled
+  while the current step runs, in a background thread on a side stream (``--sample-ahead 1``, a
+  :class:`cudnn_gnn.apps.distributed.BackgroundLoader`); ``--sample-ahead 0`` samples inline on the training
+  stream, between the steps. Its GPU time is recorded apart from the model's step (``gpu_sampling_seconds``).
 
 Model: 3 layers of 4 heads x 128 hidden (last layer averages 4 heads into 172 classes), residual linear maps,
 ELU, dropout 0.5, Adam 0.001, fan-out 10,10,5, batches of 1024 seeds per rank. ``--model pyg-gat`` runs PyG's
@@ -59,11 +62,14 @@ were.
 Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction of the model's step alone (``gpu_busy_fraction``: CUDA
 events around forward, backward and optimizer over wall time; None on a CPU), with ``--sampler device`` also the
 sampling's GPU time (``gpu_sampling_seconds``) and the busy fraction of step and sampling together
-(``gpu_busy_fraction_step_and_sampling``), peak GPU memory, peak host RSS, mean training loss over all ranks; the
-record names the sampler (and, for ``device``, its setup seconds and resident bytes); at start the memory model's
-prediction (``cudnn_gnn.apps.distributed.estimate_memory``) with the sampler's upper bounds, and at the end with
-the hop sizes measured on the first batch or, where the sampler reports none (torch-sparse), with the largest batch
-of epoch 1 (``memory_model_largest_batch``). ``--sampler pyg`` needs ``pyg-lib`` or ``torch-sparse``.
+(``gpu_busy_fraction_step_and_sampling``: the union of both, time they overlap counted once), with
+``--profile-batches N`` the busy fraction from the kernels themselves over N batches of the last epoch
+(``gpu_kernel_busy_fraction``: ``torch.profiler``, idle gaps inside a step count as idle), peak GPU memory,
+peak host RSS, mean training loss over all ranks; the record names the sampler (and, for ``device``, its setup
+seconds and resident bytes); at start the memory model's prediction (``cudnn_gnn.apps.distributed.estimate_memory``)
+with the sampler's upper bounds, and at the end with the hop sizes measured on the first batch or, where the sampler
+reports none (torch-sparse), with the largest batch of epoch 1 (``memory_model_largest_batch``). ``--sampler pyg``
+needs ``pyg-lib`` or ``torch-sparse``.
 """
 
 from __future__ import annotations
@@ -84,10 +90,13 @@ import torch.nn.functional as F
 from _common import OgbGAT, count_params, grad_scaler, optimizer_step, seed_everything, warm_up, write_json
 
 from cudnn_gnn.apps.distributed import (
+    BackgroundLoader,
     BusyMeter,
     DistContext,
+    KernelBusyWindow,
     Prefetcher,
     all_reduce_counts,
+    busy_union_seconds,
     estimate_memory,
     launch,
     launched_by_torchrun,
@@ -110,6 +119,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--scale", type=float, default=0.01, help="fraction of the real node and edge counts")
     ap.add_argument("--root", default=None, help="folder of the memory-mapped dataset (generated if missing)")
     ap.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
+    ap.add_argument("--generate-on", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where a missing dataset folder is generated ('auto': cuda if available; another graph of "
+                         "the same laws as cpu's, in seconds instead of minutes at full size)")
     ap.add_argument("--model", choices=("gat", "pyg-gat"), default="gat")
     ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cuda' or 'cpu'")
@@ -129,6 +141,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="pyg: PyG's NeighborLoader on the host, in --num-workers processes per rank; device: "
                          "DeviceNeighborLoader, the graph on every GPU and sampled there (no workers, no copies)")
     ap.add_argument("--num-workers", type=int, default=4, help="NeighborLoader workers per rank (--sampler pyg)")
+    ap.add_argument("--sample-ahead", type=int, default=1,
+                    help="--sampler device: batches sampled in a background thread on a side stream, ahead of the "
+                         "step (0: inline, on the training stream, between the steps)")
+    ap.add_argument("--profile-batches", type=int, default=0,
+                    help="in the last epoch, profile N batches' kernels (torch.profiler) for the GPU-busy fraction "
+                         "from the kernels themselves (gpu_kernel_busy_fraction)")
     ap.add_argument("--eval-every", type=int, default=0, help="evaluate every N epochs (0: after the last only)")
     ap.add_argument("--max-batches", type=int, default=0,
                     help="stop each epoch, and each evaluation split, after N batches per rank (0: all)")
@@ -145,11 +163,17 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--fanout must have one entry per layer ({args.layers}), got {args.fanout}")
     if args.gpus < 1:
         ap.error(f"--gpus must be >= 1, got {args.gpus}")
+    if args.sample_ahead < 0 or args.profile_batches < 0:
+        ap.error(f"--sample-ahead and --profile-batches must be >= 0, got {args.sample_ahead}, {args.profile_batches}")
     if args.sampler == "device":
         args.num_workers = 0  # nothing runs in worker processes
-    if args.root is None:
+    else:
+        args.sample_ahead = 0  # PyG's loader makes batches in its workers; the Prefetcher copies them ahead
+    if args.generate_on == "auto":
+        args.generate_on = "cuda" if torch.cuda.is_available() and args.device != "cpu" else "cpu"
+    if args.root is None:  # the generating device in the name: each draws its own graph
         args.root = str(Path("~/.cache/cudnn_gnn/synthetic").expanduser()
-                        / f"{args.dataset}-s{args.scale:g}-seed{args.seed}-{args.feature_dtype}")
+                        / f"{args.dataset}-s{args.scale:g}-seed{args.seed}-{args.feature_dtype}-{args.generate_on}")
     return args
 
 
@@ -159,7 +183,9 @@ def prepare(args: argparse.Namespace) -> Any:
 
     t0 = time.perf_counter()
     g = synthetic_ogbn_mmap(args.dataset, args.root, scale=args.scale, seed=args.seed,
-                            feature_dtype=args.feature_dtype)
+                            feature_dtype=args.feature_dtype, device=args.generate_on)
+    if args.generate_on == "cuda":
+        torch.cuda.empty_cache()  # the generator's buffers: the ranks need the memory (this process may be one)
     print(f"{args.dataset} (synthetic, scale {args.scale:g}) in {args.root}: {g.num_nodes:,} nodes, {g.num_edges:,} "
           f"edges, {g.x.size(1)} features ({args.feature_dtype}), train/valid/test {g.train_idx.numel():,}/"
           f"{g.valid_idx.numel():,}/{g.test_idx.numel():,} ({time.perf_counter() - t0:.1f} s)", flush=True)
@@ -183,7 +209,7 @@ def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops:
                           label_bytes=g.y.element_size(), act_bytes=act_bytes, ranks=ranks,
                           num_workers=args.num_workers, params=params,
                           hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed,
-                          sampler=args.sampler)
+                          sampler=args.sampler, sample_ahead=args.sample_ahead)
     print(label + est.summary(), flush=True)
     return est.as_dict()
 
@@ -198,20 +224,40 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> tuple[Any
             list(nsn) if nsn is not None else None, list(nse) if nse is not None else None)
 
 
-def batches(loader: Any, sampler: str, device: torch.device, meter: BusyMeter | None = None) -> Iterator[tuple[Any, ...]]:
+def batches(loader: Any, sampler: str, device: torch.device, meter: BusyMeter | None = None,
+            ahead: int = 0) -> Iterator[tuple[Any, ...]]:
     """``loader``'s batches as :func:`to_device` tuples. PyG's host loader goes through the ``Prefetcher`` (the next
     batch's copy to the GPU on a side stream, overlapped with this step). The device sampler's batches are made
-    where they are used, on the current stream, so nothing is copied; ``meter`` times each batch's sampling (and
-    its attribute gathers) on the GPU, apart from the model's step."""
+    where they are used, so nothing is copied: with ``ahead`` > 0 in a :class:`BackgroundLoader` (a thread and a
+    side stream, ``ahead`` batches in front of the step), else inline on the current stream. ``meter`` times each
+    batch's sampling (and its attribute gathers) on the GPU, apart from the model's step, on the stream that ran it.
+    """
     if sampler == "pyg":
         yield from Prefetcher(loader, device, to_device)
         return
-    meter = meter or BusyMeter(torch.device("cpu"))  # untimed
-    it = iter(loader)
-    for _ in range(len(loader)):
-        with meter.step():
-            batch = to_device(next(it), device, False)
-        yield batch
+    timed = _Timed(loader, device, meter or BusyMeter(torch.device("cpu")))  # untimed without a meter
+    if ahead > 0:
+        with iter(BackgroundLoader(timed, device, ahead=ahead)) as it:  # joined when the loop ends or breaks
+            yield from it
+    else:
+        yield from timed
+
+
+class _Timed:
+    """The device sampler's batches as :func:`to_device` tuples, each one's making timed by ``meter``."""
+
+    def __init__(self, loader: Any, device: torch.device, meter: BusyMeter) -> None:
+        self.loader, self.device, self.meter = loader, device, meter
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        it = iter(self.loader)
+        for _ in range(len(self.loader)):
+            with self.meter.step():
+                batch = to_device(next(it), self.device, False)
+            yield batch
 
 
 def hop_counts(sampler: str) -> bool:
@@ -244,7 +290,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
     record: dict[str, Any] = {"dataset": args.dataset, "scale": args.scale, "model": args.model, "params": params,
                               "world_size": ctx.world_size, "device": str(device), "precision": args.precision,
                               "fanout": args.fanout, "batch_size": args.batch_size, "sampler": args.sampler,
-                              "num_workers": args.num_workers, "compile": args.compile,
+                              "num_workers": args.num_workers, "sample_ahead": args.sample_ahead,
+                              "compile": args.compile,
                               "num_nodes": g.num_nodes, "num_edges": g.num_edges, "epochs": []}
     if ctx.is_main:
         record["memory_model_bound"] = memory_plan(args, g, ctx.world_size, params, None, device)
@@ -304,7 +351,12 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
             torch.cuda.synchronize(device)
         t0 = time.perf_counter()
         total, count, n_batches = torch.zeros((), device=device), 0, 0
-        for x, y, edge_index, bs, nsn, nse in batches(train_loader, args.sampler, device, sample_meter):
+        # batches 2 .. 2 + N - 1 (the first two see the epoch's start; earlier where --max-batches leaves fewer)
+        first = 2 if not args.max_batches else max(0, min(2, args.max_batches - args.profile_batches))
+        window = KernelBusyWindow(device, start=first, count=args.profile_batches if epoch == args.epochs else 0)
+        for x, y, edge_index, bs, nsn, nse in batches(train_loader, args.sampler, device, sample_meter,
+                                                      args.sample_ahead):
+            window.before(n_batches)
             if hops is None and nsn is not None:
                 hops = (list(nsn), list(nse))
             if epoch == 1:
@@ -316,6 +368,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                 loss = F.cross_entropy(out[:bs].float(), y[:bs].view(-1).long())
                 optimizer_step(loss, opt, scaler)
                 total += loss.detach() * bs
+            window.after(n_batches)
             count += bs
             n_batches += 1
             if args.max_batches and n_batches >= args.max_batches:
@@ -327,14 +380,18 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         if ctx.distributed:
             dist.all_reduce(loss_sum)
         # GPU time: the model's step alone (gpu_busy_fraction, as with PyG's host sampler) and, with the device
-        # sampler, the sampling too (it runs on the same stream, between the steps).
+        # sampler, the sampling too: between the steps on the same stream, or beside them on the BackgroundLoader's
+        # (their union: time both ran counts once).
         step_s = meter.busy_seconds()
         sample_s = sample_meter.busy_seconds() if args.sampler == "device" else None
+        union_s = busy_union_seconds(meter, sample_meter) if args.sampler == "device" else None
         rec = {"epoch": epoch, "seconds": wall, "loss": float(loss_sum[0] / loss_sum[1].clamp(min=1)),
                "batches": n_batches, "seeds_per_second": float(loss_sum[1]) / wall,
                "gpu_busy_fraction": meter.fraction(wall), "gpu_step_seconds": step_s, "gpu_sampling_seconds": sample_s,
-               "gpu_busy_fraction_step_and_sampling": (None if step_s is None or sample_s is None or wall <= 0
-                                                       else min(1.0, (step_s + sample_s) / wall)),
+               "gpu_busy_fraction_step_and_sampling": (None if union_s is None or wall <= 0
+                                                       else min(1.0, union_s / wall)),
+               "gpu_kernel_busy_fraction": window.fraction, "profiled_batches": window.count if window.fraction
+               is not None else 0, "profiled_kernels": window.kernels,
                "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
                "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
@@ -345,6 +402,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
             if rec["gpu_busy_fraction_step_and_sampling"] is not None:
                 busy = (f"{100 * rec['gpu_busy_fraction_step_and_sampling']:.0f}% (step {busy}, sampling "
                         f"{100 * rec['gpu_sampling_seconds'] / wall:.0f}%)")
+            if rec["gpu_kernel_busy_fraction"] is not None:
+                busy += f", kernels {100 * rec['gpu_kernel_busy_fraction']:.0f}% of {rec['profiled_batches']} batches"
             peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
             acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
             print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), "

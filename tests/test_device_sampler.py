@@ -312,3 +312,104 @@ def test_same_batches_as_pyg_neighbor_loader(fanout):
         if getattr(b, "num_sampled_nodes", None) is not None:
             assert list(b.num_sampled_nodes) == a.num_sampled_nodes
             assert list(b.num_sampled_edges) == a.num_sampled_edges
+
+
+# ---------------------------------------------------------------------------------------------- BackgroundLoader
+
+
+def _same_batch(a, b) -> bool:
+    return all(torch.equal(a[k], b[k]) for k in ("n_id", "edge_index", "e_id", "x")) and (
+        a.num_sampled_nodes == b.num_sampled_nodes and a.num_sampled_edges == b.num_sampled_edges)
+
+
+def test_background_loader_gives_the_loaders_batches_in_order():
+    """The thread runs the loader unchanged: the same batches, draws included, in the same order, epoch after epoch;
+    then a loader sharing the relabel map (with_inputs) samples as it would have alone."""
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    colptr, row = _power_law_csc()
+    x = torch.randn(400, 3)
+    inline = _loader(colptr, row, node_attrs={"x": x}, input_nodes=torch.arange(100), shuffle=True)
+    ahead = _loader(colptr, row, node_attrs={"x": x}, input_nodes=torch.arange(100), shuffle=True)
+    for k in (1, 3):
+        bg = BackgroundLoader(ahead, torch.device("cpu"), ahead=k)
+        assert len(bg) == len(inline) == 7
+        got, want = list(bg), list(inline)
+        assert len(got) == len(want) and all(_same_batch(a, b) for a, b in zip(got, want))
+    valid = ahead.with_inputs(torch.arange(200, 240), batch_size=8, seed=5)
+    want = list(inline.with_inputs(torch.arange(200, 240), batch_size=8, seed=5))
+    assert all(_same_batch(a, b) for a, b in zip(BackgroundLoader(valid, torch.device("cpu")), want))
+    assert int(ahead._map[:-1].min()) == 1 << 62  # every batch left the shared map clean
+
+
+class _Counting:
+    """A loader of ``n`` integers that records how many it has made, and raises at ``fail`` if set."""
+
+    def __init__(self, n: int, fail: int | None = None) -> None:
+        self.n, self.fail, self.made = n, fail, 0
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __iter__(self):
+        for i in range(self.n):
+            if i == self.fail:
+                raise RuntimeError(f"loader failed at batch {i}")
+            self.made += 1
+            yield torch.tensor([i])
+
+
+def test_background_loader_makes_at_most_ahead_batches_in_front():
+    import time
+
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    for ahead in (1, 2):
+        loader = _Counting(10)
+        it = iter(BackgroundLoader(loader, torch.device("cpu"), ahead=ahead))
+        for i in range(4):
+            assert int(next(it)) == i
+            time.sleep(0.05)  # the thread fills what it may
+            assert loader.made == i + 1 + ahead  # the batch in hand and `ahead` in front, no more
+        it.close()
+        assert not it.thread.is_alive() and loader.made <= 4 + ahead + 1
+        with pytest.raises(StopIteration):
+            next(it)
+
+
+def test_background_loader_early_exit_joins_the_thread():
+    """Leaving a for loop early releases the iterator and stops its thread; `with` stops it at once."""
+    import gc
+    import threading
+
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    before = threading.active_count()
+    for batch in BackgroundLoader(_Counting(100), torch.device("cpu")):
+        if int(batch) == 2:
+            break
+    gc.collect()
+    assert threading.active_count() == before
+    with iter(BackgroundLoader(_Counting(100), torch.device("cpu"))) as it:
+        next(it)
+        thread = it.thread
+    assert not thread.is_alive()
+
+
+def test_background_loader_raises_the_loaders_error_at_its_batch():
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    it = iter(BackgroundLoader(_Counting(10, fail=3), torch.device("cpu")))
+    assert [int(next(it)) for _ in range(3)] == [0, 1, 2]
+    with pytest.raises(RuntimeError, match="loader failed at batch 3"):
+        next(it)
+    assert not it.thread.is_alive()
+
+
+@pytest.mark.parametrize("ahead, exc, match", [(0, ValueError, "ahead must be >= 1, got 0"),
+                                               (1.5, TypeError, "ahead must be an int")])
+def test_background_loader_argument_errors(ahead, exc, match):
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    with pytest.raises(exc, match=match):
+        BackgroundLoader([], torch.device("cpu"), ahead=ahead)

@@ -90,6 +90,41 @@ def test_prefetcher_and_busy_meter_are_pass_throughs_on_cpu() -> None:
     assert meter.busy_seconds() is None and meter.fraction(1.0) is None
 
 
+class _Event:
+    """A stand-in for a completed CUDA event at ``t`` milliseconds (elapsed_time as CUDA's: to ``other``, in ms)."""
+
+    def __init__(self, t: float) -> None:
+        self.t = t
+
+    def elapsed_time(self, other: _Event) -> float:
+        return other.t - self.t
+
+
+def test_busy_union_counts_overlapping_steps_once() -> None:
+    from cudnn_gnn.apps.distributed import busy_union_seconds
+
+    step, sample = BusyMeter(torch.device("cpu")), BusyMeter(torch.device("cpu"))
+    assert busy_union_seconds(step, sample) is None  # CPU meters time nothing
+    step.cuda = sample.cuda = True
+    assert busy_union_seconds(step, sample) == 0.0
+    # steps [10, 20], [30, 45], [50, 51] ms on one stream; sampling [0, 12], [18, 32], [60, 70] on another
+    step.pairs = [(_Event(a), _Event(b)) for a, b in ((10, 20), (30, 45), (50, 51))]
+    sample.pairs = [(_Event(a), _Event(b)) for a, b in ((0, 12), (18, 32), (60, 70))]
+    assert step.busy_seconds() == pytest.approx(0.026) and sample.busy_seconds() == pytest.approx(0.036)
+    assert busy_union_seconds(step, sample) == pytest.approx(0.056)  # [0, 45] + [50, 51] + [60, 70]
+    assert busy_union_seconds(sample) == pytest.approx(0.036)
+
+
+def test_kernel_busy_window_is_inert_on_cpu() -> None:
+    from cudnn_gnn.apps.distributed import KernelBusyWindow
+
+    window = KernelBusyWindow(torch.device("cpu"), start=0, count=3)
+    for i in range(5):
+        window.before(i)
+        window.after(i)
+    assert window.fraction is None and window.kernels == 0
+
+
 def test_memory_model_grows_as_the_formulas_say() -> None:
     nodes, edges = sampled_hop_sizes(512, [10, 10, 5])
     assert nodes == [512, 5120, 51200, 256000] and edges == [5120, 51200, 256000]
@@ -173,6 +208,9 @@ def test_memory_model_of_the_device_sampler() -> None:
     assert dev.gpu_activations == host.gpu_activations and dev.gpu_model_state == host.gpu_model_state
     assert dev.gpu_total == host.gpu_total - dev.gpu_batch_inputs + dev.gpu_resident_graph
     assert "resident graph" in dev.summary() and "resident graph" not in host.summary()
+    ahead = estimate_memory(**kw, sampler="device", sample_ahead=2)  # a BackgroundLoader's batches made ahead
+    assert ahead.gpu_batch_inputs == 3 * dev.gpu_batch_inputs
+    assert ahead.gpu_total == dev.gpu_total + 2 * dev.gpu_batch_inputs
     with pytest.raises(ValueError, match="sampler must be 'pyg' or 'device', got 'cpu'"):
         estimate_memory(**kw, sampler="cpu")
 
@@ -386,6 +424,31 @@ def test_papers100m_compiled_trains_like_eager_on_cpu(papers, tmp_path: Path, mo
     assert graphs <= 3, f"{graphs} graphs: something pins a batch size (TORCH_LOGS=recompiles says what)"
     for ours, ref in zip(rec["epochs"], eager["epochs"], strict=True):
         assert abs(ours["loss"] - ref["loss"]) < 1e-4
+
+
+def test_papers100m_samples_ahead_in_a_thread_like_inline(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sample-ahead 1 (the default with the device sampler: a BackgroundLoader) and 2 train on the same batches as
+    --sample-ahead 0 (inline): the same losses, hop counts and accuracies over whole epochs. Cut short by
+    --max-batches, an epoch still ends at its batch count and the thread is stopped before the evaluation loaders
+    (which share the relabel map) start; the batches it made ahead have drawn from the loader's generator, so only
+    the first epoch equals the inline run then."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: False)
+    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--backend", "reference", "--fanout", "4,3,2",
+            "--batch-size", "8", "--sampler", "device", "--no-warm-up", "--dropout", "0"]
+    inline = papers.main([*args, "--sample-ahead", "0"])
+    assert inline["sample_ahead"] == 0 and inline["epochs"][0]["batches"] == 5  # 36 training seeds
+    for ahead in ("1", "2"):
+        rec = papers.main([*args, "--sample-ahead", ahead])
+        assert rec["sample_ahead"] == int(ahead) and rec["measured_hops"] == inline["measured_hops"]
+        for a, b in zip(rec["epochs"], inline["epochs"], strict=True):
+            assert a["loss"] == b["loss"] and a["batches"] == b["batches"]
+            assert a.get("valid_acc") == b.get("valid_acc") and a.get("test_acc") == b.get("test_acc")
+    cut = papers.main([*args, "--max-batches", "2"])
+    cut_inline = papers.main([*args, "--max-batches", "2", "--sample-ahead", "0"])
+    assert [e["batches"] for e in cut["epochs"]] == [2, 2] and cut["epochs"][-1]["valid_seeds"] == 4
+    assert cut["epochs"][0]["loss"] == cut_inline["epochs"][0]["loss"]
+    with pytest.raises(SystemExit):
+        papers.parse([*args, "--sample-ahead", "-1"])
 
 
 @pytest.mark.skipif(sampler_available(), reason="checks the message given when no sampler is installed")

@@ -18,6 +18,10 @@ One entry point for 1..N processes on one host and for several hosts:
 - :class:`Prefetcher`, :class:`BusyMeter`: the next batch's host->device copy issued on a side CUDA stream
   while the current step runs, and CUDA events around compute for the GPU-busy fraction; both are plain
   pass-throughs on a CPU (the busy fraction is ``None`` there).
+- :class:`BackgroundLoader`: a loader that makes its batches on the GPU (the device sampler) run in a thread on a
+  side stream, the next batch made while the current step runs; :func:`busy_union_seconds` counts the GPU time of
+  both streams' timed work once where it overlaps; :class:`KernelBusyWindow` measures the busy fraction from the
+  kernels themselves (``torch.profiler``) over a window of batches.
 - :func:`mapped_neighbor_loader`: PyG's ``NeighborLoader`` over a CSC that already lives in (memory-mapped)
   host memory, so ranks and loader workers share one copy of the structure and the features.
 - :func:`estimate_memory`: host and GPU bytes of a sampled run (the model of ``docs/scale.md``), with PyG's
@@ -41,11 +45,14 @@ import torch.distributed as dist
 from torch import Tensor, nn
 
 __all__ = [
+    "BackgroundLoader",
     "BusyMeter",
     "DistContext",
+    "KernelBusyWindow",
     "MemoryEstimate",
     "Prefetcher",
     "all_reduce_counts",
+    "busy_union_seconds",
     "estimate_memory",
     "sampler_reports_hops",
     "free_port",
@@ -271,11 +278,168 @@ class Prefetcher:
             yield batch
 
 
+class _Raised:
+    """An exception of the producer thread, handed to the consumer to raise."""
+
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+
+_END = object()
+
+
+class BackgroundLoader:
+    """Iterate ``loader`` in a background thread, up to ``ahead`` batches in front of the consumer, on a side CUDA
+    stream: for loaders that make their batches on the GPU (:class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`).
+
+    Such a loader samples with kernels and a few host syncs per batch. Inline, each sync waits for the training
+    step queued before it, and the GPU then idles while the host launches the sampler's next kernels: step and
+    sampling take turns. Here batch ``i + 1`` is made in another thread, on a stream of its own, while the main
+    thread launches step ``i``: the sampler's syncs wait for the sampler's kernels only, its host work overlaps the
+    step's (PyTorch releases the GIL inside its ops and while a sync waits), and its kernels run beside the
+    step's. The stream has the highest priority, so the sampler's short kernels are not queued behind a step's
+    long ones. DGL's GPU sampling runs the same way (a prefetch thread on alternate streams).
+
+    Each batch comes with an event recorded after its last kernel; the consumer's stream waits on it before the
+    batch is returned, and every CUDA tensor of the batch is marked as used on the consumer's stream
+    (``record_stream``), so its memory is not reused until the step that read it is done. At most ``ahead + 1``
+    batches exist at once (the one being used and those made ahead of it); a batch is made only once the consumer
+    has asked for the one before it, so ``ahead=1`` holds two batches, as :class:`Prefetcher` does.
+
+    The same batches come out in the same order as from ``iter(loader)``: the loader runs unchanged, in one
+    thread, on one stream. Its work is ordered after what the consumer's stream queued before iteration starts
+    (the graph's copy to the GPU), and when iteration ends, is closed or fails, the thread is joined and the
+    consumer's stream waits for the side stream; so loaders that share state (``with_inputs``' relabel map) may be
+    iterated one after another, never two at once. Leaving a ``for`` loop early closes the iterator when it is
+    released; ``with`` or ``close()`` does it at a known point. An exception in the thread is raised in the
+    consumer at the batch where it happened. On a CPU the thread runs without streams.
+
+    Args:
+        loader: an iterable of batches (tensors, or lists, tuples, dicts or PyG ``Data`` of them).
+        device: where the batches are made; CUDA gets the side stream.
+        ahead: batches made in front of the consumer (>= 1).
+    """
+
+    def __init__(self, loader: Iterable[Any], device: torch.device, *, ahead: int = 1) -> None:
+        from cudnn_gnn._validation import check_int
+
+        self.loader = loader
+        self.device = torch.device(device)
+        self.ahead = check_int("ahead", ahead, minimum=1)
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __iter__(self) -> _BackgroundIterator:
+        return _BackgroundIterator(self.loader, self.device, self.ahead)
+
+
+def _produce(loader: Iterable[Any], device: torch.device, stream: Any, out: Any, slots: Any, stop: Any) -> None:
+    """The producer thread of :class:`BackgroundLoader`: each batch of ``loader`` made on ``stream`` once a slot is
+    free, put in ``out`` with an event recorded after it; then ``_END``, or the exception raised."""
+    import contextlib
+
+    try:
+        if stream is not None:
+            torch.cuda.set_device(device)  # the current device and stream are per thread
+        with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
+            it = iter(loader)
+            while True:
+                slots.acquire()
+                if stop.is_set():
+                    return
+                batch = next(it, _END)
+                if batch is _END:
+                    out.put(_END)
+                    return
+                event = None
+                if stream is not None:
+                    event = torch.cuda.Event()
+                    event.record(stream)
+                out.put((batch, event))
+    except BaseException as exc:  # handed to the consumer, raised there
+        out.put(_Raised(exc))
+
+
+class _BackgroundIterator:
+    def __init__(self, loader: Iterable[Any], device: torch.device, ahead: int) -> None:
+        import queue
+        import threading
+
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.stream: Any = None
+        if self.cuda:
+            if device.index is None:
+                device = self.device = torch.device("cuda", torch.cuda.current_device())
+            low, high = torch.cuda.Stream.priority_range()  # type: ignore[call-arg]  # a static method
+            self.stream = torch.cuda.Stream(device, priority=min(low, high))
+            self.stream.wait_stream(torch.cuda.current_stream(device))  # after the graph's copy, the map's reset
+        self.queue: queue.Queue[Any] = queue.Queue()
+        self.slots = threading.Semaphore(ahead + 1)
+        self.stop = threading.Event()
+        self.holding = False  # the consumer holds a batch; its slot is freed when it asks for the next one
+        self.done = False
+        # The thread gets the queue and the primitives, not this object: a consumer that drops the iterator early
+        # lets it be collected, and __del__ stops the thread.
+        self.thread = threading.Thread(target=_produce, name="BackgroundLoader", daemon=True,
+                                       args=(loader, device, self.stream, self.queue, self.slots, self.stop))
+        self.thread.start()
+
+    def __iter__(self) -> _BackgroundIterator:
+        return self
+
+    def __next__(self) -> Any:
+        if self.done:
+            raise StopIteration
+        if self.holding:
+            self.slots.release()
+            self.holding = False
+        item = self.queue.get()
+        if item is _END or isinstance(item, _Raised):
+            self.close()
+            if isinstance(item, _Raised):
+                raise item.exc
+            raise StopIteration
+        batch, event = item
+        if self.cuda:
+            current = torch.cuda.current_stream(self.device)
+            current.wait_event(event)
+            for t in _tensors_of(batch):  # made on the side stream, used on this one
+                if t.is_cuda:
+                    t.record_stream(current)
+        self.holding = True
+        return batch
+
+    def close(self) -> None:
+        """Stop the thread after the batch it is making, join it, and order the consumer's stream after its work."""
+        if self.done:
+            return
+        self.done = True
+        self.stop.set()
+        self.slots.release()  # a thread waiting for a slot sees the stop
+        self.thread.join()
+        if self.cuda:
+            torch.cuda.current_stream(self.device).wait_stream(self.stream)
+
+    def __enter__(self) -> _BackgroundIterator:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if not getattr(self, "done", True):
+            self.close()
+
+
 class BusyMeter:
     """GPU-busy fraction of an epoch: CUDA events around each compute step, summed, over the epoch's wall time.
 
     ``with meter.step(): ...`` around forward/backward/optimizer; ``meter.fraction(wall_seconds)`` after a
-    synchronise. On a CPU the steps are not timed and the fraction is ``None``.
+    synchronise. On a CPU the steps are not timed and the fraction is ``None``. Steps may be timed from any thread
+    (each on that thread's current stream); :func:`busy_union_seconds` counts the time several meters' steps
+    overlap once.
     """
 
     def __init__(self, device: torch.device) -> None:
@@ -310,6 +474,82 @@ class BusyMeter:
     def fraction(self, wall_seconds: float) -> float | None:
         busy = self.busy_seconds()
         return None if busy is None or wall_seconds <= 0 else min(1.0, busy / wall_seconds)
+
+
+def busy_union_seconds(*meters: BusyMeter) -> float | None:
+    """Seconds in which at least one of ``meters``' timed steps was running: their intervals' union, so steps on two
+    streams that overlap (a :class:`BackgroundLoader`'s sampling beside the training step) count once. Every
+    interval is placed on one time line by its events' elapsed time from a common first event (CUDA events of one
+    device compare across streams). ``None`` on a CPU; 0 with nothing timed. Call after a synchronise.
+    """
+    if not meters or not all(m.cuda for m in meters):
+        return None
+    pairs = [p for m in meters for p in m.pairs]
+    if not pairs:
+        return 0.0
+    origin = pairs[0][0]
+    spans = sorted((origin.elapsed_time(a), origin.elapsed_time(b)) for a, b in pairs)
+    total, lo, hi = 0.0, spans[0][0], spans[0][1]
+    for a, b in spans[1:]:
+        if a > hi:
+            total, lo, hi = total + hi - lo, a, b
+        else:
+            hi = max(hi, b)
+    return (total + hi - lo) / 1e3
+
+
+class KernelBusyWindow:
+    """The GPU's busy fraction over a window of ``count`` batches from batch ``start`` (0-based) of an epoch, from
+    the kernels themselves: ``torch.profiler`` records every kernel, copy and memset of the device (CUDA activity
+    only, no host ops), and the fraction is the union of their intervals over the window's wall time, between two
+    synchronises. Unlike :class:`BusyMeter`'s event intervals, which span a step from its first to its last
+    kernel, this counts the gaps in which the GPU waits for the host as idle. The profiler adds a little host time
+    to each launch, so a host-bound step reads a little less busy than it runs unprofiled.
+
+    ``before(i)`` and ``after(i)`` around batch ``i``'s work; ``fraction`` and ``busy_seconds`` once the window has
+    closed (``None`` before, on a CPU, and when ``count`` is 0 or the epoch ended first). ``kernels`` counts the
+    GPU activities recorded.
+    """
+
+    def __init__(self, device: torch.device, *, start: int, count: int) -> None:
+        self.cuda = torch.device(device).type == "cuda"
+        self.device, self.start, self.count = torch.device(device), start, count
+        self.fraction: float | None = None
+        self.busy_seconds: float | None = None
+        self.window_seconds: float | None = None
+        self.kernels = 0
+        self._prof: Any = None
+        self._t0 = 0.0
+
+    def before(self, i: int) -> None:
+        if not self.cuda or self.count <= 0 or i != self.start:
+            return
+        import time
+
+        from torch.profiler import ProfilerActivity, profile
+
+        torch.cuda.synchronize(self.device)
+        self._prof = profile(activities=[ProfilerActivity.CUDA])
+        self._prof.__enter__()
+        self._t0 = time.perf_counter()
+
+    def after(self, i: int) -> None:
+        if self._prof is None or i != self.start + self.count - 1:
+            return
+        import time
+
+        torch.cuda.synchronize(self.device)
+        wall = time.perf_counter() - self._t0
+        self._prof.__exit__(None, None, None)
+        spans = sorted((e.time_range.start, e.time_range.end) for e in self._prof.events()
+                       if e.device_type == torch.autograd.DeviceType.CUDA)
+        self._prof = None
+        busy, hi = 0.0, -math.inf
+        for a, b in spans:  # microseconds; the union, overlapping kernels (two streams) once
+            busy += max(0.0, b - max(a, hi))
+            hi = max(hi, b)
+        self.kernels, self.window_seconds, self.busy_seconds = len(spans), wall, busy / 1e6
+        self.fraction = min(1.0, self.busy_seconds / wall) if wall > 0 else None
 
 
 def sampler_available() -> bool:
@@ -431,7 +671,8 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
                     fanout: Sequence[int], hidden: int, heads: int, model: str = "gat", feature_bytes: int = 4,
                     act_bytes: int = 4, ranks: int = 1, num_workers: int = 0, params: int | None = None,
                     hop_nodes: Sequence[int] | None = None, hop_edges: Sequence[int] | None = None,
-                    trimmed: bool = True, sampler: str = "pyg", label_bytes: int = 8) -> MemoryEstimate:
+                    trimmed: bool = True, sampler: str = "pyg", label_bytes: int = 8,
+                    sample_ahead: int = 0) -> MemoryEstimate:
     """Predict host and GPU bytes of neighbour-sampled training of the example's GAT (``len(fanout)`` layers of
     ``heads x hidden``, the last averaging ``heads`` heads into ``num_classes``, a residual linear map per layer).
 
@@ -462,9 +703,10 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
 
     ``sampler="device"`` (:class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`): every GPU also holds the graph
     (``gpu_resident_graph``: features, labels and the int64 CSC as on the host, plus the sampler's ``8 (N + 1)``
-    relabel map), the batch is sampled there (one batch's inputs, no prefetched copy), and there are no loader
-    workers or pinned batches on the host (``host_per_rank = 0``; the host still holds the mapped files it copied
-    from). ``"pyg"``: PyG's ``NeighborLoader`` on the host, as above.
+    relabel map), the batch is sampled there (one batch's inputs, plus ``sample_ahead`` more made ahead by a
+    :class:`BackgroundLoader`), and there are no loader workers or pinned batches on the host (``host_per_rank =
+    0``; the host still holds the mapped files it copied from). ``"pyg"``: PyG's ``NeighborLoader`` on the host, as
+    above.
     """
     if model not in ("gat", "pyg-gat"):
         raise ValueError(f"model must be 'gat' or 'pyg-gat', got {model!r}")
@@ -507,8 +749,8 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
     host_structure = 8 * (num_nodes + 1) + 8 * num_edges
     host_labels = label_bytes * num_nodes
     gpu_state = (16 + (4 if ranks > 1 else 0)) * params
-    if sampler == "device":  # the graph on every GPU, batches sampled there: no workers, no pinned or prefetched copies
-        host_per_rank, gpu_inputs = 0, batch_in
+    if sampler == "device":  # the graph on every GPU, batches sampled there: no workers, no pinned copies
+        host_per_rank, gpu_inputs = 0, (1 + sample_ahead) * batch_in
         resident = host_features + host_structure + host_labels + 8 * (num_nodes + 1)
     else:
         host_per_rank = (num_workers + 1) * 2 * batch_in  # in-flight batches (prefetch factor 2), pinned copies

@@ -1,6 +1,8 @@
 """DeviceNeighborLoader on CUDA (issue #16): the batches' invariants (graph edges, min(deg, fanout) in-edges per
 frontier node, hop-by-hop layout), determinism per seed with a CUDA generator, uniform draws, and exactly the
-documented host syncs per batch, ``len(fanout) + 1``, counted by ``torch.cuda.set_sync_debug_mode("warn")``."""
+documented host syncs per batch, ``len(fanout) + 1``, counted by ``torch.cuda.set_sync_debug_mode("warn")``; the
+BackgroundLoader on a side stream (the inline batches, memory kept for the consumer's stream) and the GPU-busy
+measurements (the union over two streams, the kernel window)."""
 
 from __future__ import annotations
 
@@ -100,3 +102,73 @@ def test_host_syncs_per_batch_are_the_documented_ones() -> None:
     syncs = [w for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
     assert batch.num_sampled_edges[-1] > 0
     assert len(syncs) == len(FANOUT) + 1, [str(w.message) for w in syncs]
+
+
+def _sums(batch) -> torch.Tensor:
+    """What a step would read of a batch, reduced on the current stream: [sum x, sum edge_index, sum e_id]."""
+    return torch.stack([batch.x.double().sum(), batch.edge_index.double().sum(), batch.e_id.double().sum()])
+
+
+def test_background_loader_on_cuda_gives_the_inline_batches() -> None:
+    """Sampled in a thread on a side stream while the consumer's stream is busy (a 2 ms sleep kernel before each
+    read), the batches are the inline ones, bit for bit; the batch is dropped at once after the read is queued, so a
+    side-stream allocation that reused its memory before the read ran would change the sums (record_stream keeps
+    it); a second loader over the shared map after an early break samples as it does alone."""
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    colptr, row = _graph()
+    x = torch.randn(5000, 16)
+
+    def make():
+        return DeviceNeighborLoader(colptr, row, node_attrs={"x": x}, input_nodes=torch.arange(3000), fanout=FANOUT,
+                                    batch_size=128, shuffle=True, device="cuda", seed=3)
+
+    inline = [_sums(b).cpu() for b in make()]
+    sums = []
+    for batch in BackgroundLoader(make(), DEV, ahead=2):
+        torch.cuda._sleep(2_000_000)  # ~1-2 ms on the consumer's stream before it reads the batch
+        sums.append(_sums(batch))
+        del batch
+    torch.cuda.synchronize(DEV)
+    assert len(sums) == len(inline) == 24
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(sums, inline))
+
+    loader = make()
+    for k, _ in enumerate(BackgroundLoader(loader, DEV)):
+        if k == 3:
+            break
+    valid = loader.with_inputs(torch.arange(4000, 4500), batch_size=100)
+    alone = make().with_inputs(torch.arange(4000, 4500), batch_size=100)
+    assert all(torch.equal(_sums(a), _sums(b)) for a, b in zip(valid, alone))
+    assert int(loader._map[:-1].min()) == 1 << 62
+
+
+def test_busy_union_and_kernel_window_on_cuda() -> None:
+    """Two streams' overlapping timed work counts once in the union; the kernel window counts a host pause between
+    kernels as idle and a back-to-back stream of kernels as busy."""
+    import time
+
+    from cudnn_gnn.apps.distributed import BusyMeter, KernelBusyWindow, busy_union_seconds
+
+    a, b = BusyMeter(DEV), BusyMeter(DEV)
+    side = torch.cuda.Stream(DEV)
+    torch.cuda.synchronize(DEV)
+    with a.step():
+        torch.cuda._sleep(20_000_000)
+    with torch.cuda.stream(side), b.step():
+        torch.cuda._sleep(20_000_000)
+    torch.cuda.synchronize(DEV)
+    union, total = busy_union_seconds(a, b), a.busy_seconds() + b.busy_seconds()
+    assert 0 < union < 0.8 * total  # the two sleeps ran side by side
+
+    m = torch.randn(2048, 2048, device=DEV)
+    for pause, expect in ((0.02, lambda f: f < 0.5), (0.0, lambda f: f > 0.5)):
+        window = KernelBusyWindow(DEV, start=1, count=3)
+        for i in range(5):
+            window.before(i)
+            for _ in range(20):
+                m = (m @ m).tanh_()
+            time.sleep(pause)
+            window.after(i)
+        assert window.fraction is not None and expect(window.fraction), (pause, window.fraction)
+        assert window.kernels >= 3 * 40 and window.window_seconds > 0
