@@ -64,7 +64,9 @@ events around forward, backward and optimizer over wall time; None on a CPU), wi
 sampling's GPU time (``gpu_sampling_seconds``) and the busy fraction of step and sampling together
 (``gpu_busy_fraction_step_and_sampling``: the union of both, time they overlap counted once), with
 ``--profile-batches N`` the busy fraction from the kernels themselves over N batches of the last epoch
-(``gpu_kernel_busy_fraction``: ``torch.profiler``, idle gaps inside a step count as idle), peak GPU memory,
+(``gpu_kernel_busy_fraction``: ``torch.profiler``, idle gaps inside a step count as idle; the profiler slows the
+host, so ``gpu_kernel_busy_estimate`` divides a profiled batch's kernel time by an unprofiled batch's wall time, and
+``seconds_outside_profile`` is the epoch without the window), peak GPU memory,
 peak host RSS, mean training loss over all ranks; the record names the sampler (and, for ``device``, its setup
 seconds and resident bytes); at start the memory model's prediction (``cudnn_gnn.apps.distributed.estimate_memory``)
 with the sampler's upper bounds, and at the end with the hop sizes measured on the first batch or, where the sampler
@@ -392,6 +394,10 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                                                        else min(1.0, union_s / wall)),
                "gpu_kernel_busy_fraction": window.fraction, "profiled_batches": window.count if window.fraction
                is not None else 0, "profiled_kernels": window.kernels,
+               "gpu_kernel_seconds_per_batch": (None if window.busy_seconds is None
+                                                else window.busy_seconds / window.count),
+               "gpu_kernel_busy_estimate": window.busy_estimate(wall, n_batches),
+               "seconds_outside_profile": wall - window.cost_seconds,
                "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
                "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
@@ -403,7 +409,10 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                 busy = (f"{100 * rec['gpu_busy_fraction_step_and_sampling']:.0f}% (step {busy}, sampling "
                         f"{100 * rec['gpu_sampling_seconds'] / wall:.0f}%)")
             if rec["gpu_kernel_busy_fraction"] is not None:
-                busy += f", kernels {100 * rec['gpu_kernel_busy_fraction']:.0f}% of {rec['profiled_batches']} batches"
+                estimate = rec["gpu_kernel_busy_estimate"]
+                busy += (f", kernels {100 * rec['gpu_kernel_busy_fraction']:.0f}% of {rec['profiled_batches']} profiled "
+                         f"batches ({1e3 * rec['gpu_kernel_seconds_per_batch']:.2f} ms a batch"
+                         + ("" if estimate is None else f", {100 * estimate:.0f}% of an unprofiled batch") + ")")
             peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
             acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
             print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), "

@@ -122,7 +122,12 @@ def test_kernel_busy_window_is_inert_on_cpu() -> None:
     for i in range(5):
         window.before(i)
         window.after(i)
-    assert window.fraction is None and window.kernels == 0
+    assert window.fraction is None and window.kernels == 0 and window.busy_estimate(3.0, 24) is None
+    # a closed window of 4 batches: 80 ms of kernels; 1 s added to a 3 s epoch of 24 batches, so the 20 batches
+    # outside it took 2 s (0.1 s each) and a batch's 20 ms of kernels is 20% of an unprofiled batch
+    window.busy_seconds, window.count, window.cost_seconds = 0.08, 4, 1.0
+    assert window.busy_estimate(3.0, 24) == pytest.approx(0.2)
+    assert window.busy_estimate(1.0, 24) is None and window.busy_estimate(3.0, 4) is None
 
 
 def test_memory_model_grows_as_the_formulas_say() -> None:

@@ -506,9 +506,12 @@ class KernelBusyWindow:
     kernel, this counts the gaps in which the GPU waits for the host as idle. The profiler adds a little host time
     to each launch, so a host-bound step reads a little less busy than it runs unprofiled.
 
-    ``before(i)`` and ``after(i)`` around batch ``i``'s work; ``fraction`` and ``busy_seconds`` once the window has
-    closed (``None`` before, on a CPU, and when ``count`` is 0 or the epoch ended first). ``kernels`` counts the
-    GPU activities recorded.
+    ``before(i)`` and ``after(i)`` around batch ``i``'s work; ``fraction``, ``busy_seconds`` and
+    ``window_seconds`` once the window has closed (``None`` before, on a CPU, and when ``count`` is 0 or the epoch
+    ended first). ``kernels`` counts the GPU activities recorded. ``cost_seconds`` is all the window added to the
+    epoch's wall time (the profiler's start, which loads CUPTI on first use, the profiled batches, the stop and the
+    event parsing): the rest of the epoch ran unprofiled, and :meth:`busy_estimate` divides the kernel time of a
+    profiled batch by the wall time of an unprofiled one, the busy fraction without the profiler's host cost.
     """
 
     def __init__(self, device: torch.device, *, start: int, count: int) -> None:
@@ -517,9 +520,10 @@ class KernelBusyWindow:
         self.fraction: float | None = None
         self.busy_seconds: float | None = None
         self.window_seconds: float | None = None
+        self.cost_seconds = 0.0
         self.kernels = 0
         self._prof: Any = None
-        self._t0 = 0.0
+        self._t0 = self._t_start = 0.0
 
     def before(self, i: int) -> None:
         if not self.cuda or self.count <= 0 or i != self.start:
@@ -529,6 +533,7 @@ class KernelBusyWindow:
         from torch.profiler import ProfilerActivity, profile
 
         torch.cuda.synchronize(self.device)
+        self._t_start = time.perf_counter()
         self._prof = profile(activities=[ProfilerActivity.CUDA])
         self._prof.__enter__()
         self._t0 = time.perf_counter()
@@ -550,6 +555,15 @@ class KernelBusyWindow:
             hi = max(hi, b)
         self.kernels, self.window_seconds, self.busy_seconds = len(spans), wall, busy / 1e6
         self.fraction = min(1.0, self.busy_seconds / wall) if wall > 0 else None
+        self.cost_seconds = time.perf_counter() - self._t_start
+
+    def busy_estimate(self, epoch_seconds: float, epoch_batches: int) -> float | None:
+        """Kernel seconds of a profiled batch over the wall seconds of an unprofiled one (the epoch's time and
+        batches outside the window); ``None`` where the window did not close or nothing ran outside it."""
+        outside, rest = epoch_seconds - self.cost_seconds, epoch_batches - self.count
+        if self.busy_seconds is None or outside <= 0 or rest <= 0:
+            return None
+        return min(1.0, (self.busy_seconds / self.count) / (outside / rest))
 
 
 def sampler_available() -> bool:
