@@ -460,3 +460,28 @@ def test_papers100m_samples_ahead_in_a_thread_like_inline(papers, tmp_path: Path
 def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path) -> None:
     with pytest.raises(SystemExit, match="pip install pyg-lib"):
         papers.main([*TINY, "--root", str(tmp_path / "d")])
+
+
+def test_papers100m_two_gloo_ranks_split_a_global_batch(tmp_path: Path) -> None:
+    """The example end to end on 2 spawned gloo ranks (the device sampler in its BackgroundLoader on each rank):
+    --global-batch-size 16 gives each rank batches of 8, the record names both, every epoch runs its batches on both
+    ranks (DDP's matched collectives: no hang), evaluation counts are summed over the ranks; a global batch that
+    does not split evenly is refused before anything starts."""
+    import json
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(key, None)
+    out = tmp_path / "two.json"
+    args = [sys.executable, str(EXAMPLES / "papers100m.py"), *TINY, "--root", str(tmp_path / "d"), "--epochs", "2",
+            "--max-batches", "2", "--backend", "reference", "--fanout", "3,2,2", "--sampler", "device",
+            "--no-warm-up", "--gpus", "2"]
+    subprocess.run([*args, "--global-batch-size", "16", "--json", str(out)], check=True, env=env, timeout=300,
+                   capture_output=True)
+    rec = json.loads(out.read_text())
+    assert rec["world_size"] == 2 and rec["batch_size"] == 8 and rec["global_batch_size"] == 16
+    assert [e["batches"] for e in rec["epochs"]] == [2, 2] and rec["measured_hops"]["nodes"][0] == 8
+    last = rec["epochs"][-1]
+    assert last["valid_seeds"] == 4 and last["test_seeds"] == 6 and last["loss"] > 0  # both ranks' shards counted
+    bad = subprocess.run([*args, "--global-batch-size", "15"], env=env, timeout=120, capture_output=True, text=True)
+    assert bad.returncode == 2 and "--global-batch-size must be a positive multiple of the 2 ranks, got 15" in bad.stderr
