@@ -197,6 +197,20 @@ def test_draws_are_uniform():
     assert all(abs(int(pair_counts[a * 4 + b]) - expected) < 6 * sd for a in range(4) for b in range(4) if a < b)
 
 
+def test_choose_draws_every_subset_alike():
+    """Floyd's draws, all made at once: 60,000 rows of degree 6 choosing 3 give each of the 20 subsets 3,000 times
+    within 6 standard deviations (fixed seed), sorted and distinct; rows of degree <= fanout take 0..fanout-1."""
+    from cudnn_gnn.apps.sampler import _choose
+
+    picks = _choose(torch.full((60_000,), 6), 3, torch.Generator().manual_seed(0))
+    assert bool((picks.diff(dim=1) > 0).all()) and int(picks.min()) >= 0 and int(picks.max()) <= 5
+    counts = torch.bincount((1 << picks).sum(1), minlength=64)[[sum(1 << i for i in c)
+                                                                for c in itertools.combinations(range(6), 3)]]
+    sd = (60_000 * (1 / 20) * (19 / 20)) ** 0.5
+    assert int(counts.sum()) == 60_000 and bool(((counts - 3000).abs() < 6 * sd).all()), counts
+    assert torch.equal(_choose(torch.tensor([0, 2, 3]), 3, torch.Generator()), torch.arange(3).expand(3, 3))
+
+
 def test_node_attributes_are_gathered():
     colptr, row = _power_law_csc()
     x, y = torch.randn(400, 5), torch.randint(0, 7, (400, 1))

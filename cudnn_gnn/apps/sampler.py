@@ -60,21 +60,20 @@ def _choose(deg: Tensor, fanout: int, generator: torch.Generator) -> Tensor:
     """``fanout`` distinct offsets in ``[0, max(deg, fanout))`` per row, uniformly at random, sorted ascending.
 
     Floyd's algorithm, vectorised over the rows: step ``j`` draws ``t`` uniformly from ``[0, top]`` with
-    ``top = m - fanout + j`` and keeps ``top`` instead when ``t`` was drawn before. Every ``fanout``-subset comes out
-    with the same probability; the work is ``fanout`` draws and ``fanout**2 / 2`` comparisons a row, whatever the
-    degree (a hub's millions of edges are never enumerated), with no host sync.
+    ``top = m - fanout + j`` and keeps ``top`` instead when ``t`` was chosen before. Every ``fanout``-subset comes
+    out with the same probability; the work is ``fanout`` draws and ``fanout**2 / 2`` comparisons a row, whatever
+    the degree (a hub's millions of edges are never enumerated), with no host sync. The draws do not depend on the
+    earlier steps, so all are made at once (one random tensor, one remainder); each step then costs one
+    comparison, one ``any`` and one ``where``: the loop is most of a batch's small ops, so it is kept short.
 
     Shapes: ``deg`` ``[n]`` int64 -> ``[n, fanout]`` int64.
     """
     n = deg.numel()
-    m = deg.clamp(min=fanout)
-    chosen = torch.empty(n, fanout, dtype=torch.int64, device=deg.device)
-    for j in range(fanout):
-        top = m - (fanout - j)  # draws from [0, top]
-        t = torch.randint(0, 1 << 62, (n,), generator=generator, device=deg.device) % (top + 1)  # bias < 2**-31
-        if j:
-            t = torch.where((chosen[:, :j] == t[:, None]).any(1), top, t)
-        chosen[:, j] = t
+    top = deg.clamp(min=fanout)[:, None] - fanout + torch.arange(fanout, device=deg.device)  # [n, fanout]
+    chosen = torch.randint(0, 1 << 62, (n, fanout), generator=generator, device=deg.device) % (top + 1)  # bias < 2**-31
+    for j in range(1, fanout):
+        seen = (chosen[:, :j] == chosen[:, j : j + 1]).any(1)
+        chosen[:, j] = torch.where(seen, top[:, j], chosen[:, j])
     return chosen.sort(1).values
 
 
