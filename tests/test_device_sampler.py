@@ -383,7 +383,10 @@ def test_background_loader_makes_at_most_ahead_batches_in_front():
         it = iter(BackgroundLoader(loader, torch.device("cpu"), ahead=ahead))
         for i in range(4):
             assert int(next(it)) == i
-            time.sleep(0.05)  # the thread fills what it may
+            deadline = time.monotonic() + 10  # the thread fills what it may (a loaded machine may be slow to)
+            while loader.made < i + 1 + ahead and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.05)  # and a moment more, in which it must not make another
             assert loader.made == i + 1 + ahead  # the batch in hand and `ahead` in front, no more
         it.close()
         assert not it.thread.is_alive() and loader.made <= 4 + ahead + 1
