@@ -10,7 +10,9 @@ examples do the same). The loader samples in its workers over that shared CSC; e
 bipartite block (PyG's ``trim_to_layer``, with pyg-lib; ours as CSC blocks from one sort per batch,
 :func:`cudnn_gnn.sampled_blocks`, no host sync); the next batch's host->GPU copy overlaps the current step (a side
 CUDA stream), and DDP averages gradients. Evaluation is sampled the same way, sharded over ranks (its two loaders
-also built once), correct counts summed. Persistent workers stay alive between uses: ``3 * --num-workers`` loader
+also built once), correct counts summed; ``--eval full`` evaluates exactly instead, every layer over the full
+in-neighbourhoods of the targets' receptive field, in chunks of destinations
+(:func:`cudnn_gnn.apps.inference.layerwise_inference`). Persistent workers stay alive between uses: ``3 * --num-workers`` loader
 processes per rank, idle while another loader runs.
 
 Two samplers (``--sampler``), both with PyG's ``NeighborLoader`` batches (nodes and edges numbered hop by hop):
@@ -155,6 +157,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="in the last epoch, profile N batches' kernels (torch.profiler) for the GPU-busy fraction "
                          "from the kernels themselves (gpu_kernel_busy_fraction)")
     ap.add_argument("--eval-every", type=int, default=0, help="evaluate every N epochs (0: after the last only)")
+    ap.add_argument("--eval", choices=("sampled", "full"), default="sampled",
+                    help="sampled: on sampled neighbourhoods, as training; full: exact, every layer over full "
+                         "in-neighbourhoods of the targets' receptive field, in chunks of destinations")
+    ap.add_argument("--eval-max-edges", type=int, default=1 << 22,
+                    help="--eval full: in-edges per chunk (a node with more is a chunk of its own)")
     ap.add_argument("--max-batches", type=int, default=0,
                     help="stop each epoch, and each evaluation split, after N batches per rank (0: all)")
     ap.add_argument("--plan-only", action="store_true", help="prepare the data, print the memory model, exit")
@@ -178,6 +185,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         args.batch_size = args.global_batch_size // world
     if args.batch_size < 1:
         ap.error(f"--batch-size must be >= 1, got {args.batch_size}")
+    if args.eval_max_edges < 1:
+        ap.error(f"--eval-max-edges must be >= 1, got {args.eval_max_edges}")
     if args.sample_ahead < 0 or args.profile_batches < 0:
         ap.error(f"--sample-ahead and --profile-batches must be >= 0, got {args.sample_ahead}, {args.profile_batches}")
     if args.sampler == "device":
@@ -338,8 +347,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
     t_setup = time.perf_counter()
     train_loader = loader(shard_seeds(g.train_idx, epoch=0, seed=args.seed, rank=ctx.rank,
                                       world_size=ctx.world_size), shuffle=True)
-    eval_loaders = [loader(idx.tensor_split(ctx.world_size)[ctx.rank], shuffle=False)
-                    for idx in (g.valid_idx, g.test_idx)]
+    eval_loaders = ([loader(idx.tensor_split(ctx.world_size)[ctx.rank], shuffle=False)
+                     for idx in (g.valid_idx, g.test_idx)] if args.eval == "sampled" else [])
     if device_graph is not None:  # the graph's copy to the GPU and its check, once per rank
         if device.type == "cuda":
             torch.cuda.synchronize(device)
@@ -415,7 +424,10 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
                "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
         if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
-            rec.update(evaluate(model, args, ctx, eval_loaders))
+            t_eval = time.perf_counter()
+            rec.update(evaluate(model, args, ctx, eval_loaders) if args.eval == "sampled" else
+                       evaluate_full(model, args, ctx, g, device_graph))
+            rec["eval_seconds"] = time.perf_counter() - t_eval
         record["epochs"].append(rec)
         if ctx.is_main:
             busy = "n/a" if rec["gpu_busy_fraction"] is None else f"{100 * rec['gpu_busy_fraction']:.0f}%"
@@ -464,6 +476,50 @@ def evaluate(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, loaders:
         counts += [int(correct), total]
     c = all_reduce_counts(counts, ctx)
     return {"valid_acc": c[0] / max(c[1], 1), "test_acc": c[2] / max(c[3], 1), "valid_seeds": c[1], "test_seeds": c[3]}
+
+
+@torch.no_grad()
+def evaluate_full(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, g: Any,
+                  device_graph: DeviceNeighborLoader | None) -> dict[str, Any]:
+    """Exact accuracy on valid and test (``--eval full``): every layer over full in-neighbourhoods, layer by layer in
+    chunks of destinations (:func:`cudnn_gnn.apps.inference.layerwise_inference`), for this rank's part of each
+    split (its first ``--max-batches`` x ``--batch-size`` seeds where that is set); counts summed over ranks. The
+    graph is the device sampler's copy where there is one, else the memory-mapped CSC and features on the host;
+    between layers the rows are kept on this rank's device, in 16 bits under bf16/fp16."""
+    from cudnn_gnn.apps.inference import layerwise_inference
+
+    model.eval()
+    if device_graph is not None:
+        colptr, row, x = device_graph.colptr, device_graph.row, device_graph.node_attrs["x"]
+    else:
+        colptr, row, x = g.colptr, g.row, g.x
+    sixteen = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
+    store_dtype = sixteen if ctx.device.type == "cuda" else None
+
+    def layer(i: int, xs: tuple[torch.Tensor, torch.Tensor], edge_index: torch.Tensor,
+              size: tuple[int, int]) -> torch.Tensor:
+        if i == 0:  # the stored features (float16 on the host, maybe) as training feeds them
+            xs = (xs[0].float(), xs[1].float())
+        with autocast(ctx.device, args.precision):
+            return model.layer(i, xs, edge_index, None, size=size)
+
+    counts: list[int] = []
+    fields: list[list[int]] = []
+    store = 0
+    for split in (g.valid_idx, g.test_idx):
+        part = split.tensor_split(ctx.world_size)[ctx.rank]
+        if args.max_batches:
+            part = part[: args.max_batches * args.batch_size]
+        stats: dict[str, Any] = {}
+        out = layerwise_inference(layer, len(model.convs), x, colptr, row, targets=part, device=ctx.device,
+                                  max_edges=args.eval_max_edges, store_dtype=store_dtype, stats=stats)
+        y = g.y[part].view(-1).long().to(ctx.device)
+        counts += [int((out.argmax(-1) == y).sum()), part.numel()]
+        fields.append(stats["fields"])
+        store = max(store, stats["store_bytes"])
+    c = all_reduce_counts(counts, ctx)
+    return {"valid_acc": c[0] / max(c[1], 1), "test_acc": c[2] / max(c[3], 1), "valid_seeds": c[1],
+            "test_seeds": c[3], "eval_fields": fields, "eval_store_bytes": store}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

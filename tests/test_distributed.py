@@ -485,3 +485,27 @@ def test_papers100m_two_gloo_ranks_split_a_global_batch(tmp_path: Path) -> None:
     assert last["valid_seeds"] == 4 and last["test_seeds"] == 6 and last["loss"] > 0  # both ranks' shards counted
     bad = subprocess.run([*args, "--global-batch-size", "15"], env=env, timeout=120, capture_output=True, text=True)
     assert bad.returncode == 2 and "--global-batch-size must be a positive multiple of the 2 ranks, got 15" in bad.stderr
+
+
+def test_papers100m_full_evaluation_equals_sampling_every_in_edge(papers, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """--eval full (layer-wise over full in-neighbourhoods, in chunks of 64 in-edges here) gives the accuracies of the
+    sampled evaluation with every in-edge taken (fan-out -1 at every hop): both compute the exact outputs; it also
+    runs over the host's memory-mapped graph (PyG's sampler path, the stand-in loader) and reports the receptive
+    fields it computed."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: False)
+    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "1", "--max-batches", "1", "--backend", "reference",
+            "--fanout=-1,-1,-1", "--batch-size", "8", "--sampler", "device", "--no-warm-up", "--dropout", "0"]
+    sampled = papers.main(args)
+    full = papers.main([*args, "--eval", "full", "--eval-max-edges", "64"])
+    a, b = sampled["epochs"][-1], full["epochs"][-1]
+    assert (a["valid_seeds"], a["test_seeds"]) == (b["valid_seeds"], b["test_seeds"]) == (4, 6)
+    assert a["valid_acc"] == b["valid_acc"] and a["test_acc"] == b["test_acc"] and a["loss"] == b["loss"]
+    assert [f[-1] for f in b["eval_fields"]] == [4, 6] and b["eval_store_bytes"] > 0
+    monkeypatch.setattr(papers, "sampler_available", lambda: True)
+    monkeypatch.setattr(papers, "mapped_neighbor_loader", _full_neighbourhood_loader)
+    host_args = [a for a in args if a not in ("--sampler", "device")]  # PyG's sampler: the graph stays on the host
+    host = papers.main([*host_args, "--eval", "full"])
+    assert host["epochs"][-1]["valid_seeds"] == 4 and 0 <= host["epochs"][-1]["test_acc"] <= 1
+    with pytest.raises(SystemExit):
+        papers.parse([*args, "--eval-max-edges", "0"])
