@@ -311,8 +311,10 @@ class BackgroundLoader:
     (the graph's copy to the GPU), and when iteration ends, is closed or fails, the thread is joined and the
     consumer's stream waits for the side stream; so loaders that share state (``with_inputs``' relabel map) may be
     iterated one after another, never two at once. Leaving a ``for`` loop early closes the iterator when it is
-    released; ``with`` or ``close()`` does it at a known point. An exception in the thread is raised in the
-    consumer at the batch where it happened. On a CPU the thread runs without streams.
+    released; ``with`` or ``close()`` does it at a known point. A loop left early has had up to ``ahead`` batches
+    made that it never saw: a loader that draws random numbers (the device sampler) has drawn for them, so its next
+    epoch differs from an inline run's. An exception in the thread is raised in the consumer at the batch where it
+    happened. On a CPU the thread runs without streams.
 
     Args:
         loader: an iterable of batches (tensors, or lists, tuples, dicts or PyG ``Data`` of them).
