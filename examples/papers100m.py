@@ -315,7 +315,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                               "world_size": ctx.world_size, "device": str(device), "precision": args.precision,
                               "fanout": args.fanout, "batch_size": args.batch_size,
                               "global_batch_size": args.batch_size * ctx.world_size, "sampler": args.sampler,
-                              "num_workers": args.num_workers, "sample_ahead": args.sample_ahead,
+                              "num_workers": args.num_workers, "sample_ahead": args.sample_ahead, "eval": args.eval,
                               "compile": args.compile,
                               "num_nodes": g.num_nodes, "num_edges": g.num_edges, "epochs": []}
     if ctx.is_main:

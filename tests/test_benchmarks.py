@@ -469,3 +469,17 @@ def test_bench_layers_triton_rows_on_the_interpreter(tmp_path) -> None:
     assert all(r["ours_impl"] == "layer_triton" and r["speedup_vs_pyg"] is not None for r in summary)
     md = payload["summary_markdown"]
     assert "| micro | GATv2 | fp32 | fwd+bwd | triton |" in md and "Triton first call ms" in md
+
+
+def test_sampler_choose_times_both_draw_orders(tmp_path) -> None:
+    """sampler_choose.py on the CPU: a round times the current _choose and the per-step one on the same loader, and
+    leaves the module's _choose as it was."""
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
+
+    root, out = tmp_path / "d", tmp_path / "choose.json"
+    synthetic_ogbn_mmap("ogbn-papers100M", root, scale=3e-5, seed=0)
+    proc = _run("investigations/sampler_choose.py", "--root", str(root), "--device", "cpu", "--batches", "2",
+                "--rounds", "1", "--batch-size", "8", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["choose"] for r in rows] == ["at_once", "per_step"] and all(r["ms_per_batch"] > 0 for r in rows)
