@@ -101,11 +101,16 @@ def test_rows_kept_in_16_bits_on_another_device_stay_close() -> None:
     ({"targets": torch.tensor([], dtype=torch.long)}, ValueError, "num_targets >= 1"),
     ({"targets": torch.tensor([0.5])}, TypeError, "targets must"),
     ({"colptr": torch.zeros(3, 2, dtype=torch.long)}, ValueError, "colptr and row must have shapes"),
+    ({"store_dtype": "bf16"}, TypeError, "store_dtype must be a torch.dtype or None, got str"),
+    ({"layer": "conv"}, TypeError, "layer must be callable"),
 ])
 def test_argument_errors(kwargs, exc, match) -> None:
     colptr, row, _ = _graph()
-    args = {"num_layers": 3, "x": torch.randn(300, 12), "colptr": colptr, "row": row}
+    args = {"layer": lambda *a: None, "num_layers": 3, "x": torch.randn(300, 12), "colptr": colptr, "row": row}
     args.update(kwargs)
     with pytest.raises(exc, match=match):
-        layerwise_inference(lambda *a: None, args.pop("num_layers"), args.pop("x"), args.pop("colptr"),
+        layerwise_inference(args.pop("layer"), args.pop("num_layers"), args.pop("x"), args.pop("colptr"),
                             args.pop("row"), **args)
+    if "targets" in kwargs or "colptr" in kwargs:  # the receptive fields check alike
+        with pytest.raises(exc, match=match):
+            receptive_fields(kwargs.get("colptr", colptr), row, kwargs.get("targets", torch.tensor([0])), 3)

@@ -58,13 +58,43 @@ def _chunks(colptr: Tensor, nodes: Tensor, max_edges: int) -> list[tuple[int, in
     return out
 
 
+def _checked(colptr: Tensor, row: Tensor, targets: Tensor | None, num_layers: int,
+             max_edges: int) -> tuple[Tensor, Tensor, Tensor]:
+    """The CSC checked, and the targets as int64 on its device (every node for ``None``), before any work."""
+    check_int("num_layers", num_layers, minimum=1)
+    check_int("max_edges", max_edges, minimum=1)
+    colptr, row = check_index("colptr", colptr), check_index("row", row)
+    if colptr.dim() != 1 or colptr.numel() < 1 or row.dim() != 1:
+        raise ValueError(f"colptr and row must have shapes (num_nodes + 1,) and (num_edges,), got "
+                         f"{tuple(colptr.shape)} and {tuple(row.shape)}")
+    n = colptr.numel() - 1
+    if targets is None:
+        return colptr, row, torch.arange(n, device=colptr.device)
+    wanted = check_index("targets", targets).to(colptr.device).long()
+    if wanted.dim() != 1 or wanted.numel() == 0:
+        raise ValueError(f"targets must have shape (num_targets,) with num_targets >= 1, got {tuple(wanted.shape)}")
+    lo, hi = int(wanted.min()), int(wanted.max())
+    if lo < 0 or hi >= n:
+        raise ValueError(f"targets must be node ids in [0, num_nodes={n}), got values in [{lo}, {hi}]")
+    return colptr, row, wanted
+
+
 def receptive_fields(colptr: Tensor, row: Tensor, targets: Tensor, num_layers: int, *,
                      max_edges: int = 1 << 24) -> list[Tensor]:
     """The destinations of each layer: ``D[L-1]`` = ``targets`` (sorted, unique), ``D[i-1] = D[i]`` united with the
-    sources of their in-edges. Returns ``[D[0], ..., D[L-1]]``, each sorted int64 on ``targets``' device; the
-    in-edges are walked in chunks of at most ``max_edges``. ``D[i-1]`` is also where layer ``i`` reads its input."""
+    sources of their in-edges. Returns ``[D[0], ..., D[L-1]]``, each sorted int64 on ``colptr``'s device; the
+    in-edges are walked in chunks of at most ``max_edges``. ``D[i-1]`` is also where layer ``i`` reads its input.
+
+    Raises:
+        TypeError, ValueError: as :func:`layerwise_inference` for the same arguments.
+    """
+    return _fields(*_checked(colptr, row, targets, num_layers, max_edges), num_layers, max_edges)
+
+
+def _fields(colptr: Tensor, row: Tensor, targets: Tensor, num_layers: int, max_edges: int) -> list[Tensor]:
+    """:func:`receptive_fields` on checked arguments."""
     n = colptr.numel() - 1
-    fields = [targets.long().unique()]
+    fields = [targets.unique()]
     for _ in range(num_layers - 1):
         d = fields[0]
         mask = torch.zeros(n, dtype=torch.bool, device=d.device)
@@ -122,29 +152,19 @@ def layerwise_inference(layer: Layer, num_layers: int, x: Tensor, colptr: Tensor
     Raises:
         TypeError, ValueError: bad arguments (shapes, dtypes, no target or one out of range, ``num_layers < 1``).
     """
-    check_int("num_layers", num_layers, minimum=1)
-    check_int("max_edges", max_edges, minimum=1)
+    if not callable(layer):
+        raise TypeError(f"layer must be callable as layer(i, (x_src, x_dst), edge_index, size), got "
+                        f"{type(layer).__name__}")
+    if store_dtype is not None and not isinstance(store_dtype, torch.dtype):
+        raise TypeError(f"store_dtype must be a torch.dtype or None, got {type(store_dtype).__name__}")
+    colptr, row, wanted = _checked(colptr, row, targets, num_layers, max_edges)
     x = check_tensor("x", x)
-    colptr, row = check_index("colptr", colptr), check_index("row", row)
-    if colptr.dim() != 1 or colptr.numel() < 1 or row.dim() != 1:
-        raise ValueError(f"colptr and row must have shapes (num_nodes + 1,) and (num_edges,), got "
-                         f"{tuple(colptr.shape)} and {tuple(row.shape)}")
     n = colptr.numel() - 1
     if x.dim() != 2 or x.shape[0] != n:
         raise ValueError(f"x must have shape (num_nodes={n}, num_features), got {tuple(x.shape)}")
     dev = torch.device(device) if device is not None else x.device
     store = torch.device(store_device) if store_device is not None else dev
-    graph_dev = colptr.device
-    if targets is None:
-        wanted = torch.arange(n, device=graph_dev)
-    else:
-        wanted = check_index("targets", targets).to(graph_dev).long()
-        if wanted.dim() != 1 or wanted.numel() == 0:
-            raise ValueError(f"targets must have shape (num_targets,) with num_targets >= 1, got {tuple(wanted.shape)}")
-        if wanted.numel() and (int(wanted.min()) < 0 or int(wanted.max()) >= n):
-            raise ValueError(f"targets must be node ids in [0, num_nodes={n}), got values in "
-                             f"[{int(wanted.min())}, {int(wanted.max())}]")
-    fields = receptive_fields(colptr, row, wanted, num_layers, max_edges=max_edges)
+    fields = _fields(colptr, row, wanted, num_layers, max_edges)
     info: dict[str, Any] = {"fields": [f.numel() for f in fields], "chunks": [], "store_bytes": 0}
 
     h: Tensor | None = None  # layer i's input rows for fields[i - 1] (layer 0 reads x itself)
