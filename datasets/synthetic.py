@@ -542,11 +542,11 @@ def synthetic_ogbn_mmap(
     The graph is not the one :func:`synthetic_ogbn` returns for the same seed (edges come from per-chunk
     generators, so it also depends on ``chunk_edges``), but has the same sizes and degree laws.
 
-    ``device="cuda"`` draws the edges, sorts them into the CSC and computes the features on the GPU (minutes
-    become seconds at papers100M's full size, where the host's passes are bound by one thread's elementwise
-    work). It needs about ``8 E + 40 N`` bytes of GPU memory (``row`` is sorted there, then copied to its file;
-    papers100M: 17.4 GB) and gives another graph than the CPU, of the same laws (CUDA generators draw other
-    numbers), also byte-identical for the same arguments on one device type; the manifest records which.
+    ``device="cuda"`` draws the edges, sorts them into the CSC and computes the features on the GPU (the host's
+    passes are bound by one thread's elementwise work; docs/scale.md has both times). It needs about ``8 E + 40 N``
+    bytes of GPU memory (``row`` is sorted there, then copied to its file; papers100M: 17.4 GB) and gives another
+    graph than the CPU, of the same laws (CUDA generators draw other numbers), also byte-identical for the same
+    arguments on one device type; the manifest records which.
 
     Args:
         name: An ``ogbn-*`` preset without edge features (arxiv, products, papers100M).

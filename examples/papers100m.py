@@ -12,8 +12,8 @@ bipartite block (PyG's ``trim_to_layer``, with pyg-lib; ours as CSC blocks from 
 CUDA stream), and DDP averages gradients. Evaluation is sampled the same way, sharded over ranks (its two loaders
 also built once), correct counts summed; ``--eval full`` evaluates exactly instead, every layer over the full
 in-neighbourhoods of the targets' receptive field, in chunks of destinations
-(:func:`cudnn_gnn.apps.inference.layerwise_inference`). Persistent workers stay alive between uses: ``3 * --num-workers`` loader
-processes per rank, idle while another loader runs.
+(:func:`cudnn_gnn.apps.inference.layerwise_inference`). Persistent workers stay alive between uses:
+``3 * --num-workers`` loader processes per rank, idle while another loader runs.
 
 Two samplers (``--sampler``), both with PyG's ``NeighborLoader`` batches (nodes and edges numbered hop by hop):
 
@@ -127,7 +127,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
     ap.add_argument("--generate-on", choices=("auto", "cpu", "cuda"), default="auto",
                     help="where a missing dataset folder is generated ('auto': cuda if available; another graph of "
-                         "the same laws as cpu's, in seconds instead of minutes at full size)")
+                         "the same laws as cpu's; the CPU's passes are single-threaded, docs/scale.md has the times)")
     ap.add_argument("--model", choices=("gat", "pyg-gat"), default="gat")
     ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cuda' or 'cpu'")
@@ -498,8 +498,9 @@ def evaluate_full(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, g: 
 
     def layer(i: int, xs: tuple[torch.Tensor, torch.Tensor], edge_index: torch.Tensor,
               size: tuple[int, int]) -> torch.Tensor:
-        if i == 0:  # the stored features (float16 on the host, maybe) as training feeds them
-            xs = (xs[0].float(), xs[1].float())
+        if i == 0:  # the stored features (float16 on the host, maybe) as training feeds them; x_dst stays a prefix
+            x_src = xs[0].float()
+            xs = (x_src, x_src[: size[1]])
         with autocast(ctx.device, args.precision):
             return model.layer(i, xs, edge_index, None, size=size)
 
@@ -510,6 +511,10 @@ def evaluate_full(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, g: 
         part = split.tensor_split(ctx.world_size)[ctx.rank]
         if args.max_batches:
             part = part[: args.max_batches * args.batch_size]
+        if part.numel() == 0:  # more ranks than seeds in the split: nothing to count here, the reduce still runs
+            counts += [0, 0]
+            fields.append([])
+            continue
         stats: dict[str, Any] = {}
         out = layerwise_inference(layer, len(model.convs), x, colptr, row, targets=part, device=ctx.device,
                                   max_edges=args.eval_max_edges, store_dtype=store_dtype, stats=stats)

@@ -509,3 +509,17 @@ def test_papers100m_full_evaluation_equals_sampling_every_in_edge(papers, tmp_pa
     assert host["epochs"][-1]["valid_seeds"] == 4 and 0 <= host["epochs"][-1]["test_acc"] <= 1
     with pytest.raises(SystemExit):
         papers.parse([*args, "--eval-max-edges", "0"])
+
+
+def test_papers100m_full_evaluation_on_a_rank_without_seeds(papers, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank whose part of a split is empty (more ranks than seeds) counts nothing there instead of failing, and
+    still evaluates its part of the other split."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: False)
+    args = papers.parse([*TINY, "--root", str(tmp_path / "d"), "--backend", "reference", "--eval", "full"])
+    g = papers.prepare(args)
+    model = papers.OgbGAT(args.model, g.x.size(1), args.hidden, g.num_classes, layers=args.layers, heads=args.heads,
+                          out_heads=args.heads, norm=False, activation="elu", backend=args.backend)
+    res = papers.evaluate_full(model, args, DistContext(rank=5, world_size=6), g, None)  # valid has 4 seeds
+    assert res["valid_seeds"] == 0 and res["valid_acc"] == 0.0 and res["eval_fields"][0] == []
+    assert res["test_seeds"] == 1 and len(res["eval_fields"][1]) == 3
