@@ -88,22 +88,25 @@ def receptive_fields(colptr: Tensor, row: Tensor, targets: Tensor, num_layers: i
     Raises:
         TypeError, ValueError: as :func:`layerwise_inference` for the same arguments.
     """
-    return _fields(*_checked(colptr, row, targets, num_layers, max_edges), num_layers, max_edges)
+    return _fields(*_checked(colptr, row, targets, num_layers, max_edges), num_layers, max_edges)[0]
 
 
-def _fields(colptr: Tensor, row: Tensor, targets: Tensor, num_layers: int, max_edges: int) -> list[Tensor]:
-    """:func:`receptive_fields` on checked arguments."""
+def _fields(colptr: Tensor, row: Tensor, targets: Tensor, num_layers: int,
+            max_edges: int) -> tuple[list[Tensor], dict[int, list[tuple[int, int]]]]:
+    """:func:`receptive_fields` on checked arguments, with the chunks it walked each ``D[i]`` in (``i >= 1``), the
+    chunks layer ``i`` runs in."""
     n = colptr.numel() - 1
-    fields = [targets.unique()]
-    for _ in range(num_layers - 1):
+    fields, cuts = [targets.unique()], {}
+    for i in range(num_layers - 1, 0, -1):
         d = fields[0]
         mask = torch.zeros(n, dtype=torch.bool, device=d.device)
         mask[d] = True
-        for a, b in _chunks(colptr, d, max_edges):
+        cuts[i] = _chunks(colptr, d, max_edges)
+        for a, b in cuts[i]:
             pos, _ = _ranges(colptr, d[a:b])
             mask[row[pos.to(row.device)].to(d.device).long()] = True
         fields.insert(0, mask.nonzero().view(-1))
-    return fields
+    return fields, cuts
 
 
 def _block(colptr: Tensor, row: Tensor, dst: Tensor) -> tuple[Tensor, Tensor]:
@@ -164,13 +167,13 @@ def layerwise_inference(layer: Layer, num_layers: int, x: Tensor, colptr: Tensor
         raise ValueError(f"x must have shape (num_nodes={n}, num_features), got {tuple(x.shape)}")
     dev = torch.device(device) if device is not None else x.device
     store = torch.device(store_device) if store_device is not None else dev
-    fields = _fields(colptr, row, wanted, num_layers, max_edges)
+    fields, known_cuts = _fields(colptr, row, wanted, num_layers, max_edges)
     info: dict[str, Any] = {"fields": [f.numel() for f in fields], "chunks": [], "store_bytes": 0}
 
     h: Tensor | None = None  # layer i's input rows for fields[i - 1] (layer 0 reads x itself)
     h_dtype = x.dtype  # the dtype layer i - 1 returned: its rows go back to it (stored in store_dtype)
     for i, dst_all in enumerate(fields):
-        cuts = _chunks(colptr, dst_all, max_edges)
+        cuts = known_cuts[i] if i in known_cuts else _chunks(colptr, dst_all, max_edges)
         info["chunks"].append(len(cuts))
         out: Tensor | None = None
         for k, (a, b) in enumerate(cuts):
