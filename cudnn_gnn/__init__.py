@@ -1,9 +1,11 @@
-"""cudnn-gnn: graph attention on cuDNN's GNN kernels, drop-in for PyTorch Geometric.
+"""cudnn-gnn: fused graph attention (GAT, GATv2, graph transformers), drop-in for PyTorch Geometric.
 
-The house has layers that import one way: the graph container (:mod:`cudnn_gnn.graph`) -> functional ops
-(:mod:`cudnn_gnn.ops`) -> backends (:mod:`cudnn_gnn.backends`: cuDNN adapter, pure-PyTorch reference) -> nn
-layers (:mod:`cudnn_gnn.layers`) -> datasets, examples and benchmarks. Layer and dataset names are re-exported
-here lazily, so ``import cudnn_gnn`` stays light and never probes the GPU.
+Three backends run the attention: our own fused Triton kernels (what ``backend="auto"`` takes on CUDA; any CUDA
+build of torch brings Triton), NVIDIA cuDNN's GNN kernels (optional, ``backend="cudnn"``, cuDNN >= 9.28) and a
+pure-PyTorch reference (the CPU path and the test oracle). The house has layers that import one way: the graph
+container (:mod:`cudnn_gnn.graph`) -> functional ops (:mod:`cudnn_gnn.ops`) -> backends (:mod:`cudnn_gnn.backends`:
+Triton, cuDNN adapter, reference) -> nn layers (:mod:`cudnn_gnn.layers`) -> datasets, examples and benchmarks.
+Layer and dataset names are re-exported here lazily, so ``import cudnn_gnn`` stays light and never probes the GPU.
 """
 
 from __future__ import annotations

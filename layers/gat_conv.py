@@ -27,8 +27,9 @@ __all__ = ["GATConv"]
 
 class GATConv(MessagePassing):
     r"""The graph attention operator of `"Graph Attention Networks" <https://arxiv.org/abs/1710.10903>`_
-    (Velickovic et al., ICLR 2018), a drop-in for :class:`torch_geometric.nn.GATConv` (PyG 2.8) that runs
-    the attention on cuDNN's GNN kernels (or the reference backend on CPU).
+    (Velickovic et al., ICLR 2018), a drop-in for :class:`torch_geometric.nn.GATConv` (PyG 2.8) whose
+    attention runs fused: by default on our Triton kernels on CUDA (``backend="auto"``), on cuDNN's GNN kernels
+    when asked (``backend="cudnn"``, optional, cuDNN >= 9.28), and on the pure-PyTorch reference backend on CPU.
 
     .. math::
         \mathbf{x}^{\prime}_i = \sum_{j \in \mathcal{N}(i) \cup \{ i \}} \alpha_{i,j}\mathbf{\Theta}_s\mathbf{x}_{j},
@@ -51,7 +52,8 @@ class GATConv(MessagePassing):
         backend: ``"auto"`` (on CUDA the first of Triton and cuDNN that runs, else the reference; see
             :func:`cudnn_gnn.gat`), ``"triton"``, ``"cudnn"`` or ``"reference"``.
         deterministic: bitwise-repeatable cuDNN backward (builds the graph's reverse CSC once; the automatic
-            hub splitting below then merges rows with sorted segment sums instead of atomics).
+            hub splitting below then merges rows with sorted segment sums instead of atomics). The Triton
+            backward uses no atomics and repeats bitwise either way.
         grad_precision: ``"auto"`` (float32 gradient arithmetic for half inputs), ``"fp32"`` or ``"input"``.
         cache_graph: keep the CSC form of a raw ``edge_index`` between forwards (keyed by the tensor's identity
             and version). Off: convert on every forward (and no hub splitting, which needs the graph's degrees).

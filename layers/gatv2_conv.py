@@ -28,7 +28,9 @@ __all__ = ["GATv2Conv"]
 class GATv2Conv(MessagePassing):
     r"""The GATv2 operator of `"How Attentive are Graph Attention Networks?"
     <https://arxiv.org/abs/2105.14491>`_ (Brody et al., ICLR 2022), a drop-in for
-    :class:`torch_geometric.nn.GATv2Conv` (PyG 2.8) that runs the attention on cuDNN's GNN kernels.
+    :class:`torch_geometric.nn.GATv2Conv` (PyG 2.8) whose attention runs fused: by default on our Triton kernels
+    on CUDA (``backend="auto"``), on cuDNN's GNN kernels when asked (``backend="cudnn"``, optional, cuDNN >= 9.28),
+    and on the pure-PyTorch reference backend on CPU.
 
     .. math::
         \mathbf{x}^{\prime}_i = \sum_{j \in \mathcal{N}(i) \cup \{ i \}} \alpha_{i,j}\mathbf{\Theta}_{s}\mathbf{x}_{j},
