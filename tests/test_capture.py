@@ -188,3 +188,11 @@ def test_the_guard_names_what_changed_since_capture() -> None:
     conv.att_src = torch.nn.Parameter(conv.att_src.detach().clone())  # a new parameter the optimizer does not hold
     with pytest.raises(RuntimeError, match=r"the model's parameters \(identity or address\) changed.*att_src"):
         step._check_guard()
+
+
+def test_train_on_cpu_runs_eagerly_with_or_without_the_capture_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from cudnn_gnn.apps.train import main
+
+    for flag in ("--capture", "--no-capture"):
+        assert main(["--device", "cpu", "--epochs", "1", "--no-progress", flag]) == 0
+        assert "final: Cora gat seed 0" in capsys.readouterr().out

@@ -266,9 +266,10 @@ class CapturedStep:
         """Whether calls replay a captured graph (False: warming up, or eager)."""
         return self.graph is not None
 
-    def __call__(self, **updates: Tensor) -> None:
-        """Run one training step. ``updates``: new values for tensors of ``inputs`` (same shape and dtype), copied
-        into them first; a shape that does not fit is refused with both shapes named."""
+    def __call__(self, **updates: Tensor) -> Tensor:
+        """Run one training step and return its loss, a 0-dim tensor on the device (reading it syncs; once captured,
+        the graph's output, overwritten by the next replay). ``updates``: new values for tensors of ``inputs`` (same
+        shape and dtype), copied into them first; a shape that does not fit is refused with both shapes named."""
         for name, value in updates.items():
             self._update(name, value)
         if self.graph is not None:
@@ -286,6 +287,7 @@ class CapturedStep:
         self._loss_count += 1
         if self.scheduler is not None:
             self.scheduler.step()
+        return self.last_loss  # type: ignore[return-value]  # set by every branch above
 
     def mean_loss(self, *, reset: bool = True) -> float:
         """The mean loss of the steps since the last reset (one host sync); ``nan`` if none ran."""
