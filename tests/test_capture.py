@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch_geometric.data import Data
 
-from cudnn_gnn.apps.capture import CapturedStep, host_syncs
+from cudnn_gnn.apps.capture import CapturedStep, host_syncs, sync_locations
 from cudnn_gnn.apps.train import build_gat
 from cudnn_gnn.layers import ToCscGraph
 
@@ -196,3 +196,18 @@ def test_train_on_cpu_runs_eagerly_with_or_without_the_capture_flag(capsys: pyte
     for flag in ("--capture", "--no-capture"):
         assert main(["--device", "cpu", "--epochs", "1", "--no-progress", flag]) == 0
         assert "final: Cora gat seed 0" in capsys.readouterr().out
+
+
+def test_sync_locations_names_each_place_once_and_passes_other_warnings_on() -> None:
+    def msg(text: str, filename: str, lineno: int) -> warnings.WarningMessage:
+        return warnings.WarningMessage(UserWarning(text), UserWarning, filename, lineno)
+
+    sync = "called a synchronizing CUDA operation (Triggered internally at CUDAFunctions.cpp:150.)"
+    caught = [msg(sync, "/x/layers/_plan_cache.py", 68), msg(sync, "/x/layers/_plan_cache.py", 68),
+              msg(sync, "/site-packages/torch/autograd/graph.py", 824),
+              msg("Synchronization debug mode is a prototype feature", "/t/torch/cuda/__init__.py", 1),
+              msg("something else", "/x/model.py", 3)]
+    with pytest.warns(UserWarning, match="something else") as record:
+        found = sync_locations(caught)
+    assert found == ["/x/layers/_plan_cache.py:68", "the backward"]
+    assert [str(r.message) for r in record] == ["something else"]

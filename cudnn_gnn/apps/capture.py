@@ -43,7 +43,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from cudnn_gnn._validation import check_bool, check_int
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["CapturedStep", "host_syncs", "SYNC_OPS"]
+__all__ = ["CapturedStep", "host_syncs", "sync_locations", "SYNC_OPS"]
 
 _aten = torch.ops.aten
 
@@ -138,6 +138,22 @@ def _describe(value: Any) -> str:
 
 _SYNC_MESSAGE = "called a synchronizing CUDA operation"
 _CAPTURABLE_WARNING = "constructed with capturable=True"
+_PROTOTYPE_NOTE = "Synchronization debug mode is a prototype feature"
+
+
+def sync_locations(caught: list[warnings.WarningMessage]) -> list[str]:
+    """Where the warnings of ``torch.cuda.set_sync_debug_mode("warn")`` in ``caught`` were raised (``file:line`` of
+    the Python call, or "the backward" for one raised in autograd's engine, which reports them from its own call),
+    each once, in order; the other warnings are raised again (except the mode's own prototype note)."""
+    found: list[str] = []
+    for w in caught:
+        if _SYNC_MESSAGE in str(w.message):
+            where = "the backward" if "/torch/autograd/" in w.filename.replace("\\", "/") else f"{w.filename}:{w.lineno}"
+            if where not in found:
+                found.append(where)
+        elif _PROTOTYPE_NOTE not in str(w.message):
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    return found
 
 
 class CapturedStep:
@@ -376,18 +392,14 @@ class CapturedStep:
                         self._eager_step()
                     finally:
                         torch.cuda.set_sync_debug_mode(previous)
-                for w in caught:
-                    if _SYNC_MESSAGE in str(w.message):
-                        syncs.append(f"{w.filename}:{w.lineno}")
-                    else:
-                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+                syncs = sync_locations(caught)
         torch.cuda.current_stream(self.device).wait_stream(side)
         if syncs:
             hint = ""
             if any("_plan_cache.py" in s for s in syncs):
                 hint = " (a raw edge_index is checked against its cached plan every forward: pass a CscGraph " \
                        "prepared once with cudnn_gnn.layers.ToCscGraph)"
-            self._go_eager(f"the step synchronizes with the host at {', '.join(dict.fromkeys(syncs))}{hint}")
+            self._go_eager(f"the step synchronizes with the host at {', '.join(syncs)}{hint}")
 
     def _prepare_optimizer(self) -> str | None:
         """Switch a stateless optimizer to ``capturable=True`` where it has the option; the reason it cannot be
