@@ -134,6 +134,8 @@ def test_inputs_are_copied_into_the_static_tensors_and_wrong_shapes_are_refused(
         step(x=torch.randn(N, F_IN, dtype=torch.float64))
     with pytest.raises(ValueError, match="graph must be the graph the step was built with .*num_edges=240"):
         step(graph=_prepared(_problem(seed=1)[0]))
+    with pytest.raises(TypeError, match="x must be a Tensor, got CscGraph"):
+        step(x=inputs["graph"])  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="nope must be one of the step's inputs"):
         step(nope=x)
 

@@ -328,6 +328,8 @@ class CapturedStep:
         if static is None:
             raise ValueError(f"{name} must be one of the step's inputs ({', '.join(self.inputs) or 'none'}), got "
                              f"an unknown name")
+        if isinstance(static, Tensor) and not isinstance(value, Tensor):
+            raise TypeError(f"{name} must be a Tensor, got {type(value).__name__}")
         if isinstance(static, CscGraph) or not isinstance(value, Tensor):
             if value is static:
                 return

@@ -5,6 +5,7 @@ app with capture reaches eager's accuracy."""
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import pytest
@@ -52,7 +53,7 @@ def _eager_losses(model: torch.nn.Module, opt: torch.optim.Optimizer, steps: int
     losses = []
     for _ in range(steps):
         opt.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=dtype or torch.float32, enabled=dtype is not None, cache_enabled=False):
+        with contextlib.nullcontext() if dtype is None else torch.autocast("cuda", dtype=dtype, cache_enabled=False):
             loss = F.cross_entropy(model(x, graph)[idx], y[idx])
         loss.backward()
         if clip is not None:
