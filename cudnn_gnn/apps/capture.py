@@ -387,21 +387,26 @@ class CapturedStep:
                 self._eager_step()
             else:
                 previous = torch.cuda.get_sync_debug_mode()
+                proxy = _SyncProxy()  # names the op; torch's debug mode also sees syncs outside ATen ops
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     torch.cuda.set_sync_debug_mode("warn")
                     try:
-                        self._eager_step()
+                        with proxy:
+                            self._eager_step()
                     finally:
                         torch.cuda.set_sync_debug_mode(previous)
-                syncs = sync_locations(caught)
+                found = sync_locations(caught)
+                named = list(dict.fromkeys(proxy.found))
+                # torch's locations that no named op accounts for (a sync outside ATen, or in the backward)
+                syncs = named + [f for f in found if not any(f in n for n in named)]
         torch.cuda.current_stream(self.device).wait_stream(side)
         if syncs:
             hint = ""
             if any("_plan_cache.py" in s for s in syncs):
                 hint = " (a raw edge_index is checked against its cached plan every forward: pass a CscGraph " \
                        "prepared once with cudnn_gnn.layers.ToCscGraph)"
-            self._go_eager(f"the step synchronizes with the host at {', '.join(syncs)}{hint}")
+            self._go_eager(f"the step synchronizes with the host: {'; '.join(syncs)}{hint}")
 
     def _prepare_optimizer(self) -> str | None:
         """Switch a stateless optimizer to ``capturable=True`` where it has the option; the reason it cannot be
