@@ -213,3 +213,11 @@ def test_sync_locations_names_each_place_once_and_passes_other_warnings_on() -> 
         found = sync_locations(caught)
     assert found == ["/x/layers/_plan_cache.py:68", "the backward"]
     assert [str(r.message) for r in record] == ["something else"]
+
+
+def test_the_proxy_of_the_checked_warm_up_step_ignores_cpu_ops() -> None:
+    from cudnn_gnn.apps.capture import _SyncProxy
+
+    with _SyncProxy(cuda_only=True) as proxy:
+        torch.arange(3).sum().item()  # a CPU op waits for no GPU
+    assert proxy.found == []

@@ -80,12 +80,15 @@ class _SyncProxy(TorchDispatchMode):
     """Records the ops of :data:`SYNC_OPS` (and boolean-mask indexing, ``repeat_interleave`` without
     ``output_size``) that run under it, with where they were called; runs every op unchanged."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, cuda_only: bool = False) -> None:
         super().__init__()
         self.found: list[str] = []
+        self.cuda_only = cuda_only  # flag only ops on CUDA tensors (a CPU op never waits for the GPU)
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
+        if self.cuda_only and not any(isinstance(a, Tensor) and a.is_cuda for a in args):
+            return func(*args, **kwargs)
         why = SYNC_OPS.get(func)
         if why is None and func is _aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:
             why = "repeat_interleave without output_size has a data-dependent size"
@@ -387,7 +390,7 @@ class CapturedStep:
                 self._eager_step()
             else:
                 previous = torch.cuda.get_sync_debug_mode()
-                proxy = _SyncProxy()  # names the op; torch's debug mode also sees syncs outside ATen ops
+                proxy = _SyncProxy(cuda_only=True)  # names the op; torch's debug mode also sees syncs outside ATen ops
                 with warnings.catch_warnings(record=True) as caught:
                     warnings.simplefilter("always")
                     torch.cuda.set_sync_debug_mode("warn")
