@@ -201,3 +201,31 @@ def test_cora_training_with_capture_reaches_eager_accuracy() -> None:
         accs[capture] = sum(r["test_acc"] for r in res) / len(res)
     assert accs[True] > 0.78
     assert abs(accs[True] - accs[False]) < 0.02, accs
+
+
+def test_the_train_command_captures_by_default_on_cuda(tmp_path) -> None:
+    import json
+
+    from cudnn_gnn.apps.train import main
+
+    for flag, expected in (([], True), (["--no-capture"], False)):
+        out = tmp_path / f"{expected}.json"
+        assert main(["--device", "cuda", "--epochs", "8", "--no-progress", "--json", str(out), *flag]) == 0
+        assert json.loads(out.read_text())["captured"] is expected
+
+
+def test_bench_training_times_the_captured_step(tmp_path) -> None:
+    import json
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import bench_training
+
+    out = tmp_path / "t.json"
+    bench_training.main(["--workloads", "cora", "--variants", "pyg-eager", "ours-eager", "ours-captured",
+                         "--repeats", "5", "--out", str(out)])
+    records = {r["variant"]: r for r in json.loads(out.read_text())["records"]}
+    assert all("error" not in r for r in records.values()), records
+    assert records["ours-captured"]["captured"] is True
+    assert records["ours-captured"]["peak_memory_bytes"] > 0
