@@ -221,3 +221,37 @@ def test_the_proxy_of_the_checked_warm_up_step_ignores_cpu_ops() -> None:
     with _SyncProxy(cuda_only=True) as proxy:
         torch.arange(3).sum().item()  # a CPU op waits for no GPU
     assert proxy.found == []
+
+
+def test_the_eager_body_clips_steps_the_scheduler_and_autocasts_as_asked() -> None:
+    """The body that a capture records, run eagerly on CPU: clipping, the scheduler and bf16 autocast as a plain
+    loop would run them (the same parameters after three steps)."""
+    ei, x, y, idx = _problem()
+    graph = _prepared(ei)
+    params = []
+    for use_step in (False, True):
+        torch.manual_seed(0)
+        model = build_gat("gat", F_IN, CLASSES, hidden=4, heads=2, dropout=0.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # SGD: clipping shows in the update
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        if use_step:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                step = CapturedStep(lambda x, y, graph, m=model: F.cross_entropy(m(x, graph)[idx].float(), y[idx]),
+                                    optimizer=opt, inputs={"x": x, "y": y, "graph": graph}, model=model,
+                                    scheduler=sched, max_grad_norm=0.1, autocast_dtype=torch.bfloat16)
+            for _ in range(3):
+                step()
+        else:
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+                    loss = F.cross_entropy(model(x, graph)[idx].float(), y[idx])
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(list(model.parameters()), 0.1, foreach=True)
+                opt.step()
+                sched.step()
+        assert opt.param_groups[0]["lr"] == pytest.approx(0.05 / 8)
+        params.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*params):
+        torch.testing.assert_close(b, a)
