@@ -61,7 +61,8 @@ SYNC_OPS: dict[Any, str] = {
     _aten.unique_dim.default: "unique has a data-dependent size",
 }
 """The ATen ops :func:`host_syncs` flags on any device, each with why it syncs on CUDA. Besides these it flags
-``repeat_interleave`` without ``output_size`` and indexing with a boolean mask (``t[mask]``, ``t[mask] = v``)."""
+``repeat_interleave`` without ``output_size``, indexing with a boolean mask (``t[mask]``, ``t[mask] = v``) and, on
+CUDA tensors, copies to the host."""
 
 _INDEX_OPS = (_aten.index.Tensor, _aten.index_put.default, _aten.index_put_.default, _aten._index_put_impl_.default)
 
@@ -74,6 +75,21 @@ def _user_frame() -> str:
             continue
         return f"{name}:{frame.lineno}"
     return "<unknown>"
+
+
+def _to_host(func: Any, args: tuple, kwargs: dict) -> bool:
+    """Whether an op copies a CUDA tensor into host memory and waits for it (a sync): ``_to_copy`` to the CPU or
+    ``copy_`` into a CPU tensor, unless ``non_blocking``."""
+    if func is _aten._to_copy.default:
+        device = kwargs.get("device")
+        return bool(args) and isinstance(args[0], Tensor) and args[0].is_cuda and device is not None \
+            and torch.device(device).type == "cpu" and not kwargs.get("non_blocking", False)
+    if func is _aten.copy_.default and len(args) >= 2:
+        dst, src = args[0], args[1]
+        blocking = not (args[2] if len(args) > 2 else kwargs.get("non_blocking", False))
+        return isinstance(dst, Tensor) and isinstance(src, Tensor) and src.is_cuda and dst.device.type == "cpu" \
+            and blocking
+    return False
 
 
 class _SyncProxy(TorchDispatchMode):
@@ -92,6 +108,8 @@ class _SyncProxy(TorchDispatchMode):
         why = SYNC_OPS.get(func)
         if why is None and func is _aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:
             why = "repeat_interleave without output_size has a data-dependent size"
+        if why is None and _to_host(func, args, kwargs):
+            why = "copies a CUDA tensor to the host (.cpu(), .tolist(), .numpy())"
         if why is None and func in _INDEX_OPS:
             indices = args[1] if len(args) > 1 else kwargs.get("indices", ())
             if any(isinstance(i, Tensor) and i.dtype == torch.bool for i in indices or ()):
