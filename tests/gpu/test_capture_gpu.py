@@ -229,3 +229,14 @@ def test_bench_training_times_the_captured_step(tmp_path) -> None:
     assert all("error" not in r for r in records.values()), records
     assert records["ours-captured"]["captured"] is True
     assert records["ours-captured"]["peak_memory_bytes"] > 0
+
+
+def test_host_syncs_names_copies_to_the_host_but_not_non_blocking_ones() -> None:
+    from cudnn_gnn.apps.capture import host_syncs
+
+    t = torch.ones(4, device=DEV)
+    assert "copies a CUDA tensor to the host" in host_syncs(lambda: t.cpu())[0]
+    assert "copies a CUDA tensor to the host" in host_syncs(lambda: torch.empty(4).copy_(t))[0]
+    pinned = torch.empty(4, pin_memory=True)
+    assert host_syncs(lambda: pinned.copy_(t, non_blocking=True)) == []
+    torch.cuda.synchronize()
