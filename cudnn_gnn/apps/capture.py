@@ -194,7 +194,8 @@ class CapturedStep:
             with index tensors, not boolean masks.
         optimizer: the optimizer stepped after the backward. Adam / AdamW (any optimizer with a ``capturable``
             option) must have ``capturable=True`` on CUDA; one with no state yet is switched to it. A learning
-            rate changed after capture (by a scheduler or by hand) must be a tensor, ``lr=torch.tensor(0.005)``.
+            rate changed after capture (by a scheduler or by hand) must be a tensor on the device,
+            ``lr=torch.tensor(0.005, device="cuda")``.
         inputs: the step's input tensors by name (static: later values are copied into them, see
             :meth:`__call__`) and the graphs it runs on (:class:`~cudnn_gnn.CscGraph`, kept by identity).
         model: the module (or modules) trained: their parameters' identity and addresses and their training
@@ -441,7 +442,7 @@ class CapturedStep:
                 group["capturable"] = True
             if self.scheduler is not None and not isinstance(group.get("lr"), Tensor):
                 return (f"optimizer.param_groups[{i}]['lr'] is a float, which a captured step reads once; a scheduler "
-                        f"needs lr=torch.tensor(...) with capturable=True")
+                        f"needs lr=torch.tensor(..., device='cuda') with capturable=True")
         return None
 
     def _capture(self) -> None:
