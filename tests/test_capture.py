@@ -255,3 +255,25 @@ def test_the_eager_body_clips_steps_the_scheduler_and_autocasts_as_asked() -> No
         params.append([p.detach().clone() for p in model.parameters()])
     for a, b in zip(*params):
         torch.testing.assert_close(b, a)
+
+
+def test_the_optimizer_check_before_the_first_warm_up_step() -> None:
+    """What the first warm-up step on CUDA asks of the optimizer (run here directly: the CPU step never captures)."""
+    model = torch.nn.Linear(3, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fresh = torch.optim.Adam(model.parameters(), lr=0.1)
+        step = CapturedStep(lambda: model.weight.sum(), optimizer=fresh)
+        assert step._prepare_optimizer() is None and fresh.param_groups[0]["capturable"] is True  # switched
+        used = torch.optim.Adam(model.parameters(), lr=0.1)
+        model.weight.sum().backward()
+        used.step()
+        assert "capturable=False and state already" in CapturedStep(lambda: model.weight.sum(),
+                                                                    optimizer=used)._prepare_optimizer()
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        reason = CapturedStep(lambda: model.weight.sum(), optimizer=opt, scheduler=sched)._prepare_optimizer()
+        assert "['lr'] is a float" in reason
+        opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        assert CapturedStep(lambda: model.weight.sum(), optimizer=opt, scheduler=sched)._prepare_optimizer() is None
