@@ -520,3 +520,43 @@ def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step:
         log.write(record)
         bar.update(1)
 
+
+
+def add_capture_argument(ap: argparse.ArgumentParser) -> None:
+    """``--capture/--no-capture``: the full-graph training step captured in one CUDA graph (default on)."""
+    ap.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
+                    help="full graph on CUDA: capture our model's training step in one CUDA graph and replay it "
+                         "(default: on; eager on CPU, for pyg-gat and with --precision fp16)")
+
+
+def capture_wanted(args: argparse.Namespace, device: torch.device) -> bool:
+    """Whether ``--capture`` applies: our layers (on a prepared CscGraph) on CUDA, without float16's GradScaler, whose
+    step reads an overflow flag on the host."""
+    return bool(args.capture) and not args.model.startswith("pyg-") and device.type == "cuda" \
+        and args.precision != "fp16"
+
+
+def capture_lr(lr: float, device: torch.device, capture: bool) -> float | Tensor:
+    """The optimizer's learning rate: a device tensor for a captured step (a replay reads its current value, so a
+    schedule can change it between replays), else the float."""
+    return torch.tensor(lr, device=device) if capture else lr
+
+
+def set_lr(opt: torch.optim.Optimizer, lr: float) -> None:
+    """Set every group's learning rate, in place where it is a tensor (see :func:`capture_lr`)."""
+    for group in opt.param_groups:
+        if isinstance(group["lr"], Tensor):
+            group["lr"].fill_(lr)
+        else:
+            group["lr"] = lr
+
+
+def captured_step(args: argparse.Namespace, loss_fn: Callable[..., Tensor], *, optimizer: torch.optim.Optimizer,
+                  inputs: dict[str, Any], model: nn.Module) -> Callable[[], float]:
+    """The full-graph training step as a :class:`~cudnn_gnn.apps.capture.CapturedStep` (``loss_fn(**inputs)`` under
+    the run's autocast); calling it runs one step and returns its loss."""
+    from cudnn_gnn.apps.capture import CapturedStep
+
+    step = CapturedStep(loss_fn, optimizer=optimizer, inputs=inputs, model=model,
+                        autocast_dtype=PRECISIONS[args.precision])
+    return lambda: float(step())

@@ -28,8 +28,12 @@ from _common import (
     ArgumentParser,
     JsonLines,
     OgbGAT,
+    add_capture_argument,
     add_common_arguments,
     autocast,
+    capture_lr,
+    capture_wanted,
+    captured_step,
     check_common_arguments,
     count_params,
     describe,
@@ -46,6 +50,7 @@ from _common import (
     run_main,
     seed_everything,
     seeds_of,
+    set_lr,
     train_epochs,
 )
 from torch import Tensor
@@ -74,6 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--warmup", type=nonnegative_int, default=50, help="epochs of linear learning-rate warm-up")
     ap.add_argument("--use-labels", action="store_true", help="label reuse as input features (DGL's --use-labels)")
     ap.add_argument("--mask-rate", type=probability, default=0.5, help="--use-labels: share of train nodes used as labels")
+    add_capture_argument(ap)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     device = check_common_arguments(ap, args)
 
@@ -114,13 +120,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        out_heads=1, dropout=args.dropout, input_drop=args.input_drop, attn_drop=args.attn_drop,
                        norm=True, activation="relu", backend=args.backend).to(device)
         params = count_params(model)
-        opt = torch.optim.RMSprop(model.parameters(), lr=args.lr, weight_decay=args.wd)
+        capture = capture_wanted(args, device) and not args.use_labels  # label reuse draws a data-dependent split
+        opt = torch.optim.RMSprop(model.parameters(), lr=capture_lr(args.lr, device, capture), weight_decay=args.wd,
+                                  capturable=capture)
         scaler = grad_scaler(args.precision, device)
+        captured = None if not capture else captured_step(
+            args, lambda x, graph, model=model: log_ce(model(x, graph)[split["train"]], y[split["train"]]),
+            optimizer=opt, inputs={"x": x, "graph": graph}, model=model)
 
-        def step(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> float:
-            for group in opt.param_groups:
-                group["lr"] = args.lr * min(1.0, epoch / max(args.warmup, 1))
+        def step(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt, scaler: Any = scaler,
+                 captured: Any = captured) -> float:
+            set_lr(opt, args.lr * min(1.0, epoch / max(args.warmup, 1)))
             model.train()
+            if captured is not None:
+                return captured()  # type: ignore[no-any-return]
             train_idx = split["train"]
             feats = x
             if args.use_labels:

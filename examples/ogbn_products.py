@@ -34,8 +34,11 @@ from _common import (
     ArgumentParser,
     JsonLines,
     OgbGAT,
+    add_capture_argument,
     add_common_arguments,
     autocast,
+    capture_wanted,
+    captured_step,
     check_common_arguments,
     count_params,
     describe,
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--batch-size", type=positive_int, default=512, help="--sampled: seed nodes per batch")
     ap.add_argument("--eval-batch-size", type=positive_int, default=2048, help="--sampled: nodes per inference batch")
     ap.add_argument("--num-workers", type=nonnegative_int, default=0, help="--sampled: NeighborLoader workers")
+    add_capture_argument(ap)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     device = check_common_arguments(ap, args)
     if args.epochs is None:
@@ -131,14 +135,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        out_heads=args.heads, dropout=args.dropout, norm=False, activation="elu",
                        backend=args.backend).to(device)
         params = count_params(model)
-        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        capture = capture_wanted(args, device) and not args.sampled  # a sampled batch has its own shapes
+        opt = torch.optim.Adam(model.parameters(), lr=lr, capturable=capture, fused=capture or None)
         scaler = grad_scaler(args.precision, device)
 
         def backward(loss: Tensor, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> None:
             optimizer_step(loss, opt, scaler)
 
-        def step_full(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt) -> float:
+        captured = None if not capture else captured_step(
+            args, lambda x, graph, model=model: F.cross_entropy(model(x, graph)[split["train"]].float(),
+                                                                 y[split["train"]]),
+            optimizer=opt, inputs={"x": x, "graph": graph}, model=model)
+
+        def step_full(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt,
+                      captured: Any = captured) -> float:
             model.train()
+            if captured is not None:
+                return captured()  # type: ignore[no-any-return]
             opt.zero_grad(set_to_none=True)
             with autocast(device, args.precision):
                 out = model(x, graph)

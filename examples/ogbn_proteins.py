@@ -32,8 +32,12 @@ from _common import (
     ArgumentParser,
     JsonLines,
     OgbGAT,
+    add_capture_argument,
     add_common_arguments,
     autocast,
+    capture_lr,
+    capture_wanted,
+    captured_step,
     check_common_arguments,
     count_params,
     describe,
@@ -75,6 +79,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--attn-drop", type=probability, default=0.0)
     ap.add_argument("--lr", type=positive_float, default=0.01)
     ap.add_argument("--wd", type=nonnegative_float, default=0.0)
+    add_capture_argument(ap)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     device = check_common_arguments(ap, args)
 
@@ -110,14 +115,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        out_heads=args.heads, dropout=args.dropout, input_drop=args.input_drop, attn_drop=args.attn_drop,
                        norm=True, activation="relu", edge_dim=edge_attr.size(1), backend=args.backend).to(device)
         params = count_params(model)
-        opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=args.wd)
+        capture = capture_wanted(args, device)
+        opt = torch.optim.AdamW(model.parameters(), lr=capture_lr(args.lr, device, capture), weight_decay=args.wd,
+                                capturable=capture, fused=capture or None)
         # DGL: patience 50 epochs; stepped here once per evaluation.
         sched = torch.optim.lr_scheduler.ReduceLROnPlateau(opt, mode="max", factor=0.75,
                                                            patience=max(1, 50 // args.eval_every))
         scaler = grad_scaler(args.precision, device)
 
-        def step(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> float:
+        captured = None if not capture else captured_step(
+            args, lambda x, graph, edge_attr, model=model: F.binary_cross_entropy_with_logits(
+                model(x, graph, edge_attr)[split["train"]].float(), y[split["train"]]),
+            optimizer=opt, inputs={"x": x, "graph": graph, "edge_attr": edge_attr}, model=model)
+
+        def step(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt, scaler: Any = scaler,
+                 captured: Any = captured) -> float:
             model.train()
+            if captured is not None:
+                return captured()  # type: ignore[no-any-return]
             opt.zero_grad(set_to_none=True)
             with autocast(device, args.precision):
                 out = model(x, graph, edge_attr)

@@ -23,6 +23,12 @@ class ToCscGraph(BaseTransform):
     self-loop form that PyG's ``GATConv``/``GATv2Conv`` use is built here too and kept on the graph, so no
     forward converts anything, and a ``torch.compile(fullgraph=True)`` model compiles with no graph break.
 
+    This is the way to prepare a graph once for a layer stack: after the first forward (which builds the kernels'
+    per-graph work lists and reads the degree maxima once), a training step on ``data.csc_graph`` reads no device
+    value on the host, so it can be captured whole in a CUDA graph (:class:`cudnn_gnn.apps.capture.CapturedStep`).
+    A raw ``edge_index`` cannot be: its cached plan is checked against the tensor's values on every forward (one
+    ``torch.equal``, a host sync).
+
     Apply it after moving ``data`` to its device (``Data.to`` does not move a CscGraph; a layer that meets a
     graph on another device moves it once and keeps the copy). Meant for full-graph training; mini-batch
     loaders should pass ``edge_index``, which the layers convert once per batch.

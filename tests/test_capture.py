@@ -1,0 +1,279 @@
+"""CPU tests of :mod:`cudnn_gnn.apps.capture`: the host-sync proxy over warmed-up training steps of our layers, the
+eager fallback and its warning, argument errors, and the guards that refuse a stale replay. The capture itself
+runs in tests/gpu/test_capture_gpu.py."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.data import Data
+
+from cudnn_gnn.apps.capture import CapturedStep, host_syncs, sync_locations
+from cudnn_gnn.apps.train import build_gat
+from cudnn_gnn.layers import ToCscGraph
+
+N, E, F_IN, CLASSES = 40, 240, 12, 4
+
+
+def _problem(seed: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, N, (2, E), generator=g)
+    ei[:, :5] = torch.arange(5).repeat(2, 1)  # a few self-loops: the layers' self-loop rule has work to do
+    return ei, torch.randn(N, F_IN, generator=g), torch.randint(0, CLASSES, (N,), generator=g), torch.arange(0, N, 3)
+
+
+def _prepared(ei: torch.Tensor) -> object:
+    return ToCscGraph()(Data(edge_index=ei, num_nodes=N)).csc_graph
+
+
+def _train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, graph: object, y: torch.Tensor,
+                idx: torch.Tensor) -> None:
+    opt.zero_grad(set_to_none=True)
+    loss = F.cross_entropy(model(x, graph)[idx], y[idx])
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(list(model.parameters()), 1.0, foreach=True)
+    opt.step()
+
+
+@pytest.mark.parametrize("model_name", ["gat", "gatv2"])
+def test_a_warm_step_on_a_prepared_graph_issues_no_host_sync(model_name: str) -> None:
+    ei, x, y, idx = _problem()
+    graph = _prepared(ei)
+    torch.manual_seed(0)
+    model = build_gat(model_name, F_IN, CLASSES, hidden=4, heads=2, dropout=0.5)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, fused=True)  # fused: the step count stays a tensor
+    _train_step(model, opt, x, graph, y, idx)  # warm-up: builds the plans (which may sync)
+    assert host_syncs(lambda: _train_step(model, opt, x, graph, y, idx)) == []
+
+
+def test_a_raw_edge_index_syncs_every_step_and_the_proxy_names_where() -> None:
+    ei, x, y, idx = _problem()
+    torch.manual_seed(0)
+    model = build_gat("gat", F_IN, CLASSES, hidden=4, heads=2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, fused=True)
+    _train_step(model, opt, x, ei, y, idx)
+    found = host_syncs(lambda: _train_step(model, opt, x, ei, y, idx))
+    assert found and all("aten::equal" in f and "_plan_cache.py" in f for f in found)
+
+
+def test_the_proxy_flags_boolean_masks_item_and_unbounded_repeat_interleave() -> None:
+    t, mask = torch.arange(6.0), torch.tensor([True, False] * 3)
+    assert "boolean mask" in host_syncs(lambda: t[mask])[0]
+    assert "boolean mask" in host_syncs(lambda: t.clone().__setitem__(mask, 0.0))[0]
+    assert "_local_scalar_dense" in host_syncs(lambda: t.sum().item())[0]
+    assert "repeat_interleave" in host_syncs(lambda: torch.repeat_interleave(torch.tensor([1, 2])))[0]
+    assert host_syncs(lambda: torch.repeat_interleave(torch.tensor([1, 2]), output_size=3)) == []
+    assert host_syncs(lambda: t[torch.tensor([0, 2])]) == []
+
+
+def _captured(**kwargs: object) -> tuple[CapturedStep, torch.nn.Module, dict[str, object]]:
+    ei, x, y, idx = _problem()
+    torch.manual_seed(0)
+    model = build_gat("gat", F_IN, CLASSES, hidden=4, heads=2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    inputs = {"x": x, "y": y, "graph": _prepared(ei)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        step = CapturedStep(lambda x, y, graph: F.cross_entropy(model(x, graph)[idx], y[idx]), optimizer=opt,
+                            inputs=inputs, model=model, **kwargs)  # type: ignore[arg-type]
+    return step, model, inputs
+
+
+def test_on_cpu_the_step_warns_once_and_runs_eagerly_with_the_eager_result() -> None:
+    ei, x, y, idx = _problem()
+    graph = _prepared(ei)
+    losses = []
+    for use_step in (False, True):
+        torch.manual_seed(0)
+        model = build_gat("gat", F_IN, CLASSES, hidden=4, heads=2, dropout=0.5)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        if use_step:
+            with pytest.warns(RuntimeWarning, match="not captured.*on cpu") as record:
+                step = CapturedStep(lambda x, y, graph, m=model: F.cross_entropy(m(x, graph)[idx], y[idx]),
+                                    optimizer=opt, inputs={"x": x, "y": y, "graph": graph}, model=model)
+            assert len(record) == 1
+            for _ in range(4):
+                step()
+            assert not step.captured and step.steps == 4
+            losses.append(step.mean_loss())
+        else:
+            total = 0.0
+            for _ in range(4):
+                opt.zero_grad(set_to_none=True)
+                loss = F.cross_entropy(model(x, graph)[idx], y[idx])
+                loss.backward()
+                opt.step()
+                total += float(loss.detach())
+            losses.append(total / 4)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+def test_capture_false_is_eager_without_a_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ei, x, y, idx = _problem()
+        model = build_gat("gat", F_IN, CLASSES, hidden=4, heads=2)
+        opt = torch.optim.Adam(model.parameters(), lr=0.01)
+        step = CapturedStep(lambda x: model(x, _prepared(ei)).sum(), optimizer=opt, inputs={"x": x}, capture=False)
+        step()
+    assert step.eager_reason == "capture=False"
+
+
+def test_inputs_are_copied_into_the_static_tensors_and_wrong_shapes_are_refused() -> None:
+    step, _, inputs = _captured()
+    x = inputs["x"]
+    new = torch.randn_like(x)  # type: ignore[arg-type]
+    step(x=new)
+    assert torch.equal(inputs["x"], new) and inputs["x"] is x  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"x must have the captured shape \(40, 12\), got \(3, 12\)"):
+        step(x=torch.randn(3, F_IN))
+    with pytest.raises(TypeError, match="x must have the captured dtype torch.float32, got torch.float64"):
+        step(x=torch.randn(N, F_IN, dtype=torch.float64))
+    with pytest.raises(ValueError, match="graph must be the graph the step was built with .*num_edges=240"):
+        step(graph=_prepared(_problem(seed=1)[0]))
+    with pytest.raises(TypeError, match="x must be a Tensor, got CscGraph"):
+        step(x=inputs["graph"])  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="nope must be one of the step's inputs"):
+        step(nope=x)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"warmup": 1}, ValueError, "warmup must be"),
+        ({"max_grad_norm": 0.0}, ValueError, "max_grad_norm must be a positive float"),
+        ({"autocast_dtype": torch.float16}, NotImplementedError, "float16 needs a GradScaler"),
+        ({"autocast_dtype": torch.float32}, TypeError, "autocast_dtype must be torch.bfloat16 or None"),
+        ({"scheduler": object()}, TypeError, "scheduler must have a step"),
+        ({"generators": [1]}, TypeError, "generators must hold torch.Generator"),
+    ],
+)
+def test_argument_errors(kwargs: dict[str, object], error: type, match: str) -> None:
+    with pytest.raises(error, match=match):
+        _captured(**kwargs)
+
+
+def test_argument_errors_of_the_callable_optimizer_and_inputs() -> None:
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(TypeError, match="loss_fn must be callable"):
+        CapturedStep(3, optimizer=opt)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="optimizer must be a torch.optim.Optimizer"):
+        CapturedStep(lambda: model.weight.sum(), optimizer=model)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"inputs\['x'\] must be a Tensor or a CscGraph"):
+        CapturedStep(lambda x: model.weight.sum(), optimizer=opt, inputs={"x": [1]})  # type: ignore[dict-item]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        step = CapturedStep(lambda: model.weight, optimizer=opt)
+    with pytest.raises(ValueError, match=r"loss_fn must return a 0-dim floating Tensor \(the loss\), got shape \(2, 2\)"):
+        step()
+
+
+def test_the_guard_names_what_changed_since_capture() -> None:
+    step, model, _ = _captured()
+    step()
+    step._guard = step._snapshot()  # as a capture records it (CPU: no capture, so set it by hand)
+    step._check_guard()  # nothing changed: no error
+    model.eval()
+    with pytest.raises(RuntimeError, match="the model's training mode changed since capture"):
+        step._check_guard()
+    model.train()
+    step.optimizer.param_groups[0]["lr"] = 0.5
+    with pytest.raises(RuntimeError, match="the optimizer's hyperparameters changed since capture.*0.5"):
+        step._check_guard()
+    step.optimizer.param_groups[0]["lr"] = 0.01
+    step._check_guard()
+    conv = model.conv1  # type: ignore[attr-defined]
+    conv.att_src = torch.nn.Parameter(conv.att_src.detach().clone())  # a new parameter the optimizer does not hold
+    with pytest.raises(RuntimeError, match=r"the model's parameters \(identity or address\) changed.*att_src"):
+        step._check_guard()
+
+
+def test_train_on_cpu_runs_eagerly_with_or_without_the_capture_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    from cudnn_gnn.apps.train import main
+
+    for flag in ("--capture", "--no-capture"):
+        assert main(["--device", "cpu", "--epochs", "1", "--no-progress", flag]) == 0
+        assert "final: Cora gat seed 0" in capsys.readouterr().out
+
+
+def test_sync_locations_names_each_place_once_and_passes_other_warnings_on() -> None:
+    def msg(text: str, filename: str, lineno: int) -> warnings.WarningMessage:
+        return warnings.WarningMessage(UserWarning(text), UserWarning, filename, lineno)
+
+    sync = "called a synchronizing CUDA operation (Triggered internally at CUDAFunctions.cpp:150.)"
+    caught = [msg(sync, "/x/layers/_plan_cache.py", 68), msg(sync, "/x/layers/_plan_cache.py", 68),
+              msg(sync, "/site-packages/torch/autograd/graph.py", 824),
+              msg("Synchronization debug mode is a prototype feature", "/t/torch/cuda/__init__.py", 1),
+              msg("something else", "/x/model.py", 3)]
+    with pytest.warns(UserWarning, match="something else") as record:
+        found = sync_locations(caught)
+    assert found == ["/x/layers/_plan_cache.py:68", "the backward"]
+    assert [str(r.message) for r in record] == ["something else"]
+
+
+def test_the_proxy_of_the_checked_warm_up_step_ignores_cpu_ops() -> None:
+    from cudnn_gnn.apps.capture import _SyncProxy
+
+    with _SyncProxy(cuda_only=True) as proxy:
+        torch.arange(3).sum().item()  # a CPU op waits for no GPU
+    assert proxy.found == []
+
+
+def test_the_eager_body_clips_steps_the_scheduler_and_autocasts_as_asked() -> None:
+    """The body that a capture records, run eagerly on CPU: clipping, the scheduler and bf16 autocast as a plain
+    loop would run them (the same parameters after three steps)."""
+    ei, x, y, idx = _problem()
+    graph = _prepared(ei)
+    params = []
+    for use_step in (False, True):
+        torch.manual_seed(0)
+        model = build_gat("gat", F_IN, CLASSES, hidden=4, heads=2, dropout=0.0)
+        opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)  # SGD: clipping shows in the update
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        if use_step:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)
+                step = CapturedStep(lambda x, y, graph, m=model: F.cross_entropy(m(x, graph)[idx].float(), y[idx]),
+                                    optimizer=opt, inputs={"x": x, "y": y, "graph": graph}, model=model,
+                                    scheduler=sched, max_grad_norm=0.1, autocast_dtype=torch.bfloat16)
+            for _ in range(3):
+                step()
+        else:
+            for _ in range(3):
+                opt.zero_grad(set_to_none=True)
+                with torch.autocast("cpu", dtype=torch.bfloat16, cache_enabled=False):
+                    loss = F.cross_entropy(model(x, graph)[idx].float(), y[idx])
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(list(model.parameters()), 0.1, foreach=True)
+                opt.step()
+                sched.step()
+        assert opt.param_groups[0]["lr"] == pytest.approx(0.05 / 8)
+        params.append([p.detach().clone() for p in model.parameters()])
+    for a, b in zip(*params):
+        torch.testing.assert_close(b, a)
+
+
+def test_the_optimizer_check_before_the_first_warm_up_step() -> None:
+    """What the first warm-up step on CUDA asks of the optimizer (run here directly: the CPU step never captures)."""
+    model = torch.nn.Linear(3, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        fresh = torch.optim.Adam(model.parameters(), lr=0.1)
+        step = CapturedStep(lambda: model.weight.sum(), optimizer=fresh)
+        assert step._prepare_optimizer() is None and fresh.param_groups[0]["capturable"] is True  # switched
+        used = torch.optim.Adam(model.parameters(), lr=0.1)
+        model.weight.sum().backward()
+        used.step()
+        assert "capturable=False and state already" in CapturedStep(lambda: model.weight.sum(),
+                                                                    optimizer=used)._prepare_optimizer()
+        opt = torch.optim.Adam(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        reason = CapturedStep(lambda: model.weight.sum(), optimizer=opt, scheduler=sched)._prepare_optimizer()
+        assert "['lr'] is a float" in reason
+        opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
+        assert CapturedStep(lambda: model.weight.sum(), optimizer=opt, scheduler=sched)._prepare_optimizer() is None
