@@ -10,7 +10,7 @@ from cudnn_gnn._validation import check_bool, check_choice
 from cudnn_gnn.backends import GAT_BACKENDS
 from cudnn_gnn.spec import GRAD_PRECISIONS
 
-from ._graph_inputs import is_sparse_form
+from ._graph_inputs import is_sparse_form, is_sparse_tensor
 
 __all__: list[str] = []
 
@@ -50,3 +50,32 @@ def check_sparse_loop_edge_attr(edge_index: Any, has_edge_attr: bool) -> None:
             "edge_attr must be None with add_self_loops=True when edge_index is a sparse tensor (as in PyG), "
             "got edge features; pass a [2, E] edge_index or a CscGraph instead"
         )
+
+
+def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None, edge_dim: int | None,
+                            add_self_loops: bool) -> Tensor | None:
+    """The edge features a layer with ``edge_dim`` uses when ``edge_index`` is a ``torch_sparse.SparseTensor``:
+    PyG's rule (:func:`sparse_tensor_edge_attr_rule`) on the tensor's values; ``edge_attr`` for any other form."""
+    if edge_dim is None or not is_sparse_tensor(edge_index):
+        return edge_attr
+    return sparse_tensor_edge_attr_rule(name, edge_attr, edge_index.storage.value(), edge_dim=edge_dim,
+                                        add_self_loops=add_self_loops)
+
+
+def sparse_tensor_edge_attr_rule(name: str, edge_attr: Tensor | None, values: Tensor | None, *, edge_dim: int,
+                                 add_self_loops: bool) -> Tensor | None:
+    """PyG's ``GATConv`` / ``GATv2Conv`` with ``edge_dim`` on a ``SparseTensor`` ``edge_index`` (``values``: its
+    ``[E]`` or ``[E, edge_dim]`` values in CSR order, or None), as a decision on plain tensors:
+
+    * ``add_self_loops=True``: refused (NotImplementedError), edge features given or not: PyG cannot fill
+      self-loop features into a SparseTensor and raises the same way.
+    * otherwise ``edge_attr`` where given, else the SparseTensor's values (PyG's ``MessagePassing`` reads them as
+      ``edge_attr``), in the CSR order the layer's graph keeps for this form.
+    """
+    if add_self_loops:
+        raise NotImplementedError(
+            f"edge_dim must be None for {name} with add_self_loops=True when edge_index is a SparseTensor (as in PyG: "
+            f"self-loop edge features cannot be filled into it), got edge_dim={edge_dim}; pass add_self_loops=False, "
+            "or a [2, E] edge_index or CscGraph with edge_attr"
+        )
+    return values if edge_attr is None else edge_attr
