@@ -277,3 +277,26 @@ def test_triton_backend_runs_on_an_edge_index_under_the_interpreter():
     proc = subprocess.run([sys.executable, "-c", _TRITON_EDGE_INDEX], env=env, text=True, capture_output=True,
                           timeout=600)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
+    """A torch sparse adj_t with [E, edge_dim] values: PyG reads them as edge_attr; we ignored them (a different
+    result, silently). Without self-loops they are read now; with self-loops (PyG fills loop features into the
+    values) we refuse."""
+    x, ei, ea = _graph()
+    ea = ea[:, :2]
+    coo = torch.sparse_coo_tensor(ei.flip(0), ea, (7, 7, 2)).coalesce()  # rows are destinations (adj_t)
+    adj = coo.to_sparse_csr() if layout == "csr" else coo.to_sparse_csc()
+    torch.manual_seed(0)
+    pyg = theirs(5, 4, heads=2, edge_dim=2, add_self_loops=False)
+    conv = ours(5, 4, heads=2, edge_dim=2, add_self_loops=False, backend="reference")
+    conv.load_state_dict(pyg.state_dict())
+    expected = pyg(x, ei, ea)
+    torch.testing.assert_close(conv(x, adj), expected, rtol=1e-5, atol=1e-6)
+    if layout == "csr":
+        torch.testing.assert_close(pyg(x, adj), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(NotImplementedError, match=r"edge_dim must be None for .* with add_self_loops=True when "
+                                                  r"edge_index is a torch sparse tensor with \[num_edges, edge_dim\]"):
+        ours(5, 4, heads=2, edge_dim=2)(x, adj)
