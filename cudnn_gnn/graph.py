@@ -227,7 +227,9 @@ class CscGraph:
         Args:
             edge_index: ``[2, E]`` int32/int64; row 0 holds sources, row 1 destinations (PyG's
                 ``source_to_target`` flow). Any edge order, duplicates and self-loops are kept as given.
-                A PyG ``EdgeIndex`` is accepted too; when it is already sorted by column the sort is skipped.
+                A PyG ``EdgeIndex`` is accepted too; when it is sorted by column (``sort_order='col'``) the sort
+                is skipped, its claim checked with ``validate`` (else trusted; :meth:`validate` catches a false
+                one). The graph holds copies, never views of the caller's tensor.
             num_nodes: node count of a homogeneous graph (``num_src_nodes == num_dst_nodes``); inferred as
                 ``edge_index.max() + 1`` when neither it nor ``size`` is given (one host sync).
             size: ``(num_src_nodes, num_dst_nodes)`` of a bipartite graph. Exclusive with ``num_nodes``.
@@ -241,15 +243,17 @@ class CscGraph:
         """
         ei = check_tensor("edge_index", edge_index)
         sorted_by_col = False
-        try:  # PyG EdgeIndex: take its sizes and sort state, then drop to a plain tensor
+        try:  # PyG EdgeIndex: take its sizes and sort state, then drop to its plain data tensor
             from torch_geometric import EdgeIndex
 
             if isinstance(ei, EdgeIndex):
                 sparse_size = ei.sparse_size()
-                sorted_by_col = ei.sort_order is not None and str(ei.sort_order).endswith("col")
+                sorted_by_col = ei.is_sorted_by_col
                 if size is None and num_nodes is None and None not in sparse_size:
                     size = (int(sparse_size[0]), int(sparse_size[1]))
-                ei = ei.as_subclass(Tensor)
+                # as_tensor(), not as_subclass(Tensor): the wrapper (and the Index its rows are) has no storage of
+                # its own, so a kernel reading a data pointer from it fails.
+                ei = ei.as_tensor()
         except ImportError:  # pragma: no cover - torch_geometric is a dependency
             pass
         check_index("edge_index", ei)
@@ -268,7 +272,17 @@ class CscGraph:
         else:
             num_src = num_dst = int(ei.max()) + 1 if num_edges > 0 else 0
         if validate and num_edges > 0:
-            lo, hi_src, hi_dst = torch.stack([ei.min(), src.max(), dst.max()]).tolist()
+            # an EdgeIndex's sort claim is checked in the same host sync (one O(E) compare): a false claim would
+            # give offsets that are silently wrong
+            unsorted = (dst[1:] < dst[:-1]).sum() if sorted_by_col else dst.new_zeros(())
+            lo, hi_src, hi_dst, n_unsorted = torch.stack([ei.min(), src.max(), dst.max(), unsorted]).tolist()
+            if n_unsorted:
+                bad = int(torch.nonzero(dst[1:] < dst[:-1])[0, 0])
+                raise ValueError(
+                    "edge_index must be sorted by destination (row 1) where its EdgeIndex sort_order says 'col', got "
+                    f"edge_index[1, {bad}]={int(dst[bad])} > edge_index[1, {bad + 1}]={int(dst[bad + 1])}; "
+                    "build the EdgeIndex without sort_order or call .sort_by('col') on it"
+                )
             if lo < 0:
                 raise ValueError(f"edge_index must hold non-negative node ids, got minimum {lo}")
             if hi_src >= num_src:
@@ -283,10 +297,10 @@ class CscGraph:
                 f"index_dtype must be torch.int64 for a graph of {num_edges} edges and "
                 f"{max(num_src, num_dst)} nodes, got torch.int32"
             )
-        if sorted_by_col:
+        if sorted_by_col:  # trusted without validate (then graph.validate() catches a false claim)
             perm = None
-            sorted_dst = dst
-            indices = src.to(dtype)
+            sorted_dst = dst.to(dtype, copy=True)  # copies: the graph never shares the caller's buffers
+            indices = src.to(dtype, copy=True)
         else:
             # Sorting 32-bit keys is about twice as fast as 64-bit ones on GPUs.
             key = dst.to(torch.int32) if num_dst < INT32_MAX else dst
@@ -306,7 +320,9 @@ class CscGraph:
         sources), so a ``torch.sparse_csr`` ``adj_t`` *is* our CSC layout and is wrapped without a sort.
         Accepts ``torch.sparse`` CSR/CSC/COO tensors, ``torch_sparse.SparseTensor`` and, as a convenience, a
         PyG ``EdgeIndex`` (which is COO ``[2, E]``, handled by :meth:`from_edge_index`). The caller's edge
-        order is the sparse tensor's own element order (row-major for CSR/COO, column-major for CSC).
+        order is the sparse tensor's own element order (row-major for CSR/COO, column-major for CSC). The graph
+        holds copies of the index tensors, never views of the caller's buffers (an in-place write to them after
+        the call does not change it).
         """
         try:
             from torch_geometric import EdgeIndex
@@ -319,13 +335,13 @@ class CscGraph:
             rowptr, col, _ = adj_t.csr()
             num_dst, num_src = adj_t.sparse_sizes()
             dtype = index_dtype or storage_index_dtype(col.numel(), num_src, num_dst)
-            return cls(rowptr.to(dtype), col.to(dtype), int(num_src))
+            return cls(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), int(num_src))
         t = check_tensor("adj_t", adj_t)
         num_dst, num_src = int(t.shape[0]), int(t.shape[1])
         if t.layout == torch.sparse_csr:
             rowptr, col = t.crow_indices(), t.col_indices()
             dtype = index_dtype or storage_index_dtype(col.numel(), num_src, num_dst)
-            return cls(rowptr.to(dtype), col.to(dtype), num_src)
+            return cls(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), num_src)  # never the caller's buffers
         if t.layout == torch.sparse_csc:
             _check_offsets_fit("num_src_nodes", num_src, torch.int64, t.device)  # adj_t_to_coo's arange
             ei = adj_t_to_coo(t)
@@ -555,7 +571,10 @@ class CscGraph:
         """Check every value invariant; raises ValueError naming the first broken one. Returns ``self``.
 
         Checks: ``offsets[0] == 0``, ``offsets`` non-decreasing, ``offsets[-1] == num_edges``, every source
-        index in ``[0, num_src_nodes)``, and ``map_csc_to_coo`` a permutation of ``[0, num_edges)``.
+        index in ``[0, num_src_nodes)``, ``map_csc_to_coo`` a permutation of ``[0, num_edges)``, and that the
+        per-edge destinations and COO edges a constructor kept (a sort's keys, :meth:`from_csc`'s ``dst_index`` and
+        ``edge_index``) are the ones ``offsets`` and ``indices`` describe: a trusted input that is not (an
+        ``EdgeIndex`` claiming a column sort it lacks, built with ``validate=False``) is caught here.
         """
         o, idx, e = self.offsets, self.indices, self.num_edges
         first, last = int(o[0]), int(o[-1])
@@ -580,7 +599,30 @@ class CscGraph:
             seen[m] = True
             if not bool(seen.all()):
                 raise ValueError("map_csc_to_coo must be a permutation of range(num_edges), got repeated edge ids")
+        self._validate_kept()
         return self
+
+    def _validate_kept(self) -> None:
+        """The kept ``dst_index`` and ``edge_index`` must agree with ``offsets``, ``indices`` and the edge ids."""
+        kept_dst, kept_ei = self._cache.get("dst_index"), self._cache.get("edge_index")
+        if kept_dst is None and kept_ei is None:
+            return
+        dst = torch.repeat_interleave(torch.arange(self.num_dst_nodes, device=self.device), self.offsets.diff().long(),
+                                      output_size=self.num_edges)
+        if kept_dst is not None and not torch.equal(kept_dst.long(), dst):
+            bad = int(torch.nonzero(kept_dst.long() != dst)[0, 0])
+            raise ValueError(
+                f"dst_index must be the destinations offsets describe, got dst_index[{bad}]={int(kept_dst[bad])} where "
+                f"offsets place CSC edge {bad} in destination {int(dst[bad])} (edges not sorted by destination, "
+                "e.g. an EdgeIndex whose sort_order='col' is false)"
+            )
+        if kept_ei is not None:
+            ids = self.edge_ids.long()
+            if tuple(kept_ei.shape) != (2, self.num_edges):
+                raise ValueError(f"edge_index must have shape (2, {self.num_edges}), got {tuple(kept_ei.shape)}")
+            if not (torch.equal(kept_ei[0, ids].long(), self.indices.long()) and torch.equal(kept_ei[1, ids].long(), dst)):
+                raise ValueError("edge_index must hold the edges that offsets, indices and map_csc_to_coo describe, "
+                                 "got different ones")
 
     def replace(self, **changes: Any) -> CscGraph:
         """A new graph with fields replaced (caches are not carried over)."""

@@ -32,10 +32,12 @@ def is_sparse_form(edge_index: Any) -> bool:
 
 
 def plain(ei: Tensor) -> Tensor:
-    """``ei`` as a plain Tensor (a PyG ``EdgeIndex`` drops to its data)."""
-    from torch_geometric import EdgeIndex
+    """``ei`` as a plain Tensor: a PyG ``EdgeIndex`` (or ``Index``) drops to its data tensor. ``as_tensor()``, not
+    ``as_subclass(Tensor)``: these are wrapper subclasses with no storage of their own, and ``as_subclass`` keeps
+    the wrapper, whose rows are ``Index`` wrappers again; a kernel reading their data pointer fails."""
+    from torch_geometric import EdgeIndex, Index
 
-    return ei.as_subclass(Tensor) if isinstance(ei, EdgeIndex) else ei
+    return ei.as_tensor() if isinstance(ei, (EdgeIndex, Index)) else ei
 
 
 def graph_sizes(edge_index: Any) -> tuple[int | None, int | None]:
@@ -76,7 +78,8 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
         if form == "csr" and num_loops is None and not static:  # adj_t in CSR is our CSC: no sort
             rowptr, col = edge_index.crow_indices(), edge_index.col_indices()
             dtype = storage_index_dtype(col.numel(), n_src, n_dst)
-            graph = CscGraph.from_csc(rowptr.to(dtype), col.to(dtype), n_src).validate()
+            # copies: a plan kept between calls never holds views of the caller's buffers
+            graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), n_src).validate()
             return GraphPlan(graph, n_dst, form=form)
         if form == "csr" and num_loops is not None and not static:
             from torch_geometric.utils import add_self_loops, remove_self_loops
@@ -106,6 +109,6 @@ def _sparse_tensor_plan(adj: Any, num_loops: int | None) -> GraphPlan:  # pragma
     rowptr, col, _ = adj.csr()
     n_dst, n_src = adj.sparse_sizes()
     dtype = storage_index_dtype(col.numel(), n_src, n_dst)
-    graph = CscGraph.from_csc(rowptr.to(dtype), col.to(dtype), int(n_src))
+    graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), int(n_src))
     return GraphPlan(graph, int(n_dst), num_loops=0 if num_loops is None else min(n_src, n_dst),
                      form="sparse_tensor", source=adj)

@@ -58,7 +58,8 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
     if plan.form == "csr":
         from torch_geometric.utils.sparse import set_sparse_value
 
-        return set_sparse_value(edge_index if plan.source is None else plan.source, alpha), alpha
+        # plan.source (the self-loop form, kept with the plan) is cloned: the returned tensor shares its indices
+        return set_sparse_value(edge_index if plan.source is None else plan.source.clone(), alpha), alpha
     if plan.form == "csc":
         cached = plan._returned.get("ei")
         ei = cached if cached is not None else plan._returned.setdefault("ei", plan.graph.edge_index())
@@ -74,7 +75,8 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
         return edge_index, alpha
     cached = plan._returned.get("ei")
     ei = cached if cached is not None else plan._returned.setdefault("ei", _returned_edge_index(plan, edge_index))
-    return ei, alpha
+    # a fresh tensor every call, as PyG's: the kept one must not change under a caller's in-place write
+    return ei.clone(), alpha
 
 
 def _returned_edge_index(plan: GraphPlan, edge_index: Any) -> Tensor:

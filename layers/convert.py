@@ -28,6 +28,12 @@ def _pairs() -> list[tuple[type, type, tuple[str, ...]]]:
     return [(PygGATConv, GATConv, _GAT_ARGS), (PygGATv2Conv, GATv2Conv, _V2_ARGS)]
 
 
+def _hook_dicts(m: nn.Module) -> list[str]:
+    """The names of ``m``'s hook registries: ``nn.Module``'s forward (pre-), backward and state-dict hooks and
+    ``MessagePassing``'s propagate / message / aggregate / edge-update hooks (every attribute named ``*hook*``)."""
+    return [k for k in vars(m) if "hook" in k]
+
+
 def _rebuild(name: str, old: nn.Module, new_cls: type, args: tuple[str, ...], knobs: dict[str, Any]) -> nn.Module:
     where = name or "model"
     for p in old.parameters():
@@ -43,13 +49,38 @@ def _rebuild(name: str, old: nn.Module, new_cls: type, args: tuple[str, ...], kn
         )
     kwargs = {a: getattr(old, a) for a in args}
     kwargs["bias"] = old.bias is not None
-    ref = next(iter(old.parameters()), None)
-    new = new_cls(**kwargs, **knobs)  # a lazy (-1) layer stays lazy; PyG's Linear materialises on load
-    if ref is not None:
-        new = new.to(device=ref.device, dtype=ref.dtype)
-    new.load_state_dict(old.state_dict(), strict=True)
-    new.train(old.training)
+    new = new_cls(**kwargs, **knobs)
+    new.load_state_dict(old.state_dict(), strict=True)  # checks that names and shapes match one to one
+    _carry(where, old, new)
     return new
+
+
+def _carry(where: str, old: nn.Module, new: nn.Module) -> None:
+    """Give ``new`` the objects of ``old`` rather than copies of their values, so that converting changes nothing
+    but the class: the same submodules (so one shared with another part of the model, or between two convs, stays
+    shared, with its own hooks and train/eval mode), the same ``Parameter`` objects (``requires_grad``, device,
+    dtype, an optimizer's references and tied parameters kept) and buffers, the conv's own train/eval mode (not
+    pushed down to its children), and its hook registries themselves (every forward (pre-)hook, in order, and a
+    handle the caller holds still removes it)."""
+    for reg in ("_modules", "_parameters", "_buffers"):
+        src, dst = getattr(old, reg), getattr(new, reg)
+        if set(src) != set(dst):  # load_state_dict(strict) passed, so only a None slot or a module can differ
+            raise NotImplementedError(
+                f"{where} ({type(old).__name__}) must have the {reg[1:]} {sorted(dst)} to be converted to "
+                f"{type(new).__name__}, got {sorted(src)}"
+            )
+        for key, obj in src.items():
+            if reg == "_modules" and obj is not None and dst[key] is not None and type(obj) is not type(dst[key]):
+                raise NotImplementedError(f"{where}.{key} must be a {type(dst[key]).__name__} to be converted, got "
+                                          f"{type(obj).__name__}")
+            dst[key] = obj
+    new._non_persistent_buffers_set = set(old._non_persistent_buffers_set)
+    new.training = old.training
+    for reg in _hook_dicts(old):
+        if reg not in vars(new):
+            raise NotImplementedError(f"{where} ({type(old).__name__}) has hook registry {reg} that "
+                                      f"{type(new).__name__} lacks, so its hooks cannot be carried")
+        setattr(new, reg, getattr(old, reg))
 
 
 def _swap(model: nn.Module, table: dict[type, tuple[type, tuple[str, ...]]], knobs: dict[str, Any],
@@ -73,11 +104,14 @@ def _swap(model: nn.Module, table: dict[type, tuple[type, tuple[str, ...]]], kno
     if root is not None:
         return root
     for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
-        for child_name, child in list(parent.named_children()):
+        # _modules, not named_children(): that skips a module a parent holds under a second name
+        for child_name, child in list(parent._modules.items()):
+            if child is None:
+                continue
             full = f"{parent_name}.{child_name}" if parent_name else child_name
             new = new_for(full, child)
             if new is not None:
-                setattr(parent, child_name, new)
+                parent._modules[child_name] = new
     return model
 
 
@@ -93,9 +127,11 @@ def convert(
     """Replace every PyG ``GATConv`` / ``GATv2Conv`` in ``model`` by cudnn_gnn's, weights carried over.
 
     Only modules whose type is exactly PyG's class are replaced (a subclass may override the math). The new
-    layers get the old ones' hyperparameters, parameters (``load_state_dict(strict=True)``), device, dtype and
-    train/eval mode, plus the given knobs. Returns the converted model: a deep copy unless ``inplace``; a
-    model that *is* a conv comes back as the new conv.
+    layers get the old ones' hyperparameters and their very submodules, ``Parameter`` objects and buffers (so
+    ``requires_grad``, device, dtype, tied or shared weights and an optimizer's references are kept), their
+    train/eval mode and their hooks (forward and forward-pre, in order, backward, and ``MessagePassing``'s),
+    plus the given knobs. One conv held under two names becomes one new conv under both. Returns the converted
+    model: a deep copy unless ``inplace``; a model that *is* a conv comes back as the new conv.
 
     Raises:
         ValueError: a lazy layer (``in_channels=-1``) has not run yet, so it has no weights to carry.

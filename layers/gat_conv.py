@@ -15,7 +15,13 @@ from torch_geometric.nn.inits import glorot, zeros
 from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gat import gat
 
-from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
+from ._common import (
+    check_knobs,
+    check_message_passing_kwargs,
+    check_node_features,
+    check_sparse_loop_edge_attr,
+    sparse_tensor_edge_attr,
+)
 from ._edge_features import project_edge_attr
 from ._explain import explained, run_explained
 from ._graph_inputs import graph_sizes
@@ -222,6 +228,11 @@ class GATConv(MessagePassing):
                 raise TypeError(f"size must be a (num_src_nodes, num_dst_nodes) tuple, got {size!r}")
             if size[0] is not None and size[0] != num_src:
                 raise ValueError(f"size[0] must equal the number of source nodes in x ({num_src}), got {size[0]}")
+            # destination rows: x itself for one Tensor x (PyG's x_dst is x_src then), x[1] when given
+            dst_rows, dst_name = (num_src, "x") if isinstance(x, Tensor) else (None if x_dst is None else x_dst.size(0), "x[1]")
+            if size[1] is not None and dst_rows is not None and size[1] != dst_rows:
+                raise ValueError(f"size[1] must equal the number of destination nodes in {dst_name} ({dst_rows}), "
+                                 f"got {size[1]}")
         if x_dst is not None:
             num_dst = x_dst.size(0)
         elif size is not None and size[1] is not None:
@@ -229,14 +240,16 @@ class GATConv(MessagePassing):
         else:
             num_dst = g_dst if g_dst is not None else num_src
 
+        edge_attr = sparse_tensor_edge_attr(type(self).__name__, edge_index, edge_attr, self.edge_dim,
+                                            self.add_self_loops)
         if edge_attr is not None and self.edge_dim is not None:
             check_edge_attr(edge_attr, self.edge_dim, edge_index)  # the user's shape, before any projection
         num_loops: int | None = None
         if self.add_self_loops:
             check_sparse_loop_edge_attr(edge_index, edge_attr is not None and self.edge_dim is not None)
             num_loops = num_src if x_dst is None else min(num_src, x_dst.size(0))
-            if size is not None:
-                num_loops = min(size)
+            if size is not None:  # PyG's min(size), a None entry read as the size x gives
+                num_loops = min(num_src if size[0] is None else size[0], num_dst if size[1] is None else size[1])
 
         plan = resolve(edge_index, num_src=num_src, num_dst=num_dst, num_loops=num_loops, device=x_src.device,
                        cache=self.cache_graph)

@@ -15,7 +15,13 @@ from torch_geometric.nn.inits import glorot, zeros
 from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gatv2 import gatv2
 
-from ._common import check_knobs, check_message_passing_kwargs, check_node_features, check_sparse_loop_edge_attr
+from ._common import (
+    check_knobs,
+    check_message_passing_kwargs,
+    check_node_features,
+    check_sparse_loop_edge_attr,
+    sparse_tensor_edge_attr,
+)
 from ._edge_features import plan_edge_attr
 from ._explain import explained, run_explained
 from ._linear import project
@@ -166,6 +172,8 @@ class GATv2Conv(MessagePassing):
         else:
             raise TypeError(f"x must be a Tensor or an (x_src, x_dst) tuple, got {type(x).__name__}")
 
+        edge_attr = sparse_tensor_edge_attr(type(self).__name__, edge_index, edge_attr, self.edge_dim,
+                                            self.add_self_loops)
         if edge_attr is not None and self.lin_edge is None:
             raise ValueError("edge_attr must be None for a GATv2Conv built without edge_dim, got a Tensor")
         if edge_attr is not None and self.edge_dim is not None:

@@ -188,6 +188,72 @@ def test_from_pyg_edge_index_and_data():
     assert CscGraph.from_data(d).num_dst_nodes == 6
 
 
+
+@pytest.mark.parametrize("sort", [None, "col", "row"])
+def test_edge_index_input_leaves_no_wrapper_tensor_in_the_graph(sort):
+    """A PyG EdgeIndex (and the Index its rows are) has no storage of its own: a kernel reading a data pointer
+    from one fails ("invalid python storage"), so every tensor the graph holds must be a plain Tensor."""
+    from torch_geometric import EdgeIndex
+
+    e = EdgeIndex(torch.tensor([[0, 2, 1, 2, 3], [1, 1, 3, 0, 0]]), sparse_size=(4, 4))
+    if sort is not None:
+        e = e.sort_by(sort)[0]
+    g = CscGraph.from_edge_index(e)
+    held = [g.offsets, g.indices, g.dst_index, g.edge_ids, g.edge_index()]
+    assert all(type(t) is torch.Tensor for t in held), [type(t).__name__ for t in held]
+    for t in held:
+        t.untyped_storage().data_ptr()  # raises on a wrapper without storage
+    assert type(CscGraph.from_sparse(e).indices) is torch.Tensor
+
+
+def test_edge_index_false_column_sort_claim_is_caught():
+    """An EdgeIndex claiming sort_order='col' whose destinations are not sorted: from_edge_index checks the claim
+    when it validates; without validation it trusts it, and graph.validate() catches the graph it gives."""
+    from torch_geometric import EdgeIndex
+
+    ei = torch.tensor([[0, 1, 2, 1], [1, 0, 2, 1]])
+    liar = EdgeIndex(ei, sparse_size=(3, 3), sort_order="col")
+    with pytest.raises(ValueError, match=r"edge_index must be sorted by destination \(row 1\).*edge_index\[1, 0\]=1 > "
+                                         r"edge_index\[1, 1\]=0"):
+        CscGraph.from_edge_index(liar)
+    trusted = CscGraph.from_edge_index(liar, validate=False)
+    with pytest.raises(ValueError, match="dst_index must be the destinations offsets describe"):
+        trusted.validate()
+    truthful = CscGraph.from_edge_index(EdgeIndex(ei[:, [1, 0, 3, 2]], sparse_size=(3, 3), sort_order="col"))
+    _check_csc(truthful, ei[:, [1, 0, 3, 2]], 3, 3)
+
+
+def test_validate_checks_the_structures_from_csc_keeps():
+    offsets, indices = torch.tensor([0, 1, 3]), torch.tensor([1, 0, 1])
+    CscGraph.from_csc(offsets, indices, 2, dst_index=torch.tensor([0, 1, 1]),
+                      edge_index=torch.tensor([[1, 0, 1], [0, 1, 1]])).validate()
+    with pytest.raises(ValueError, match=r"dst_index must be the destinations offsets describe, got dst_index\[1\]=0"):
+        CscGraph.from_csc(offsets, indices, 2, dst_index=torch.tensor([0, 0, 1])).validate()
+    with pytest.raises(ValueError, match="edge_index must hold the edges that offsets, indices and map_csc_to_coo"):
+        CscGraph.from_csc(offsets, indices, 2, edge_index=torch.tensor([[1, 1, 0], [0, 1, 1]])).validate()
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_graph_copies_the_callers_index_buffers(dtype):
+    """A sorted EdgeIndex and a CSR adj_t already in the stored dtype were wrapped as views: a caller's in-place
+    write after the call changed the graph."""
+    from torch_geometric import EdgeIndex
+
+    ei = torch.tensor([[1, 0, 1, 2], [0, 1, 1, 2]], dtype=dtype)
+    e = EdgeIndex(ei.clone(), sparse_size=(3, 3), sort_order="col")
+    g = CscGraph.from_edge_index(e, index_dtype=dtype)
+    before = (g.offsets.clone(), g.indices.clone(), g.dst_index.clone())
+    e.as_tensor().fill_(0)
+    assert all(torch.equal(a, b) for a, b in zip(before, (g.offsets, g.indices, g.dst_index)))
+
+    adj_t = torch.sparse_csr_tensor(torch.tensor([0, 1, 3, 4], dtype=dtype), torch.tensor([1, 0, 1, 2], dtype=dtype),
+                                    torch.ones(4), (3, 3))
+    g = CscGraph.from_sparse(adj_t, index_dtype=dtype)
+    before = (g.offsets.clone(), g.indices.clone())
+    adj_t.crow_indices().zero_()
+    adj_t.col_indices().zero_()
+    assert torch.equal(before[0], g.offsets) and torch.equal(before[1], g.indices)
+
 @pytest.mark.parametrize(
     "kwargs, exc, match",
     [

@@ -347,3 +347,14 @@ def test_pyg_sampler_emits_hop_by_hop_and_blocks_match_pyg(loops):
 
 def test_top_level_export():
     assert cudnn_gnn.sampled_blocks is sampled_blocks and "sampled_blocks" in cudnn_gnn.__all__
+
+
+def test_blocks_from_an_edge_index_hold_no_wrapper_tensor():
+    """A PyG EdgeIndex has no storage of its own (a kernel reading its data pointer fails): the blocks keep plain
+    tensors, the edge_index they keep for returned attention included."""
+    from torch_geometric import EdgeIndex
+
+    ei = EdgeIndex(torch.tensor([[1, 2, 3, 4], [0, 0, 1, 2]]))
+    for b in sampled_blocks(ei, [1, 2, 2], [2, 2], 2):
+        held = [b.offsets, b.indices, b.edge_ids, b.dst_index, b.edge_index()]
+        assert all(type(t) is torch.Tensor for t in held), [type(t).__name__ for t in held]

@@ -18,7 +18,7 @@ from torch import Tensor
 from cudnn_gnn import CscGraph
 from cudnn_gnn.layers import GATConv, GATv2Conv, convert
 
-from ._requirements import cudnn_skip_reason
+from ._requirements import compiled_triton_skip_reason, cudnn_skip_reason
 
 pytestmark = pytest.mark.gpu
 
@@ -124,6 +124,40 @@ def test_csc_graph_and_csr_forms(kind: str) -> None:
     torch.testing.assert_close(ours(x, CscGraph.from_edge_index(ei, num_nodes=200)), ref, **TOL32)
     adj_t = to_torch_csr_tensor(ei.flip(0), size=(200, 200))  # coalesces duplicates: compare with PyG on it
     torch.testing.assert_close(ours(x, adj_t), pyg(x, adj_t), **TOL32)
+
+
+@pytest.mark.parametrize("loops", [False, True])
+@pytest.mark.parametrize("backend", ["auto", "cudnn", "triton"])
+@pytest.mark.parametrize("kind", ["gat", "gatv2"])
+def test_edge_index_forms_reach_the_kernels_as_plain_tensors(kind: str, backend: str, loops: bool) -> None:
+    """A PyG EdgeIndex (sorted by column, unsorted, and a CscGraph built from a sorted one) on each GPU backend,
+    against PyG on the plain tensor: its wrapper has no storage of its own, so a kernel given it (or its Index
+    rows) failed with 'invalid python storage'. The returned edge_index is a fresh tensor each call."""
+    from torch_geometric import EdgeIndex
+
+    if DRY_RUN:
+        backend = "reference"
+    elif backend == "triton" and (reason := compiled_triton_skip_reason()) is not None:
+        pytest.skip(reason)
+    ei = _graph(200, 200, 1500, seed=7)
+    pyg, ours = _pair(kind, 16, 8, heads=2, add_self_loops=loops)
+    ours.backend = backend
+    x = torch.randn(200, 16, device=DEV)
+    order = torch.sort(ei[1], stable=True)[1]
+    sorted_ei = ei[:, order]
+    forms = {"unsorted": (EdgeIndex(ei, sparse_size=(200, 200)), ei),
+             "sorted": (EdgeIndex(sorted_ei, sparse_size=(200, 200), sort_order="col"), sorted_ei)}
+    forms["graph"] = (CscGraph.from_edge_index(forms["sorted"][0]), sorted_ei)
+    for name, (f, plain_ei) in forms.items():
+        out_p, (ei_p, alpha_p) = pyg(x, plain_ei, return_attention_weights=True)
+        out_o, (ei_o, alpha_o) = ours(x, f, return_attention_weights=True)
+        torch.testing.assert_close(out_o, out_p, **TOL32, msg=lambda m, n=name: f"{n}: {m}")
+        ei_o = ei_o.as_tensor() if hasattr(ei_o, "as_tensor") else ei_o
+        assert torch.equal(ei_o, torch.as_tensor(ei_p.as_tensor() if hasattr(ei_p, "as_tensor") else ei_p)), name
+        torch.testing.assert_close(alpha_o, alpha_p, **TOL32)
+        again = ours(x, f, return_attention_weights=True)[1][0]
+        again = again.as_tensor() if hasattr(again, "as_tensor") else again
+        assert again.data_ptr() != ei_o.data_ptr() or (not loops and name != "graph")  # else PyG returns the input
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

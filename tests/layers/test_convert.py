@@ -91,3 +91,92 @@ def test_refusals_name_the_module() -> None:
         convert("GAT")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="^backend must be one of"):
         convert(model, backend="gpu")
+
+
+class _Tied(nn.Module):
+    """One conv under two names of one parent, its projection shared with a sibling attribute, a frozen parameter,
+    hooks on the conv and its projection, and a mode that differs between the conv and its children."""
+
+    def __init__(self, v2: bool) -> None:
+        super().__init__()
+        conv = pyg_nn.GATv2Conv(8, 4, heads=2) if v2 else pyg_nn.GATConv(8, 4, heads=2)
+        self.a = conv
+        self.b = conv
+        self.proj = conv.lin_l if v2 else conv.lin
+        self.other = pyg_nn.GATv2Conv(8, 4, heads=2) if v2 else pyg_nn.GATConv(8, 4, heads=2)
+        self.other.bias = conv.bias  # a parameter tied between two convs
+        (conv.att if v2 else conv.att_src).requires_grad_(False)
+
+
+def _conv_cls(pyg: bool, v2: bool) -> type:
+    if pyg:
+        return pyg_nn.GATv2Conv if v2 else pyg_nn.GATConv
+    return GATv2Conv if v2 else GATConv
+
+
+def _check_tied(m: nn.Module, v2: bool, pyg: bool) -> None:
+    kind = _conv_cls(pyg, v2)
+    assert type(m.a) is kind and type(m.other) is kind
+    assert m.a is m.b, "a conv held under two names of one parent must stay one module"
+    assert m.proj is (m.a.lin_l if v2 else m.a.lin), "a submodule shared with another attribute must stay shared"
+    assert m.other.bias is m.a.bias, "a parameter tied between two convs must stay tied"
+    att = m.a.att if v2 else m.a.att_src
+    assert not att.requires_grad and all(p.requires_grad for n, p in m.a.named_parameters() if p is not att)
+    if v2:
+        assert m.a.lin_l is not m.a.lin_r  # share_weights=False kept
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_convert_keeps_sharing_frozen_parameters_mode_and_hooks(v2: bool) -> None:
+    torch.manual_seed(0)
+    model = _Tied(v2)
+    model.a.train()
+    model.proj.eval()  # a child's own mode differs from the conv's
+    model.other.eval()
+    calls: list[str] = []
+    model.a.register_forward_pre_hook(lambda mod, args: calls.append("pre1"))
+    model.a.register_forward_pre_hook(lambda mod, args, kwargs: calls.append("pre2-kw"), with_kwargs=True)
+    removed = model.a.register_forward_hook(lambda mod, args, out: calls.append("removed"))
+    model.a.register_forward_hook(lambda mod, args, out: calls.append("post1"))
+    model.a.register_forward_hook(lambda mod, args, out: calls.append("post0"), prepend=True)
+    model.proj.register_forward_hook(lambda mod, args, out: calls.append("proj"))
+    x, ei, _ = _graph()
+    expected = model.a(x, ei)
+    order = list(calls)
+    assert order[:2] == ["pre1", "pre2-kw"] and order[-3:] == ["post0", "removed", "post1"]
+
+    for ours, pyg in ((convert(model, backend="reference"), False), (convert(model, inplace=True), False)):
+        _check_tied(ours, v2, pyg)
+        assert ours.a.training and not ours.proj.training and not ours.other.training
+        calls.clear()
+        torch.testing.assert_close(ours.a(x, ei), expected, rtol=1e-5, atol=1e-6)
+        assert calls == order, "forward (pre-)hooks and their order must be carried"
+    removed.remove()  # a handle from before the in-place conversion still removes the hook from the new conv
+    calls.clear()
+    model.a(x, ei)
+    assert "removed" not in calls and calls[-2:] == ["post0", "post1"]
+
+    back = to_pyg(model)
+    _check_tied(back, v2, pyg=True)
+    assert back.a.training and not back.proj.training
+    calls.clear()
+    torch.testing.assert_close(back.a(x, ei), expected, rtol=1e-5, atol=1e-6)
+    assert calls == [c for c in order if c != "removed"]
+    round_trip = to_pyg(convert(back))  # a round trip: same classes, same sharing, same values
+    _check_tied(round_trip, v2, pyg=True)
+    for (n1, p1), (n2, p2) in zip(back.state_dict().items(), round_trip.state_dict().items()):
+        assert n1 == n2 and torch.equal(p1, p2)
+
+
+def test_message_passing_hooks_are_carried_to_pyg_and_refused_by_ours() -> None:
+    """PyG's propagate hooks need a separate propagate step: carried into our conv, they are refused at its
+    forward (not silently dropped), and they run again once converted back."""
+    conv = pyg_nn.GATConv(8, 4, heads=2)
+    seen: list[int] = []
+    conv.register_propagate_forward_hook(lambda mod, inputs, out: seen.append(1))
+    x, ei, _ = _graph()
+    ours = convert(conv)
+    with pytest.raises(NotImplementedError, match="propagate forward hooks must not be registered"):
+        ours(x, ei)
+    to_pyg(ours)(x, ei)
+    assert seen == [1]

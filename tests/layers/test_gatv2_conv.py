@@ -91,3 +91,21 @@ def test_autocast_bf16_close_to_fp32() -> None:
         out = conv(x, ei, ea)
     assert isinstance(out, Tensor) and bool(torch.isfinite(out).all())
     torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+
+
+def test_forward_hooks_on_the_projections_run_as_in_pyg() -> None:
+    """lin_l / lin_r carry biases, which our forward applies through a fused linear rather than calling the module;
+    a hook registered on them was then skipped. A hook that returns a value replaces the output, as in PyG."""
+    torch.manual_seed(0)
+    pyg = pyg_nn.GATv2Conv(5, 4, heads=2)
+    ours = GATv2Conv(5, 4, heads=2, backend="reference")
+    ours.load_state_dict(pyg.state_dict())
+    x, ei = torch.randn(6, 5), torch.tensor([[0, 1, 2, 3, 4, 5], [1, 2, 3, 4, 5, 0]])
+    outs = []
+    for conv in (pyg, ours):
+        seen: list[str] = []
+        conv.lin_l.register_forward_hook(lambda mod, args, out, seen=seen: (seen.append("l"), out * 2)[1])
+        conv.lin_r.register_forward_pre_hook(lambda mod, args, seen=seen: seen.append("r"))
+        outs.append(conv(x, ei))
+        assert seen == ["l", "r"]
+    torch.testing.assert_close(outs[1], outs[0], rtol=1e-5, atol=1e-6)

@@ -26,14 +26,18 @@ def _compiled(module: torch.nn.Module) -> tuple[torch.nn.Module, CompileCounterW
 
 
 @pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
-@pytest.mark.parametrize("graph_form", ["edge_index", "csc_graph"])
+@pytest.mark.parametrize("graph_form", ["edge_index", "csc_graph", "pyg_edge_index"])
 @pytest.mark.parametrize("loops", [True, False])
 def test_fullgraph_no_graph_breaks(cls: type, graph_form: str, loops: bool) -> None:
+    """``pyg_edge_index``: a PyG EdgeIndex, unwrapped with ``as_tensor()`` (``as_subclass`` broke the graph)."""
+    from torch_geometric import EdgeIndex
+
     ei, n = _graph()
     torch.manual_seed(0)
     conv = cls(6, 4, heads=2, edge_dim=3, fill_value="mean", add_self_loops=loops, residual=True)
     x, ea = torch.randn(n, 6), torch.randn(ei.shape[1], 3)
-    graph = ei if graph_form == "edge_index" else ToCscGraph()(Data(edge_index=ei, num_nodes=n)).csc_graph
+    graph = {"edge_index": lambda: ei, "pyg_edge_index": lambda: EdgeIndex(ei, sparse_size=(n, n)),
+             "csc_graph": lambda: ToCscGraph()(Data(edge_index=ei, num_nodes=n)).csc_graph}[graph_form]()
     ref = conv(x, ei, ea)
     ref.square().sum().backward()
     ref_grads = [p.grad.clone() for p in conv.parameters()]

@@ -77,3 +77,226 @@ def test_edge_attr_one_column_as_vector_like_pyg(ours, theirs):
     mine = ours(5, 4, heads=2, edge_dim=1, backend="reference")
     mine.load_state_dict(pyg.state_dict())
     torch.testing.assert_close(mine(x, ei, ea[:, 0]), pyg(x, ei, ea[:, 0]), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("add_self_loops", [True, False])
+@pytest.mark.parametrize(
+    ("x_form", "size"),
+    [("tensor", (7, 2)), ("tensor", (None, 3)), ("pair", (7, 5)), ("pair", (None, 2))],
+)
+def test_gat_size_disagreeing_with_destination_rows_refused_like_pyg(x_form, size, add_self_loops):
+    """size=(7, 2) with a 7-row x was accepted (7 output rows); PyG raises ValueError, as do we, naming size[1]."""
+    x, ei, _ = _graph()
+    ei = ei.clamp(max=1)  # destinations < 2 so that only the size check can refuse
+    arg = x if x_form == "tensor" else (x, x[:3])
+    torch.manual_seed(0)
+    theirs = PygGATConv(5, 4, heads=2, add_self_loops=add_self_loops)
+    with pytest.raises((ValueError, TypeError)):  # TypeError: PyG's min(size) on a None entry, before its check
+        theirs(arg, ei, size=size)
+    ours = GATConv(5, 4, heads=2, add_self_loops=add_self_loops)
+    rows = 7 if x_form == "tensor" else 3
+    name = "x" if x_form == "tensor" else r"x\[1\]"
+    with pytest.raises(ValueError, match=rf"size\[1\] must equal the number of destination nodes in {name} \({rows}\), "
+                                         rf"got {size[1]}"):
+        ours(arg, ei, size=size)
+
+
+def test_gat_size_agreeing_with_x_runs_like_pyg():
+    x, ei, _ = _graph()
+    torch.manual_seed(0)
+    theirs = PygGATConv(5, 4, heads=2)
+    ours = GATConv(5, 4, heads=2, backend="reference")
+    ours.load_state_dict(theirs.state_dict())
+    for arg, size in ((x, (7, 7)), (x, (None, 7)), ((x, None), (7, 7)), ((x, None), (None, 7)), ((x, x), (7, None))):
+        torch.testing.assert_close(ours(arg, ei, size=size), theirs(arg, ei, size=size) if None not in size
+                                   else theirs(arg, ei), rtol=1e-5, atol=1e-6)
+
+
+def _edge_index_forms(ei, n):
+    from torch_geometric import EdgeIndex
+
+    return {"coo": ei, "edge_index": EdgeIndex(ei, sparse_size=(n, n)),
+            "csc_graph": CscGraph.from_edge_index(ei, num_nodes=n)}
+
+
+@pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
+@pytest.mark.parametrize("form", ["coo", "edge_index", "csc_graph", "csr"])
+def test_returned_attention_edge_index_is_fresh_every_call(ours, theirs, form):
+    """The returned edge_index was one tensor kept with the plan: a caller's in-place write to it changed what the
+    next call returned. PyG builds a new one every call."""
+    from torch_geometric.utils import to_torch_csr_tensor
+
+    x, ei, _ = _graph()
+    f = to_torch_csr_tensor(ei.flip(0), size=(7, 7)) if form == "csr" else _edge_index_forms(ei, 7)[form]
+    conv = ours(5, 4, heads=2, backend="reference")
+    first = conv(x, f, return_attention_weights=True)[1][0]
+    second = conv(x, f, return_attention_weights=True)[1][0]
+    if form == "csr":  # the self-loop form of the adjacency: its index tensors
+        assert first.crow_indices().data_ptr() != second.crow_indices().data_ptr()
+        keep = second.col_indices().clone()
+        first.col_indices().fill_(3)
+        assert torch.equal(conv(x, f, return_attention_weights=True)[1][0].col_indices(), keep)
+        return
+    first, second = (t.as_tensor() if hasattr(t, "as_tensor") else t for t in (first, second))  # an EdgeIndex's data
+    assert first.data_ptr() != second.data_ptr()
+    expected = second.clone()
+    first.fill_(3)  # the caller's in-place write
+    third = conv(x, f, return_attention_weights=True)[1][0]
+    assert torch.equal(third, expected)
+    ref = theirs(5, 4, heads=2)(x, ei, return_attention_weights=True)[1][0]
+    assert torch.equal(third, ref)
+
+
+# --- a torch_sparse.SparseTensor edge_index with edge_dim: PyG's rule ---------------------------------------------
+
+
+def test_sparse_tensor_edge_attr_rule_refuses_self_loops_like_pyg():
+    """PyG raises NotImplementedError for a SparseTensor edge_index in a layer with edge_dim and add_self_loops,
+    whether edge features are given or not (it cannot fill self-loop features into a SparseTensor)."""
+    from cudnn_gnn.layers._common import sparse_tensor_edge_attr_rule
+
+    vals, ea = torch.randn(5), torch.randn(5, 1)
+    for edge_attr, values in ((None, vals), (ea, vals), (None, None), (ea, None)):
+        with pytest.raises(NotImplementedError, match=r"edge_dim must be None for GATConv with add_self_loops=True when "
+                                                      r"edge_index is a SparseTensor \(as in PyG"):
+            sparse_tensor_edge_attr_rule("GATConv", edge_attr, values, edge_dim=1, add_self_loops=True)
+
+
+def test_sparse_tensor_edge_attr_rule_reads_values_as_edge_attr_like_pyg():
+    """Without self-loops PyG's MessagePassing reads a SparseTensor's values as edge_attr when none is given; we
+    ignored them, so the result differed from the edge_index + edge_attr path."""
+    from cudnn_gnn.layers._common import sparse_tensor_edge_attr_rule
+
+    vals, ea = torch.randn(5), torch.randn(5, 1)
+    assert sparse_tensor_edge_attr_rule("GATConv", None, vals, edge_dim=1, add_self_loops=False) is vals
+    assert sparse_tensor_edge_attr_rule("GATConv", ea, vals, edge_dim=1, add_self_loops=False) is ea
+    assert sparse_tensor_edge_attr_rule("GATConv", None, None, edge_dim=1, add_self_loops=False) is None
+
+
+class _StandInSparseTensor:
+    """What the layers read of a torch_sparse.SparseTensor before building a plan: ``storage.value()``."""
+
+    def __init__(self, value):
+        self.storage = type("Storage", (), {"value": lambda _self: value})()
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
+def test_layers_apply_the_sparse_tensor_rule(ours, monkeypatch):
+    """The layers' wiring of the rule, with a stand-in for a SparseTensor (torch-sparse is not needed to decide)."""
+    from cudnn_gnn.layers import _common
+
+    vals = torch.randn(4)
+    fake = _StandInSparseTensor(vals)
+    monkeypatch.setattr(_common, "is_sparse_tensor", lambda obj: isinstance(obj, _StandInSparseTensor))
+    assert _common.sparse_tensor_edge_attr("GATConv", fake, None, 1, False) is vals
+    assert _common.sparse_tensor_edge_attr("GATConv", fake, None, None, True) is None  # no edge_dim: not read
+    ei = torch.tensor([[0, 1], [1, 0]])
+    assert _common.sparse_tensor_edge_attr("GATConv", ei, None, 1, True) is None  # other forms: untouched
+    x = torch.randn(3, 5)
+    with pytest.raises(NotImplementedError, match="when edge_index is a SparseTensor"):
+        ours(5, 4, heads=2, edge_dim=1)(x, fake)
+
+
+@pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
+def test_sparse_tensor_with_values_and_edge_dim_matches_pyg(ours, theirs):
+    """PyG's test_gat_conv_with_edge_attr with torch-sparse installed: a SparseTensor carrying edge weights in a
+    layer with edge_dim=1 is refused with self-loops and, without them, equals the edge_index + edge_attr path."""
+    pytest.importorskip("torch_sparse", reason="a torch_sparse.SparseTensor needs torch-sparse: pip install torch-sparse")
+    from torch_geometric.typing import SparseTensor
+
+    x, ei, _ = _graph()
+    w = torch.randn(ei.size(1))
+    adj = SparseTensor.from_edge_index(ei, w, (7, 7))
+    for cls in (ours, theirs):
+        with pytest.raises(NotImplementedError):
+            cls(5, 4, heads=2, edge_dim=1, fill_value=0.5)(x, adj.t())
+    torch.manual_seed(0)
+    pyg = theirs(5, 4, heads=2, edge_dim=1, add_self_loops=False)
+    conv = ours(5, 4, heads=2, edge_dim=1, add_self_loops=False, backend="reference")
+    conv.load_state_dict(pyg.state_dict())
+    expected = pyg(x, ei, w)
+    torch.testing.assert_close(pyg(x, adj.t()), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(conv(x, adj.t()), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(conv(x, ei, w), expected, rtol=1e-5, atol=1e-6)
+
+
+# --- a PyG EdgeIndex reaches the kernels as plain tensors ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("num_loops", [None, 3])
+@pytest.mark.parametrize("sort", [None, "col"])
+def test_edge_index_plan_holds_plain_tensors(sort, num_loops):
+    """An EdgeIndex was dropped with as_subclass(Tensor), which keeps the storage-less wrapper (and Index rows): a
+    kernel reading the plan graph's data pointers failed with 'invalid python storage'."""
+    from torch_geometric import EdgeIndex
+
+    from cudnn_gnn.layers._graph_inputs import build_plan, plain
+
+    e = EdgeIndex(torch.tensor([[0, 1, 2, 1], [1, 0, 1, 2]]), sparse_size=(3, 3))
+    if sort is not None:
+        e = e.sort_by(sort)[0]
+    assert type(plain(e)) is torch.Tensor and type(plain(e)[0]) is torch.Tensor
+    g = build_plan(e, 3, 3, num_loops, False).graph
+    held = [g.offsets, g.indices, g.dst_index, g.edge_ids]
+    assert all(type(t) is torch.Tensor for t in held), [type(t).__name__ for t in held]
+
+
+_TRITON_EDGE_INDEX = """
+import torch
+from torch_geometric import EdgeIndex
+from cudnn_gnn import CscGraph
+from cudnn_gnn.layers import GATConv, GATv2Conv
+
+ei = torch.tensor([[1, 0, 2, 3, 1, 3], [0, 1, 1, 2, 2, 3]])  # sorted by destination
+x = torch.randn(4, 5, generator=torch.Generator().manual_seed(0))
+forms = {"sorted": EdgeIndex(ei, sparse_size=(4, 4), sort_order="col"), "unsorted": EdgeIndex(ei[:, [3, 0, 5, 1, 4, 2]])}
+forms["graph"] = CscGraph.from_edge_index(forms["sorted"])
+for cls in (GATConv, GATv2Conv):
+    for loops in (False, True):
+        torch.manual_seed(0)
+        ref = cls(5, 3, heads=2, add_self_loops=loops, backend="reference")
+        tri = cls(5, 3, heads=2, add_self_loops=loops, backend="triton")
+        tri.load_state_dict(ref.state_dict())
+        for name, f in forms.items():
+            want = ref(x, ei[:, [3, 0, 5, 1, 4, 2]] if name == "unsorted" else ei)
+            torch.testing.assert_close(tri(x, f), want, rtol=1e-4, atol=1e-5, msg=f"{cls.__name__} {loops} {name}")
+print("ok")
+"""
+
+
+def test_triton_backend_runs_on_an_edge_index_under_the_interpreter():
+    """GATConv / GATv2Conv with backend='triton' on an EdgeIndex (sorted by column, unsorted, and a CscGraph built
+    from one), against the reference backend, on the Triton interpreter in a process of its own (Triton decides
+    between compiling and interpreting when it first decorates the kernels)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", _TRITON_EDGE_INDEX], env=env, text=True, capture_output=True,
+                          timeout=600)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
+    """A torch sparse adj_t with [E, edge_dim] values: PyG reads them as edge_attr; we ignored them (a different
+    result, silently). Without self-loops they are read now; with self-loops (PyG fills loop features into the
+    values) we refuse."""
+    x, ei, ea = _graph()
+    ea = ea[:, :2]
+    coo = torch.sparse_coo_tensor(ei.flip(0), ea, (7, 7, 2)).coalesce()  # rows are destinations (adj_t)
+    adj = coo.to_sparse_csr() if layout == "csr" else coo.to_sparse_csc()
+    torch.manual_seed(0)
+    pyg = theirs(5, 4, heads=2, edge_dim=2, add_self_loops=False)
+    conv = ours(5, 4, heads=2, edge_dim=2, add_self_loops=False, backend="reference")
+    conv.load_state_dict(pyg.state_dict())
+    expected = pyg(x, ei, ea)
+    torch.testing.assert_close(conv(x, adj), expected, rtol=1e-5, atol=1e-6)
+    if layout == "csr":
+        torch.testing.assert_close(pyg(x, adj), expected, rtol=1e-5, atol=1e-6)
+    with pytest.raises(NotImplementedError, match=r"edge_dim must be None for .* with add_self_loops=True when "
+                                                  r"edge_index is a torch sparse tensor with \[num_edges, edge_dim\]"):
+        ours(5, 4, heads=2, edge_dim=2)(x, adj)
