@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["package_data_dir", "user_cache_dir", "as_path", "require_files", "read_csv_gz", "corrupt_file_error",
-           "reading", "atomic_save_npy", "temp_path", "remove_stale_temps", "folder_lock"]
+           "reading", "atomic_save_npy", "temp_path", "remove_stale_temps", "folder_lock", "as_folder"]
 
 #: What a damaged file raises while it is read: truncated gzip (EOFError), not gzip (BadGzipFile), damaged deflate
 #: stream (zlib.error), damaged zip/npz (BadZipFile), damaged pickle (UnpicklingError).
@@ -142,6 +142,14 @@ def as_path(value: object, arg: str) -> Path:
     if isinstance(value, (str, os.PathLike)):
         return Path(value).expanduser()
     raise TypeError(f"`{arg}` must be a str or os.PathLike, got {type(value).__name__}")
+
+
+def as_folder(value: object, arg: str) -> Path:
+    """:func:`as_path`, and a ``ValueError`` naming ``arg`` when the path is an existing file (it must be a folder)."""
+    path = as_path(value, arg)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"`{arg}` must be a folder, got the file {str(path)!r}")
+    return path
 
 
 def require_files(paths: Iterable[Path], *, what: str, hint: str) -> None:

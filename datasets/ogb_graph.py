@@ -17,7 +17,7 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from cudnn_gnn.datasets._io import as_path, package_data_dir, read_csv_gz, require_files
+from cudnn_gnn.datasets._io import as_folder, package_data_dir, read_csv_gz, require_files
 from cudnn_gnn.datasets._meta import OgbgMeta, ogbg_meta
 from cudnn_gnn.datasets._metrics import make_evaluator
 from cudnn_gnn.datasets.ogb_node import add_inverse_edges
@@ -144,7 +144,7 @@ class OgbgDataset:
 
 def _resolve_root(meta: OgbgMeta, root: str | os.PathLike[str] | None) -> Path:
     if root is not None:
-        return as_path(root, "root")
+        return as_folder(root, "root")
     env = os.environ.get(OGB_ROOT_ENV)
     if env and (Path(env).expanduser() / meta.dir_name).is_dir():
         return Path(env).expanduser()
@@ -176,7 +176,7 @@ def load_ogbg(name: str, root: str | os.PathLike[str] | None = None) -> OgbgData
 
     Raises:
         TypeError: ``name`` or ``root`` has the wrong type.
-        ValueError: Unknown ``name``, or raw files inconsistent with each other.
+        ValueError: Unknown ``name``, ``root`` a file, or raw files inconsistent with each other.
         FileNotFoundError: A required file is missing (all are named, with the OGB URL).
 
     Example:

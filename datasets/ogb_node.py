@@ -30,7 +30,7 @@ import torch
 from torch_geometric.data import Data
 
 from cudnn_gnn.datasets._io import (
-    as_path,
+    as_folder,
     atomic_save_npy,
     read_csv_gz,
     reading,
@@ -379,7 +379,7 @@ def load_ogbn(
         torch.Size([90941, 128])
     """
     meta = ogbn_meta(name)
-    root_path = as_path(root, "root")
+    root_path = as_folder(root, "root")
     if not isinstance(cache, bool):
         raise TypeError(f"`cache` must be a bool, got {type(cache).__name__}")
     if mmap is not None and not isinstance(mmap, bool):
@@ -390,8 +390,6 @@ def load_ogbn(
             raise ValueError("`mmap` must be False when `cache` is False (maps are made of cache files), got True")
         use_mmap = False
 
-    if root_path.exists() and not root_path.is_dir():
-        raise ValueError(f"`root` must be a folder, got the file {str(root_path)!r}")
     ds_dir = root_path / meta.dir_name
     if not ds_dir.is_dir():
         raise FileNotFoundError(

@@ -18,7 +18,7 @@ import torch
 from torch_geometric.data import Data
 
 from cudnn_gnn.datasets._build_bundled import read_bundled
-from cudnn_gnn.datasets._io import as_path, corrupt_file_error, package_data_dir, require_files
+from cudnn_gnn.datasets._io import as_folder, corrupt_file_error, package_data_dir, require_files
 
 __all__ = ["load_planetoid", "PLANETOID_NAMES"]
 
@@ -84,7 +84,7 @@ def load_planetoid(
 
     Raises:
         TypeError: ``name``, ``root``, ``split`` or ``normalize_features`` has the wrong type.
-        ValueError: ``name`` or ``split`` is not one of the accepted values.
+        ValueError: ``name`` or ``split`` is not one of the accepted values, or ``root`` is a file.
         FileNotFoundError: A raw file is missing (every missing file is named, with where to put it).
         ValueError: A raw file is corrupt (truncated or not a Planetoid pickle): the file is named.
 
@@ -115,7 +115,7 @@ def load_planetoid(
             )
         data = read_bundled(package_data_dir() / "planetoid" / f"{canonical.lower()}.npz")
     else:
-        data = _read_raw(as_path(root, "root") / canonical / "raw", canonical)
+        data = _read_raw(as_folder(root, "root") / canonical / "raw", canonical)
     if split == "full":
         train_mask = torch.ones_like(data.train_mask)
         train_mask[data.val_mask | data.test_mask] = False

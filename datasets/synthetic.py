@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cudnn_gnn.datasets._io import as_path, folder_lock, remove_stale_temps, temp_path
+from cudnn_gnn.datasets._io import as_folder, folder_lock, remove_stale_temps, temp_path
 from cudnn_gnn.datasets._meta import OGBN_META, OgbnMeta, ogbn_meta
 from cudnn_gnn.datasets.ogb_node import OgbnData, add_inverse_edges
 
@@ -587,13 +587,6 @@ def _map_arrays(folder: Path, info: dict, files: dict[str, Path] | None = None) 
                        num_classes=info["num_classes"], files=final)
 
 
-def _check_folder(root: object) -> Path:
-    folder = as_path(root, "root")
-    if folder.exists() and not folder.is_dir():
-        raise ValueError(f"`root` must be a folder, got the file {str(folder)!r}")
-    return folder
-
-
 def synthetic_ogbn_mmap(
     name: str,
     root: str | os.PathLike[str],
@@ -668,7 +661,7 @@ def synthetic_ogbn_mmap(
     dev = torch.device(device)
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be a CPU or CUDA device, got {str(device)!r}")
-    folder = _check_folder(root)
+    folder = as_folder(root, "root")
     want = {**_manifest(meta, float(scale), seed, width, feature_dtype, dev), "chunk_edges": chunk_edges}
     if folder.is_dir():
         with folder_lock(folder, exclusive=False):  # waits while a writer swaps its files in (no manifest meanwhile)
@@ -712,6 +705,6 @@ def load_mapped(root: str | os.PathLike[str]) -> MappedGraph:
         FileNotFoundError: ``root`` has no ``manifest.json`` (not generated, or generation did not finish), or an
             array the manifest lists is missing (named).
     """
-    folder = _check_folder(root)
+    folder = as_folder(root, "root")
     with folder_lock(folder, exclusive=False):  # waits while a writer swaps its files in (no manifest meanwhile)
         return _map_arrays(folder, _read_manifest(folder))

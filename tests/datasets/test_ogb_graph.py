@@ -170,3 +170,9 @@ def test_indexing_errors(index, exc: type, match: str) -> None:
     ds = load_ogbg("ogbg-molfreesolv")
     with pytest.raises(exc, match=match):
         ds[index]
+
+
+def test_root_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
+        load_ogbg("ogbg-molbace", root=tmp_path / "f")

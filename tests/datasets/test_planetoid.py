@@ -186,3 +186,9 @@ def test_corrupt_raw_file_named(tmp_path: Path, suffix: str, damage: str) -> Non
     with pytest.raises(ValueError, match=r"raw file .* is corrupt \(.*\): delete it") as info:
         load_planetoid("Cora", root=tmp_path)
     assert str(path) in str(info.value)
+
+
+def test_root_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
+        load_planetoid("Cora", root=tmp_path / "f")
