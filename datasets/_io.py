@@ -6,7 +6,8 @@ import contextlib
 import gzip
 import os
 import pickle
-import tempfile
+import secrets
+import socket
 import warnings
 import zipfile
 import zlib
@@ -16,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["package_data_dir", "user_cache_dir", "as_path", "require_files", "read_csv_gz", "corrupt_file_error",
-           "reading", "atomic_save_npy"]
+           "reading", "atomic_save_npy", "temp_path", "remove_stale_temps", "folder_lock", "as_folder"]
 
 #: What a damaged file raises while it is read: truncated gzip (EOFError), not gzip (BadGzipFile), damaged deflate
 #: stream (zlib.error), damaged zip/npz (BadZipFile), damaged pickle (UnpicklingError).
@@ -41,12 +42,77 @@ def corrupt_file_error(path: Path, exc: BaseException, hint: str = "delete it an
     return ValueError(f"raw file {path} is corrupt ({what[:300]}): {hint}")
 
 
-def atomic_save_npy(path: Path, array: np.ndarray) -> None:
-    """``np.save(path, array)`` through a temporary file in the same folder renamed over ``path``, so an
-    interrupted write never leaves half a file under the final name."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def temp_path(path: Path) -> Path:
+    """A temporary name for ``path``, in its folder, that no other writer uses:
+    ``.<name>.<host>.<pid>.<random>.tmp``. Write there, then ``os.replace`` it onto ``path``: a reader never sees a
+    partial file, and a reader that has the old file open or memory-mapped keeps it (the rename leaves its inode
+    alone; rewriting in place would pull pages from under the map: SIGBUS). :func:`remove_stale_temps` recognises the
+    name."""
+    host = socket.gethostname().replace("/", "_") or "host"
+    return path.parent / f".{path.name}.{host}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+
+
+def _pid_running(pid: int) -> bool:
     try:
-        with os.fdopen(fd, "wb") as f:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_temps(folder: Path) -> list[Path]:
+    """Delete the temporaries (:func:`temp_path`) that writers on this host left in ``folder`` when they were killed:
+    those whose process is no longer running. Temporaries of running processes and of other hosts (a shared file
+    system) are left alone; so is one whose process id was taken by a new process (it is cleaned once that one ends).
+
+    Returns:
+        The paths removed.
+    """
+    host = socket.gethostname().replace("/", "_") or "host"
+    removed = []
+    with contextlib.suppress(OSError):
+        for path in folder.iterdir():
+            parts = path.name.rsplit(".", 3)  # ".<name>.<host>", "<pid>", "<random>", "tmp"
+            if (len(parts) != 4 or parts[3] != "tmp" or not path.name.startswith(".") or not parts[1].isdigit()
+                    or not parts[0].endswith(f".{host}")):
+                continue
+            if not _pid_running(int(parts[1])):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed.append(path)
+    return removed
+
+
+@contextlib.contextmanager
+def folder_lock(folder: Path, *, exclusive: bool) -> Iterator[None]:
+    """Hold ``flock`` on ``folder/.lock`` (shared for readers, exclusive for a writer swapping files in), so that a
+    reader maps one writer's set of files, never a mix. Where the lock file cannot be created (a read-only folder) or
+    ``fcntl`` is missing (Windows), nothing is locked: no writer can be swapping files there."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX
+        yield
+        return
+    try:
+        fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o666)
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def atomic_save_npy(path: Path, array: np.ndarray) -> None:
+    """``np.save(path, array)`` through a temporary file of this writer (:func:`temp_path`) renamed over ``path``, so
+    an interrupted write never leaves half a file under the final name and concurrent writers never share one."""
+    tmp = temp_path(path)
+    try:
+        with open(tmp, "xb") as f:
             np.save(f, array)
         os.replace(tmp, path)
     except BaseException:
@@ -76,6 +142,14 @@ def as_path(value: object, arg: str) -> Path:
     if isinstance(value, (str, os.PathLike)):
         return Path(value).expanduser()
     raise TypeError(f"`{arg}` must be a str or os.PathLike, got {type(value).__name__}")
+
+
+def as_folder(value: object, arg: str) -> Path:
+    """:func:`as_path`, and a ``ValueError`` naming ``arg`` when the path is an existing file (it must be a folder)."""
+    path = as_path(value, arg)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"`{arg}` must be a folder, got the file {str(path)!r}")
+    return path
 
 
 def require_files(paths: Iterable[Path], *, what: str, hint: str) -> None:

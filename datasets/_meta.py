@@ -72,6 +72,7 @@ class OgbgMeta:
         add_inverse_edge: Whether the loader adds the reverse of every raw edge (True for molecules).
         split: Name of the split folder under ``split/``.
         url: OGB download URL.
+        num_classes: OGB's ``num classes``: 2 for binary classification, -1 for regression.
     """
 
     name: str
@@ -82,6 +83,7 @@ class OgbgMeta:
     add_inverse_edge: bool
     split: str
     url: str
+    num_classes: int
 
     @property
     def dir_name(self) -> str:
@@ -173,10 +175,14 @@ OGBN_META: dict[str, OgbnMeta] = {
 OGBG_META: dict[str, OgbgMeta] = {
     m.name: m
     for m in (
-        OgbgMeta("ogbg-molbace", 1513, 1, "binary classification", "rocauc", True, "scaffold", _GRAPH_URL + "bace.zip"),
-        OgbgMeta("ogbg-molbbbp", 2039, 1, "binary classification", "rocauc", True, "scaffold", _GRAPH_URL + "bbbp.zip"),
-        OgbgMeta("ogbg-molesol", 1128, 1, "regression", "rmse", True, "scaffold", _GRAPH_URL + "esol.zip"),
-        OgbgMeta("ogbg-molfreesolv", 642, 1, "regression", "rmse", True, "scaffold", _GRAPH_URL + "freesolv.zip"),
+        OgbgMeta("ogbg-molbace", 1513, 1, "binary classification", "rocauc", True, "scaffold", _GRAPH_URL + "bace.zip",
+                 num_classes=2),
+        OgbgMeta("ogbg-molbbbp", 2039, 1, "binary classification", "rocauc", True, "scaffold", _GRAPH_URL + "bbbp.zip",
+                 num_classes=2),
+        OgbgMeta("ogbg-molesol", 1128, 1, "regression", "rmse", True, "scaffold", _GRAPH_URL + "esol.zip",
+                 num_classes=-1),
+        OgbgMeta("ogbg-molfreesolv", 642, 1, "regression", "rmse", True, "scaffold", _GRAPH_URL + "freesolv.zip",
+                 num_classes=-1),
     )
 }
 

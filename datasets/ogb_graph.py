@@ -8,16 +8,16 @@ licence; see ``datasets/README.md``.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from cudnn_gnn.datasets._io import as_path, package_data_dir, read_csv_gz, require_files
+from cudnn_gnn.datasets._io import as_folder, package_data_dir, read_csv_gz, require_files
 from cudnn_gnn.datasets._meta import OgbgMeta, ogbg_meta
 from cudnn_gnn.datasets._metrics import make_evaluator
 from cudnn_gnn.datasets.ogb_node import add_inverse_edges
@@ -45,6 +45,11 @@ class OgbgDataset:
         task_type: ``"binary classification"`` or ``"regression"``.
         eval_metric: ``"rocauc"`` or ``"rmse"``.
         root: Directory the dataset was read from.
+        num_classes: As OGB's datasets: 2 for binary classification, -1 for regression.
+
+    Indexing follows PyG's and OGB's datasets: ``ds[i]`` is one ``Data``; ``ds[split["train"]]`` (a 1-D integer
+    tensor or array, a list, a slice or a ``[len(ds)]`` bool mask) is an :class:`OgbgDataset` of those graphs, in
+    that order, whose ``split`` holds, per part, the positions of its graphs that belong to that part.
     """
 
     name: str
@@ -54,12 +59,74 @@ class OgbgDataset:
     task_type: str
     eval_metric: str
     root: Path
+    num_classes: int = -1
 
     def __len__(self) -> int:
         return len(self.graphs)
 
-    def __getitem__(self, index: int) -> Data:
-        return self.graphs[index]
+    @property
+    def num_features(self) -> int:
+        """Width of each graph's ``x`` (OGB's 9 atom features), as PyG's ``Dataset.num_features``; 0 when empty."""
+        return int(self.graphs[0].x.size(-1)) if self.graphs else 0
+
+    @property
+    def num_node_features(self) -> int:
+        """Same as :attr:`num_features` (PyG's name)."""
+        return self.num_features
+
+    @property
+    def num_edge_features(self) -> int:
+        """Width of each graph's ``edge_attr`` (OGB's 3 bond features); 0 when empty."""
+        return int(self.graphs[0].edge_attr.size(-1)) if self.graphs else 0
+
+    @overload
+    def __getitem__(self, index: int) -> Data: ...
+
+    @overload
+    def __getitem__(self, index: slice | torch.Tensor | np.ndarray | Sequence[int]) -> Data | OgbgDataset: ...
+
+    def __getitem__(self, index: Any) -> Data | OgbgDataset:
+        """``ds[i]``: graph ``i``; ``ds[indices]``: the dataset of those graphs (see the class docstring).
+
+        Raises:
+            TypeError: ``index`` is not an int, slice, sequence, integer or bool tensor/array.
+            ValueError: An index tensor that is not 1-D, or a bool mask not of length ``len(ds)``.
+            IndexError: An index outside ``[-len(ds), len(ds))``.
+        """
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            return self.graphs[int(index)]
+        if isinstance(index, (torch.Tensor, np.ndarray)) and index.ndim == 0 and index.dtype not in (torch.bool, bool):
+            return self.graphs[int(index)]
+        return self.index_select(self._positions(index))
+
+    def _positions(self, index: Any) -> torch.Tensor:
+        n = len(self.graphs)
+        if isinstance(index, slice):
+            return torch.arange(n)[index]
+        if isinstance(index, np.ndarray):
+            index = torch.from_numpy(index)
+        elif not isinstance(index, torch.Tensor):
+            if isinstance(index, (str, bytes)) or not isinstance(index, Sequence):
+                raise TypeError(f"`index` must be an int, a slice, a sequence or a tensor, got {type(index).__name__}")
+            index = torch.as_tensor(list(index)) if len(index) else torch.empty(0, dtype=torch.long)
+        if index.dtype == torch.bool:
+            if tuple(index.shape) != (n,):
+                raise ValueError(f"`index` as a mask must have shape ({n},), got {tuple(index.shape)}")
+            return index.nonzero().view(-1)
+        if index.dtype.is_floating_point or index.dtype.is_complex:
+            raise TypeError(f"`index` must hold integers or bools, got {index.dtype}")
+        if index.dim() != 1:
+            raise ValueError(f"`index` must be 1-D, got shape {tuple(index.shape)}")
+        index = index.long()
+        if index.numel() and (int(index.min()) < -n or int(index.max()) >= n):
+            raise IndexError(f"`index` must be in [-{n}, {n}), got values in [{int(index.min())}, {int(index.max())}]")
+        return torch.where(index < 0, index + n, index)
+
+    def index_select(self, index: torch.Tensor) -> OgbgDataset:
+        """The dataset of graphs ``index`` (``[k]`` int64 in ``[0, len)``), in that order; its split holds the
+        positions of its graphs in each part of this one's."""
+        split = {part: torch.isin(index, idx).nonzero().view(-1) for part, idx in self.split.items()}
+        return replace(self, graphs=[self.graphs[i] for i in index.tolist()], split=split)
 
     def __iter__(self) -> Iterator[Data]:
         return iter(self.graphs)
@@ -77,7 +144,7 @@ class OgbgDataset:
 
 def _resolve_root(meta: OgbgMeta, root: str | os.PathLike[str] | None) -> Path:
     if root is not None:
-        return as_path(root, "root")
+        return as_folder(root, "root")
     env = os.environ.get(OGB_ROOT_ENV)
     if env and (Path(env).expanduser() / meta.dir_name).is_dir():
         return Path(env).expanduser()
@@ -104,11 +171,12 @@ def load_ogbg(name: str, root: str | os.PathLike[str] | None = None) -> OgbgData
 
     Returns:
         An :class:`OgbgDataset` (``len``, indexing and iteration give ``Data``; usable with PyG's
-        ``DataLoader``).
+        ``DataLoader``; ``ds[ds.get_idx_split()["train"]]`` is the training set, as with OGB's datasets) with
+        ``num_features``, ``num_classes`` and ``num_tasks``.
 
     Raises:
         TypeError: ``name`` or ``root`` has the wrong type.
-        ValueError: Unknown ``name``, or raw files inconsistent with each other.
+        ValueError: Unknown ``name``, ``root`` a file, or raw files inconsistent with each other.
         FileNotFoundError: A required file is missing (all are named, with the OGB URL).
 
     Example:
@@ -178,6 +246,7 @@ def load_ogbg(name: str, root: str | os.PathLike[str] | None = None) -> OgbgData
         task_type=meta.task_type,
         eval_metric=meta.eval_metric,
         root=base,
+        num_classes=meta.num_classes,
     )
 
 

@@ -16,10 +16,10 @@ the ``.npz`` archives (never held in memory whole) and memory-mapped copy-on-wri
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import tempfile
 import warnings
 import zipfile
 from pathlib import Path
@@ -29,7 +29,15 @@ import numpy as np
 import torch
 from torch_geometric.data import Data
 
-from cudnn_gnn.datasets._io import as_path, atomic_save_npy, read_csv_gz, reading, require_files
+from cudnn_gnn.datasets._io import (
+    as_folder,
+    atomic_save_npy,
+    read_csv_gz,
+    reading,
+    remove_stale_temps,
+    require_files,
+    temp_path,
+)
 from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
 from cudnn_gnn.datasets._metrics import make_evaluator
 
@@ -170,10 +178,15 @@ def _extract_npz_member(archive: Path, member: str, target: Path) -> None:
         names = zf.namelist()
         if f"{member}.npy" not in names:
             raise ValueError(f"`{archive.name}` must contain {member!r}, got {sorted(n[:-4] for n in names)}")
-        tmp = target.with_suffix(".npy.tmp")
-        with zf.open(f"{member}.npy") as src, open(tmp, "wb") as dst:
-            shutil.copyfileobj(src, dst, length=16 << 20)
-        os.replace(tmp, target)
+        tmp = temp_path(target)  # this loader's own: concurrent first loads never share a temporary
+        try:
+            with zf.open(f"{member}.npy") as src, open(tmp, "xb") as dst:
+                shutil.copyfileobj(src, dst, length=16 << 20)
+            os.replace(tmp, target)  # a process that mapped the previous copy keeps it (never rewritten in place)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
 
 
 def _binary_members(meta: OgbnMeta, ds_dir: Path) -> dict[str, tuple[Path, str]]:
@@ -194,16 +207,14 @@ def _parse_binary_raw(meta: OgbnMeta, ds_dir: Path, out_dir: Path | None) -> dic
     memory-map it; without, load it into memory."""
     arrays: dict[str, np.ndarray] = {}
     for ours, (archive, member) in _binary_members(meta, ds_dir).items():
-        if out_dir is None:
-            with reading(archive, (ValueError,)), np.load(archive) as npz:
+        if out_dir is None or ours == "num_nodes_list":  # (a few ints: read, not cached)
+            with reading(archive, (ValueError,)), np.load(archive, allow_pickle=False) as npz:
                 arrays[ours] = npz[member]
         else:
             _extract_npz_member(archive, member, out_dir / f"{ours}.npy")
-            arrays[ours] = np.load(out_dir / f"{ours}.npy", mmap_mode="c")
+            arrays[ours] = np.load(out_dir / f"{ours}.npy", mmap_mode="c", allow_pickle=False)
     if "num_nodes_list" in arrays:
         num_nodes = int(np.asarray(arrays.pop("num_nodes_list")).sum())
-        if out_dir is not None:
-            (out_dir / "num_nodes_list.npy").unlink()
     else:
         num_nodes = len(arrays["y"])
     _check(len(arrays["y"]) == num_nodes, f"`node-label.npz` must have {num_nodes} rows, got {len(arrays['y'])}")
@@ -213,26 +224,51 @@ def _parse_binary_raw(meta: OgbnMeta, ds_dir: Path, out_dir: Path | None) -> dic
     return arrays
 
 
-def _load_cache(cache_dir: Path, stamp: dict, mmap: bool) -> dict[str, np.ndarray] | None:
+def _cache_keys(meta: OgbnMeta) -> tuple[set[str], set[str]]:
+    """The arrays a cache of ``meta`` must hold, and those it may hold besides."""
+    required = {"num_nodes", "edge_index", "y", *(f"{part}_idx" for part in _SPLIT_PARTS)}
+    if meta.num_features:
+        required.add("x")
+    if meta.num_edge_features:
+        required.add("edge_attr")
+    return required, set(meta.additional_node_files)
+
+
+def _stale_cache(path: Path, what: str) -> None:
+    warnings.warn(f"cache file {path} is corrupt ({what[:300]}); rebuilding the cache from the raw files", stacklevel=4)
+
+
+def _load_cache(meta: OgbnMeta, cache_dir: Path, stamp: dict, mmap: bool) -> dict[str, np.ndarray] | None:
+    """The cached arrays, or ``None`` when the cache is missing, out of date or damaged (a warning names a damaged
+    file: a manifest that is not a JSON object of the expected keys, that names arrays this dataset does not have or
+    lacks one it needs, an array file missing, truncated or not ``.npy``)."""
     manifest = cache_dir / "manifest.json"
     if not manifest.is_file():
         return None
     try:
         info = json.loads(manifest.read_text())
-    except (OSError, ValueError):
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        _stale_cache(manifest, f"not JSON: {exc}")
         return None
-    if info.get("format") != _CACHE_FORMAT or info.get("sources") != stamp:
+    if not isinstance(info, dict) or not {"format", "sources", "arrays"} <= info.keys():
+        _stale_cache(manifest, f"a JSON object with format, sources and arrays expected, got {str(info)[:100]}")
+        return None
+    if info["format"] != _CACHE_FORMAT or info["sources"] != stamp:
+        return None  # written by another version, or for other raw files: out of date, not damaged
+    required, optional = _cache_keys(meta)
+    names = info["arrays"]
+    # Only names of this dataset's arrays are joined to a path: a manifest cannot point the loader elsewhere.
+    if not isinstance(names, list) or not all(isinstance(k, str) for k in names) or not (
+            required <= set(names) <= required | optional):
+        _stale_cache(manifest, f"arrays must be {sorted(required)} (+ {sorted(optional)}), got {str(names)[:200]}")
         return None
     arrays = {}
-    for key in info["arrays"]:
+    for key in names:
         path = cache_dir / f"{key}.npy"
-        if not path.is_file():
-            return None
         try:
             arrays[key] = np.load(path, mmap_mode="c" if mmap else None, allow_pickle=False)
-        except (ValueError, OSError, EOFError) as exc:  # truncated or overwritten: rebuild from the raw files
-            warnings.warn(f"cache file {path} is corrupt ({type(exc).__name__}: {' '.join(str(exc).split())}); "
-                          "rebuilding the cache from the raw files", stacklevel=3)
+        except (ValueError, OSError, EOFError) as exc:  # missing, truncated or overwritten: rebuild from the raw files
+            _stale_cache(path, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
             return None
     return arrays
 
@@ -243,10 +279,13 @@ def _write_cache(cache_dir: Path, stamp: dict, arrays: dict[str, np.ndarray]) ->
             continue
         atomic_save_npy(cache_dir / f"{key}.npy", value)
     info = {"format": _CACHE_FORMAT, "sources": stamp, "arrays": sorted(arrays)}
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, prefix=".manifest.json.", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps(info, indent=1))
-    os.replace(tmp, cache_dir / "manifest.json")  # last: the cache is valid only once every array is in place
+    tmp = temp_path(cache_dir / "manifest.json")
+    try:
+        tmp.write_text(json.dumps(info, indent=1))
+        os.replace(tmp, cache_dir / "manifest.json")  # last: the cache is valid only once every array is in place
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
@@ -312,7 +351,9 @@ def load_ogbn(
         root: Directory holding ``<name with - replaced by _>/raw`` and ``.../split`` (the ``ogb`` layout).
         cache: Keep parsed arrays as ``.npy`` in ``<root>/<dir>/processed_cudnn_gnn/`` and reuse them while the raw
             files are unchanged (size and mtime). If that folder cannot be written, a warning is issued and the
-            data is returned uncached.
+            data is returned uncached. Processes may load one dataset at once: each writes its own temporaries
+            (``.<file>.<host>.<pid>.<random>.tmp``) and renames them into place (manifest last), never rewriting a
+            file another has mapped; temporaries of killed loaders of this host are deleted at the next rebuild.
         mmap: Memory-map the cached arrays (copy-on-write) instead of reading them. Default: only for
             ogbn-papers100M. Needs ``cache=True``.
 
@@ -324,9 +365,11 @@ def load_ogbn(
 
     Raises:
         TypeError: An argument has the wrong type.
-        ValueError: Unknown ``name``; ``mmap=True`` with ``cache=False``; raw files inconsistent with each other; a
-            raw file corrupt (truncated or not gzip/zip: the file is named). A corrupt cache file is not an error:
-            it is reported with a warning and rebuilt from the raw files.
+        ValueError: Unknown ``name``; ``root`` a file; ``mmap=True`` with ``cache=False``; raw files inconsistent
+            with each other; a raw file corrupt (truncated or not gzip/zip: the file is named). A damaged cache (a
+            manifest that is not JSON, not an object with ``format``/``sources``/``arrays``, or lists arrays this
+            dataset does not have; an array missing, truncated or not ``.npy``) is not an error: it is reported with
+            a warning naming the file and rebuilt from the raw files.
         FileNotFoundError: The dataset folder or a required file is missing (every missing path is named with
             the OGB URL to fetch by hand).
 
@@ -336,7 +379,7 @@ def load_ogbn(
         torch.Size([90941, 128])
     """
     meta = ogbn_meta(name)
-    root_path = as_path(root, "root")
+    root_path = as_folder(root, "root")
     if not isinstance(cache, bool):
         raise TypeError(f"`cache` must be a bool, got {type(cache).__name__}")
     if mmap is not None and not isinstance(mmap, bool):
@@ -360,12 +403,13 @@ def load_ogbn(
 
     cache_dir = ds_dir / CACHE_DIR_NAME
     if cache:
-        arrays = _load_cache(cache_dir, stamp, use_mmap)
+        arrays = _load_cache(meta, cache_dir, stamp, use_mmap)
         if arrays is not None:
             return _to_data(meta, arrays)
         try:
             cache_dir.mkdir(exist_ok=True)
             (cache_dir / "manifest.json").unlink(missing_ok=True)  # invalid until rewritten
+            remove_stale_temps(cache_dir)  # what writers of this host left when they were killed
         except OSError as exc:
             warnings.warn(f"cannot write the cache {cache_dir} ({exc}); loading without cache", stacklevel=2)
             cache = False
@@ -382,7 +426,7 @@ def load_ogbn(
             warnings.warn(f"cannot write the cache {cache_dir} ({exc}); data returned uncached", stacklevel=2)
         else:
             if use_mmap and not meta.binary:
-                reloaded = _load_cache(cache_dir, stamp, True)
+                reloaded = _load_cache(meta, cache_dir, stamp, True)
                 arrays = reloaded if reloaded is not None else arrays
     return _to_data(meta, arrays)
 

@@ -1,9 +1,11 @@
 """Planetoid citation graphs (Cora, CiteSeer, PubMed) with the public split of Yang et al. (2016).
 
-Cora and CiteSeer ship with the package (``cudnn_gnn/datasets/data/planetoid/<Name>/raw``), so they load
-offline with no download and no write. PubMed is not bundled; pass ``root`` pointing at a copy laid out as
-PyG's ``Planetoid`` expects it. The raw pickles are parsed by PyG's own ``read_planetoid_data``, so the
-result is the same as ``torch_geometric.datasets.Planetoid(root, name)[0]`` built from the same files.
+Cora and CiteSeer ship with the package as archives of plain arrays (``cudnn_gnn/datasets/data/planetoid/
+<name>.npz``, read with ``allow_pickle=False``; built from the original files by ``_build_bundled.py``), so they
+load offline with no download, no write and no unpickling. Other copies, and PubMed (not bundled), are read from
+``root`` laid out as PyG's ``Planetoid`` expects it, by PyG's own ``read_planetoid_data``, so the result is the same
+as ``torch_geometric.datasets.Planetoid(root, name)[0]`` built from the same files. Those raw files are Python
+pickles: loading one runs any code it was crafted to hold, so pass only files from a source you trust.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import NoReturn
 import torch
 from torch_geometric.data import Data
 
-from cudnn_gnn.datasets._io import as_path, corrupt_file_error, package_data_dir, require_files
+from cudnn_gnn.datasets._build_bundled import read_bundled
+from cudnn_gnn.datasets._io import as_folder, corrupt_file_error, package_data_dir, require_files
 
 __all__ = ["load_planetoid", "PLANETOID_NAMES"]
 
@@ -66,9 +69,10 @@ def load_planetoid(
 
     Args:
         name: ``"Cora"``, ``"CiteSeer"`` or ``"PubMed"`` (case-insensitive).
-        root: ``None`` for the copy bundled with the package (Cora, CiteSeer), or a directory holding
-            ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}`` (PyG's layout). Nothing is
-            ever written under ``root`` or the package.
+        root: ``None`` for the copy bundled with the package (Cora, CiteSeer: plain arrays, no pickle), or a
+            directory holding ``<root>/<Name>/raw/ind.<name>.{x,tx,allx,y,ty,ally,graph,test.index}`` (PyG's
+            layout). **Those raw files are pickles and are unpickled: a crafted file runs code when loaded; pass a
+            trusted copy only.** Nothing is ever written under ``root`` or the package.
         split: ``"public"`` (Planetoid's fixed 20 labels per class for training) or ``"full"`` (every node
             outside validation and test is a training node), as in PyG's ``Planetoid``.
         normalize_features: Row-normalise ``x`` to sum to one, as PyG's ``NormalizeFeatures`` transform and
@@ -80,7 +84,7 @@ def load_planetoid(
 
     Raises:
         TypeError: ``name``, ``root``, ``split`` or ``normalize_features`` has the wrong type.
-        ValueError: ``name`` or ``split`` is not one of the accepted values.
+        ValueError: ``name`` or ``split`` is not one of the accepted values, or ``root`` is a file.
         FileNotFoundError: A raw file is missing (every missing file is named, with where to put it).
         ValueError: A raw file is corrupt (truncated or not a Planetoid pickle): the file is named.
 
@@ -109,10 +113,21 @@ def load_planetoid(
                 f"Planetoid raw files ind.{canonical.lower()}.{{{files}}} in <root>/{canonical}/raw/ "
                 "(from https://github.com/kimiyoung/planetoid/tree/master/data) and pass root=<root>."
             )
-        raw_dir = package_data_dir() / "planetoid" / canonical / "raw"
+        data = read_bundled(package_data_dir() / "planetoid" / f"{canonical.lower()}.npz")
     else:
-        raw_dir = as_path(root, "root") / canonical / "raw"
+        data = _read_raw(as_folder(root, "root") / canonical / "raw", canonical)
+    if split == "full":
+        train_mask = torch.ones_like(data.train_mask)
+        train_mask[data.val_mask | data.test_mask] = False
+        data.train_mask = train_mask
+    if normalize_features:
+        x = data.x - data.x.min()
+        data.x = x / x.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    return data
 
+
+def _read_raw(raw_dir: Path, canonical: str) -> Data:
+    """PyG's reader over ``raw_dir`` (unpickles the files: trusted input only), naming a missing or damaged file."""
     require_files(
         _raw_paths(raw_dir, canonical),
         what=f"{canonical} raw files",
@@ -126,14 +141,6 @@ def load_planetoid(
     from torch_geometric.io import read_planetoid_data
 
     try:
-        data = read_planetoid_data(str(raw_dir), canonical.lower())
+        return read_planetoid_data(str(raw_dir), canonical.lower())
     except Exception as exc:  # noqa: BLE001 - find the damaged file and name it
         _raise_corrupt(raw_dir, canonical, exc)
-    if split == "full":
-        train_mask = torch.ones_like(data.train_mask)
-        train_mask[data.val_mask | data.test_mask] = False
-        data.train_mask = train_mask
-    if normalize_features:
-        x = data.x - data.x.min()
-        data.x = x / x.sum(dim=-1, keepdim=True).clamp(min=1.0)
-    return data

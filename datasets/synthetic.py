@@ -29,10 +29,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from torch_geometric.data import Data
 
-from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
-from cudnn_gnn.datasets.ogb_node import add_inverse_edges
+from cudnn_gnn.datasets._io import as_folder, folder_lock, remove_stale_temps, temp_path
+from cudnn_gnn.datasets._meta import OGBN_META, OgbnMeta, ogbn_meta
+from cudnn_gnn.datasets.ogb_node import OgbnData, add_inverse_edges
 
 __all__ = ["synthetic_ogbn", "synthetic_ogbn_mmap", "load_mapped", "MappedGraph", "degree_stats", "SYNTHETIC_DEGREE_MODEL",
            "MEMORY_WARN_BYTES"]
@@ -202,7 +202,7 @@ def synthetic_ogbn(
     seed: int = 0,
     device: str | torch.device = "cpu",
     num_features: int | None = None,
-) -> Data:
+) -> OgbnData:
     """Generate a seeded graph with the shape of an OGB node dataset (see :func:`load_ogbn`).
 
     ============== =========== ================= ======== ===================== ==============================
@@ -228,8 +228,8 @@ def synthetic_ogbn(
 
     Returns:
         ``Data`` laid out like :func:`load_ogbn`'s: ``x``, ``edge_index`` int64, ``y``, ``edge_attr`` (proteins),
-        ``train_idx``/``valid_idx``/``test_idx``, ``num_classes``, ``num_tasks``, ``task_type``,
-        ``eval_metric``.
+        ``train_idx``/``valid_idx``/``test_idx`` (also as ``get_idx_split()``, as the ``ogb`` API and
+        :func:`load_ogbn` give them), ``num_classes``, ``num_tasks``, ``task_type``, ``eval_metric``.
 
     Raises:
         TypeError: An argument has the wrong type.
@@ -281,7 +281,7 @@ def synthetic_ogbn(
     if undirected:
         edge_index, edge_attr = add_inverse_edges(edge_index, edge_attr)
 
-    data = Data(num_nodes=n, edge_index=edge_index)
+    data = OgbnData(num_nodes=n, edge_index=edge_index)
     if width:
         mix = torch.randn(_HIDDEN, width, generator=gen, device=device) / math.sqrt(_HIDDEN)
         data.x = h @ mix + 0.5 * torch.randn(n, width, generator=gen, device=device)
@@ -424,12 +424,19 @@ def _raw_edge_chunk(src_law: _PowerLawSampler, dst_law: _PowerLawSampler, seed: 
 
 
 def _open_npy(path: Path, dtype: type | np.dtype, shape: tuple[int, ...]) -> np.memmap:
+    """A new ``.npy`` file at ``path`` (a temporary of this writer), memory-mapped for writing."""
     return np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
 
 
-def _write_mapped(meta: OgbnMeta, root: Path, scale: float, seed: int, width: int, feature_dtype: str,
+def _save(path: Path, array: np.ndarray) -> None:
+    with open(path, "xb") as f:  # a temporary of this writer: never an existing file
+        np.save(f, array)
+
+
+def _write_mapped(meta: OgbnMeta, paths: dict[str, Path], scale: float, seed: int, width: int, feature_dtype: str,
                   chunk: int, device: torch.device, *, staged: bool | None = None) -> None:
-    """Generate into ``root`` in two passes over seeded edge chunks (degrees, then a counting sort into the CSC
+    """Generate into the files ``paths`` (``colptr``, ``row``, ``x`` when ``width``, ``y``, ``train_idx``, ``valid_idx``,
+    ``test_idx``: this writer's temporaries) in two passes over seeded edge chunks (degrees, then a counting sort into the CSC
     ``row``): the edge list is never held in memory, not even once. On a CPU every pass writes straight into the
     memory-mapped files; on a GPU the draws, the counting sort and the features are computed there, ``row`` is
     sorted into a device buffer (``8 E`` bytes) and copied to its file in pieces, and the labels are computed on
@@ -446,12 +453,12 @@ def _write_mapped(meta: OgbnMeta, root: Path, scale: float, seed: int, width: in
     for i, start, count in chunks:  # pass 1: in-degrees
         _, dst = _raw_edge_chunk(src_law, dst_law, seed, i, start, count, undirected)
         deg.index_add_(0, dst, torch.ones_like(dst))
-    colptr_np = _open_npy(root / "colptr.npy", np.int64, (n + 1,))
+    colptr_np = _open_npy(paths["colptr"], np.int64, (n + 1,))
     colptr = torch.zeros(n + 1, dtype=torch.int64, device=device)
     torch.cumsum(deg, 0, out=colptr[1:])
     del deg
 
-    row_np = _open_npy(root / "row.npy", np.int64, (num_edges,))
+    row_np = _open_npy(paths["row"], np.int64, (num_edges,))
     on_host = device.type == "cpu" if staged is None else not staged
     row = torch.from_numpy(row_np) if on_host else torch.empty(num_edges, dtype=torch.int64, device=device)
     cursor = colptr[:-1].clone()
@@ -477,7 +484,7 @@ def _write_mapped(meta: OgbnMeta, root: Path, scale: float, seed: int, width: in
 
     h = torch.randn(n, _HIDDEN, generator=gen, device=device)
     if width:
-        x_np = _open_npy(root / "x.npy", _MMAP_DTYPES[feature_dtype], (n, width))
+        x_np = _open_npy(paths["x"], _MMAP_DTYPES[feature_dtype], (n, width))
         x = torch.from_numpy(x_np)
         mix = torch.randn(_HIDDEN, width, generator=gen, device=device) / math.sqrt(_HIDDEN)
         for i, start in enumerate(range(0, n, chunk // max(width, 1) or 1)):
@@ -490,9 +497,9 @@ def _write_mapped(meta: OgbnMeta, root: Path, scale: float, seed: int, width: in
     if not on_host:  # the labels on the host, from a host generator seeded by the device one
         gen = torch.Generator().manual_seed(int(torch.randint(0, 2**62, (), generator=gen, device=device)))
     y, split = _labels_and_split(meta, h.cpu(), sample, sizes, gen)
-    np.save(root / "y.npy", y.numpy())
+    _save(paths["y"], y.numpy())
     for part, idx in zip(("train_idx", "valid_idx", "test_idx"), split):
-        np.save(root / f"{part}.npy", idx.numpy())
+        _save(paths[part], idx.numpy())
 
 
 def _copy_out(dst: torch.Tensor, src: torch.Tensor, piece: int = 1 << 25) -> None:
@@ -510,10 +517,74 @@ def _manifest(meta: OgbnMeta, scale: float, seed: int, width: int, feature_dtype
 
 
 def _map(path: Path) -> torch.Tensor:
-    array = np.load(path, mmap_mode="r")
+    array = np.load(path, mmap_mode="r", allow_pickle=False)
     with warnings.catch_warnings():  # read-only pages: torch warns that writes would be undefined; we never write
         warnings.filterwarnings("ignore", message=".*not writable.*")
         return torch.from_numpy(array)
+
+
+_MANIFEST_INTS = ("num_nodes", "num_edges", "num_features", "num_classes")
+
+
+def _array_keys(width: int) -> list[str]:
+    return ["colptr", "row", "y", "train_idx", "valid_idx", "test_idx"] + (["x"] if width else [])
+
+
+def _read_manifest(folder: Path) -> dict:
+    """The manifest of a generated folder, checked: a dict with a known preset and non-negative sizes.
+
+    Raises:
+        FileNotFoundError: No ``manifest.json`` (never generated, or generation did not finish).
+        ValueError: The manifest is not such a dict (the file is named).
+    """
+    manifest = folder / "manifest.json"
+    if not manifest.is_file():
+        raise FileNotFoundError(f"root must hold a generated dataset (manifest.json), got {str(folder)!r}; "
+                                "generate it with synthetic_ogbn_mmap(name, root, scale=...)")
+    try:
+        info = json.loads(manifest.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise _damaged(manifest, f"not JSON: {exc}") from exc
+    if not isinstance(info, dict):
+        raise _damaged(manifest, f"a JSON object expected, got {type(info).__name__}")
+    missing = [key for key in ("name", *_MANIFEST_INTS) if key not in info]
+    if missing:
+        raise _damaged(manifest, f"missing {missing}")
+    bad = [key for key in _MANIFEST_INTS if isinstance(info[key], bool) or not isinstance(info[key], int)
+           or info[key] < 0]
+    if bad or info["name"] not in OGBN_META:
+        raise _damaged(manifest, f"bad values of {bad or ['name']}")
+    return info
+
+
+def _damaged(path: Path, what: str) -> ValueError:
+    return ValueError(f"dataset file {path} is damaged ({what[:300]}): delete the folder and generate it again with "
+                      "synthetic_ogbn_mmap(name, root, ...)")
+
+
+def _map_arrays(folder: Path, info: dict, files: dict[str, Path] | None = None) -> MappedGraph:
+    """Memory-map the arrays ``info`` describes (``files``: where they are, default ``folder/<key>.npy``), each
+    checked for its dtype and shape against the manifest. Raises FileNotFoundError or ValueError naming a file."""
+    n, e, width = info["num_nodes"], info["num_edges"], info["num_features"]
+    files = files or {key: folder / f"{key}.npy" for key in _array_keys(width)}
+    shapes = {"colptr": (n + 1,), "row": (e,), "x": (n, width), "y": (n, 1)}
+    t = {}
+    for key, path in files.items():
+        if not path.is_file():
+            raise FileNotFoundError(f"dataset file {path} is missing: delete the folder and generate it again with "
+                                    "synthetic_ogbn_mmap(name, root, ...)")
+        try:
+            t[key] = _map(path)
+        except (OSError, ValueError, EOFError) as exc:  # truncated (mmap longer than the file) or not .npy
+            raise _damaged(path, f"{type(exc).__name__}: {' '.join(str(exc).split())}") from exc
+        want = shapes.get(key)
+        if (tuple(t[key].shape) != want) if want else (t[key].dim() != 1 or t[key].dtype != torch.int64):
+            raise _damaged(path, f"shape {tuple(t[key].shape)} and dtype {t[key].dtype}, the manifest says {want}")
+    final = {key: folder / f"{key}.npy" for key in files}
+    return MappedGraph(root=folder, name=info["name"], num_nodes=n, num_edges=e,
+                       x=t.get("x", torch.empty(n, 0)), y=t["y"], colptr=t["colptr"], row=t["row"],
+                       train_idx=t["train_idx"], valid_idx=t["valid_idx"], test_idx=t["test_idx"],
+                       num_classes=info["num_classes"], files=final)
 
 
 def synthetic_ogbn_mmap(
@@ -537,7 +608,15 @@ def synthetic_ogbn_mmap(
     list). Files: ``colptr`` ``[N + 1]`` and ``row`` ``[E]`` int64 (the samplers' type), ``x`` ``[N, F]``, ``y``,
     ``train_idx``/``valid_idx``/``test_idx``, and ``manifest.json`` (written last). A folder whose manifest
     matches the arguments is memory-mapped without generating; call this once per host (rank 0 or the
-    launcher) before the ranks load it.
+    launcher) before the ranks load it. A folder whose manifest or arrays are damaged (not JSON, not the expected
+    object, an array missing, truncated or of another shape) is generated again, with a warning.
+
+    Concurrent calls on one folder are safe: each writer writes its own temporaries
+    (``.<file>.<host>.<pid>.<random>.tmp``) and returns the graph it wrote; the finished files are renamed into place
+    under an exclusive lock on ``root/.lock`` (manifest last), and :func:`load_mapped` maps under a shared one, so a
+    reader sees one writer's files whole, and a process that has the old files mapped keeps them (never rewritten in
+    place). A writer that is killed leaves its temporaries (a sparse file of the array's size at most); the next call
+    on that folder from the same host deletes those whose process is gone (other hosts' are left alone).
 
     The graph is not the one :func:`synthetic_ogbn` returns for the same seed (edges come from per-chunk
     generators, so it also depends on ``chunk_edges``), but has the same sizes and degree laws.
@@ -562,8 +641,11 @@ def synthetic_ogbn_mmap(
         A :class:`MappedGraph` of read-only memory-mapped tensors.
 
     Raises:
-        TypeError, ValueError: Bad arguments.
+        TypeError, ValueError: Bad arguments (``root`` a file).
         NotImplementedError: A preset with edge features (ogbn-proteins).
+
+    Warns:
+        UserWarning: The folder held these arguments' dataset damaged; it is generated again.
     """
     meta = ogbn_meta(name)
     _check_args(scale, seed, num_features)
@@ -579,36 +661,50 @@ def synthetic_ogbn_mmap(
     dev = torch.device(device)
     if dev.type not in ("cpu", "cuda"):
         raise ValueError(f"device must be a CPU or CUDA device, got {str(device)!r}")
-    folder = Path(root).expanduser()
+    folder = as_folder(root, "root")
     want = {**_manifest(meta, float(scale), seed, width, feature_dtype, dev), "chunk_edges": chunk_edges}
-    manifest = folder / "manifest.json"
-    have = json.loads(manifest.read_text()) if manifest.is_file() else None
-    if have != want:
-        folder.mkdir(parents=True, exist_ok=True)
-        manifest.unlink(missing_ok=True)  # invalid until rewritten
-        _write_mapped(meta, folder, float(scale), seed, width, feature_dtype, chunk_edges, dev)
-        tmp = folder / "manifest.json.tmp"
-        tmp.write_text(json.dumps(want, indent=1))
-        os.replace(tmp, manifest)
-    return load_mapped(folder)
+    if folder.is_dir():
+        with folder_lock(folder, exclusive=False):  # waits while a writer swaps its files in (no manifest meanwhile)
+            try:
+                have = _read_manifest(folder) if (folder / "manifest.json").is_file() else None
+                if have == want:
+                    return _map_arrays(folder, have)
+            except (FileNotFoundError, ValueError) as exc:  # a damaged cache of these arguments: generate it again
+                warnings.warn(f"{exc}; generating {folder} again", stacklevel=2)
+    folder.mkdir(parents=True, exist_ok=True)
+    remove_stale_temps(folder)
+    final = {key: folder / f"{key}.npy" for key in _array_keys(width)}
+    temps = {key: temp_path(path) for key, path in final.items()}
+    manifest_tmp = temp_path(folder / "manifest.json")
+    try:
+        _write_mapped(meta, temps, float(scale), seed, width, feature_dtype, chunk_edges, dev)
+        graph = _map_arrays(folder, want, temps)  # this writer's own files, whatever another writes later
+        manifest_tmp.write_text(json.dumps(want, indent=1))
+        with folder_lock(folder, exclusive=True):  # readers map one writer's set, never a mix
+            (folder / "manifest.json").unlink(missing_ok=True)  # a writer killed in here leaves no manifest
+            for key, tmp in temps.items():
+                os.replace(tmp, final[key])
+            os.replace(manifest_tmp, folder / "manifest.json")  # last
+    except BaseException:
+        for tmp in [*temps.values(), manifest_tmp]:
+            tmp.unlink(missing_ok=True)
+        raise
+    return graph
 
 
 def load_mapped(root: str | os.PathLike[str]) -> MappedGraph:
     """Memory-map a folder written by :func:`synthetic_ogbn_mmap` (read-only; no generation, no copy).
 
+    The manifest and the files are read under a shared lock (``root/.lock``), so a concurrent
+    :func:`synthetic_ogbn_mmap` swapping in another graph is seen whole or not at all.
+
     Raises:
-        FileNotFoundError: ``root`` has no ``manifest.json`` (not generated, or generation did not finish).
+        TypeError: ``root`` is not a str or path.
+        ValueError: ``root`` is a file, or the manifest or an array is damaged (truncated, another shape or dtype
+            than the manifest says): the file is named.
+        FileNotFoundError: ``root`` has no ``manifest.json`` (not generated, or generation did not finish), or an
+            array the manifest lists is missing (named).
     """
-    folder = Path(root).expanduser()
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
-        raise FileNotFoundError(f"root must hold a generated dataset (manifest.json), got {str(folder)!r}; "
-                                "generate it with synthetic_ogbn_mmap(name, root, scale=...)")
-    info = json.loads(manifest.read_text())
-    keys = ["colptr", "row", "y", "train_idx", "valid_idx", "test_idx"] + (["x"] if info["num_features"] else [])
-    files = {key: folder / f"{key}.npy" for key in keys}
-    t = {key: _map(path) for key, path in files.items()}
-    x = t.get("x", torch.empty(info["num_nodes"], 0))
-    return MappedGraph(root=folder, name=info["name"], num_nodes=info["num_nodes"], num_edges=info["num_edges"],
-                       x=x, y=t["y"], colptr=t["colptr"], row=t["row"], train_idx=t["train_idx"],
-                       valid_idx=t["valid_idx"], test_idx=t["test_idx"], num_classes=info["num_classes"], files=files)
+    folder = as_folder(root, "root")
+    with folder_lock(folder, exclusive=False):  # waits while a writer swaps its files in (no manifest meanwhile)
+        return _map_arrays(folder, _read_manifest(folder))

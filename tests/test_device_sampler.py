@@ -211,6 +211,74 @@ def test_choose_draws_every_subset_alike():
     assert torch.equal(_choose(torch.tensor([0, 2, 3]), 3, torch.Generator()), torch.arange(3).expand(3, 3))
 
 
+def test_choose_by_keys_draws_every_subset_alike():
+    """The random-key draws of fan-outs above Floyd's range: 60,000 rows of degree 6 choosing 3 give each of the 20
+    subsets 3,000 times within 6 standard deviations (fixed seed), sorted and distinct, with rows of other degrees
+    alongside (each row's offsets in its own range)."""
+    from cudnn_gnn.apps.sampler import _choose_by_keys
+
+    deg = torch.full((60_000,), 6)
+    picks = _choose_by_keys(deg, 3, int(deg.sum()), torch.Generator().manual_seed(0))
+    assert bool((picks.diff(dim=1) > 0).all()) and int(picks.min()) >= 0 and int(picks.max()) <= 5
+    counts = torch.bincount((1 << picks).sum(1), minlength=64)[[sum(1 << i for i in c)
+                                                                for c in itertools.combinations(range(6), 3)]]
+    sd = (60_000 * (1 / 20) * (19 / 20)) ** 0.5
+    assert int(counts.sum()) == 60_000 and bool(((counts - 3000).abs() < 6 * sd).all()), counts
+    mixed = _choose_by_keys(torch.tensor([4, 100, 3]), 3, 107, torch.Generator().manual_seed(1))
+    assert bool((mixed.diff(dim=1) > 0).all()) and mixed[[0, 2]].max() <= 3 and mixed[2].tolist() == [0, 1, 2]
+
+
+def _regular_csc(n: int, degree: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every node has exactly ``degree`` distinct in-neighbours (random, no self-loops)."""
+    g = torch.Generator().manual_seed(seed)
+    dst = torch.arange(n).repeat_interleave(degree)
+    src = (dst + 1 + torch.stack([torch.randperm(n - 1, generator=g)[:degree] for _ in range(n)]).view(-1)) % n
+    return _csc(torch.stack([src, dst]), n)
+
+
+def test_fanout_far_above_the_degree_takes_each_in_edge_once():
+    """Fan-outs of 2000 and 10**9 on a graph of in-degree 13: every frontier node takes each of its 13 in-edges exactly
+    once and the batches are those of fan-out -1, with no random draw at all (the work and memory follow the degrees,
+    not fan-out x frontier: 10**9 x 64 seeds would be 512 GB of draws)."""
+    colptr, row = _regular_csc(3000, 13)
+    wide = _loader(colptr, row, fanout=[10**9, 2000, 2000], input_nodes=torch.arange(0, 3000, 7), batch_size=64)
+    full = _loader(colptr, row, fanout=[-1, -1, -1], input_nodes=torch.arange(0, 3000, 7), batch_size=64)
+    for a, b in zip(wide, full, strict=True):
+        _check_batch(a, colptr, row, [10**9, 2000, 2000])
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.edge_index, b.edge_index) and torch.equal(a.e_id, b.e_id)
+        assert a.num_sampled_edges[0] == 13 * a.batch_size
+    assert torch.equal(wide.generator.get_state(), torch.Generator().manual_seed(0).get_state())  # nothing drawn
+
+
+@pytest.mark.parametrize("fanout", [5, 40])
+def test_only_nodes_above_the_fanout_draw(monkeypatch: pytest.MonkeyPatch, fanout: int):
+    """A hub of 60 in-edges among nodes of at most 4: the chooser (Floyd's up to 32, random keys above) sees the hub
+    alone, and the hub's draws stay uniform (each in-neighbour about ``fanout / 60`` of 3000 draws, within 6 standard
+    deviations; fixed seed)."""
+    import cudnn_gnn.apps.sampler as sampler
+
+    src = torch.cat([torch.arange(1, 61), torch.arange(61, 261) % 59 + 1])
+    dst = torch.cat([torch.zeros(60, dtype=torch.long), torch.arange(61, 261) // 4 + 61])
+    colptr, row = _csc(torch.stack([src, dst]), 261)
+    seen: list[list[int]] = []
+    name = "_choose" if fanout <= sampler._FLOYD_MAX else "_choose_by_keys"
+    original = getattr(sampler, name)
+
+    def spy(deg, *args):
+        seen.append(deg.tolist())
+        return original(deg, *args)
+
+    monkeypatch.setattr(sampler, name, spy)
+    seeds = torch.cat([torch.zeros(3000, dtype=torch.long), torch.arange(61, 111)])
+    batch = next(iter(_loader(colptr, row, fanout=[fanout], input_nodes=seeds, batch_size=3050)))
+    assert seen == [[60] * 3000]
+    picks = batch.e_id[: 3000 * fanout].view(3000, fanout)
+    assert bool((picks.diff(dim=1) > 0).all()) and int(picks.max()) < 60
+    counts = torch.bincount(picks.reshape(-1), minlength=60).double()
+    p = fanout / 60
+    assert bool(((counts - 3000 * p).abs() < 6 * (3000 * p * (1 - p)) ** 0.5).all()), counts
+
+
 def test_node_attributes_are_gathered():
     colptr, row = _power_law_csc()
     x, y = torch.randn(400, 5), torch.randint(0, 7, (400, 1))

@@ -77,6 +77,36 @@ def _choose(deg: Tensor, fanout: int, generator: torch.Generator) -> Tensor:
     return chosen.sort(1).values
 
 
+def _choose_by_keys(deg: Tensor, fanout: int, num_edges: int, generator: torch.Generator) -> Tensor:
+    """``fanout`` distinct offsets in ``[0, deg)`` per row (every row has ``deg > fanout``), uniformly at random,
+    sorted ascending: each of a row's ``deg`` in-edges gets a random 62-bit key, the row's edges are put in key order
+    (two sorts, the second stable by row) and the first ``fanout`` are kept, a uniform random subset (ties, with
+    probability below ``deg**2 / 2**63``, go to the lower offset). Work and memory are ``O(num_edges)``, the rows'
+    in-edges, whatever the fan-out: used above :data:`_FLOYD_MAX`, where Floyd's ``fanout**2 / 2`` comparisons a
+    row would outgrow the degree.
+
+    Shapes: ``deg`` ``[n]`` int64 with ``deg.sum() == num_edges`` -> ``[n, fanout]`` int64.
+    """
+    n, dev = deg.numel(), deg.device
+    owner = torch.repeat_interleave(torch.arange(n, device=dev), deg, output_size=num_edges)
+    order = torch.randint(0, 1 << 62, (num_edges,), generator=generator, device=dev).argsort()
+    order = order[owner[order].argsort(stable=True)]  # grouped by row, in key order within a row
+    start = torch.cumsum(deg, 0) - deg
+    return (order[start[:, None] + torch.arange(fanout, device=dev)] - start[:, None]).sort(1).values
+
+
+#: Fan-outs up to this draw with Floyd's algorithm (``fanout**2 / 2`` comparisons a row, at most 16x the row's
+#: degree, and no enumeration of a hub's in-edges); larger ones with :func:`_choose_by_keys` (``O(degree)``).
+_FLOYD_MAX = 32
+
+
+def _compact(mask: Tensor, count: int) -> Tensor:
+    """Positions of the ``count`` true entries of ``mask``, ascending, without a host sync (``count`` is known)."""
+    slot = torch.where(mask, torch.cumsum(mask, 0) - 1, count)
+    out = torch.zeros(count + 1, dtype=torch.int64, device=mask.device)
+    return out.scatter_(0, slot, torch.arange(mask.numel(), device=mask.device))[:count]
+
+
 class DeviceNeighborLoader:
     """PyG's ``NeighborLoader`` (directional, without replacement, not disjoint) on the device that holds the graph.
 
@@ -92,19 +122,23 @@ class DeviceNeighborLoader:
     Each epoch (``iter(loader)``) permutes ``input_nodes`` on the device when ``shuffle`` (a new permutation each
     epoch, drawn from the loader's generator) and cuts it into batches of ``batch_size`` seeds; the last, smaller
     one is dropped when ``drop_last``. Per batch and hop ``k`` each frontier node (the seeds at hop 0, then the
-    nodes first reached at hop ``k``) takes ``min(deg, fanout[k])`` of its in-edges (all of them for
-    ``fanout[k] == -1``), distinct and uniformly at random (Floyd's algorithm: no enumeration of a hub's edges),
-    kept in CSC order; edges to nodes already in the batch are kept. A node's local id is its position in ``n_id``:
-    the seeds first, in batch order (a repeated seed keeps its own slot, row and sampled in-edges, and other nodes'
-    edges from that node point at its first slot, as PyG's torch-sparse sampler does), then each hop's new nodes in
-    the order of their first sampled edge. Random draws come from one ``torch.Generator`` on ``device``, so a
-    seed gives the same batches on the same device (CPU and CUDA draw different numbers).
+    nodes first reached at hop ``k``) takes ``min(deg, fanout[k])`` of its in-edges (all of them for ``fanout[k]``
+    of ``-1``), distinct and uniformly at random, kept in CSC order; edges to nodes already in the batch are kept.
+    Only the nodes with more in-edges than the fan-out draw: with Floyd's algorithm for fan-outs up to 32
+    (``fanout**2/2`` comparisons a node, no enumeration of a hub's edges), with random keys over the node's in-edges
+    above (``O(deg)``). A hop's work and memory are bounded by the frontier's in-edges, never by ``fanout x
+    frontier``: a fan-out far above every degree takes each in-edge once at the cost of ``-1``. A node's local id is
+    its position in ``n_id``: the seeds first, in batch order (a repeated seed keeps its own slot, row and sampled
+    in-edges, and other nodes' edges from that node point at its first slot, as PyG's torch-sparse sampler does),
+    then each hop's new nodes in the order of their first sampled edge. Random draws come from one
+    ``torch.Generator`` on ``device``, so a seed gives the same batches on the same device (CPU and CUDA draw
+    different numbers).
 
-    Host syncs per batch: one to size the first hop's edges, then one per hop (a two-element read of the hop's new
-    node count and the next hop's edge count, which size the next tensors): ``len(fanout) + 1`` in all, none
-    inside a loop over nodes or edges, fewer when a frontier runs empty. The relabel map's touched entries are reset
-    before the batch is returned. Batches are sampled on the current stream, one at a time: loaders sharing a map
-    (:meth:`with_inputs`) may be iterated in turn or interleaved, not from two threads at once.
+    Host syncs per batch: one to size the first hop, then one per hop (one read of the hop's new node count and the
+    next hop's edge count, drawing nodes and their in-edges, which size the next tensors): ``len(fanout) + 1`` in
+    all, none inside a loop over nodes or edges, fewer when a frontier runs empty. The relabel map's touched entries
+    are reset before the batch is returned. Batches are sampled on the current stream, one at a time: loaders
+    sharing a map (:meth:`with_inputs`) may be iterated in turn or interleaved, not from two threads at once.
 
     Each batch is a PyG ``Data`` with ``NeighborLoader``'s fields, all on ``device``:
 
@@ -283,11 +317,27 @@ class DeviceNeighborLoader:
             batch[name] = t.index_select(0, n_id)
         return batch
 
-    def _degrees(self, frontier: Tensor, fanout: int) -> tuple[Tensor, Tensor, Tensor]:
-        """First in-edge position, in-degree and edges taken (``min(deg, fanout)``, all for -1) per frontier node."""
+    def _degrees(self, frontier: Tensor, fanout: int,
+                 valid: Tensor | None = None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Per frontier node: first in-edge position, in-degree, edges taken (``min(deg, fanout)``, all for -1) and
+        whether it draws a subset (``deg > fanout``); then the counts the host reads to size the hop: ``[edges
+        taken, nodes drawing a subset, their in-edges]``. ``valid`` masks the entries of a padded frontier."""
         lo = self.colptr[frontier].long()
         deg = self.colptr[frontier + 1].long() - lo
-        return lo, deg, (deg if fanout < 0 else deg.clamp(max=fanout))
+        if fanout < 0 or fanout >= self.num_edges:  # no node has more than E in-edges: all of them, no draws
+            take, draw = deg, torch.zeros_like(deg, dtype=torch.bool)
+        else:
+            take, draw = deg.clamp(max=fanout), deg > fanout
+        if valid is not None:
+            take, draw = take * valid, draw & valid
+        return lo, deg, take, draw, torch.stack([take.sum(), draw.sum(), (deg * draw).sum()])
+
+    def _subsets(self, deg: Tensor, fanout: int, num_edges: int) -> Tensor:
+        """``[n, fanout]`` sorted distinct in-edge offsets for ``n`` nodes of in-degree ``deg > fanout`` (``num_edges``
+        in all): Floyd's algorithm up to :data:`_FLOYD_MAX`, random keys above. Memory ``n * fanout < num_edges``."""
+        if fanout <= _FLOYD_MAX:
+            return _choose(deg, fanout, self.generator)
+        return _choose_by_keys(deg, fanout, num_edges, self.generator)
 
     def _sample(self, seeds: Tensor) -> tuple[Tensor, Tensor, Tensor, list[int], list[int]]:
         dev, state = self.device, self._map
@@ -295,8 +345,9 @@ class DeviceNeighborLoader:
         # A repeated seed: its first slot is the one other nodes' edges point to (min position wins).
         state.scatter_reduce_(0, seeds, torch.arange(num_seeds, device=dev), reduce="amin")
         frontier, first = seeds, 0  # the frontier's local ids are first .. first + len - 1
-        lo, deg, take = self._degrees(frontier, self.fanout[0])
-        total = int(take.sum()) if num_seeds else 0  # host sync 1: the first hop's edge count
+        lo, deg, take, draw, counts = self._degrees(frontier, self.fanout[0])
+        # host sync 1: the first hop's edge count, and how many seeds draw a subset, with how many in-edges
+        total, drawing, drawn_from = counts.tolist() if num_seeds else (0, 0, 0)
         node_parts, src_parts, dst_parts, pos_parts = [seeds], [], [], []
         nodes, edges = [num_seeds], []
         for hop, fanout in enumerate(self.fanout):
@@ -307,13 +358,16 @@ class DeviceNeighborLoader:
                 nodes.append(0)
                 edges.append(0)
                 if not last:
-                    lo, deg, take = lo[:0], deg[:0], take[:0]
+                    lo, deg, take, draw = lo[:0], deg[:0], take[:0], draw[:0]
                 continue
             # The hop's edges, frontier-major: edge s belongs to frontier node owner[s], its r-th taken in-edge.
             owner = torch.repeat_interleave(torch.arange(frontier.numel(), device=dev), take, output_size=total)
-            r = torch.arange(total, device=dev) - (torch.cumsum(take, 0) - take)[owner]
-            if fanout >= 0:  # nodes with more in-edges than the fan-out take a random subset, the rest all of theirs
-                r = torch.where(deg[owner] > fanout, _choose(deg, fanout, self.generator)[owner, r], r)
+            start = torch.cumsum(take, 0) - take
+            r = torch.arange(total, device=dev) - start[owner]
+            if drawing:  # nodes with more in-edges than the fan-out take a random subset, the rest all of theirs
+                rows = _compact(draw, drawing)
+                slots = start[rows, None] + torch.arange(fanout, device=dev)  # their `fanout` edges each
+                r.scatter_(0, slots.view(-1), self._subsets(deg[rows], fanout, drawn_from).view(-1))
             pos = lo[owner] + r
             src = self.row[pos].long()
             # Relabel: a node not in the batch yet gets the next local id at its first edge of this hop.
@@ -333,10 +387,10 @@ class DeviceNeighborLoader:
             if last:
                 new = int(new_t)  # host sync: the last hop's new nodes
             else:  # the next hop's degrees before the sync, so that one read sizes both
-                lo, deg, take = self._degrees(grown, self.fanout[hop + 1])
-                take = take * (torch.arange(total + 1, device=dev) < new_t)
-                new, total = torch.stack([new_t, take.sum()]).tolist()  # host sync
-                lo, deg, take = lo[:new], deg[:new], take[:new]
+                valid = torch.arange(total + 1, device=dev) < new_t
+                lo, deg, take, draw, counts = self._degrees(grown, self.fanout[hop + 1], valid)
+                new, total, drawing, drawn_from = torch.cat([new_t.view(1), counts]).tolist()  # host sync
+                lo, deg, take, draw = lo[:new], deg[:new], take[:new], draw[:new]
             frontier, first = grown[:new], n_before
             node_parts.append(frontier)
             nodes.append(new)

@@ -324,7 +324,10 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     """The flags shared by ``python -m cudnn_gnn train`` and ``examples/gat_cora.py``."""
     ap.add_argument("--dataset", choices=tuple(DATASET_PRESETS), default="Cora",
                     help="Cora and CiteSeer ship with the package; PubMed needs --data-root")
-    ap.add_argument("--data-root", default=None, help="folder holding <Name>/raw/ind.<name>.* (needed for PubMed)")
+    ap.add_argument("--data-root", default=None,
+                    help="folder holding <Name>/raw/ind.<name>.* (needed for PubMed); raw Planetoid files are Python "
+                    "pickles that can execute code when loaded: trusted files only (the bundled Cora and CiteSeer "
+                    "hold no pickle)")
     ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto",
                     help="attention backend of our layers (ignored by pyg-* models)")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")

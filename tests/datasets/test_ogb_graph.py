@@ -133,3 +133,46 @@ def test_evaluator_prefers_ogb_when_installed(monkeypatch: pytest.MonkeyPatch) -
     assert ogbg_evaluator("ogbg-molesol").name == "ogbg-molesol"
     monkeypatch.setitem(sys.modules, "ogb.graphproppred", None)
     assert isinstance(ogbg_evaluator("ogbg-molesol"), BuiltinEvaluator)
+
+
+@pytest.mark.parametrize("name,num_classes", [("ogbg-molbace", 2), ("ogbg-molesol", -1)])
+def test_indexing_with_a_split_and_sizes_like_ogb(name: str, num_classes: int) -> None:
+    """As PyG's and OGB's datasets: ds[split["train"]] is the training set (a dataset of those graphs, in order,
+    usable with PyG's DataLoader), and num_features / num_classes / num_tasks are attributes."""
+    ds = load_ogbg(name)
+    assert (ds.num_features, ds.num_node_features, ds.num_edge_features) == (9, 9, 3)
+    assert (ds.num_classes, ds.num_tasks) == (num_classes, 1)
+    split = ds.get_idx_split()
+    train = ds[split["train"]]
+    assert len(train) == len(split["train"]) and train.num_classes == num_classes and train.num_features == 9
+    assert all(g is ds.graphs[i] for g, i in zip(train, split["train"].tolist()))
+    assert torch.equal(train.split["train"], torch.arange(len(train))) and not train.split["valid"].numel()
+    batch = next(iter(DataLoader(train, batch_size=len(train))))
+    assert batch.num_graphs == len(train)
+    for index in (split["valid"].numpy(), split["valid"].tolist()):
+        assert [g.num_nodes for g in ds[index]] == [g.num_nodes for g in ds.subset("valid")]
+    mask = torch.zeros(len(ds), dtype=torch.bool)
+    mask[split["test"]] = True
+    assert len(ds[mask]) == len(split["test"]) and torch.equal(ds[mask].split["test"], torch.arange(len(ds[mask])))
+    assert [g.num_nodes for g in ds[5:8]] == [ds[i].num_nodes for i in (5, 6, 7)]
+    assert ds[torch.tensor(3)] is ds[3] is ds[np.int64(3)] and ds[-1] is ds.graphs[-1]
+    assert len(ds[[]]) == 0 and ds[torch.tensor([-1])][0] is ds.graphs[-1]
+
+
+@pytest.mark.parametrize("index,exc,match", [
+    (torch.tensor([0.5]), TypeError, r"`index` must hold integers or bools, got torch.float32"),
+    (torch.zeros(2, 2, dtype=torch.long), ValueError, r"`index` must be 1-D, got shape \(2, 2\)"),
+    (torch.ones(3, dtype=torch.bool), ValueError, r"`index` as a mask must have shape \(642,\), got \(3,\)"),
+    (torch.tensor([642]), IndexError, r"`index` must be in \[-642, 642\), got values in \[642, 642\]"),
+    ("train", TypeError, r"`index` must be an int, a slice, a sequence or a tensor, got str"),
+])
+def test_indexing_errors(index, exc: type, match: str) -> None:
+    ds = load_ogbg("ogbg-molfreesolv")
+    with pytest.raises(exc, match=match):
+        ds[index]
+
+
+def test_root_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
+        load_ogbg("ogbg-molbace", root=tmp_path / "f")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip
+import json
 import os
 import sys
 import types
@@ -375,3 +376,114 @@ def test_get_idx_split_like_ogb(tmp_path: Path) -> None:
     assert data.num_classes == 40 and data.eval_metric == "acc"  # the attributes stay
     assert isinstance(data, ogb_node.OgbnData)
     assert torch.equal(data.to("cpu").get_idx_split()["test"], split["test"])  # survives Data.to / copies
+
+
+# ------------------------------------------------------------------------ concurrent loads, damaged caches
+
+_FIRST_LOAD = """
+import json, os, sys, time
+import torch
+torch.set_num_threads(1)
+from cudnn_gnn.datasets import load_ogbn
+open(sys.argv[2], "w").close()  # ready
+while not os.path.exists(sys.argv[3]):  # start together
+    time.sleep(0.005)
+d = load_ogbn("ogbn-papers100M", sys.argv[1])
+print(json.dumps([float(d.x.sum()), int(d.edge_index.sum()), float(d.y.nansum()), int(d.node_year.sum())]))
+"""
+
+
+def test_papers100m_concurrent_first_loads_all_succeed(tmp_path: Path) -> None:
+    """Eight processes load the papers100M layout for the first time at once: every one gets the data (they
+    streamed the arrays through one fixed temporary name, and one deleted a file another was about to read)."""
+    import subprocess
+    import time
+
+    make_papers(tmp_path / "root")
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", _FIRST_LOAD, str(tmp_path / "root"), str(tmp_path / f"ready{i}"),
+                               str(go)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(8)]
+    deadline = time.monotonic() + 240
+    while not all((tmp_path / f"ready{i}").exists() for i in range(8)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    go.touch()
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0] * 8, [err[-2000:] for _, err in outs if err]
+    results = {out for out, _ in outs}
+    assert len(results) == 1
+    ref = load_ogbn("ogbn-papers100M", tmp_path / "root")
+    assert json.loads(results.pop()) == [float(ref.x.sum()), int(ref.edge_index.sum()), float(ref.y.nansum()),
+                                         int(ref.node_year.sum())]
+    cache = tmp_path / "root" / "ogbn_papers100M" / ogb_node.CACHE_DIR_NAME
+    assert not [p.name for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+
+def _damage_manifest(manifest: Path, case: str) -> None:
+    info = json.loads(manifest.read_text())
+    if case == "list":
+        info = [info]
+    elif case == "null":
+        info = None
+    elif case == "missing_key":
+        del info["arrays"]
+    elif case == "path_in_names":
+        info["arrays"] = [*info["arrays"], "../../outside"]
+    elif case == "array_not_listed":
+        info["arrays"].remove("edge_index")
+    manifest.write_text(json.dumps(info))
+
+
+@pytest.mark.parametrize("case", ["list", "null", "missing_key", "path_in_names", "array_not_listed", "not_json"])
+def test_damaged_cache_manifest_is_rebuilt_with_warning(tmp_path: Path, case: str) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    first = load_ogbn("ogbn-arxiv", tmp_path)
+    manifest = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME / "manifest.json"
+    if case == "not_json":
+        manifest.write_text("{not json")
+    else:
+        _damage_manifest(manifest, case)
+    with pytest.warns(UserWarning, match=f"cache file {manifest} is corrupt.*rebuilding"):
+        again = load_ogbn("ogbn-arxiv", tmp_path)
+    assert torch.equal(again.edge_index, first.edge_index) and torch.equal(again.x, first.x)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_ogbn("ogbn-arxiv", tmp_path)
+
+
+def test_missing_cache_array_is_rebuilt_with_warning(tmp_path: Path) -> None:
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    first = load_ogbn("ogbn-arxiv", tmp_path)
+    missing = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME / "y.npy"
+    missing.unlink()
+    with pytest.warns(UserWarning, match=f"cache file {missing} is corrupt.*rebuilding"):
+        assert torch.equal(load_ogbn("ogbn-arxiv", tmp_path).y, first.y)
+    assert missing.is_file()
+
+
+def test_root_or_cache_folder_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
+        load_ogbn("ogbn-arxiv", tmp_path / "f")
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    cache = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME
+    cache.write_text("not a folder")
+    with pytest.warns(UserWarning, match=f"cannot write the cache {cache}"):
+        assert load_ogbn("ogbn-arxiv", tmp_path).num_nodes == N
+
+
+def test_a_dead_writers_temporary_is_removed_on_rebuild(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    cache = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME
+    cache.mkdir()
+    host = socket.gethostname().replace("/", "_")
+    stale = cache / f".x.npy.{host}.{int(dead.stdout)}.0123abcd.tmp"
+    other_host = cache / f".x.npy.{host}-elsewhere.{int(dead.stdout)}.0123abcd.tmp"
+    alive = cache / f".x.npy.{host}.{os.getpid()}.0123abcd.tmp"
+    for path in (stale, other_host, alive):
+        path.write_bytes(b"half")
+    load_ogbn("ogbn-arxiv", tmp_path)
+    assert not stale.exists() and other_host.exists() and alive.exists()

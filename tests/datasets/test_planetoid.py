@@ -1,11 +1,16 @@
-"""Tests for cudnn_gnn.datasets.planetoid: bundled Cora/CiteSeer, parity with PyG's Planetoid, PubMed paths."""
+"""Tests for cudnn_gnn.datasets.planetoid: bundled Cora/CiteSeer (plain arrays, equal to PyG's reader on the original
+raw files), raw files from ``root`` (parity with PyG's Planetoid, PubMed paths, damaged files named)."""
 
 from __future__ import annotations
 
+import pickle
 import shutil
+from collections import defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 import torch_geometric.transforms as T
 from torch_geometric.datasets import Planetoid
@@ -13,6 +18,8 @@ from torch_geometric.datasets import Planetoid
 from cudnn_gnn.datasets import load_planetoid
 from cudnn_gnn.datasets._io import package_data_dir
 
+#: The original raw Planetoid files (kimiyoung/planetoid), where this machine has them.
+SHARED_RAW = Path("/work/shared/data/planetoid")
 EXPECTED = {
     # name: (nodes, directed edges, features, classes, train, val, test)
     "Cora": (2708, 10556, 1433, 7, 140, 500, 1000),
@@ -38,12 +45,65 @@ def test_bundled_counts_and_masks(name: str) -> None:
     assert not bool((data.edge_index[0] == data.edge_index[1]).any())  # no self-loops
 
 
+def _write_raw(raw: Path, prefix: str, *, seed: int = 0) -> None:
+    """A small Planetoid raw set in the original format (scipy CSR features, one-hot labels, an adjacency dict, a
+    permuted test index): 600 nodes (PyG's reader takes the 500 after the labelled ones for validation), 10
+    labelled, 40 test nodes, 8 features, 3 classes."""
+    rng = np.random.default_rng(seed)
+    n, n_train, n_test, f, c = 600, 10, 40, 8, 3
+    x_all = sp.random(n, f, density=0.3, format="csr", random_state=seed, dtype=np.float32)
+    onehot = np.eye(c, dtype=np.int64)[rng.integers(0, c, n)]
+    graph = defaultdict(list, {v: rng.integers(0, n, 3).tolist() for v in range(n)})
+    raw.mkdir(parents=True, exist_ok=True)
+    parts = {"x": x_all[:n_train], "allx": x_all[: n - n_test], "tx": x_all[n - n_test :], "y": onehot[:n_train],
+             "ally": onehot[: n - n_test], "ty": onehot[n - n_test :], "graph": graph}
+    for suffix, value in parts.items():
+        with open(raw / f"ind.{prefix}.{suffix}", "wb") as fh:
+            pickle.dump(value, fh)
+    (raw / f"ind.{prefix}.test.index").write_text("\n".join(map(str, rng.permutation(np.arange(n - n_test, n)))))
+
+
+@pytest.mark.skipif(not SHARED_RAW.is_dir(), reason=f"the original raw Planetoid files are not at {SHARED_RAW}")
 @pytest.mark.parametrize("name,split", [("Cora", "public"), ("Cora", "full"), ("CiteSeer", "public")])
-def test_matches_pyg_planetoid(tmp_path: Path, name: str, split: str) -> None:
-    shutil.copytree(package_data_dir() / "planetoid" / name, tmp_path / name)
+def test_bundled_equals_pygs_reader_on_the_original_files(tmp_path: Path, name: str, split: str) -> None:
+    """The bundled archive gives, byte for byte, what PyG's Planetoid builds from the original raw pickles."""
+    shutil.copytree(SHARED_RAW / name, tmp_path / name)
     ref = Planetoid(str(tmp_path), name, split=split)[0]
     ours = load_planetoid(name, split=split)
     assert sorted(ours.keys()) == sorted(ref.keys())
+    for key in ref.keys():
+        assert ours[key].dtype == ref[key].dtype and torch.equal(ours[key], ref[key]), key
+    from_root = load_planetoid(name, root=SHARED_RAW, split=split)
+    assert all(torch.equal(from_root[key], ref[key]) for key in ref.keys())
+
+
+def test_bundled_sets_hold_no_pickle() -> None:
+    """Only .npz archives of plain arrays ship, and each opens with allow_pickle=False."""
+    files = sorted(p.relative_to(package_data_dir()).as_posix() for p in (package_data_dir() / "planetoid").rglob("*")
+                   if p.is_file())
+    assert files == ["planetoid/citeseer.npz", "planetoid/cora.npz"]
+    for name in files:
+        with np.load(package_data_dir() / name, allow_pickle=False) as npz:
+            assert all(npz[key].dtype != object for key in npz.files)
+
+
+def test_damaged_bundled_archive_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import cudnn_gnn.datasets.planetoid as planetoid
+
+    (tmp_path / "planetoid").mkdir()
+    bad = tmp_path / "planetoid" / "cora.npz"
+    bad.write_bytes((package_data_dir() / "planetoid" / "cora.npz").read_bytes()[:5000])
+    monkeypatch.setattr(planetoid, "package_data_dir", lambda: tmp_path)
+    with pytest.raises(ValueError, match=r"bundled file .*cora\.npz is damaged"):
+        load_planetoid("Cora")
+
+
+@pytest.mark.parametrize("split", ["public", "full"])
+def test_raw_files_from_root_match_pyg_planetoid(tmp_path: Path, split: str) -> None:
+    _write_raw(tmp_path / "Cora" / "raw", "cora")
+    ref = Planetoid(str(tmp_path), "Cora", split=split)[0]
+    ours = load_planetoid("Cora", root=tmp_path, split=split)
+    assert sorted(ours.keys()) == sorted(ref.keys()) and ours.num_nodes == 600
     for key in ref.keys():
         assert torch.equal(ours[key], ref[key]), key
 
@@ -66,18 +126,16 @@ def test_name_is_case_insensitive_and_package_not_written() -> None:
 
 
 def _fake_pubmed(tmp_path: Path) -> Path:
-    """A complete PubMed folder made of Cora's files under PubMed's names (the format is the same)."""
+    """A complete PubMed folder of the small raw set (the format is the same)."""
     raw = tmp_path / "PubMed" / "raw"
-    raw.mkdir(parents=True)
-    for src in (package_data_dir() / "planetoid" / "Cora" / "raw").iterdir():
-        shutil.copy(src, raw / src.name.replace("ind.cora.", "ind.pubmed."))
+    _write_raw(raw, "pubmed")
     return raw
 
 
 def test_pubmed_from_root(tmp_path: Path) -> None:
     _fake_pubmed(tmp_path)
     data = load_planetoid("PubMed", root=tmp_path)
-    assert data.num_nodes == 2708 and int(data.train_mask.sum()) == 140
+    assert data.num_nodes == 600 and int(data.train_mask.sum()) == 10
 
 
 def test_pubmed_missing_file_named(tmp_path: Path) -> None:
@@ -119,7 +177,7 @@ def test_argument_errors(kwargs: dict, exc: type, arg: str) -> None:
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
 def test_corrupt_raw_file_named(tmp_path: Path, suffix: str, damage: str) -> None:
     raw = tmp_path / "Cora" / "raw"
-    shutil.copytree(package_data_dir() / "planetoid" / "Cora" / "raw", raw)
+    _write_raw(raw, "cora")
     path = raw / f"ind.cora.{suffix}"
     if damage == "truncate":
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
@@ -128,3 +186,9 @@ def test_corrupt_raw_file_named(tmp_path: Path, suffix: str, damage: str) -> Non
     with pytest.raises(ValueError, match=r"raw file .* is corrupt \(.*\): delete it") as info:
         load_planetoid("Cora", root=tmp_path)
     assert str(path) in str(info.value)
+
+
+def test_root_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
+        load_planetoid("Cora", root=tmp_path / "f")

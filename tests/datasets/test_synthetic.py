@@ -255,8 +255,8 @@ def test_mmap_the_gpus_way_on_a_cpu_writes_the_same_graph_and_features(tmp_path,
     meta = OGBN_META["ogbn-papers100M"]
     for root, staged in (("direct", False), ("staged", True)):
         (tmp_path / root).mkdir()
-        syn._write_mapped(meta, tmp_path / root, PAPERS_TINY, 3, 128, "float16", 10_000, torch.device("cpu"),
-                          staged=staged)
+        paths = {key: tmp_path / root / f"{key}.npy" for key in syn._array_keys(128)}
+        syn._write_mapped(meta, paths, PAPERS_TINY, 3, 128, "float16", 10_000, torch.device("cpu"), staged=staged)
     for key in ("colptr", "row", "x"):
         assert (tmp_path / "direct" / f"{key}.npy").read_bytes() == (tmp_path / "staged" / f"{key}.npy").read_bytes()
     y = torch.from_numpy(np.load(tmp_path / "staged" / "y.npy"))
@@ -284,3 +284,163 @@ def test_mmap_device_errors(tmp_path, device, exc, match) -> None:
 
     with pytest.raises(exc, match=match):
         synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "p", scale=PAPERS_TINY, device=device)
+
+
+# ------------------------------------------------------------------ concurrent writers and damaged folders
+
+def _signature(g) -> tuple[float, ...]:
+    """Sums of every array of a mapped graph (NaN labels skipped): equal signatures, equal graphs (in practice)."""
+    return (float(g.colptr.sum()), float(g.row.sum()), float(g.x.double().sum()), float(g.y.nansum()),
+            float(g.train_idx.sum()))
+
+
+# Child processes run in fresh interpreters (a fork of a process with torch's thread pools can hang).
+_CHILD = """
+import json, os, sys, torch
+torch.set_num_threads(1)
+from cudnn_gnn.datasets import synthetic as syn
+def signature(g):
+    return [float(g.colptr.sum()), float(g.row.sum()), float(g.x.double().sum()), float(g.y.nansum()),
+            float(g.train_idx.sum())]
+root, tiny = sys.argv[1], float(sys.argv[2])
+def generate(seed):
+    return syn.synthetic_ogbn_mmap("ogbn-papers100M", root, scale=tiny, seed=seed, chunk_edges=2_000)
+"""
+_GENERATE = "print(json.dumps(signature(generate(1))))"
+_REGENERATE = "for seed in (2, 1, 2, 1):\n    generate(seed)\nprint('null')"
+_READ = """
+seen = []
+while not os.path.exists(sys.argv[3]) or len(seen) < 2:
+    seen.append(signature(syn.load_mapped(root)))
+print(json.dumps(seen))
+"""
+_KILLED = """
+def die(*args, **kwargs):
+    os._exit(3)  # killed after the CSC and the features were written, before the labels
+syn._labels_and_split = die
+generate(1)
+"""
+
+
+def _child(body: str, root: str, *args: str):
+    """A Python child running ``_CHILD + body`` with ``sys.argv[1:] = [root, PAPERS_TINY, *args]``."""
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", _CHILD + body, root, str(PAPERS_TINY), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _result(proc, timeout: float = 300):
+    import json
+
+    out, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err[-3000:]
+    return json.loads(out)
+
+
+def test_mmap_regenerating_a_folder_leaves_a_mapped_graph_alone(tmp_path) -> None:
+    """A graph mapped from a folder keeps its values when the folder is generated again with other arguments (the
+    files were rewritten in place: the mapped graph silently became the new one, or died of SIGBUS mid-read)."""
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
+
+    old = synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "d", scale=PAPERS_TINY, seed=1)
+    before = _signature(old)
+    new = synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "d", scale=PAPERS_TINY, seed=2)
+    assert _signature(old) == before and _signature(new) != before
+
+
+def test_mmap_concurrent_generators_and_readers_on_one_folder(tmp_path) -> None:
+    """Three generators of one dataset on one folder all succeed with the same graph; a reader looping over
+    load_mapped while another process regenerates the folder with seed 2, 1, 2, 1 only ever maps a whole seed-1 or
+    seed-2 graph (never a mix, never SIGBUS); no temporary is left."""
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
+
+    root = str(tmp_path / "same")
+    results = [_result(p) for p in [_child(_GENERATE, root) for _ in range(3)]]
+    one, two = (list(_signature(synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / str(seed), scale=PAPERS_TINY,
+                                                    seed=seed, chunk_edges=2_000))) for seed in (1, 2))
+    assert results == [one] * 3
+
+    done = tmp_path / "writer_done"
+    reader = _child(_READ, root, str(done))
+    _result(_child(_REGENERATE, root))
+    done.touch()
+    seen = _result(reader)
+    assert len(seen) >= 2 and all(s in (one, two) for s in seen), [s for s in seen if s not in (one, two)]
+    assert not list((tmp_path / "same").glob(".*.tmp"))
+
+
+def test_mmap_a_killed_writers_temporaries_are_removed_by_the_next_call(tmp_path) -> None:
+    """A writer killed mid-way leaves only its temporaries (no manifest, no final file); the next call on the folder
+    from this host deletes them (their process is gone) and generates the dataset."""
+    from cudnn_gnn.datasets.synthetic import load_mapped, synthetic_ogbn_mmap
+
+    root = tmp_path / "d"
+    proc = _child(_KILLED, str(root))
+    proc.communicate(timeout=300)
+    assert proc.returncode == 3
+    left = sorted(p.name for p in root.iterdir() if p.name != ".lock")
+    assert left and all(name.startswith(".") and f".{proc.pid}." in name and name.endswith(".tmp") for name in left)
+    with pytest.raises(FileNotFoundError, match="manifest.json"):
+        load_mapped(root)
+    g = synthetic_ogbn_mmap("ogbn-papers100M", root, scale=PAPERS_TINY, seed=1)
+    assert sorted(p.name for p in root.iterdir()) == sorted([".lock", "manifest.json", *(f"{k}.npy" for k in g.files)])
+
+
+def _damage(root: Path, case: str) -> Path:
+    """Damage a generated folder as the case says; return the file an error must name."""
+    manifest = root / "manifest.json"
+    if case in ("list", "null", "missing_key", "not_json"):
+        info = __import__("json").loads(manifest.read_text())
+        text = {"list": "[1, 2]", "null": "null", "not_json": "{not json",
+                "missing_key": __import__("json").dumps({k: v for k, v in info.items() if k != "num_nodes"})}[case]
+        manifest.write_text(text)
+        return manifest
+    path = root / "row.npy"
+    if case == "truncated":
+        path.write_bytes(path.read_bytes()[:1000])
+    else:
+        path.unlink()
+    return path
+
+
+DAMAGE = ["list", "null", "missing_key", "not_json", "truncated", "missing_array"]
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_mmap_damaged_folder_is_generated_again(tmp_path, case: str) -> None:
+    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
+
+    g = synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "d", scale=PAPERS_TINY, seed=1)
+    before = _signature(g)
+    named = _damage(tmp_path / "d", case)
+    with pytest.warns(UserWarning, match=f"{named}.*generating .* again"):
+        again = synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "d", scale=PAPERS_TINY, seed=1)
+    assert _signature(again) == before
+
+
+@pytest.mark.parametrize("case", DAMAGE)
+def test_load_mapped_names_the_damaged_file(tmp_path, case: str) -> None:
+    from cudnn_gnn.datasets.synthetic import load_mapped, synthetic_ogbn_mmap
+
+    synthetic_ogbn_mmap("ogbn-papers100M", tmp_path / "d", scale=PAPERS_TINY, seed=1)
+    named = _damage(tmp_path / "d", case)
+    exc = FileNotFoundError if case == "missing_array" else ValueError
+    with pytest.raises(exc, match=f"dataset file {named} is (damaged|missing).*generate it again"):
+        load_mapped(tmp_path / "d")
+
+
+def test_mmap_root_that_is_a_file(tmp_path) -> None:
+    from cudnn_gnn.datasets.synthetic import load_mapped, synthetic_ogbn_mmap
+
+    (tmp_path / "f").write_text("x")
+    for call in (lambda: synthetic_ogbn_mmap("ogbn-arxiv", tmp_path / "f", scale=0.001), lambda: load_mapped(tmp_path / "f")):
+        with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
+            call()
+
+
+def test_synthetic_ogbn_has_ogbs_get_idx_split() -> None:
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.001)
+    split = data.get_idx_split()
+    assert sorted(split) == ["test", "train", "valid"] and split["train"] is data.train_idx

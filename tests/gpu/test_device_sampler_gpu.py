@@ -83,10 +83,37 @@ def test_uniform_draws_on_cuda() -> None:
     assert bool(((counts - 1000).abs() < 6 * 27.4).all()), counts
 
 
-def test_host_syncs_per_batch_are_the_documented_ones() -> None:
+@pytest.mark.parametrize("fanout", [[5], [40]], ids=["floyd", "random_keys"])
+def test_uniform_draws_above_floyds_range_on_cuda(fanout: list[int]) -> None:
+    """Node 0 with 60 in-neighbours, 3000 draws of 5 (Floyd's) or 40 (random keys): each neighbour about
+    ``3000 * fanout / 60`` times, within 6 standard deviations; distinct and sorted within a draw."""
+    colptr = torch.tensor([0] + [60] * 61)
+    row = torch.arange(1, 61)
+    loader = DeviceNeighborLoader(colptr, row, input_nodes=torch.zeros(3000, dtype=torch.long), fanout=fanout,
+                                  batch_size=3000, device="cuda", seed=0)
+    e_id = next(iter(loader)).e_id.view(3000, fanout[0]).cpu()
+    assert bool((e_id.diff(dim=1) > 0).all())
+    p = fanout[0] / 60
+    counts = torch.bincount(e_id.reshape(-1), minlength=60).double()
+    assert bool(((counts - 3000 * p).abs() < 6 * (3000 * p * (1 - p)) ** 0.5).all()), counts
+
+
+def test_fanout_far_above_the_degrees_on_cuda_is_fanout_all() -> None:
+    """Fan-outs 10**9 and 2000 over a graph whose largest in-degree is far below: the batches of fan-out -1."""
+    colptr, row = _graph(e=20_000)
+    assert int(colptr.diff().max()) < 2000
+    kw = {"input_nodes": torch.arange(0, 5000, 9), "batch_size": 128, "device": "cuda", "seed": 0}
+    wide = DeviceNeighborLoader(colptr, row, fanout=[10**9, 2000], **kw)
+    full = DeviceNeighborLoader(colptr, row, fanout=[-1, -1], **kw)
+    for a, b in zip(wide, full, strict=True):
+        assert torch.equal(a.n_id, b.n_id) and torch.equal(a.e_id, b.e_id) and torch.equal(a.edge_index, b.edge_index)
+
+
+@pytest.mark.parametrize("fanout", [FANOUT, [40, 40, 5], [10**9, 2000, 3]], ids=["floyd", "random_keys", "wide"])
+def test_host_syncs_per_batch_are_the_documented_ones(fanout: list[int]) -> None:
     colptr, row = _graph()
     loader = DeviceNeighborLoader(colptr, row, node_attrs={"x": torch.randn(5000, 4)}, input_nodes=torch.arange(1024),
-                                  fanout=FANOUT, batch_size=256, shuffle=True, device="cuda", seed=0)
+                                  fanout=fanout, batch_size=256, shuffle=True, device="cuda", seed=0)
     it = iter(loader)
     next(it)  # warm (the epoch's permutation)
     torch.cuda.synchronize(DEV)
@@ -101,7 +128,7 @@ def test_host_syncs_per_batch_are_the_documented_ones() -> None:
     # torch's own notice that the sync debug mode "does not yet detect all synchronizing operations" is not a sync
     syncs = [w for w in caught if "called a synchronizing CUDA operation" in str(w.message)]
     assert batch.num_sampled_edges[-1] > 0
-    assert len(syncs) == len(FANOUT) + 1, [str(w.message) for w in syncs]
+    assert len(syncs) == len(fanout) + 1, [str(w.message) for w in syncs]
 
 
 def _sums(batch) -> torch.Tensor:
