@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from cudnn_gnn.backends._autograd import refuse_create_graph
+
 __all__ = ["GatCall", "mha_gat"]
 
 _GRAPH = (
@@ -388,6 +390,7 @@ def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
 
 
 def _backward(ctx, grad_out, grad_att, _grad_sm, _grad_act):  # type: ignore[no-untyped-def]
+    refuse_create_graph("cudnn")
     *tensors, sm, act = ctx.saved_tensors
     c: GatCall = ctx.call._replace(**dict(zip(_TENSORS, tensors)))
     x_src, x_dst, edge_attr, w = c.x_src, c.x_dst, c.edge_attr, c.attn_weights

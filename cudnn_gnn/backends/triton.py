@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._bias import column_sum
+from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.info import backend_info, triton_available
 from cudnn_gnn.graph import CscGraph
 
@@ -580,6 +581,7 @@ def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
 def _backward(ctx, grad_out, _grad_lse, grad_att, _grad_scores):  # type: ignore[no-untyped-def]
     """Gradients in the inputs' structure: for ``tensors`` a list with one entry per tensor (None for the graph's
     and the dropout mask's), None for each scalar."""
+    refuse_create_graph("triton")
     *tensors, lse, delta_out, scores = ctx.saved_tensors
     grad_out = _grad_out_or_zeros(grad_out, tensors, ctx.packed, lse)
     if not ctx.return_attention:
@@ -619,6 +621,7 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_out: Tensor | None, grad_att: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, ...]:
+        refuse_create_graph("triton")
         *tensors, lse, delta_out, scores = ctx.saved_tensors
         grad_out = _grad_out_or_zeros(grad_out, tensors, ctx.packed, lse)
         grads = _bwd_impl(grad_out, grad_att if ctx.return_attention else None, lse, delta_out, scores, tensors,
