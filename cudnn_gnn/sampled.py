@@ -157,8 +157,8 @@ def sampled_blocks(
         [(5, 3, 4), (3, 1, 2)]
     """
     ei = check_index("edge_index", edge_index)
-    if type(ei) is not Tensor and hasattr(ei, "as_tensor"):  # a PyG EdgeIndex: its data tensor (as_subclass would
-        ei = ei.as_tensor()                                     # keep the storage-less wrapper, see CscGraph)
+    if type(ei) is not Tensor:  # a PyG EdgeIndex: its data
+        ei = ei.as_subclass(Tensor)
     if ei.dim() != 2 or ei.shape[0] != 2:
         raise ValueError(f"edge_index must have shape (2, num_edges), got {tuple(ei.shape)}")
     check_bool("validate", validate)

@@ -18,11 +18,10 @@ per-head max, sum of exponentials and unnormalised accumulator; backward: per-he
 source-side sums), and one merge program per hub row combines the slots in their fixed order (log-sum-exp for the
 forward, plain sums for the backward).
 
-A program walks its row (or chunk) in blocks of ``BIG_E`` edges while at least that many remain, then in blocks of
-``BLOCK_E`` (small, for the many light rows of a power-law graph). The launchers of the kernels that gather feature
-rows pass ``BIG_E = BLOCK_E`` (one block size for every row) unless :data:`BIG_BLOCKS` is on: a big tile that only
-long rows use costs every program its registers. (GAT's destination sum, over ``[E, H]`` floats only, keeps
-:func:`block_sizes`' pair.)
+A program walks its row (or chunk) in blocks of ``BLOCK_E`` edges, one block size for every row: a kernel's
+registers are allocated for its largest tile, so a bigger block that only long rows used would cost every program
+(mostly light rows) its occupancy (measured: docs/performance.md, "One block size"). GAT's destination sum, over
+``[E, H]`` floats only, walks long rows in blocks of ``BIG_E`` first (:func:`block_sizes`' pair).
 
 Softmax statistics are kept per (destination, head) as a log-sum-exp ``[Nd, H]`` float32; the backward recomputes
 the logits from it and never stores anything of size ``[E, H*C]``. GAT's backward (:func:`launch_gat_backward`)
@@ -95,8 +94,8 @@ def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> t
     ``BLOCK_C`` = ``c`` rounded up to a power of two; ``HG`` (heads per program) = ``heads`` rounded up to a power of
     two, halved until ``HG * BLOCK_C <= max_tile_d`` (at least 1). With the tile width ``W = HG * BLOCK_C``:
     ``BLOCK_E = clamp(2048 / W, 2, 16)`` edges for light rows (16 x 128 ... 8 x 256 ... 2 x 1024) and
-    ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` for long rows (launched only with :data:`BIG_BLOCKS` on), with a
-    register budget of 8192 tile elements (GAT, one
+    ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` (the long-row block of GAT's destination sum; the warps rule below
+    reads it for every kernel), with a register budget of 8192 tile elements (GAT, one
     live feature tile) or 4096 (GATv2, whose backward holds several); ``num_warps = clamp(min(BIG_E * W, 4096) / 1024,
     2, 8)``: about 32 float32 registers a thread per GATv2 big tile, 64 for GAT's. GAT used to take 8 warps at 8 x 32
     (twice GATv2's 4): a light row's ``[8, 8, 32]`` tile is then 8 elements a thread and every reduction over the edge
@@ -151,26 +150,14 @@ WIDE_TUNED_SHAPES: Mapping[tuple[str, bool, int], tuple[int, int]] = MappingProx
 element bytes of the gathered rows)`` -> ``(BLOCK_E, num_warps)``. From the H200 sweep of ``bench_sampled.py
 --sweep`` on papers100M-shaped sampled blocks, GAT, 4 heads x 128, bfloat16 (figures in docs/performance.md). One
 warp a program, as at 256 and below; the source pass takes the smallest block because a sampled block's sources
-have one or two out-edges (a longer source is walked in ``BIG_E`` blocks all the same). A combination not listed
+have one or two out-edges. A combination not listed
 (float32, GATv2, the destination pass: not swept at this width) keeps :func:`block_sizes`."""
-
-
-BIG_BLOCKS = False
-"""Whether long rows are walked in blocks of ``BIG_E`` edges (True) or, the default, in the light rows' ``BLOCK_E``
-(one block size for every row: the launches that take :func:`_config`'s shape get ``BIG_E = BLOCK_E``). Read per
-launch, so that the two can be measured against each other in one process (``benchmarks/profile_layers.py
---big-blocks on|off``).
-
-Why one size: a kernel's registers are allocated for its largest tile, so a big block that only long rows use costs
-every program (mostly light rows) its occupancy; compiled for sm_90a, the big blocks put most kernels at or near
-the 255-register limit, often with spills (``benchmarks/investigations/kernel_registers.py``). Measurements:
-docs/performance.md, "One block size"."""
 
 
 @functools.cache
 def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
                  max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
-    """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (a :data:`TUNED_SHAPES` kernel name) for ``heads``
+    """``(BLOCK_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (a :data:`TUNED_SHAPES` kernel name) for ``heads``
     heads of width ``c`` gathering rows of ``elem_bytes`` bytes an element: :func:`block_sizes`, except for a tile
     ``W = HG * BLOCK_C`` at most 256 wide with an entry ``(KiB, warps)`` in :data:`TUNED_SHAPES` (a full tile 256
     wide: :data:`FULL_TILE_SHAPES` first; wider, up to 512,
@@ -180,19 +167,19 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
 
     Why few warps: more programs resident, more gathers in flight, no cross-warp reductions, in kernels whose
     programs are mostly light rows (arxiv: 14 edges a row on average, 10 the median)."""
-    block_e, big_e, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
+    block_e, _, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
     width = hg * block_c
     wide = WIDE_TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4))) if 256 < width <= 512 else None
     if wide is not None:
-        return wide[0], max(wide[0], big_e), hg, block_c, wide[1]
+        return wide[0], hg, block_c, wide[1]
     key = (kernel, v2, min(elem_bytes, 4))
     tuned = FULL_TILE_SHAPES.get(key) if width == 256 and c == block_c else None
     tuned = tuned or TUNED_SHAPES.get(key)
     if tuned is None or width > 256:
-        return block_e, big_e, hg, block_c, num_warps
+        return block_e, hg, block_c, num_warps
     kib, num_warps = tuned
     block_e = max(2, min(32, kib * 1024 // (width * elem_bytes)))
-    return block_e, max(block_e, big_e), hg, block_c, num_warps
+    return block_e, hg, block_c, num_warps
 
 
 # ---------------------------------------------------------------------------------------------------- reductions
@@ -381,7 +368,7 @@ def _fwd_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """One work item: a whole row writes ``out`` and ``lse`` (and normalises its attention); a chunk of a hub row
     writes its unnormalised state ``(max, sumexp, acc)`` per head to its partial slot, for :func:`_fwd_merge_kernel`.
@@ -407,13 +394,7 @@ def _fwd_kernel(
     m_run = tl.full([HG], -1.0e30, tl.float32)
     l_run = tl.full([HG], 0.0, tl.float32)
     acc = tl.full([HG, BLOCK_C], 0.0, tl.float32)
-    big_end = start + (end - start) // BIG_E * BIG_E
-    for e0 in range(start, big_end, BIG_E):  # long rows: full big blocks
-        m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
-                                       indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                       mask_ptr, mask_s0, mask_s1, att_ptr, H, D, alpha,
-                                       V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, RETURN_ATT, ACT, BIG_E)
-    for e0 in range(big_end, end, BLOCK_E):  # light rows and the rest: small blocks
+    for e0 in range(start, end, BLOCK_E):  # light rows and the rest: small blocks
         m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                                        indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                        mask_ptr, mask_s0, mask_s1, att_ptr, H, D, alpha,
@@ -433,7 +414,7 @@ def _fwd_kernel(
     if RETURN_ATT:
         tl.debug_barrier()  # the raw logits stored above, by other threads of this program, are read below
         _normalise_att(start, tl.where(slot == -1, end, start), lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1,
-                       att_ptr, H, HAS_MAP, HAS_MASK, BIG_E)
+                       att_ptr, H, HAS_MAP, HAS_MASK, BLOCK_E)
 
 
 @cached_launch
@@ -443,7 +424,7 @@ def _fwd_merge_kernel(
     m_part_ptr, l_part_ptr, acc_part_ptr, out_ptr, lse_ptr, att_ptr,
     H, C,
     HAS_MAP: tl.constexpr, HAS_MASK: tl.constexpr, RETURN_ATT: tl.constexpr,
-    BIG_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """One hub row (``hubs[pid] = (row, first slot, chunk count)``, count 0 = padding): the chunks' partial states
     combined in slot order by log-sum-exp into ``out`` and ``lse``; then the row's attention normalised."""
@@ -481,7 +462,7 @@ def _fwd_merge_kernel(
         start = tl.load(offsets_ptr + row).to(tl.int64)
         end = tl.load(offsets_ptr + row + 1).to(tl.int64)
         _normalise_att(start, tl.where(n > 0, end, start), lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1,
-                       att_ptr, H, HAS_MAP, HAS_MASK, BIG_E)
+                       att_ptr, H, HAS_MAP, HAS_MASK, BLOCK_E)
 
 
 @cached_launch
@@ -602,7 +583,7 @@ def _bwd_dst_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
     HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Destination pass: for destination ``i`` and each head ``h`` of the program's group, recompute
     ``p_e = exp(s_e - lse_i)`` and ``alpha_e = p_e m_e``; ``g_e = <dout_i, x_j> + datt_e``;
@@ -641,14 +622,8 @@ def _bwd_dst_kernel(
     p1_end = end
     if not ONLY_DELTA:
         p1_end = tl.where(slot >= 0, start, end)
-    big_end = start + (p1_end - start) // BIG_E * BIG_E
     delta = tl.full([HG], 0.0, tl.float32)
-    for e0 in range(start, big_end, BIG_E):
-        delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
-                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
-                                V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BIG_E)
-    for e0 in range(big_end, p1_end, BLOCK_E):
+    for e0 in range(start, p1_end, BLOCK_E):
         delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
                                 indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                 mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
@@ -661,17 +636,10 @@ def _bwd_dst_kernel(
         # of a reduction and are read back here in another: without the barrier a thread can read them before
         # another thread's store lands (a race the sequential interpreter cannot show)
         tl.debug_barrier()
-        big_end = start + (end - start) // BIG_E * BIG_E
         dxi = tl.full([HG, BLOCK_C], 0.0, tl.float32)
         datt_w = tl.full([HG, BLOCK_C], 0.0, tl.float32)
         dsd = tl.full([HG], 0.0, tl.float32)
-        for e0 in range(start, big_end, BIG_E):
-            dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
-                                               indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
-                                               sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
-                                               dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
-                                               HAS_MASK, ACT, BIG_E)
-        for e0 in range(big_end, end, BLOCK_E):
+        for e0 in range(start, end, BLOCK_E):
             dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
                                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
                                                sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
@@ -743,7 +711,7 @@ def _bwd_src_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr,
     REV_DST: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """Source pass over the reverse CSC: for source ``j`` (a work item over reverse-CSC positions) and each head
     ``h`` of the program's group, ``dx_j = sum_e alpha_e dout_i`` plus, for GATv2, ``sum_e ds_e a act'(x_j + x_i +
@@ -767,13 +735,7 @@ def _bwd_src_kernel(
         aw = xj
     dx = tl.full([HG, BLOCK_C], 0.0, tl.float32)
     dss = tl.full([HG], 0.0, tl.float32)
-    big_end = start + (end - start) // BIG_E * BIG_E
-    for k0 in range(start, big_end, BIG_E):
-        dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr,
-                                 dout_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT,
-                                 REV_DST, BIG_E)
-    for k0 in range(big_end, end, BLOCK_E):
+    for k0 in range(start, end, BLOCK_E):
         dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr,
                                  dout_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT,
@@ -898,7 +860,7 @@ def _bwd_gat_delta_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """``delta_i = sum_e alpha_e (g_e + datt_e)`` per destination ``i`` and head, the softmax backward's row sum
     (FlashAttention's ``D = rowsum(dO * O)``): ``sum_e alpha_e g_e = <dout_i, out_i>`` per head, with ``out_i =
@@ -920,12 +882,7 @@ def _bwd_gat_delta_kernel(
     if HAS_DATT:
         sd = tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)
         lse = tl.load(lse_ptr + row * H + h_off, mask=hm, other=0.0)
-        big_end = start + (end - start) // BIG_E * BIG_E
-        for e0 in range(start, big_end, BIG_E):
-            delta = _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, delta,
-                                     indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
-                                     datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, ACT, BIG_E)
-        for e0 in range(big_end, end, BLOCK_E):
+        for e0 in range(start, end, BLOCK_E):
             delta = _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, delta,
                                      indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
                                      datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, ACT, BLOCK_E)
@@ -984,7 +941,7 @@ def _bwd_gat_src_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr, REV_DST: tl.constexpr,
-    BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """GAT's source pass, the one that gathers feature rows: for source ``j`` (a work item over reverse-CSC
     positions) and each head of the program's group, ``x_j`` is loaded once and each out-edge ``e = (j -> i)``
@@ -1004,13 +961,7 @@ def _bwd_gat_src_kernel(
     ssj = tl.load(ssrc_ptr + j * H + h_off, mask=hm, other=0.0)
     dx = tl.full([HG, BLOCK_C], 0.0, tl.float32)
     dss = tl.full([HG], 0.0, tl.float32)
-    big_end = start + (end - start) // BIG_E * BIG_E
-    for k0 in range(start, big_end, BIG_E):
-        dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr,
-                                 mask_s0, mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, REV_DST, BIG_E)
-    for k0 in range(big_end, end, BLOCK_E):
+    for k0 in range(start, end, BLOCK_E):
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr,
                                  mask_s0, mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
@@ -1073,12 +1024,9 @@ def _config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) 
     """``(C, head groups, launch keywords)`` for a call of ``kernel`` (see :func:`launch_shape`); ``gathered`` is the
     tensor whose rows it gathers per edge."""
     c = x_src.shape[1] // heads
-    # module globals read per call, so that the tuning sweep can swap launch_shape
-    sizes = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
-    block_e, big_e, hg, block_c, num_warps = sizes
-    if not BIG_BLOCKS:
-        big_e = block_e
-    return c, _cdiv(heads, hg), dict(BLOCK_E=block_e, BIG_E=big_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
+    # launch_shape looked up per call, so that the tuning sweep can swap it
+    block_e, hg, block_c, num_warps = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
+    return c, _cdiv(heads, hg), dict(BLOCK_E=block_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
 
 
 def _partial(rows: int, width: int, like: Tensor) -> Tensor:
@@ -1141,7 +1089,7 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
             m_part, l_part, acc_part, out, lse, _or(att, lse),
             heads, c,
             HAS_MAP=map_csc_to_coo is not None, HAS_MASK=mask is not None, RETURN_ATT=att is not None,
-            BIG_E=cfg["BIG_E"], HG=cfg["HG"], BLOCK_C=cfg["BLOCK_C"], num_warps=cfg["num_warps"],
+            BLOCK_E=cfg["BLOCK_E"], HG=cfg["HG"], BLOCK_C=cfg["BLOCK_C"], num_warps=cfg["num_warps"],
         )
 
 

@@ -30,8 +30,9 @@ from __future__ import annotations
 import functools
 import os
 import sys
+from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -40,11 +41,10 @@ from cudnn_gnn._bias import column_sum
 from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.info import backend_info, triton_available
 from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.spec import AttentionSpec, project_edges
 
-if TYPE_CHECKING:
-    from cudnn_gnn.spec import AttentionSpec
-
-__all__ = ["TritonCall", "WorkList", "build_call", "chunk_size", "edge_span", "fuse_edge_projection", "gat_one_gather",
+__all__ = ["DEFAULT_OPTIONS", "TritonCall", "TritonOptions",
+           "WorkList", "build_call", "chunk_size", "edge_span", "fuse_edge_projection", "gat_one_gather",
            "gatv2_edge_inputs", "mha_gat", "pack", "unavailable_reason", "unpack", "work_list", "BACKEND"]
 
 
@@ -66,7 +66,8 @@ class TritonCall(NamedTuple):
     ``2*H*C``: the node scores are its own) and the float32 edge scores ``score_edge [E, H]`` (COO) or None.
     ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
     ``edge_grads``: on the fused path, which edge gradients the backward computes (bit 0: ``edge_attr``'s, bit 1:
-    ``lin_edge_weight``'s; the others come back as empty tensors); 0 otherwise.
+    ``lin_edge_weight``'s; the others come back as empty tensors); 0 otherwise. ``gat_backward``:
+    :attr:`TritonOptions.gat_backward`.
     """
 
     offsets: Tensor
@@ -96,6 +97,32 @@ class TritonCall(NamedTuple):
     activation: str
     activation_alpha: float
     edge_grads: int
+    gat_backward: str
+
+
+@dataclass(frozen=True)
+class TritonOptions:
+    """The Triton backend's variants kept for measurement, passed explicitly to :func:`mha_gat` (the layers and the
+    public ops always take the defaults).
+
+    Attributes:
+        gat_backward: GAT's backward: ``"auto"`` (the default), the rule of :func:`gat_one_gather`;
+            ``"one_gather"``, :func:`_gat_backward`, one feature-row gather per edge (its source pass gathers
+            ``dout_i``; the softmax row sums come from the saved per-head output); ``"two_gather"``, the backward
+            GATv2 takes (the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass
+            ``dout_i``). Decided when the forward runs, so a step's forward and backward agree. GATv2 ignores it.
+    """
+
+    gat_backward: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.gat_backward not in _GAT_BACKWARDS:
+            raise ValueError(f"gat_backward must be one of {', '.join(map(repr, _GAT_BACKWARDS))}, "
+                             f"got {self.gat_backward!r}")
+
+
+_GAT_BACKWARDS = ("auto", "one_gather", "two_gather")
+DEFAULT_OPTIONS = TritonOptions()
 
 
 _SCHEMA_TYPES = {"Tensor": "Tensor", "Tensor | None": "Tensor?", "int": "int", "bool": "bool", "str": "str",
@@ -294,33 +321,20 @@ def _like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) 
     return torch.empty(t.shape, dtype=dtype or t.dtype, device=t.device)
 
 
-SOURCE_PASS_REV_DST = True
-"""Whether a static graph's backward gives the source pass ``rev_dst`` (:meth:`CscGraph.reverse_dst`, built once and
-cached on the graph: ``E`` indices more) so that it reads each out-edge's destination directly, or (False) through
-the edge's CSC position, ``dst_index[rev_to_csc[k]]``, one dependent load more per edge. Read by
-:func:`build_call`; a module global so that the two can be measured against each other in one process."""
-
-GAT_ONE_GATHER_BACKWARD: bool | None = None
-"""Which backward GAT takes (read when the forward's autograd context is saved, so a step's forward and backward
-always agree): True, :func:`_gat_backward`, one feature-row gather per edge (its source pass gathers ``dout_i``; the
-softmax row sums come from the saved per-head output); False, the two-gather backward GATv2 keeps (the destination
-pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass ``dout_i``); None (the default), the rule of
-:func:`gat_one_gather`. A module global so that the two can be measured against each other in one process."""
-
-
 def gat_one_gather(c: TritonCall) -> bool:
     """Whether GAT's backward for the call ``c`` gathers one feature row per edge (:func:`_gat_backward`) or two.
 
-    The rule (where :data:`GAT_ONE_GATHER_BACKWARD` is None): one gather on a static graph (one whose call carries
-    ``rev_dst``, see :data:`SOURCE_PASS_REV_DST`) with a feature tile at most 256 wide (``HG * BLOCK_C``, see
-    :func:`~cudnn_gnn.backends._triton_kernels.block_sizes`: 8 x 32, 8 x 8), where its source pass has launch shapes
+    ``c.gat_backward`` (from :class:`TritonOptions`) forces either; ``"auto"`` (the default) takes the rule: one
+    gather on a static graph (one whose call carries ``rev_dst``, see :func:`build_call`) with a feature tile at
+    most 256 wide (``HG * BLOCK_C``, see :func:`~cudnn_gnn.backends._triton_kernels.block_sizes`: 8 x 32, 8 x 8),
+    where its source pass has launch shapes
     tuned on the H200 and measured faster than two gathers; two gathers on a graph rebuilt every call (sampled
     blocks, whose sources have one or two out-edges: measured slower there with one) and on wider tiles. The
     measurements: docs/performance.md, "GAT's backward with one row gather". GATv2: always two."""
     if c.v2:
         return False
-    if GAT_ONE_GATHER_BACKWARD is not None:
-        return GAT_ONE_GATHER_BACKWARD
+    if c.gat_backward != "auto":
+        return c.gat_backward == "one_gather"
     # the feature width is a layer's (static) width; int() keeps a symbolic one from reaching the cached rule
     _, _, hg, block_c, _ = _kernels().block_sizes(c.heads, int(c.x_src.shape[1]) // max(c.heads, 1), False)
     return c.rev_dst is not None and hg * block_c <= 256
@@ -723,8 +737,6 @@ def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_e
     if fuse_edge_projection(edge_attr.shape[0], heads, x_src.shape[1], edge_attr.shape[1], dtype.itemsize,
                             needs_grad and lin_edge_weight.requires_grad):
         return edge_attr, lin_edge_weight
-    from cudnn_gnn.spec import project_edges  # here: spec imports the backends package, which imports this module
-
     return project_edges(edge_attr, lin_edge_weight), None
 
 
@@ -857,6 +869,7 @@ def build_call(
     return_attention: bool,
     needs_grad: bool,
     lin_edge_weight: Tensor | None = None,
+    options: TritonOptions = DEFAULT_OPTIONS,
 ) -> TritonCall:
     """The op's arguments for :func:`mha_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
     per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``.
@@ -879,7 +892,10 @@ def build_call(
     if needs_grad:
         rev_offsets, rev_to_csc = g.reverse_csc()
         dst_index = g.dst_index
-        if not g.rebuilt_every_call and SOURCE_PASS_REV_DST:  # built once per static graph; a block's: a launch a step
+        # a static graph's source pass reads each out-edge's destination from rev_dst (built once, cached on the
+        # graph: E indices more); a graph rebuilt every call reads dst_index[rev_to_csc[k]] (one dependent load
+        # more per edge, but no launch a step to build it)
+        if not g.rebuilt_every_call:
             rev_dst = g.reverse_dst()
         src_work, src_hub_work, src_hubs = g.derived(
             ("triton", "src_work", chunk),
@@ -911,7 +927,7 @@ def build_call(
         num_src_nodes=g.num_src_nodes, **inputs,
         dropout_mask=None if dropout_mask is None else dropout_mask.float(),
         v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha),
-        edge_grads=edge_grads)
+        edge_grads=edge_grads, gat_backward=options.gat_backward)
 
 
 def mha_gat(
@@ -929,6 +945,7 @@ def mha_gat(
     activation_alpha: float,
     return_attention: bool,
     lin_edge_weight: Tensor | None = None,
+    options: TritonOptions = DEFAULT_OPTIONS,
 ) -> tuple[Tensor, Tensor | None]:
     """GAT / GATv2 attention on the Triton kernels; the contract of :func:`cudnn_gnn.backends.reference.mha_gat`.
 
@@ -946,6 +963,7 @@ def mha_gat(
         lin_edge_weight: GATv2 ``[H*C, De]`` (PyG's ``lin_edge.weight``): the edge term is ``edge_attr @
             lin_edge_weight^T``, projected inside the kernels where :func:`fuse_edge_projection` allows (no
             ``[E, H*C]`` tensor, forward or backward), else by torch before them.
+        options: the variants kept for measurement (:class:`TritonOptions`); the defaults everywhere else.
 
     Returns:
         ``(out, attention or None)``: ``out`` ``[Nd, H*C]`` (concat) or ``[Nd, C]`` in the input dtype.
@@ -977,7 +995,8 @@ def mha_gat(
     edge_attr, lin_edge_weight = gatv2_edge_inputs(x_src, heads, edge_attr, lin_edge_weight, needs_grad)
     call = build_call(graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
                       activation_name=activation_name, activation_alpha=activation_alpha,
-                      return_attention=return_attention, needs_grad=needs_grad, lin_edge_weight=lin_edge_weight)
+                      return_attention=return_attention, needs_grad=needs_grad, lin_edge_weight=lin_edge_weight,
+                      options=options)
     if torch.compiler.is_compiling():
         out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
     else:

@@ -274,16 +274,11 @@ def test_empty_graph_and_no_destinations():
         assert torch.equal(gx, torch.zeros_like(gx))
 
 
-@pytest.mark.parametrize("big_blocks", [False, True], ids=["one_block_size", "big_blocks"])
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
-def test_20000_edge_hub_in_and_out_in_chunks(op, big_blocks, monkeypatch):
+def test_20000_edge_hub_in_and_out_in_chunks(op):
     """Destination 0 with 20,000 in-edges and source 1 with 20,000 out-edges on a light power-law background: both
     are cut into chunks (forward log-sum-exp merge, backward delta / destination / source merges), against the
-    float64 reference, with edge features, a dropout mask and returned attention; bitwise equal on a second run.
-    Long rows walked in one block size (the default) and in big blocks (``BIG_BLOCKS``)."""
-    from cudnn_gnn.backends import _triton_kernels
-
-    monkeypatch.setattr(_triton_kernels, "BIG_BLOCKS", big_blocks)
+    float64 reference, with edge features, a dropout mask and returned attention; bitwise equal on a second run."""
     v2 = op == "gatv2"
     n, hub = 4000, 20_000
     graph = _hub_graph(n, 40_000, hub, seed=5)
@@ -398,18 +393,19 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
         w = (w_v2 if v2 else w_gat).detach().clone().requires_grad_()
         f = (ea if v2 else score_edge).detach().clone().requires_grad_()
         wt = ew.detach().clone().requires_grad_() if v2 else None
-        monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", case == "gat_one_gather")
+        options = tb.TritonOptions(gat_backward="one_gather" if case == "gat_one_gather" else "two_gather")
         out, att = tb.mha_gat(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, activation_name="leaky_relu",
-                              activation_alpha=0.2, return_attention=True, lin_edge_weight=wt)
+                              activation_alpha=0.2, return_attention=True, lin_edge_weight=wt, options=options)
         cot = torch.Generator(device=DEV).manual_seed(0)
         ((out * torch.randn(out.shape, device=DEV, generator=cot)).sum()
          + (att * torch.randn(att.shape, device=DEV, generator=cot)).sum()).backward()
         return [out, att, x.grad, w.grad, f.grad] + ([wt.grad] if v2 else [])
 
     cases = ("gat_one_gather", "gat_two_gather", "gatv2_fused")
-    monkeypatch.setattr(_triton_launch, "ENABLED", False)
-    plain = {case: run(case) for case in cases}
-    monkeypatch.setattr(_triton_launch, "ENABLED", True)
+    with monkeypatch.context() as plain_dispatch:  # every kernel through Triton's own dispatch
+        for name, k in kernels.items():
+            plain_dispatch.setattr(tk, name, k.fn)
+        plain = {case: run(case) for case in cases}
     first = {case: run(case) for case in cases}  # builds each variant's entry through Triton's dispatch
     assert all(k.variants() > 0 for k in kernels.values()), {name: k.variants() for name, k in kernels.items()}
 

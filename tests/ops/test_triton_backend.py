@@ -53,17 +53,20 @@ def _inputs(v2: bool, ns: int, nd: int, e: int, heads: int, c: int, *, edge: boo
     return xs, xd, w, ea, m
 
 
-def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1, ew=None):
+def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1, ew=None,
+         gat_backward="auto"):
     """Forward, then the gradients of ``<out, g_out> + <attention, g_att>`` w.r.t. every input given (``ew``: GATv2's
     ``lin_edge_weight``, ``ea`` then raw). Without ``xd``, ``x_dst`` is ``xs`` itself on a square graph (GAT's op
-    then reads one feature tensor for both node scores), else a view of its first rows."""
+    then reads one feature tensor for both node scores), else a view of its first rows. ``gat_backward``: the Triton
+    backend's :class:`~cudnn_gnn.backends.triton.TritonOptions` variant (the reference ignores it)."""
     if xd is not None:
         x_dst = xd
     else:  # x_src itself where the graph is square (as the layers pass it), else a view of its first rows
         x_dst = xs if graph.num_dst_nodes == xs.shape[0] else xs[: graph.num_dst_nodes]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha, lin_edge_weight=ew)
     if backend == "triton":
-        out, att = tb.mha_gat(graph, xs, x_dst, w, ea, m, return_attention=True, **kw)
+        out, att = tb.mha_gat(graph, xs, x_dst, w, ea, m, return_attention=True,
+                              options=tb.TritonOptions(gat_backward=gat_backward), **kw)
     else:
         out, att = reference.mha_gat(graph, xs, x_dst, w, ea, m, **kw)
     gen = torch.Generator().manual_seed(seed)
@@ -73,6 +76,11 @@ def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu
     loss = (out.float() * g_out.float()).sum() + (att * g_att).sum()
     grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True) if leaves else ()
     return out, att, grads
+
+
+def _gat_backward(one_gather: bool) -> str:
+    """The :class:`~cudnn_gnn.backends.triton.TritonOptions` variant that forces GAT's one- or two-gather backward."""
+    return "one_gather" if one_gather else "two_gather"
 
 
 def _compare(graph, xs, xd, w, ea, m, **kw):
@@ -140,15 +148,14 @@ def test_head_width_not_a_power_of_two_one_head_and_long_rows(v2):
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.parametrize("max_tile_d", [1024, 16, 8], ids=["all_heads", "head_groups", "one_head"])
-def test_padded_heads_head_groups_and_rows_of_big_and_small_blocks(v2, max_tile_d, monkeypatch):
+def test_padded_heads_head_groups_and_rows_of_many_blocks(v2, max_tile_d, monkeypatch):
     """H = 3, C = 5: heads pad to 4 and channels to 8 in one all-heads tile; with a smaller tile budget the heads
     split into groups of 2 (the second group half padding) or one head per program (the wide-row path). A row of
-    150 edges takes two big blocks (BIG_E = 64, with ``BIG_BLOCKS`` on) and a small one for the rest; others have 0
-    to 3 edges. Bipartite, shuffled, with edge features and a strided dropout mask."""
+    150 edges takes ten blocks of 16 (the last one short); others have 0 to 3 edges. Bipartite, shuffled, with edge
+    features and a strided dropout mask."""
     from cudnn_gnn.backends import _triton_kernels as kernels
 
     monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
-    monkeypatch.setattr(kernels, "BIG_BLOCKS", True)
     block_e, big_e, hg, block_c, _ = kernels.block_sizes(3, 5, v2, max_tile_d)
     assert (block_e, big_e, block_c) == (16, 64, 8) and hg == {1024: 4, 16: 2, 8: 1}[max_tile_d]
     hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
@@ -509,7 +516,7 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
     ``short_rows`` takes that list for its destinations and its sources, and a row (or a source's out-edges) far
     longer than the chunk, walked whole by one program, still gives the reference's outputs and every gradient
     (GAT with either backward)."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    gb = _gat_backward(one_gather)
     offsets = torch.tensor([0, 0, 10, 11, 30, 30], dtype=torch.int32)
     w = tb.work_list(offsets, 30, 4, whole_rows=True)
     assert w.work is offsets and n_items(w.work) == 5  # the offsets are the list: program i walks row i
@@ -522,7 +529,7 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
     assert int(graph.reverse_csc()[0].diff().max()) > 4  # and a source
     for v2 in (False, True):
         xs, xd, w_, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=5)
-        _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True)
+        _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True, gat_backward=gb)
     rows = graph.derived_if_built(("triton", "row_work", 4))
     srcs = graph.derived_if_built(("triton", "src_work", 4))
     assert rows.hub_work.shape[0] == 0 and rows.work is graph.offsets
@@ -575,7 +582,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
     graph marked rebuilt every call (no degree sync) keeps the bounded lists
     and launches the merges over padding (GAT's one-gather backward: four, for delta, dx, d score_src and d
     score_dst). Results agree."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    gb = _gat_backward(one_gather)
     ns = 40
     ei = torch.randint(0, ns, (2, 300), generator=torch.Generator().manual_seed(3))  # 300 edges > one 256-edge chunk
     results = []
@@ -585,7 +592,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
             graph.mark_rebuilt_every_call()
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
         launched.clear()
-        results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True))
+        results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb))
         assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
         rows = _attention_launches(launched)
         if not rebuilt:
@@ -604,8 +611,8 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
 def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, monkeypatch):
     """Two GATConv layers of Cora's shape (8 heads x 8 concatenated, then one head averaged; attention dropout 0.6,
     self-loops) on a static hub-free graph, on the one-gather backward: it launches GAT's three passes per layer and
-    the node scores' backward, nothing else, and every gradient equals the reference layers'."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", True)
+    the node scores' backward, nothing else, and every gradient equals the reference layers'. The one-gather
+    backward is the default rule's choice here (a static graph, tiles of 8 x 8 and 1 x 8)."""
     from cudnn_gnn import GATConv
 
     n, f = 60, 12
@@ -636,12 +643,11 @@ def test_gat_delta_from_the_rounded_bfloat16_output(concat, monkeypatch):
     Against the float64 reference its gradients are within the bf16 tolerances and within 3x the error of the
     reference's own bfloat16 path on the same inputs (the GPU suite's bound); with a dropout mask, edge scores and
     a gradient on the attention."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", True)
     ei, ns, nd = GRAPHS["power_law"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False,
                                dtype=torch.bfloat16)
-    _, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat)
+    _, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat, gat_backward="one_gather")
     exact = [t.detach().double().requires_grad_() for t in (xs, w, ea)]
     _, _, ref = _run("reference", graph, exact[0], None, exact[1], exact[2], m, v2=False, heads=2, concat=concat)
     _, _, same = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat)
@@ -659,14 +665,15 @@ def test_gat_attention_gradient_with_dropout_in_chunks(concat, one_gather, chunk
     """A gradient on the returned attention with a strided dropout mask, hub rows and sources in chunks of 4: GAT's
     delta pass walks the row's edges for ``sum_e alpha_e datt_e`` (a chunk adds the row's ``<dout_i, out_i>`` once,
     in its first chunk), the merge sums the chunks; also a loss on the attention alone. The two-gather backward
-    (kept for A/B measurement) on the same cases. Bitwise equal on a second run."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    (the default on graphs rebuilt every call and wide tiles) on the same cases. Bitwise equal on a second run."""
+    gb = _gat_backward(one_gather)
     chunk.set(4)
     ei, ns, nd = GRAPHS["power_law"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns, index_dtype=torch.int32)
     xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], 3, 3, edge=True, mask=True, bipartite=False, seed=12)
-    first = _compare(graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0)
-    second = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0)
+    first = _compare(graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0, gat_backward=gb)
+    second = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0,
+                  gat_backward=gb)
     assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
     kw = dict(v2=False, heads=3, concat=concat, activation_name="leaky_relu", activation_alpha=0.2)
     _attention_only_grads_match(graph, xs, w, ea, kw)
@@ -732,30 +739,32 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     warps at 1 KiB; tiles wider than 256 without an entry of their own, the shared shape."""
     from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
 
-    assert launch_shape("fwd", 8, 32, False, 4) == (8, 32, 8, 32, 1)
-    assert launch_shape("fwd", 8, 32, False, 2) == (4, 32, 8, 32, 1)
-    assert launch_shape("fwd", 8, 8, False, 4) == (32, 64, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
-    assert launch_shape("dst", 8, 32, False, 2) == (16, 32, 8, 32, 1)
-    assert launch_shape("src", 8, 32, False, 4) == (16, 32, 8, 32, 1)
-    assert launch_shape("src", 8, 32, False, 2) == (32, 32, 8, 32, 1)
-    assert launch_shape("gat_src", 8, 32, False, 4) == (2, 32, 8, 32, 2)
-    assert launch_shape("gat_src", 1, 47, False, 4) == (32, 64, 1, 64, 1)  # narrower: TUNED_SHAPES' 16 KiB
-    assert launch_shape("gat_src", 4, 47, False, 4) == (16, 32, 4, 64, 1)  # 256 wide, padded: the same
-    assert launch_shape("gat_src", 8, 32, False, 2) == (2, 32, 8, 32, 2)
-    assert launch_shape("gat_delta", 8, 32, False, 4) == (2, 32, 8, 32, 1)
-    assert launch_shape("dst", 8, 32, True, 4) == (8, 16, 8, 32, 1)
-    assert launch_shape("dst", 8, 32, True, 2) == (2, 16, 8, 32, 2)
-    assert launch_shape("src", 8, 32, True, 2) == (2, 16, 8, 32, 2)
-    assert launch_shape("fwd", 8, 32, True, 4) == (2, 16, 8, 32, 2)
-    assert launch_shape("fwd", 8, 32, True, 2) == (2, 16, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, False, 4) == (8, 8, 32, 1)
+    assert launch_shape("fwd", 8, 32, False, 2) == (4, 8, 32, 1)
+    assert launch_shape("fwd", 8, 8, False, 4) == (32, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
+    assert launch_shape("dst", 8, 32, False, 2) == (16, 8, 32, 1)
+    assert launch_shape("src", 8, 32, False, 4) == (16, 8, 32, 1)
+    assert launch_shape("src", 8, 32, False, 2) == (32, 8, 32, 1)
+    assert launch_shape("gat_src", 8, 32, False, 4) == (2, 8, 32, 2)
+    assert launch_shape("gat_src", 1, 47, False, 4) == (32, 1, 64, 1)  # narrower: TUNED_SHAPES' 16 KiB
+    assert launch_shape("gat_src", 4, 47, False, 4) == (16, 4, 64, 1)  # 256 wide, padded: the same
+    assert launch_shape("gat_src", 8, 32, False, 2) == (2, 8, 32, 2)
+    assert launch_shape("gat_delta", 8, 32, False, 4) == (2, 8, 32, 1)
+    assert launch_shape("dst", 8, 32, True, 4) == (8, 8, 32, 1)
+    assert launch_shape("dst", 8, 32, True, 2) == (2, 8, 32, 2)
+    assert launch_shape("src", 8, 32, True, 2) == (2, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, True, 4) == (2, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, True, 2) == (2, 8, 32, 2)
     for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
-        assert launch_shape(*args) == block_sizes(*args[1:4])
+        block_e, _, hg, block_c, warps = block_sizes(*args[1:4])
+        assert launch_shape(*args) == (block_e, hg, block_c, warps)
     # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): WIDE_TUNED_SHAPES, one warp, the forward
     # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
-    assert launch_shape("fwd", 4, 128, False, 2) == (8, 16, 4, 128, 1)
-    assert launch_shape("src", 4, 128, False, 2) == (2, 16, 4, 128, 1)
+    assert launch_shape("fwd", 4, 128, False, 2) == (8, 4, 128, 1)
+    assert launch_shape("src", 4, 128, False, 2) == (2, 4, 128, 1)
     for args in (("dst", 4, 128, False, 2), ("fwd", 4, 128, False, 4), ("src", 4, 128, True, 2)):
-        assert launch_shape(*args) == block_sizes(*args[1:4])
+        block_e, _, hg, block_c, warps = block_sizes(*args[1:4])
+        assert launch_shape(*args) == (block_e, hg, block_c, warps)
 
 
 def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
@@ -822,11 +831,11 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
     gradient equal to the reference's (bfloat16: norm-wise against float64, see below), homogeneous (``x_dst`` is
     ``x_src``: one gradient) or bipartite, with edge scores or without, float32 and bfloat16. The edge part of
     ``attn_weights``' gradient comes from the edge scores alone."""
+    gb = _gat_backward(one_gather)
     from cudnn_gnn.backends import _triton_kernels as kernels
 
     monkeypatch.setattr(kernels, "SCORE_TILE", 256)
     monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 4)
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
     h, c, ns = 3, 5, 41
     nd = 14 if bipartite else ns
     gen = torch.Generator().manual_seed(3)
@@ -836,9 +845,9 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
                                dtype=dtype, seed=13)
     launched.clear()
     if dtype == torch.float32:
-        out, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True)
+        out, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True, gat_backward=gb)
     else:  # bfloat16: against the float64 reference, within 8x the bfloat16 reference's own error (norm-wise)
-        out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True)
+        out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True, gat_backward=gb)
         _, _, same = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True)
         exact = [None if t is None else t.detach().double().requires_grad_() for t in (xs, xd, w, ea)]
         _, _, ref = _run("reference", graph, *exact, m, v2=False, heads=h, concat=True)
@@ -1233,10 +1242,10 @@ def test_compiled_sampled_layers_take_one_graph_for_every_batch():
 @pytest.mark.parametrize("one_gather", [False, True], ids=["two_gather", "one_gather"])
 def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather, chunk, monkeypatch):
     """A static graph's source pass reads each out-edge's destination from ``rev_dst`` (``CscGraph.reverse_dst``,
-    cached on the graph); without it (``SOURCE_PASS_REV_DST`` off, as for a graph rebuilt every call) through the
-    edge's CSC position: the same destinations, so the same gradients bit for bit, hub sources in chunks included;
-    and they match the reference."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    cached on the graph); the same graph marked rebuilt every call reads them through the edge's CSC position
+    (no ``rev_dst``): the same destinations and the same work lists, so the same gradients bit for bit, hub sources
+    in chunks included; and they match the reference."""
+    gb = _gat_backward(one_gather)
     chunk.set(4)
     ei, ns, _ = GRAPHS["power_law"]()
     built = []
@@ -1244,11 +1253,12 @@ def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather
     monkeypatch.setattr(CscGraph, "reverse_dst", lambda g: built.append(g) or real(g))
     results = []
     for rev_dst in (True, False):
-        monkeypatch.setattr(tb, "SOURCE_PASS_REV_DST", rev_dst)
         graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+        if not rev_dst:
+            graph.mark_rebuilt_every_call()
         assert int(graph.reverse_csc()[0].diff().max()) > 4  # a hub source, cut into chunks
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=7)
-        results.append(_compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True)[2])
+        results.append(_compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb)[2])
         assert (graph in built) == rev_dst  # asked for only where the source pass reads it
     for a, b in zip(*results):
         assert torch.equal(a, b)
@@ -1260,10 +1270,10 @@ def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather
     (8, 40, False, False),  # a tile wider than 256 (8 x 64 padded): two
 ], ids=["static", "rebuilt_every_call", "wide_tile"])
 def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, rebuilt, one_gather, launched):
-    """With ``GAT_ONE_GATHER_BACKWARD`` at its default (None), ``gat_one_gather`` decides: the one-gather backward
+    """With ``TritonOptions.gat_backward`` at its default (``"auto"``), ``gat_one_gather`` decides: the one-gather backward
     on a static graph with a tile at most 256 wide, the two-gather one on a graph rebuilt every call and on wider
     tiles; the launches say which ran, and the gradients match the reference either way."""
-    assert tb.GAT_ONE_GATHER_BACKWARD is None
+    assert tb.DEFAULT_OPTIONS.gat_backward == "auto"
     ns = 30
     ei = torch.randint(0, ns, (2, 120), generator=torch.Generator().manual_seed(4))
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
@@ -1280,27 +1290,24 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
-def test_big_blocks_switch_walks_long_rows_either_way(v2, monkeypatch):
-    """``BIG_BLOCKS`` on (long rows in blocks of ``BIG_E``, then ``BLOCK_E``) and off (the default: one block size,
-    ``BIG_E = BLOCK_E`` in every launch) both match the reference on a graph whose rows and sources are longer than
-    a big block, with edge features and a dropout mask."""
+def test_long_rows_in_many_small_blocks(v2, monkeypatch):
+    """Rows and sources longer than many blocks (``BLOCK_E = 2`` forced for every kernel), with edge features and a
+    dropout mask, match the reference: one block size walks a row from its first edge to its last."""
     from cudnn_gnn.backends import _triton_kernels as kernels
 
     real = kernels.launch_shape
 
-    def shape(*a, **k):  # small blocks, so that the power-law graph's long rows take several big blocks
-        _, _, hg, block_c, warps = real(*a, **k)
-        return 2, 4, hg, block_c, warps
+    def shape(*a, **k):  # small blocks, so that the power-law graph's long rows take many
+        _, hg, block_c, warps = real(*a, **k)
+        return 2, hg, block_c, warps
 
     monkeypatch.setattr(kernels, "launch_shape", shape)
     ei, ns, _ = GRAPHS["power_law"]()
     assert int(torch.bincount(ei[1]).max()) > 8 and int(torch.bincount(ei[0]).max()) > 8
-    for on in (True, False):
-        monkeypatch.setattr(kernels, "BIG_BLOCKS", on)
-        graph = CscGraph.from_edge_index(ei, num_nodes=ns)
-        xs, xd, w, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
-        assert kernels._config(xs, 2, v2, "fwd", xs)[2]["BIG_E"] == (4 if on else 2)
-        _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
+    assert kernels._config(xs, 2, v2, "fwd", xs)[2]["BLOCK_E"] == 2
+    _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
 
 
 def test_two_edge_blocks_on_full_tiles_match_the_reference(monkeypatch):
