@@ -64,7 +64,7 @@ def sweep_variant(name: str) -> tuple[str, int, int] | None:
 @contextlib.contextmanager
 def variant_switches(name: str) -> Iterator[None]:
     """The module-level switches a variant flips, restored afterwards."""
-    from cudnn_gnn.backends import _triton_kernels as tk
+    from cudnn_gnn.backends.triton import tuning as tk
     from cudnn_gnn.graph import CscGraph
 
     saved_rows = CscGraph.short_rows

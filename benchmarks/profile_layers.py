@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--cudnn-pattern", default=r"cudnn|gnn|mha_?gat", help="regex for unattributed cuDNN kernels")
     ap.add_argument("--triton-pattern", default=r"^_(fwd|bwd_dst|bwd_src|bwd_gat_delta|bwd_gat_src|bwd_gat_dst)_kernel",
-                    help="regex for our Triton kernels (cudnn_gnn/backends/_triton_kernels.py); the forward is the "
+                    help="regex for our Triton kernels (cudnn_gnn/backends/triton/kernels/); the forward is the "
                          "one matching _fwd_")
     ap.add_argument("--out", default=None, help="JSON path (default profile_layers.json)")
     ap.add_argument("--trace", default=None, help="also export a Chrome trace here")

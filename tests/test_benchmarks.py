@@ -234,15 +234,15 @@ def test_triton_launch_sweep_patches_the_swept_kernels_only() -> None:
 import runpy, sys, torch
 sys.path.insert(0, {BENCH!r})
 from _graphs import GraphSpec
-from cudnn_gnn.backends import _triton_kernels as tk
+from cudnn_gnn.backends.triton import tuning as tk
 ns = runpy.run_path({os.path.join(INVESTIGATIONS, "triton_tuning.py")!r}, run_name="not_main")
 seen = []
-real = tk._config
+real = tk.launch_config
 def spy(x_src, heads, v2, kernel, gathered):
     out = real(x_src, heads, v2, kernel, gathered)
     seen.append((kernel, gathered.dtype, out[2]["BLOCK_E"], out[2]["num_warps"]))
     return out
-tk._config = spy
+tk.launch_config = spy
 original = tk.launch_shape
 rows = ns["launch_sweep"](torch.device("cpu"), 1, ["gat"], ["fwd", "src"], graph=GraphSpec(40, 160, exponent=0.5),
                           grid=((2, 3), (32, 2)))
@@ -409,7 +409,7 @@ def test_triton_build_log_times_each_variant_of_our_kernels() -> None:
     runtime.jit_cache_hook = previous
     try:
         jit = types.SimpleNamespace(arg_names=["x_ptr", "BLOCK_E", "HG"])
-        ours = types.SimpleNamespace(module="cudnn_gnn.backends._triton_kernels", name="_fwd_kernel", jit_function=jit)
+        ours = types.SimpleNamespace(module="cudnn_gnn.backends.triton.kernels", name="_fwd_kernel", jit_function=jit)
         other = types.SimpleNamespace(module="torch._inductor", name="triton_poi", jit_function=jit)
         compile_info = {"constants": {(1,): 32, (2,): 8}, "signature": {"x_ptr": "*bf16", "BLOCK_E": "constexpr"},
                         "num_warps": 4, "num_stages": 2}

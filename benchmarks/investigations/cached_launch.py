@@ -47,7 +47,7 @@ def launch_costs() -> dict[str, float]:
     from cora_host import per_call_us
     from triton.runtime import driver
 
-    from cudnn_gnn.backends._triton_launch import args_key
+    from cudnn_gnn.backends.triton.launch import args_key
 
     @triton.jit
     def k30(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
@@ -83,20 +83,22 @@ def launch_costs() -> dict[str, float]:
     }
 
 
-_CACHED: dict[str, Any] = {}
+_CACHED: dict[tuple[Any, str], Any] = {}
 
 
 def _shortcut(on: bool) -> None:
     """Launch the Triton kernels through :class:`CachedLaunch` (``on``) or through Triton's own dispatch: the kernel
-    module's ``CachedLaunch`` objects swapped for the ``JITFunction`` each wraps (the launchers look them up by
+    modules' ``CachedLaunch`` objects swapped for the ``JITFunction`` each wraps (the launchers look them up by
     name on every call)."""
-    from cudnn_gnn.backends import _triton_kernels as tk
-    from cudnn_gnn.backends._triton_launch import CachedLaunch
+    from cudnn_gnn.backends.triton import kernels
+    from cudnn_gnn.backends.triton.kernels import common
+    from cudnn_gnn.backends.triton.launch import CachedLaunch
 
     if not _CACHED:
-        _CACHED.update({name: k for name, k in vars(tk).items() if isinstance(k, CachedLaunch)})
-    for name, k in _CACHED.items():
-        setattr(tk, name, k if on else k.fn)
+        _CACHED.update({(module, name): k for module in (*kernels.PASS_MODULES, common)
+                        for name, k in vars(module).items() if isinstance(k, CachedLaunch)})
+    for (module, name), k in _CACHED.items():
+        setattr(module, name, k if on else k.fn)
 
 
 def steps(out: dict[str, Any]) -> None:

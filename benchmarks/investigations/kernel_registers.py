@@ -2,7 +2,7 @@
 
 A kernel's registers are allocated for its largest tile, so the block size sets how many programs fit on an SM
 (why the kernels walk every row in one block size). This compiles the kernels of
-``cudnn_gnn/backends/_triton_kernels.py`` with the installed Triton for ``--arch`` (default ``sm_90a``, the H200)
+``cudnn_gnn/backends/triton/kernels/`` with the installed Triton for ``--arch`` (default ``sm_90a``, the H200)
 through ``triton.compile`` (no GPU needed: Triton lowers to PTX on any host), runs the ``ptxas`` Triton ships with
 ``-v`` on the PTX, and reports per kernel and launch shape the registers a thread, the spill bytes and the global
 loads by width, at :func:`launch_shape`'s shape (or every shape of ``--grid``). Pointer arguments and the head
@@ -35,8 +35,9 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
-from cudnn_gnn.backends._triton_launch import CachedLaunch  # noqa: E402
+from cudnn_gnn.backends.triton import tuning  # noqa: E402
+from cudnn_gnn.backends.triton.kernels import backward_dst, backward_src, forward, gat_backward  # noqa: E402
+from cudnn_gnn.backends.triton.launch import CachedLaunch  # noqa: E402
 
 FEATURE_PTRS = {"x_src_ptr", "x_dst_ptr", "edge_ptr", "ew_ptr", "attw_ptr", "dout_ptr", "dx_dst_ptr", "dx_src_ptr",
                 "out_ptr"}
@@ -50,10 +51,10 @@ def _jitted(kernel: Any) -> Any:
 
 
 KERNELS = {
-    "fwd": (_jitted(tk._fwd_kernel), dict(RETURN_ATT=False)),
-    "dst": (_jitted(tk._bwd_dst_kernel), dict(HAS_DATT=False, ONLY_DELTA=False)),
-    "src": (_jitted(tk._bwd_src_kernel), dict(REV_DST=True)),
-    "gat_src": (_jitted(tk._bwd_gat_src_kernel), dict(REV_DST=True, HAS_DATT=False)),
+    "fwd": (_jitted(forward._fwd_kernel), dict(RETURN_ATT=False)),
+    "dst": (_jitted(backward_dst._bwd_dst_kernel), dict(HAS_DATT=False, ONLY_DELTA=False)),
+    "src": (_jitted(backward_src._bwd_src_kernel), dict(REV_DST=True)),
+    "gat_src": (_jitted(gat_backward._bwd_gat_src_kernel), dict(REV_DST=True, HAS_DATT=False)),
 }
 """Launch-shape kernel name -> (jitted kernel, the constexprs of the case that are not shape or graph flags)."""
 
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 names = ("fwd", "gat_src") if not v2 and not spec["whole"] else ("fwd", "dst", "src")
                 for kname in (n for n in names if n in args.kernels.split(",")):
                     fn, extra = KERNELS[kname]
-                    block_e, hg, block_c, warps = tk.launch_shape(kname, spec["heads"], spec["c"], v2, elem)
+                    block_e, hg, block_c, warps = tuning.launch_shape(kname, spec["heads"], spec["c"], v2, elem)
                     if args.grid is None:  # launch_shape's shape
                         shapes = [(block_e, warps)]
                     else:

@@ -7,7 +7,7 @@
    (``torch.cuda.set_sync_debug_mode``), and writes cProfile's top functions of our step.
 2. **Launch shape.** The arxiv forward kernel reached 27% (fp32) and 11% (bf16) of its gather-bound floor. Times
    the op for every ``(BLOCK_E, num_warps)`` of a small grid against the default: the forward (no grad) with
-   :func:`cudnn_gnn.backends._triton_kernels.launch_shape` swept, or (``--passes dst,src``) forward+backward with
+   :func:`cudnn_gnn.backends.triton.tuning.launch_shape` swept, or (``--passes dst,src``) forward+backward with
    one backward kernel's shape swept; GAT and GATv2; on arxiv's graph or (``--preset products``, ``proteins``)
    another preset's graph and first layer's heads x width, since a block size chosen on arxiv's short rows (mean
    degree 14) need not suit products' (50) or proteins' (597).
@@ -125,8 +125,8 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     destination pass's). ``head_groups``: the heads a program takes (``HG``, a power of two; ``H / HG`` programs a
     row or source, each gathering its heads' slice of the rows) swept too, every ``(BLOCK_E, num_warps)`` with
     each; None keeps the default's."""
-    from cudnn_gnn.backends import _triton_kernels as tk
     from cudnn_gnn.backends import triton as tb
+    from cudnn_gnn.backends.triton import tuning as tk
 
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)

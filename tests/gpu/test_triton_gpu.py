@@ -23,9 +23,11 @@ if (_reason := compiled_triton_skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
 
 from cudnn_gnn import CscGraph  # noqa: E402
-from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
+from cudnn_gnn.backends.triton import kernels as tk  # noqa: E402
+from cudnn_gnn.backends.triton import op as triton_op  # noqa: E402
+from cudnn_gnn.backends.triton import tuning  # noqa: E402
 
 DEV = torch.device("cuda")
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
@@ -238,7 +240,7 @@ def test_node_scores_under_autocast_at_size(heads, c, bipartite, fold):
     def run():
         with torch.autocast("cuda", torch.bfloat16):
             s, t = tk.launch_node_scores(x0, None if xd is None else xd.detach(), w.detach(), heads)
-        fold_fn = tb._fold_node_scores if fold == "kernel" else tb._fold_node_scores_gemm
+        fold_fn = triton_op._fold_node_scores if fold == "kernel" else triton_op._fold_node_scores_gemm
         d_x, d_xd, d_w = fold_fn(call, torch.zeros_like(x), gs, gd)
         return (s, t, d_x, d_w) if xd is None else (s, t, d_x, d_xd, d_w)
 
@@ -286,7 +288,7 @@ def test_20000_edge_hub_in_and_out_in_chunks(op):
     kw = dict(v2=v2, heads=8, concat=True)
     ref = _run("reference", graph, xs.double(), w.double(), ea.double(), m, torch.float64, **kw)
     got = _run("triton", graph, xs, w, ea, m, torch.float32, **kw)
-    chunk = tb.chunk_size(graph.num_edges)
+    chunk = tuning.chunk_size(graph.num_edges)
     rows = graph.derived_if_built(("triton", "row_work", chunk))
     srcs = graph.derived_if_built(("triton", "src_work", chunk))
     assert int(rows.hubs[:, 2].max()) >= hub // chunk and int(srcs.hubs[:, 2].max()) >= hub // chunk
@@ -319,7 +321,7 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
     gen = torch.Generator(device=DEV).manual_seed(8)
     ea = torch.randn(e, de, device=DEV, generator=gen)
     ew = torch.randn(heads * c, de, device=DEV, generator=gen) / de**0.5
-    assert tb.fuse_edge_projection(e, heads, heads * c, de, dtype.itemsize, True)
+    assert tuning.fuse_edge_projection(e, heads, heads * c, de, dtype.itemsize, True)
 
     def run(backend, dt):
         x, a, f, wt = (t.detach().to(dt).requires_grad_() for t in (xs, w, ea, ew))
@@ -364,18 +366,21 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
 
 
 def test_cached_launch_matches_tritons_dispatch(monkeypatch):
-    """Every kernel launched through :class:`~cudnn_gnn.backends._triton_launch.CachedLaunch`'s shortcut gives
+    """Every kernel launched through :class:`~cudnn_gnn.backends.triton.launch.CachedLaunch`'s shortcut gives
     bitwise what Triton's own dispatch gives: GAT with its one-gather and its two-gather backward and GATv2 with its
     fused edge projection, on a graph with a 3,000-edge hub row and hub source (so the merge kernels run too), with
     edge features, a dropout mask and returned attention; every one of the eleven kernels holds a variant after the
     first run, and the third run launches none through Triton's dispatch (all through the shortcut)."""
-    from cudnn_gnn.backends import _triton_launch
+    from cudnn_gnn.backends.triton.kernels import common
+    from cudnn_gnn.backends.triton.launch import CachedLaunch
 
-    kernels = {name: k for name, k in vars(tk).items() if isinstance(k, _triton_launch.CachedLaunch)}
-    assert len(kernels) == 11, sorted(kernels)
+    # (module, name) -> the CachedLaunch a launcher finds in its own module's globals
+    kernels = {(module, name): k for module in (*tk.PASS_MODULES, common) for name, k in vars(module).items()
+               if isinstance(k, CachedLaunch)}
+    assert len(kernels) == 11, sorted(name for _, name in kernels)
     n = 3000
     graph = _hub_graph(n, 30_000, 3000, seed=11)
-    assert graph.num_edges > 4 * tb.chunk_size(graph.num_edges)
+    assert graph.num_edges > 4 * tuning.chunk_size(graph.num_edges)
     heads, c, de = 8, 8, 8
     gen = torch.Generator(device=DEV).manual_seed(12)
     xs = torch.randn(n, heads * c, device=DEV, generator=gen)
@@ -385,7 +390,7 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
     w_gat = torch.randn(2 * heads * c + heads, device=DEV, generator=gen) * 0.3
     w_v2 = torch.randn(heads * c, device=DEV, generator=gen) * 0.3
     score_edge = torch.randn(graph.num_edges, heads, device=DEV, generator=gen)
-    assert tb.fuse_edge_projection(graph.num_edges, heads, heads * c, de, 4, True)
+    assert tuning.fuse_edge_projection(graph.num_edges, heads, heads * c, de, 4, True)
 
     def run(case):
         v2 = case == "gatv2_fused"
@@ -403,8 +408,8 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
 
     cases = ("gat_one_gather", "gat_two_gather", "gatv2_fused")
     with monkeypatch.context() as plain_dispatch:  # every kernel through Triton's own dispatch
-        for name, k in kernels.items():
-            plain_dispatch.setattr(tk, name, k.fn)
+        for (module, name), k in kernels.items():
+            plain_dispatch.setattr(module, name, k.fn)
         plain = {case: run(case) for case in cases}
     first = {case: run(case) for case in cases}  # builds each variant's entry through Triton's dispatch
     assert all(k.variants() > 0 for k in kernels.values()), {name: k.variants() for name, k in kernels.items()}

@@ -19,7 +19,7 @@ import torch
 import cudnn_gnn
 from cudnn_gnn import CscGraph
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends._triton_kernels" not in sys.modules:
+if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
     os.environ["TRITON_INTERPRET"] = "1"
 
 _EDGES = torch.tensor([[0, 1, 2, 3, 1, 2, 0, 4], [1, 0, 0, 2, 2, 3, 3, 3]])

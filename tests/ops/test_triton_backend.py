@@ -22,7 +22,7 @@ import torch
 
 pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends._triton_kernels" not in sys.modules:
+if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
     os.environ["TRITON_INTERPRET"] = "1"
 if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: tests/gpu/test_triton_gpu.py runs the compiled "
@@ -31,7 +31,9 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
-from cudnn_gnn.backends._triton_kernels import n_items  # noqa: E402
+from cudnn_gnn.backends.triton import op as triton_op  # noqa: E402
+from cudnn_gnn.backends.triton import tuning  # noqa: E402
+from cudnn_gnn.backends.triton.kernels import n_items  # noqa: E402
 
 from ..conftest import GRAPHS  # noqa: E402
 
@@ -153,7 +155,7 @@ def test_padded_heads_head_groups_and_rows_of_many_blocks(v2, max_tile_d, monkey
     split into groups of 2 (the second group half padding) or one head per program (the wide-row path). A row of
     150 edges takes ten blocks of 16 (the last one short); others have 0 to 3 edges. Bipartite, shuffled, with edge
     features and a strided dropout mask."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
     block_e, big_e, hg, block_c, _ = kernels.block_sizes(3, 5, v2, max_tile_d)
@@ -171,7 +173,7 @@ def test_padded_heads_head_groups_and_rows_of_many_blocks(v2, max_tile_d, monkey
 def test_block_sizes_for_the_named_shapes():
     """All heads in one program up to a padded width of 1024 (arxiv's 8 x 32, 3 x 250, 2 x 375); 8 x 256 in two
     groups of 4; a head wider than 1024 alone. Small blocks for light rows, bigger ones for long rows."""
-    from cudnn_gnn.backends._triton_kernels import block_sizes
+    from cudnn_gnn.backends.triton.tuning import block_sizes
 
     assert block_sizes(8, 32, False) == (8, 32, 8, 32, 4)
     assert block_sizes(8, 32, True) == (8, 16, 8, 32, 4)
@@ -224,7 +226,7 @@ def test_per_graph_structures_are_cached_on_the_graph():
     with torch.no_grad():
         tb.mha_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
                    activation_alpha=0.0, return_attention=False)
-    chunk = tb.chunk_size(graph.num_edges)
+    chunk = tuning.chunk_size(graph.num_edges)
     rows = graph.derived_if_built(("triton", "row_work", chunk))
     assert rows is not None and graph.derived_if_built(("triton", "src_work", chunk)) is None  # no backward asked
     lengths = rows.work[:, 2] - rows.work[:, 1]
@@ -315,7 +317,8 @@ def test_host_grid_math_is_tritons():
     ``triton.cdiv`` / ``triton.next_power_of_2``'s values."""
     import triton
 
-    from cudnn_gnn.backends._triton_kernels import _cdiv, _next_pow2
+    from cudnn_gnn.backends.triton.tuning import cdiv as _cdiv
+    from cudnn_gnn.backends.triton.tuning import next_pow2 as _next_pow2
 
     for a in range(0, 3000, 7):
         for b in (1, 2, 3, 16, 64, 4096):
@@ -408,16 +411,16 @@ def chunk(monkeypatch):
 
     class _Set:
         def set(self, b: int) -> None:
-            monkeypatch.setattr(tb, "MIN_CHUNK_E", b)
-            monkeypatch.setattr(tb, "MAX_CHUNK_E", b)
+            monkeypatch.setattr(tuning, "MIN_CHUNK_E", b)
+            monkeypatch.setattr(tuning, "MAX_CHUNK_E", b)
 
     return _Set()
 
 
 def test_chunk_size_rule():
-    assert tb.chunk_size(0) == 256 and tb.chunk_size(10_556) == 256  # Cora
-    assert tb.chunk_size(1_166_243) == 512  # arxiv
-    assert tb.chunk_size(61_859_140) == 1024  # products
+    assert tuning.chunk_size(0) == 256 and tuning.chunk_size(10_556) == 256  # Cora
+    assert tuning.chunk_size(1_166_243) == 512  # arxiv
+    assert tuning.chunk_size(61_859_140) == 1024  # products
 
 
 def test_size_rules_keep_a_symbolic_edge_count_symbolic():
@@ -427,7 +430,7 @@ def test_size_rules_keep_a_symbolic_edge_count_symbolic():
     from torch._dynamo.utils import counters
 
     def f(x):
-        return x * (tb.chunk_size(x.shape[0]) + tb.edge_span(x.shape[0]))
+        return x * (tuning.chunk_size(x.shape[0]) + tuning.edge_span(x.shape[0]))
 
     torch._dynamo.reset()
     graphs0 = counters["stats"]["unique_graphs"]
@@ -540,7 +543,7 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
 def launched(monkeypatch):
     """The names of the Triton kernels launched, in order: every kernel of the kernel module (a jitted function,
     or under the interpreter its stand-in: anything launched by ``kernel[grid](...)``) wrapped by a spy."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import kernels
 
     names: list[str] = []
 
@@ -552,9 +555,10 @@ def launched(monkeypatch):
             names.append(self.name)
             return self.real[grid]
 
-    for name, real in list(vars(kernels).items()):
-        if name.endswith("_kernel") and hasattr(real, "__getitem__"):
-            monkeypatch.setattr(kernels, name, _Spy(real, name))
+    for module in kernels.PASS_MODULES:  # a launcher finds its kernels in its own module
+        for name, real in list(vars(module).items()):
+            if name.endswith("_kernel") and hasattr(real, "__getitem__"):
+                monkeypatch.setattr(module, name, _Spy(real, name))
     return names
 
 
@@ -737,7 +741,7 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     1 KiB in 16-bit), its delta pass one warp in float32;
     GATv2's forward two warps and two edges a block, its float32 backward one warp at 8 KiB, its 16-bit backward two
     warps at 1 KiB; tiles wider than 256 without an entry of their own, the shared shape."""
-    from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
+    from cudnn_gnn.backends.triton.tuning import block_sizes, launch_shape
 
     assert launch_shape("fwd", 8, 32, False, 4) == (8, 8, 32, 1)
     assert launch_shape("fwd", 8, 32, False, 2) == (4, 8, 32, 1)
@@ -758,7 +762,7 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
         block_e, _, hg, block_c, warps = block_sizes(*args[1:4])
         assert launch_shape(*args) == (block_e, hg, block_c, warps)
-    # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): WIDE_TUNED_SHAPES, one warp, the forward
+    # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): TUNED_SHAPES' wide_512, one warp, the forward
     # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
     assert launch_shape("fwd", 4, 128, False, 2) == (8, 4, 128, 1)
     assert launch_shape("src", 4, 128, False, 2) == (2, 4, 128, 1)
@@ -768,14 +772,16 @@ def test_launch_shapes_tuned_for_narrow_tiles():
 
 
 def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
-    """GAT at 4 heads x 128 with its forward and source pass on ``WIDE_TUNED_SHAPES`` (blocks of 8 and 2 edges;
+    """GAT at 4 heads x 128 with its forward and source pass on ``TUNED_SHAPES``' 512-wide entries (blocks of 8 and 2 edges;
     the bfloat16 entries given to float32 here, so that the comparison is float32's) on a power-law graph with a row
     and a source cut into chunks: outputs, attention and every gradient against the reference, within float32
     rounding of the largest value (sums over 128 channels)."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
-    wide = {(k, v2, 4): shape for (k, v2, _), shape in kernels.WIDE_TUNED_SHAPES.items()}
-    monkeypatch.setattr(kernels, "WIDE_TUNED_SHAPES", wide)
+    # the bfloat16 entries' blocks (8 and 2 edges at 512 wide) given to float32: twice the KiB
+    wide = {(k, v2, 4, tile): (2 * kib, warps) for (k, v2, _, tile), (kib, warps) in kernels.TUNED_SHAPES.items()
+            if tile == "wide_512"}
+    monkeypatch.setattr(kernels, "TUNED_SHAPES", {**kernels.TUNED_SHAPES, **wide})
     kernels.launch_shape.cache_clear()
     assert kernels.launch_shape("src", 4, 128, False, 4)[0] == 2
     chunk.set(4)
@@ -795,16 +801,16 @@ def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
 def test_tuned_backward_shapes_match_the_reference(monkeypatch):
     """The backward passes on their tuned shapes (few warps, blocks of 32 edges here) with a 40-edge row cut into
     chunks of 16, and light rows: GAT and GATv2, float32 (the interpreter ignores num_warps; the blocks differ)."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
-    monkeypatch.setattr(tb, "MIN_CHUNK_E", 16)
-    monkeypatch.setattr(tb, "MAX_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MIN_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MAX_CHUNK_E", 16)
     src = torch.arange(70) % 11
     dst = torch.cat([torch.zeros(40, dtype=torch.long), torch.arange(30) % 6 + 1])
     ei = torch.stack([src, dst])
     graph = CscGraph.from_edge_index(ei, num_nodes=11)
     for v2 in (False, True):
-        assert kernels.launch_shape("dst", 2, 4, v2, 4)[4] == 1 and kernels.launch_shape("src", 2, 4, v2, 4)[4] == 1
+        assert kernels.launch_shape("dst", 2, 4, v2, 4)[3] == 1 and kernels.launch_shape("src", 2, 4, v2, 4)[3] == 1
         xs, xd, w, ea, m = _inputs(v2, 11, 11, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
         _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
 
@@ -832,7 +838,7 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
     ``x_src``: one gradient) or bipartite, with edge scores or without, float32 and bfloat16. The edge part of
     ``attn_weights``' gradient comes from the edge scores alone."""
     gb = _gat_backward(one_gather)
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "SCORE_TILE", 256)
     monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 4)
@@ -869,10 +875,10 @@ def test_node_scores_backward_kernel_against_float64(heads, c, bipartite, monkey
     ``x_dst`` is ``x_src``), ``d_x_dst`` written where it is its own tensor, the head vectors' gradient; rows walked
     by 3 programs of several blocks each (the last one past the rows), and at 2 x 550 one head a program (two head
     groups)."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import kernels
 
-    monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 3)
-    monkeypatch.setattr(kernels, "SCORE_TILE", 256)
+    monkeypatch.setattr(tuning, "SCORE_BWD_PROGRAMS", 3)
+    monkeypatch.setattr(tuning, "SCORE_TILE", 256)
     gen = torch.Generator().manual_seed(21)
     n, nd, d = 37, 11 if bipartite else 37, heads * c
     x = torch.randn(n, d, generator=gen)
@@ -901,7 +907,7 @@ def test_gat_node_scores_stay_float32_under_autocast():
     sums of the bfloat16 features (the score kernel reads them in their own dtype and sums in float32), not a 16-bit
     GEMM's rounded output: within float32 rounding of the exact sums, for ``x_dst`` as ``x_src`` and as its own
     tensor."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import kernels
 
     h, c = 2, 16
     gen = torch.Generator().manual_seed(4)
@@ -924,16 +930,16 @@ def fused(monkeypatch):
     """Let the tiny test graphs take the fused edge projection (their ``[P, H*C, De]`` weight-gradient partials are
     not below a quarter of the ``[E, H*C]`` buffer, so the rule would project them) and record each call's path
     (True: fused) in the returned list."""
-    monkeypatch.setattr(tb, "FUSED_EXTRA_SHARE", 1e9)
+    monkeypatch.setattr(tuning, "FUSED_EXTRA_SHARE", 1e9)
     paths: list[bool] = []
-    real = tb.gatv2_edge_inputs
+    real = triton_op.gatv2_edge_inputs
 
     def spy(*args, **kwargs):
         ea, ew = real(*args, **kwargs)
         paths.append(ew is not None)
         return ea, ew
 
-    monkeypatch.setattr(tb, "gatv2_edge_inputs", spy)
+    monkeypatch.setattr(triton_op, "gatv2_edge_inputs", spy)
     return paths
 
 
@@ -983,7 +989,7 @@ def test_fused_edge_projection_padded_heads_head_groups_and_long_rows(max_tile_d
     """H = 3, C = 5 (padded to 4 x 8), De = 5 (padded to 8 in the edge backward): all heads in one program, or one
     head a program (the projection is computed per head group; the edge backward still takes all heads); a row of
     150 edges in big and small blocks; bipartite, shuffled, with a strided dropout mask."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
     hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
@@ -1003,14 +1009,14 @@ def test_fused_edge_projection_hubs_in_chunks_repeat_bitwise(b, fused, chunk, mo
     """A 180-edge hub destination and a 166-edge hub source in chunks of 7 or 80, H = 3, C = 5, De = 4, the edge
     backward in 5 programs (spans of 64 edges): against the reference, then bitwise equal on a second run."""
     chunk.set(b)
-    monkeypatch.setattr(tb, "MIN_EDGE_SPAN", 64)
+    monkeypatch.setattr(tuning, "MIN_EDGE_SPAN", 64)
     hub_in = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
     hub_out = torch.stack([torch.full((150,), 8), torch.arange(150) % 5])
     light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
     ei = torch.cat([hub_in, hub_out, light], 1)
     ei = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(4))]
     graph = CscGraph.from_edge_index(ei, size=(9, 6))
-    assert -(-graph.num_edges // tb.edge_span(graph.num_edges)) == 5
+    assert -(-graph.num_edges // tuning.edge_span(graph.num_edges)) == 5
     xs, xd, w, _, m = _inputs(True, 9, 6, ei.shape[1], 3, 5, edge=False, mask=True, bipartite=True, seed=9)
     ea, ew = _raw_edges(ei.shape[1], 3, 5, 4, seed=3)
     first = _compare(graph, xs, xd, w, ea, m, v2=True, heads=3, concat=True, ew=ew)
@@ -1072,7 +1078,7 @@ def test_no_edge_by_channel_tensor_on_the_fused_path(fused):
     ea, ew = _raw_edges(e, heads, c, 3)
     largest = []
     for share in (1e9, 0.0):  # fused, then projected
-        tb.FUSED_EXTRA_SHARE = share
+        tuning.FUSED_EXTRA_SHARE = share
         with Largest() as mode:
             _run("triton", graph, xs, None, w, ea, None, v2=True, heads=heads, concat=True, ew=ew)
         largest.append(mode.numel)
@@ -1084,17 +1090,17 @@ def test_fuse_edge_projection_rule():
     """The one rule: De at most 16, the edge backward's all-heads tile and [De, W] partial bounded, and with
     gradients the partials at most a quarter of the [E, H*C] buffer; the proteins preset fuses."""
     proteins = dict(num_edges=39_561_252, heads=8, dim=64, dim_edge=8, elem_bytes=2, needs_grad=True)
-    assert tb.fuse_edge_projection(**proteins)
-    assert tb.edge_span(39_561_252) == 32_768 and -(-39_561_252 // 32_768) == 1208  # 1208 programs
-    assert not tb.fuse_edge_projection(**{**proteins, "dim_edge": 17})  # past the unrolled loop
-    assert not tb.fuse_edge_projection(**{**proteins, "dim_edge": 0})
-    assert tb.fuse_edge_projection(**{**proteins, "dim": 256, "dim_edge": 16})  # 8 x 32, 16 x 256 = 4096
-    assert not tb.fuse_edge_projection(**{**proteins, "dim": 512, "dim_edge": 16})  # 16 x 512 partial tile
-    assert not tb.fuse_edge_projection(**{**proteins, "heads": 1, "dim": 2048, "dim_edge": 1})  # one 2048 head
+    assert tuning.fuse_edge_projection(**proteins)
+    assert tuning.edge_span(39_561_252) == 32_768 and -(-39_561_252 // 32_768) == 1208  # 1208 programs
+    assert not tuning.fuse_edge_projection(**{**proteins, "dim_edge": 17})  # past the unrolled loop
+    assert not tuning.fuse_edge_projection(**{**proteins, "dim_edge": 0})
+    assert tuning.fuse_edge_projection(**{**proteins, "dim": 256, "dim_edge": 16})  # 8 x 32, 16 x 256 = 4096
+    assert not tuning.fuse_edge_projection(**{**proteins, "dim": 512, "dim_edge": 16})  # 16 x 512 partial tile
+    assert not tuning.fuse_edge_projection(**{**proteins, "heads": 1, "dim": 2048, "dim_edge": 1})  # one 2048 head
     tiny = dict(num_edges=12, heads=2, dim=8, dim_edge=4, elem_bytes=4)
-    assert not tb.fuse_edge_projection(**tiny, needs_grad=True)  # partials 1 x 8 x 4 x 4 B > 12 x 8 x 4 B / 4
-    assert tb.fuse_edge_projection(**tiny, needs_grad=False)  # no backward: nothing extra
-    assert tb.fuse_edge_projection(**{**tiny, "num_edges": 16}, needs_grad=True)  # 128 B <= 512 B / 4
+    assert not tuning.fuse_edge_projection(**tiny, needs_grad=True)  # partials 1 x 8 x 4 x 4 B > 12 x 8 x 4 B / 4
+    assert tuning.fuse_edge_projection(**tiny, needs_grad=False)  # no backward: nothing extra
+    assert tuning.fuse_edge_projection(**{**tiny, "num_edges": 16}, needs_grad=True)  # 128 B <= 512 B / 4
 
 
 def test_projected_path_where_the_rule_refuses():
@@ -1293,7 +1299,7 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
 def test_long_rows_in_many_small_blocks(v2, monkeypatch):
     """Rows and sources longer than many blocks (``BLOCK_E = 2`` forced for every kernel), with edge features and a
     dropout mask, match the reference: one block size walks a row from its first edge to its last."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     real = kernels.launch_shape
 
@@ -1306,22 +1312,22 @@ def test_long_rows_in_many_small_blocks(v2, monkeypatch):
     assert int(torch.bincount(ei[1]).max()) > 8 and int(torch.bincount(ei[0]).max()) > 8
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, xd, w, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
-    assert kernels._config(xs, 2, v2, "fwd", xs)[2]["BLOCK_E"] == 2
+    assert kernels.launch_config(xs, 2, v2, "fwd", xs)[2]["BLOCK_E"] == 2
     _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
 
 
 def test_two_edge_blocks_on_full_tiles_match_the_reference(monkeypatch):
     """The shapes of full 256-wide tiles, unpatched: at 8 heads x 32 in float32, GAT's one-gather source pass
-    (``FULL_TILE_SHAPES``) and GATv2's forward (``TUNED_SHAPES``) walk blocks of two edges, here over a 40-edge row
+    (``TUNED_SHAPES``' full_256) and GATv2's forward (``TUNED_SHAPES``) walk blocks of two edges, here over a 40-edge row
     and a source cut into chunks of 16 and over light rows; outputs, attention and every gradient against the
     reference. A padded tile of the same width (4 x 47) keeps the 16 KiB block."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     assert kernels.launch_shape("gat_src", 8, 32, False, 4)[0] == 2
     assert kernels.launch_shape("fwd", 8, 32, True, 4)[0] == 2
     assert kernels.launch_shape("gat_src", 4, 47, False, 4)[0] == 16
-    monkeypatch.setattr(tb, "MIN_CHUNK_E", 16)
-    monkeypatch.setattr(tb, "MAX_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MIN_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MAX_CHUNK_E", 16)
     src = torch.cat([torch.arange(40) % 11, torch.zeros(20, dtype=torch.long), torch.arange(10) % 11])
     dst = torch.cat([torch.zeros(40, dtype=torch.long), torch.arange(20) % 10 + 1, torch.arange(10) % 6 + 1])
     ei = torch.stack([src, dst])  # row 0: 40 in-edges; source 0: 24 out-edges

@@ -1,4 +1,4 @@
-"""The cached launch of our Triton kernels (``cudnn_gnn.backends._triton_launch``) on a CPU: its specialization key
+"""The cached launch of our Triton kernels (``cudnn_gnn.backends.triton.launch``) on a CPU: its specialization key
 against the properties Triton specializes on, and its dispatch (Triton's own path for a variant's first launch and
 wherever the shortcut does not apply, the compiled kernel's launcher with the whole argument list after it), with a
 stand-in for a jitted kernel and for Triton's driver. The shortcut on real kernels, bitwise against Triton's
@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from cudnn_gnn.backends import _triton_launch as tl_launch  # noqa: E402
+from cudnn_gnn.backends.triton import launch as tl_launch  # noqa: E402
 
 
 def test_key_separates_what_triton_specializes_on():
@@ -141,13 +141,14 @@ def test_every_launched_kernel_takes_the_cached_launch():
 
     code = """
 import re, inspect, triton
-from cudnn_gnn.backends import _triton_kernels as tk
-from cudnn_gnn.backends._triton_launch import CachedLaunch, fast_path_supported
-src = inspect.getsource(tk)
-launched = set(re.findall(r"(_\\w+_kernel)\\[", src))
+from cudnn_gnn.backends.triton import kernels
+from cudnn_gnn.backends.triton.kernels import common
+from cudnn_gnn.backends.triton.launch import CachedLaunch, fast_path_supported
+modules = (*kernels.PASS_MODULES, common)
+launched = {n for m in modules for n in re.findall(r"(_\\w+_kernel)\\[", inspect.getsource(m))}
 assert len(launched) == 11, sorted(launched)
-wrapped = {n for n, v in vars(tk).items() if isinstance(v, CachedLaunch)}
-helpers = {n for n, v in vars(tk).items() if isinstance(v, triton.runtime.JITFunction)}
+wrapped = {n for m in modules for n, v in vars(m).items() if isinstance(v, CachedLaunch)}
+helpers = {n for m in modules for n, v in vars(m).items() if isinstance(v, triton.runtime.JITFunction)}
 if fast_path_supported():
     assert wrapped == launched, (sorted(launched - wrapped), sorted(wrapped - launched))
     assert not helpers & launched, sorted(helpers & launched)
