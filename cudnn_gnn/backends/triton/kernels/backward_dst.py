@@ -13,8 +13,10 @@ from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act,
     _act_grad,
+    _coo_ids,
     _edge_rows,
     _fused_dim,
+    _head_group,
     _item,
     _logits,
     _merge_sum,
@@ -70,10 +72,7 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
     eh_mask = e_mask[:, None] & hm[None, :]
-    if HAS_MAP:
-        coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-    else:
-        coo = e_pos
+    coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
     buf_off = e_pos[:, None] * H + h_off[None, :]
     p = tl.load(alpha_buf_ptr + buf_off, mask=eh_mask, other=0.0)
     g = tl.load(ds_buf_ptr + buf_off, mask=eh_mask, other=0.0)
@@ -141,13 +140,9 @@ def _bwd_dst_kernel(
     GAT ``d score_dst``) to its slot, merged in a fixed order afterwards."""
     row, start, end, slot = _item(work_ptr, WHOLE)
     ps = tl.maximum(slot, 0)
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
-    hm = h_off < H
-    c_off = tl.arange(0, BLOCK_C)
-    hc = h_off[:, None] * C + c_off[None, :]
-    hc_mask = hm[:, None] & (c_off < C)[None, :]
     D = H * C
     lse = tl.load(lse_ptr + row * H + h_off, mask=hm, other=0.0)
     dout = tl.load(dout_ptr + row * D + hc, mask=hc_mask, other=0.0).to(tl.float32)

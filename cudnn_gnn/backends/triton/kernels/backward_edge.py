@@ -12,6 +12,7 @@ from cudnn_gnn.backends.triton import tuning
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act_grad,
+    _coo_ids,
     _edge_rows,
     _or,
     _sum,
@@ -56,10 +57,7 @@ def _bwd_edge_kernel(
         tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
         src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
         dst = tl.load(dst_index_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-        if HAS_MAP:
-            coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-        else:
-            coo = e_pos
+        coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
         z = (tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
              + tl.load(x_dst_ptr + dst[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
              + _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE))

@@ -12,8 +12,10 @@ from cudnn_gnn.backends.triton import tuning
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act_grad,
+    _coo_ids,
     _edge_rows,
     _fused_dim,
+    _head_group,
     _item,
     _merge_sum,
     _or,
@@ -60,10 +62,7 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
     if V2:
         z = tl.load(x_dst_ptr + row_off, mask=tile_mask, other=0.0).to(tl.float32) + xj[None, :, :]
         if HAS_EDGE:
-            if HAS_MAP:
-                coo = tl.load(map_ptr + e_pos, mask=k_mask, other=0).to(tl.int64)
-            else:
-                coo = e_pos
+            coo = _coo_ids(map_ptr, e_pos, k_mask, HAS_MAP)
             z += _edge_rows(coo, k_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE)
         dz = ds[:, :, None] * aw[None, :, :] * _act_grad(z, ACT, alpha)
         dx += _sum(tl.where(tile_mask, dz, 0.0), 0)
@@ -90,13 +89,9 @@ def _bwd_src_kernel(
     partial slot (merged in a fixed order afterwards)."""
     j, start, end, slot = _item(work_ptr, WHOLE)
     ps = tl.maximum(slot, 0)
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
-    hm = h_off < H
-    c_off = tl.arange(0, BLOCK_C)
-    hc = h_off[:, None] * C + c_off[None, :]
-    hc_mask = hm[:, None] & (c_off < C)[None, :]
     D = H * C
     if V2:
         xj = tl.load(x_src_ptr + j * D + hc, mask=hc_mask, other=0.0).to(tl.float32)

@@ -131,10 +131,7 @@ def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
     ``xj [BLOCK, HG, BLOCK_C]`` is the gathered source tile, ``xi [HG, BLOCK_C]`` the destination's slice,
     ``aw [HG, BLOCK_C]`` the attention vector; ``hc [HG, BLOCK_C]`` the offsets ``h * C + c`` inside a feature row;
     ``f`` from :func:`_edge_rows` (``DE > 0``: projected on the fly)."""
-    if HAS_MAP:
-        coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-    else:
-        coo = e_pos
+    coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
     if V2:
         z = xj + xi[None, :, :]
         if HAS_EDGE:
@@ -174,10 +171,7 @@ def _normalise_att(start, end, lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_
         e_pos = e0 + tl.arange(0, BLOCK)
         e_mask = e_pos < end
         eh_mask = e_mask[:, None] & hm[None, :]
-        if HAS_MAP:
-            coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-        else:
-            coo = e_pos
+        coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
         att_off = coo[:, None] * H + h_off[None, :]
         s = tl.load(att_ptr + att_off, mask=eh_mask, other=0.0)
         tl.debug_barrier()  # the slots read above are overwritten below, possibly by other threads

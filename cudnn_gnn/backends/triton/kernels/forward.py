@@ -12,6 +12,7 @@ from cudnn_gnn.backends.triton import tuning
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _fused_dim,
+    _head_group,
     _item,
     _logits,
     _max,
@@ -71,13 +72,9 @@ def _fwd_kernel(
     writes its unnormalised state ``(max, sumexp, acc)`` per head to its partial slot, for :func:`_fwd_merge_kernel`.
     """
     row, start, end, slot = _item(work_ptr, WHOLE)
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
-    hm = h_off < H
-    c_off = tl.arange(0, BLOCK_C)
-    hc = h_off[:, None] * C + c_off[None, :]
-    hc_mask = hm[:, None] & (c_off < C)[None, :]
     D = H * C
     if V2:
         xi = tl.load(x_dst_ptr + row * D + hc, mask=hc_mask, other=0.0).to(tl.float32)
@@ -129,12 +126,8 @@ def _fwd_merge_kernel(
     row = tl.load(hub).to(tl.int64)
     slot0 = tl.load(hub + 1).to(tl.int64)
     n = tl.load(hub + 2).to(tl.int64)
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     valid = (h_off * 0 + n) > 0
-    hm = h_off < H
-    c_off = tl.arange(0, BLOCK_C)
-    hc = h_off[:, None] * C + c_off[None, :]
-    hc_mask = hm[:, None] & (c_off < C)[None, :]
     D = H * C
     m = tl.full([HG], -1.0e30, tl.float32)
     ell = tl.full([HG], 0.0, tl.float32)
