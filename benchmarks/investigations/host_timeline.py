@@ -39,7 +39,7 @@ WRAPPED = (
     "cudnn_gnn.layers.gat_conv:resolve", "cudnn_gnn.layers.gat_conv:gat", "cudnn_gnn.layers.gat_conv:finish",
     "cudnn_gnn.layers.gatv2_conv:resolve", "cudnn_gnn.layers.gatv2_conv:gatv2", "cudnn_gnn.layers.gatv2_conv:finish",
     "cudnn_gnn.ops.gat:attention_spec", "cudnn_gnn.ops.gat:plan", "cudnn_gnn.ops.gat:run",
-    "cudnn_gnn.backends.triton.op:mha_gat", "cudnn_gnn.backends.triton.call:build_call", "cudnn_gnn.backends.triton.call:pack",
+    "cudnn_gnn.backends.triton.op:triton_gat", "cudnn_gnn.backends.triton.call:build_call", "cudnn_gnn.backends.triton.call:pack",
     "cudnn_gnn.backends.triton.op:_fwd_impl", "cudnn_gnn.backends.triton.op:_node_scores",
     "cudnn_gnn.backends.triton.op:_bwd_impl", "cudnn_gnn.backends.triton.op:_gat_backward",
     "cudnn_gnn.backends.triton.op:_gat_grads", "cudnn_gnn.backends.triton.kernels.node_scores:launch_node_scores",

@@ -159,7 +159,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                 def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
                          options: Any = options) -> None:
                     def run() -> torch.Tensor:  # the backend's entry: it takes the options
-                        return tb.mha_gat(csc, x, x, att, None, None, v2=v2, heads=heads, concat=True,
+                        return tb.triton_gat(csc, x, x, att, None, None, v2=v2, heads=heads, concat=True,
                                           activation_name="leaky_relu", activation_alpha=0.2,
                                           return_attention=False, options=options)[0]
 

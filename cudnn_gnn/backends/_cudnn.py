@@ -24,7 +24,7 @@ from torch import Tensor
 
 from cudnn_gnn.backends._autograd import refuse_create_graph
 
-__all__ = ["GatCall", "mha_gat"]
+__all__ = ["GatCall", "cudnn_gat"]
 
 _GRAPH = (
     "Tensor offsets, Tensor indices, Tensor? map_csc_to_coo, Tensor? csc_rev_offsets, Tensor? map_rev_to_coo, "
@@ -413,7 +413,7 @@ def _backward(ctx, grad_out, grad_att, _grad_sm, _grad_act):  # type: ignore[no-
 torch.library.register_autograd("cudnn_gnn::mha_gat_fwd", _backward, setup_context=_setup_context, lib=_lib)
 
 
-def mha_gat(call: GatCall, return_attention: bool) -> tuple[Tensor, Tensor]:
+def cudnn_gat(call: GatCall, return_attention: bool) -> tuple[Tensor, Tensor]:
     """Run the kernel; returns ``(out [Nd, D or D/H], attention [H, E] fp32 or [0])``."""
     out, att, _, _ = torch.ops.cudnn_gnn.mha_gat_fwd(*call, return_attention)
     return out, att

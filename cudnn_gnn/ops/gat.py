@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops.plan import plan
+from cudnn_gnn.ops.plan import plan_call
 from cudnn_gnn.ops.run import run
 from cudnn_gnn.spec import attention_spec
 
@@ -112,4 +112,4 @@ def gat(
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )
-    return run(plan(spec))
+    return run(plan_call(spec))

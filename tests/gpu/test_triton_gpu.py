@@ -78,7 +78,7 @@ def _run(backend: str, graph, xs, w, ea, m, dtype, *, v2, heads, concat, act="le
     x = leaves[0]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha)
     if backend == "triton":
-        out, att = tb.mha_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, return_attention=True, **kw)
+        out, att = tb.triton_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, return_attention=True, **kw)
     else:
         out, att = reference.mha_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, **kw)
     gen = torch.Generator(device=DEV).manual_seed(0)
@@ -148,7 +148,7 @@ def test_compile_fullgraph():
     x = xs.requires_grad_()
 
     def f(x, w, ea):
-        out, att = tb.mha_gat(graph, x, x, w, ea, None, v2=True, heads=4, concat=True, activation_name="leaky_relu",
+        out, att = tb.triton_gat(graph, x, x, w, ea, None, v2=True, heads=4, concat=True, activation_name="leaky_relu",
                               activation_alpha=0.2, return_attention=True)
         return out.square().sum() + att.square().sum()
 
@@ -202,7 +202,7 @@ def test_compile_fullgraph_gat_against_eager():
     w = w.requires_grad_()
 
     def f(x, w):
-        out, _ = tb.mha_gat(graph, x, x, w, None, None, v2=False, heads=8, concat=True, activation_name="leaky_relu",
+        out, _ = tb.triton_gat(graph, x, x, w, None, None, v2=False, heads=8, concat=True, activation_name="leaky_relu",
                             activation_alpha=0.2, return_attention=False)
         return out.square().sum()
 
@@ -269,7 +269,7 @@ def test_empty_graph_and_no_destinations():
         graph = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), size=(4, n_dst))
         x = torch.randn(4, 8, device=DEV, requires_grad=True)
         w = torch.randn(8, device=DEV, requires_grad=True)
-        out, att = tb.mha_gat(graph, x, x[:n_dst], w, None, None, v2=True, heads=2, concat=True,
+        out, att = tb.triton_gat(graph, x, x[:n_dst], w, None, None, v2=True, heads=2, concat=True,
                               activation_name="relu", activation_alpha=0.0, return_attention=True)
         assert torch.equal(out, torch.zeros(n_dst, 8, device=DEV)) and att.shape == (0, 2)
         (gx,) = torch.autograd.grad(out.sum(), x)
@@ -331,7 +331,7 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
         base_mem = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         if backend == "triton":
-            out, att = tb.mha_gat(graph, x, x, a, f, m, return_attention=True, **kw)
+            out, att = tb.triton_gat(graph, x, x, a, f, m, return_attention=True, **kw)
         else:
             out, att = reference.mha_gat(graph, x, x, a, f, m, **kw)
         cot = torch.Generator(device=DEV).manual_seed(0)
@@ -399,7 +399,7 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
         f = (ea if v2 else score_edge).detach().clone().requires_grad_()
         wt = ew.detach().clone().requires_grad_() if v2 else None
         options = tb.TritonOptions(gat_backward="one_gather" if case == "gat_one_gather" else "two_gather")
-        out, att = tb.mha_gat(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, activation_name="leaky_relu",
+        out, att = tb.triton_gat(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, activation_name="leaky_relu",
                               activation_alpha=0.2, return_attention=True, lin_edge_weight=wt, options=options)
         cot = torch.Generator(device=DEV).manual_seed(0)
         ((out * torch.randn(out.shape, device=DEV, generator=cot)).sum()

@@ -72,7 +72,7 @@ def test_cudnn_op_refuses_create_graph(v2):
     x, w, heads = _inputs(v2)
     call = cu.GatCall(graph.offsets, graph.indices, graph.map_csc_to_coo, None, None, 5, x, x, None, w, None,
                       v2, heads, True, "leaky_relu", 0.2, False, False)
-    out, _ = cu.mha_gat(call, False)
+    out, _ = cu.cudnn_gat(call, False)
     with pytest.raises(NotImplementedError, match=r"create_graph=True.*backend='reference'"):
         torch.autograd.grad(out.pow(2).sum(), x, create_graph=True)
 

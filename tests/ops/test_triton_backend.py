@@ -67,7 +67,7 @@ def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu
         x_dst = xs if graph.num_dst_nodes == xs.shape[0] else xs[: graph.num_dst_nodes]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha, lin_edge_weight=ew)
     if backend == "triton":
-        out, att = tb.mha_gat(graph, xs, x_dst, w, ea, m, return_attention=True,
+        out, att = tb.triton_gat(graph, xs, x_dst, w, ea, m, return_attention=True,
                               options=tb.TritonOptions(gat_backward=gat_backward), **kw)
     else:
         out, att = reference.mha_gat(graph, xs, x_dst, w, ea, m, **kw)
@@ -158,7 +158,7 @@ def test_padded_heads_head_groups_and_rows_of_many_blocks(v2, max_tile_d, monkey
     from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
-    block_e, big_e, hg, block_c, _ = kernels.block_sizes(3, 5, v2, max_tile_d)
+    block_e, big_e, hg, block_c, _ = kernels.default_launch_shape(3, 5, v2, max_tile_d)
     assert (block_e, big_e, block_c) == (16, 64, 8) and hg == {1024: 4, 16: 2, 8: 1}[max_tile_d]
     hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
     light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
@@ -173,15 +173,15 @@ def test_padded_heads_head_groups_and_rows_of_many_blocks(v2, max_tile_d, monkey
 def test_block_sizes_for_the_named_shapes():
     """All heads in one program up to a padded width of 1024 (arxiv's 8 x 32, 3 x 250, 2 x 375); 8 x 256 in two
     groups of 4; a head wider than 1024 alone. Small blocks for light rows, bigger ones for long rows."""
-    from cudnn_gnn.backends.triton.tuning import block_sizes
+    from cudnn_gnn.backends.triton.tuning import default_launch_shape
 
-    assert block_sizes(8, 32, False) == (8, 32, 8, 32, 4)
-    assert block_sizes(8, 32, True) == (8, 16, 8, 32, 4)
-    assert block_sizes(3, 250, False)[2:4] == (4, 256) and block_sizes(2, 375, True)[2:4] == (2, 512)
-    assert block_sizes(8, 256, False)[2] == 4 and block_sizes(1, 2000, False)[2:4] == (1, 2048)
+    assert default_launch_shape(8, 32, False) == (8, 32, 8, 32, 4)
+    assert default_launch_shape(8, 32, True) == (8, 16, 8, 32, 4)
+    assert default_launch_shape(3, 250, False)[2:4] == (4, 256) and default_launch_shape(2, 375, True)[2:4] == (2, 512)
+    assert default_launch_shape(8, 256, False)[2] == 4 and default_launch_shape(1, 2000, False)[2:4] == (1, 2048)
     for heads, c in ((8, 32), (3, 250), (2, 375), (8, 256), (1, 2000), (3, 5)):
         for v2 in (False, True):
-            block_e, big_e, hg, block_c, warps = block_sizes(heads, c, v2)
+            block_e, big_e, hg, block_c, warps = default_launch_shape(heads, c, v2)
             assert 2 <= block_e <= big_e <= 64 and hg * block_c <= max(1024, block_c) and 2 <= warps <= 4
             assert big_e * hg * block_c <= (4096 if v2 else 8192)
 
@@ -200,7 +200,7 @@ def test_backward_is_bitwise_repeatable():
 def _attention_only_grads_match(graph, xs, w, ea, kw):
     """A loss on the returned attention alone: its gradients in x, attn_weights and edge_attr equal the
     reference's (fp32)."""
-    _, att = tb.mha_gat(graph, xs, xs, w, ea, None, return_attention=True, **kw)
+    _, att = tb.triton_gat(graph, xs, xs, w, ea, None, return_attention=True, **kw)
     _, r_att = reference.mha_gat(graph, xs, xs, w, ea, None, **kw)
     grads = torch.autograd.grad(att[:, 0].sum() + 2 * att[:, 1].pow(2).sum(), (xs, w, ea))
     r_grads = torch.autograd.grad(r_att[:, 0].sum() + 2 * r_att[:, 1].pow(2).sum(), (xs, w, ea))
@@ -215,7 +215,7 @@ def test_gradient_through_attention_only_and_no_attention_materialised():
     kw = dict(v2=True, heads=2, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
     _attention_only_grads_match(graph, xs, w, ea, kw)
     with torch.no_grad():
-        out, none = tb.mha_gat(graph, xs, xs, w, ea, None, return_attention=False, **kw)
+        out, none = tb.triton_gat(graph, xs, xs, w, ea, None, return_attention=False, **kw)
     assert none is None and out.shape == (nd, 4)
 
 
@@ -224,7 +224,7 @@ def test_per_graph_structures_are_cached_on_the_graph():
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, _, w, _, _ = _inputs(False, ns, ns, ei.shape[1], 1, 2, edge=False, mask=False, bipartite=False)
     with torch.no_grad():
-        tb.mha_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
+        tb.triton_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
                    activation_alpha=0.0, return_attention=False)
     chunk = tuning.chunk_size(graph.num_edges)
     rows = graph.derived_if_built(("triton", "row_work", chunk))
@@ -284,7 +284,7 @@ def test_eager_function_equals_the_registered_op(v2):
         if via_op:
             out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*tb.pack(call), True)
         else:
-            out, att = tb.mha_gat(graph, xs, xd, w, ea, m, return_attention=True, **kw)
+            out, att = tb.triton_gat(graph, xs, xd, w, ea, m, return_attention=True, **kw)
         loss = (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum() + att.pow(2).sum()
         results.append((out, att, *torch.autograd.grad(loss, (xs, xd, w, ea))))
     for a, b in zip(*results, strict=True):
@@ -299,7 +299,7 @@ def test_compile_fullgraph_has_no_graph_break():
     xs, _, w, ea, _ = _inputs(False, ns, nd, ei.shape[1], 2, 2, edge=True, mask=False, bipartite=False)
 
     def f(x, w, ea):
-        out, att = tb.mha_gat(graph, x, x, w, ea, None, v2=False, heads=2, concat=True, activation_name="leaky_relu",
+        out, att = tb.triton_gat(graph, x, x, w, ea, None, v2=False, heads=2, concat=True, activation_name="leaky_relu",
                               activation_alpha=0.2, return_attention=True)
         return out.sum() + att.pow(2).sum()
 
@@ -331,7 +331,7 @@ def test_float64_is_refused_and_unavailable_reason(monkeypatch):
     graph = CscGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2)
     x = torch.randn(2, 2, dtype=torch.float64)
     with pytest.raises(NotImplementedError, match="float64"):
-        tb.mha_gat(graph, x, x, torch.randn(2, dtype=torch.float64), None, None, v2=True, heads=1, concat=True,
+        tb.triton_gat(graph, x, x, torch.randn(2, dtype=torch.float64), None, None, v2=True, heads=1, concat=True,
                    activation_name="relu", activation_alpha=0.0, return_attention=False)
     assert tb.unavailable_reason(torch.device("cpu")) is None
     monkeypatch.setenv("TRITON_INTERPRET", "0")
@@ -398,7 +398,7 @@ def test_a_shape_that_failed_to_launch_on_cudnn_is_planned_on_triton(monkeypatch
                           activation="leaky_relu", activation_alpha=None, dropout=0.0, training=False,
                           dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
                           backend="auto", max_degree="auto")
-    planned = plan_module.plan(spec)
+    planned = plan_module.plan_call(spec)
     assert planned.backend.name == "triton" and planned.fallback_from == "cudnn" and planned.split is None
     torch.testing.assert_close(cudnn_gnn.ops.run.run(planned), cudnn_gnn.gat(graph, xs, w, heads=2,
                                                                              backend="reference"))
@@ -741,7 +741,7 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     1 KiB in 16-bit), its delta pass one warp in float32;
     GATv2's forward two warps and two edges a block, its float32 backward one warp at 8 KiB, its 16-bit backward two
     warps at 1 KiB; tiles wider than 256 without an entry of their own, the shared shape."""
-    from cudnn_gnn.backends.triton.tuning import block_sizes, launch_shape
+    from cudnn_gnn.backends.triton.tuning import default_launch_shape, launch_shape
 
     assert launch_shape("fwd", 8, 32, False, 4) == (8, 8, 32, 1)
     assert launch_shape("fwd", 8, 32, False, 2) == (4, 8, 32, 1)
@@ -760,14 +760,14 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     assert launch_shape("fwd", 8, 32, True, 4) == (2, 8, 32, 2)
     assert launch_shape("fwd", 8, 32, True, 2) == (2, 8, 32, 2)
     for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
-        block_e, _, hg, block_c, warps = block_sizes(*args[1:4])
+        block_e, _, hg, block_c, warps = default_launch_shape(*args[1:4])
         assert launch_shape(*args) == (block_e, hg, block_c, warps)
     # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): TUNED_SHAPES' wide_512, one warp, the forward
     # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
     assert launch_shape("fwd", 4, 128, False, 2) == (8, 4, 128, 1)
     assert launch_shape("src", 4, 128, False, 2) == (2, 4, 128, 1)
     for args in (("dst", 4, 128, False, 2), ("fwd", 4, 128, False, 4), ("src", 4, 128, True, 2)):
-        block_e, _, hg, block_c, warps = block_sizes(*args[1:4])
+        block_e, _, hg, block_c, warps = default_launch_shape(*args[1:4])
         assert launch_shape(*args) == (block_e, hg, block_c, warps)
 
 

@@ -6,7 +6,7 @@ Modules, in the order a call walks them:
 * :mod:`~cudnn_gnn.backends.triton.call`: :class:`TritonCall`, one call's inputs as the kernels take them, built
   once from the validated spec by :func:`build_call`; :class:`TritonOptions`, the variants kept for measurement;
 * :mod:`~cudnn_gnn.backends.triton.op`: the ``torch.library`` ops (schema, fakes, autograd), their forward and
-  backward, and :func:`mha_gat`, the entry;
+  backward, and :func:`triton_gat`, the entry;
 * :mod:`~cudnn_gnn.backends.triton.worklists`: which programs a pass launches (hub rows in chunks);
 * :mod:`~cudnn_gnn.backends.triton.tuning`: every launch decision (tiles, blocks, warps, chunks) in one place;
 * :mod:`~cudnn_gnn.backends.triton.kernels`: the kernels and their launchers, one module per pass, imported at
@@ -28,8 +28,8 @@ from cudnn_gnn.backends.triton.call import (
     pack,
     unpack,
 )
-from cudnn_gnn.backends.triton.op import gat_one_gather, mha_gat
+from cudnn_gnn.backends.triton.op import gat_one_gather, triton_gat
 from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 
 __all__ = ["BACKEND", "DEFAULT_OPTIONS", "TritonBackend", "TritonCall", "TritonOptions", "WorkList", "build_call",
-           "gat_one_gather", "gatv2_edge_inputs", "mha_gat", "pack", "unavailable_reason", "unpack", "work_list"]
+           "gat_one_gather", "gatv2_edge_inputs", "triton_gat", "pack", "unavailable_reason", "unpack", "work_list"]

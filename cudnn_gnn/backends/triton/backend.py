@@ -8,7 +8,7 @@ from torch import Tensor
 
 from cudnn_gnn.backends.info import backend_info, triton_available
 from cudnn_gnn.backends.triton._runtime import unavailable_reason
-from cudnn_gnn.backends.triton.op import mha_gat
+from cudnn_gnn.backends.triton.op import triton_gat
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.spec import AttentionSpec
 
@@ -46,7 +46,7 @@ class TritonBackend:
         return False
 
     def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
-        return mha_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
+        return triton_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
                        v2=spec.v2, heads=spec.heads, concat=spec.concat, activation_name=spec.activation,
                        activation_alpha=spec.activation_alpha, return_attention=spec.return_attention,
                        lin_edge_weight=spec.lin_edge_weight)

@@ -82,7 +82,7 @@ class TritonCall(NamedTuple):
 
 @dataclass(frozen=True)
 class TritonOptions:
-    """The Triton backend's variants kept for measurement, passed explicitly to :func:`mha_gat` (the layers and the
+    """The Triton backend's variants kept for measurement, passed explicitly to :func:`triton_gat` (the layers and the
     public ops always take the defaults).
 
     Attributes:
@@ -255,7 +255,7 @@ def build_call(
     lin_edge_weight: Tensor | None = None,
     options: TritonOptions = DEFAULT_OPTIONS,
 ) -> TritonCall:
-    """The op's arguments for :func:`mha_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
+    """The op's arguments for :func:`triton_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
     per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``.
     ``lin_edge_weight`` (GATv2): the fused path's projection weight, ``edge_attr`` then raw (see
     :func:`gatv2_edge_inputs`, which decides)."""

@@ -53,7 +53,7 @@ from cudnn_gnn.backends.triton.call import (
 )
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["gat_one_gather", "mha_gat"]
+__all__ = ["gat_one_gather", "triton_gat"]
 
 
 _lib = torch.library.Library("cudnn_gnn", "FRAGMENT")
@@ -70,7 +70,7 @@ def _sizes(c: TritonCall) -> tuple[int, int, int, int]:
 def _out_spec(c: TritonCall) -> tuple[tuple[int, int], torch.dtype]:
     """The shape and dtype of the op's output: ``[Nd, H*C]`` in the input dtype with ``concat``; without it GATv2's
     mean over heads ``[Nd, C]`` (input dtype), but GAT's per-head output ``[Nd, H*C]`` in float32, whose mean
-    :func:`mha_gat` takes: autograd can then keep it for the backward (:func:`_delta_source`) and the forward op
+    :func:`triton_gat` takes: autograd can then keep it for the backward (:func:`_delta_source`) and the forward op
     keeps three outputs."""
     nd, _, h, ch = _sizes(c)
     if c.concat:
@@ -154,7 +154,7 @@ def gat_one_gather(c: TritonCall) -> bool:
 
     ``c.gat_backward`` (from :class:`TritonOptions`) forces either; ``"auto"`` (the default) takes the rule: one
     gather on a static graph (one whose call carries ``rev_dst``, see :func:`build_call`) with a feature tile at
-    most 256 wide (``HG * BLOCK_C``, see :func:`~cudnn_gnn.backends.triton.tuning.block_sizes`: 8 x 32, 8 x 8),
+    most 256 wide (``HG * BLOCK_C``, see :func:`~cudnn_gnn.backends.triton.tuning.default_launch_shape`: 8 x 32, 8 x 8),
     where its source pass has launch shapes
     tuned on the H200 and measured faster than two gathers; two gathers on a graph rebuilt every call (sampled
     blocks, whose sources have one or two out-edges: measured slower there with one) and on wider tiles. The
@@ -164,7 +164,7 @@ def gat_one_gather(c: TritonCall) -> bool:
     if c.gat_backward != "auto":
         return c.gat_backward == "one_gather"
     # the feature width is a layer's (static) width; int() keeps a symbolic one from reaching the cached rule
-    _, _, hg, block_c, _ = tuning.block_sizes(c.heads, int(c.x_src.shape[1]) // max(c.heads, 1), False)
+    _, _, hg, block_c, _ = tuning.default_launch_shape(c.heads, int(c.x_src.shape[1]) // max(c.heads, 1), False)
     return c.rev_dst is not None and hg * block_c <= 256
 
 
@@ -441,7 +441,7 @@ class _EagerAttention(torch.autograd.Function):
     """The registered op's forward and backward (:func:`_fwd_impl`, :func:`_bwd_impl`, the same code) as a plain
     autograd Function, for eager calls: no dispatcher round trip and no ``register_autograd`` wrapper (its
     ``fill_defaults`` and pytree passes), which on small graphs cost more host time than the kernels take (see
-    docs/performance.md). ``torch.compile`` traces the registered op instead (:func:`mha_gat` picks).
+    docs/performance.md). ``torch.compile`` traces the registered op instead (:func:`triton_gat` picks).
 
     ``apply(call, return_attention, *inputs)``, ``inputs`` the :data:`_INPUT_NAMES` fields of ``call`` (its own
     tensors again, passed one by one so that autograd tracks them). Returns
@@ -471,7 +471,7 @@ class _EagerAttention(torch.autograd.Function):
         return (None, None, *(g if need else None for g, need in zip(grads, needs, strict=True)))
 
 
-def mha_gat(
+def triton_gat(
     graph: CscGraph,
     x_src: Tensor,
     x_dst: Tensor,

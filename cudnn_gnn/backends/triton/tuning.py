@@ -17,7 +17,7 @@ from torch import Tensor
 
 __all__ = ["EDGE_PROGRAMS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
            "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MIN_CHUNK_E", "MIN_EDGE_SPAN", "SCORE_BWD_PROGRAMS",
-           "SCORE_TILE", "TUNED_SHAPES", "block_sizes", "cdiv", "chunk_size", "edge_kernel_shape",
+           "SCORE_TILE", "TUNED_SHAPES", "default_launch_shape", "cdiv", "chunk_size", "edge_kernel_shape",
            "edge_span", "fuse_edge_projection", "launch_config", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
 
 
@@ -41,7 +41,7 @@ in one program, 8 x 256 two programs of 4 heads, a head wider than this one prog
 
 
 @functools.cache
-def block_sizes(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
+def default_launch_shape(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
     """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` for ``heads`` heads of width ``c``.
 
     ``BLOCK_C`` = ``c`` rounded up to a power of two; ``HG`` (heads per program) = ``heads`` rounded up to a power of
@@ -80,7 +80,7 @@ TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProx
     # tiles 512 wide: the H200 sweep of bench_sampled.py --sweep on papers100M-shaped sampled blocks, 4 x 128
     ("fwd", False, 2, "wide_512"): (8, 1), ("src", False, 2, "wide_512"): (2, 1),
 })
-"""The launch shapes measured faster than :func:`block_sizes`' rule, one table: ``(kernel, v2, element bytes of the
+"""The launch shapes measured faster than :func:`default_launch_shape`' rule, one table: ``(kernel, v2, element bytes of the
 rows the kernel gathers per edge, tile class)`` -> ``(KiB of gathered rows a block, num_warps)``, read by
 :func:`launch_shape` (``BLOCK_E = KiB * 1024 / (W * element bytes)``, clamped to 2..32, for a tile ``W = HG *
 BLOCK_C`` wide). Kernels: ``"fwd"`` (forward, gathers ``x_src``), ``"dst"`` (backward destination pass,
@@ -96,7 +96,7 @@ measured on products' last layer (4 heads x 47, padded to 4 x 64, sources of abo
 than the 16 KiB block of ``"narrow"``, which holds there (which of the two differences decides was not measured).
 At 512 wide (GAT in bfloat16) one warp a program; the source pass takes the smallest block because a sampled
 block's sources have one or two out-edges; a combination not listed (float32, GATv2, the destination pass: not swept
-at this width) keeps :func:`block_sizes`. Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what
+at this width) keeps :func:`default_launch_shape`. Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what
 it derives from it."""
 
 
@@ -117,11 +117,11 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
     of width ``c`` gathering rows of ``elem_bytes`` bytes an element: the first :data:`TUNED_SHAPES` entry ``(KiB,
     warps)`` of the tile's classes (:func:`tile_classes`), which runs ``warps`` warps a program and blocks of ``KiB``
     of gathered rows (``BLOCK_E = KiB * 1024 / (W * elem_bytes)``, clamped to 2..32; 8 in float32 and 16 in bfloat16
-    at 8 KiB and 8 x 32), else :func:`block_sizes`.
+    at 8 KiB and 8 x 32), else :func:`default_launch_shape`.
 
     Why few warps: more programs resident, more gathers in flight, no cross-warp reductions, in kernels whose
     programs are mostly light rows (arxiv: 14 edges a row on average, 10 the median)."""
-    block_e, _, hg, block_c, num_warps = block_sizes(heads, c, v2, max_tile_d)
+    block_e, _, hg, block_c, num_warps = default_launch_shape(heads, c, v2, max_tile_d)
     width = hg * block_c
     for tile in tile_classes(width, c, block_c):
         tuned = TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4), tile))
@@ -158,8 +158,8 @@ at most ~32 float32 registers a thread at 4 warps; two tiles where ``x_dst`` is 
 
 
 def node_score_shape(heads: int, c: int) -> tuple[int, int, int, int]:
-    """``(BLOCK_N, HG, BLOCK_C, head groups)`` of the node-score kernel (:func:`block_sizes`' head groups)."""
-    _, _, hg, block_c, _ = block_sizes(heads, c, False, MAX_TILE_D)
+    """``(BLOCK_N, HG, BLOCK_C, head groups)`` of the node-score kernel (:func:`default_launch_shape`' head groups)."""
+    _, _, hg, block_c, _ = default_launch_shape(heads, c, False, MAX_TILE_D)
     return max(1, min(64, SCORE_TILE // (hg * block_c))), hg, block_c, cdiv(heads, hg)
 
 

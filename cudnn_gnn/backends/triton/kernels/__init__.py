@@ -9,7 +9,7 @@ normally all of them: the program then gathers each edge's whole source feature 
 ``[BLOCK_E, HG, BLOCK_C]`` tile (``BLOCK_C`` = the head width rounded up to a power of two; padded heads and
 channels are masked), reduces over channels for the per-head logits ``[BLOCK_E, HG]`` and keeps the online-softmax
 state per head (``[HG]``). Only where ``HG * BLOCK_C`` would pass :data:`MAX_TILE_D` (wide rows: 8 x 256, 3 x 1000)
-are the heads split over several programs, down to one head per program. See :func:`block_sizes` for the rules.
+are the heads split over several programs, down to one head per program. See :func:`default_launch_shape` for the rules.
 
 Hub rows are cut into chunks: the programs take the items of a per-graph work list (built once by
 :func:`cudnn_gnn.backends.triton.worklists.work_list`), a whole row or a chunk of at most ``B`` edges of a longer one, heaviest
@@ -21,7 +21,7 @@ forward, plain sums for the backward).
 A program walks its row (or chunk) in blocks of ``BLOCK_E`` edges, one block size for every row: a kernel's
 registers are allocated for its largest tile, so a bigger block that only long rows used would cost every program
 (mostly light rows) its occupancy (measured: docs/performance.md, "One block size"). GAT's destination sum, over
-``[E, H]`` floats only, walks long rows in blocks of ``BIG_E`` first (:func:`block_sizes`' pair).
+``[E, H]`` floats only, walks long rows in blocks of ``BIG_E`` first (:func:`default_launch_shape`' pair).
 
 Softmax statistics are kept per (destination, head) as a log-sum-exp ``[Nd, H]`` float32; the backward recomputes
 the logits from it and never stores anything of size ``[E, H*C]``. GAT's backward (:func:`launch_gat_backward`)

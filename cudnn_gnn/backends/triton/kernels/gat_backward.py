@@ -218,7 +218,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
 
     Launch shapes: the source pass and the delta pass take :func:`launch_shape` of ``"gat_src"`` and
     ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide); the destination sum, whose rows are
-    one float a head, :func:`block_sizes` of heads of width 1 (8 heads: blocks of 16 and 64 edges, 2 warps)."""
+    one float a head, :func:`default_launch_shape` of heads of width 1 (8 heads: blocks of 16 and 64 edges, 2 warps)."""
     nd, e, n_src, n_rows = offsets.shape[0] - 1, indices.shape[0], n_items(src_work), n_items(row_work)
     c, groups, cfg = tuning.launch_config(x_src, heads, False, "gat_src", dout)
     d = heads * c
@@ -248,7 +248,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         _merge_sum(src_hubs, dx_part, dx_src, d)
         _merge_sum(src_hubs, dss_part, dscore_src, heads)
     if n_rows:
-        block_e, big_e, hg, _, num_warps = tuning.block_sizes(heads, 1, False, tuning.MAX_TILE_D)
+        block_e, big_e, hg, _, num_warps = tuning.default_launch_shape(heads, 1, False, tuning.MAX_TILE_D)
         dsd_part = _partial(row_hub_work.shape[0], heads, lse)
         _bwd_gat_dst_kernel[(n_rows, tuning.cdiv(heads, hg))](
             row_work, dz_buf, dscore_dst, dsd_part, heads, BLOCK_E=block_e, BIG_E=big_e, WHOLE=row_work.dim() == 1,
