@@ -91,11 +91,10 @@ def _shortcut(on: bool) -> None:
     modules' ``CachedLaunch`` objects swapped for the ``JITFunction`` each wraps (the launchers look them up by
     name on every call)."""
     from cudnn_gnn.backends.triton import kernels
-    from cudnn_gnn.backends.triton.kernels import common
     from cudnn_gnn.backends.triton.launch import CachedLaunch
 
     if not _CACHED:
-        _CACHED.update({(module, name): k for module in (*kernels.PASS_MODULES, common)
+        _CACHED.update({(module, name): k for module in kernels.KERNEL_MODULES
                         for name, k in vars(module).items() if isinstance(k, CachedLaunch)})
     for (module, name), k in _CACHED.items():
         setattr(module, name, k if on else k.fn)

@@ -371,11 +371,10 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
     fused edge projection, on a graph with a 3,000-edge hub row and hub source (so the merge kernels run too), with
     edge features, a dropout mask and returned attention; every one of the eleven kernels holds a variant after the
     first run, and the third run launches none through Triton's dispatch (all through the shortcut)."""
-    from cudnn_gnn.backends.triton.kernels import common
     from cudnn_gnn.backends.triton.launch import CachedLaunch
 
     # (module, name) -> the CachedLaunch a launcher finds in its own module's globals
-    kernels = {(module, name): k for module in (*tk.PASS_MODULES, common) for name, k in vars(module).items()
+    kernels = {(module, name): k for module in tk.KERNEL_MODULES for name, k in vars(module).items()
                if isinstance(k, CachedLaunch)}
     assert len(kernels) == 11, sorted(name for _, name in kernels)
     n = 3000

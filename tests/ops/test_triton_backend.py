@@ -555,7 +555,7 @@ def launched(monkeypatch):
             names.append(self.name)
             return self.real[grid]
 
-    for module in kernels.PASS_MODULES:  # a launcher finds its kernels in its own module
+    for module in kernels.KERNEL_MODULES:  # a launcher finds its kernels in its own module
         for name, real in list(vars(module).items()):
             if name.endswith("_kernel") and hasattr(real, "__getitem__"):
                 monkeypatch.setattr(module, name, _Spy(real, name))
@@ -816,7 +816,7 @@ def test_tuned_backward_shapes_match_the_reference(monkeypatch):
 
 
 def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
-    from cudnn_gnn.backends.triton import _score_matrix
+    from cudnn_gnn.backends.triton.call import _score_matrix
 
     a = torch.randn(3 * 5, dtype=torch.float64)
     torch.testing.assert_close(_score_matrix(a, 3), torch.block_diag(*a.float().view(3, 5, 1).unbind(0)))

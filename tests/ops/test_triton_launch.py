@@ -142,9 +142,8 @@ def test_every_launched_kernel_takes_the_cached_launch():
     code = """
 import re, inspect, triton
 from cudnn_gnn.backends.triton import kernels
-from cudnn_gnn.backends.triton.kernels import common
 from cudnn_gnn.backends.triton.launch import CachedLaunch, fast_path_supported
-modules = (*kernels.PASS_MODULES, common)
+modules = kernels.KERNEL_MODULES
 launched = {n for m in modules for n in re.findall(r"(_\\w+_kernel)\\[", inspect.getsource(m))}
 assert len(launched) == 11, sorted(launched)
 wrapped = {n for m in modules for n, v in vars(m).items() if isinstance(v, CachedLaunch)}

@@ -33,8 +33,9 @@ class TritonCall(NamedTuple):
     with the edge projection fused (:func:`fuse_edge_projection`), the raw ``edge_attr [E, De]`` and
     ``lin_edge_weight [H*C, De]``, projected inside the kernels (None otherwise).
     Inputs, GAT: ``x_src``, ``x_dst`` (None where it is ``x_src`` itself, a homogeneous graph: both node scores from
-    one read, one gradient), ``attn_weights [2*H*C + De] = att_src | att_dst | att_edge`` (the op reads the first
-    ``2*H*C``: the node scores are its own) and the float32 edge scores ``score_edge [E, H]`` (COO) or None.
+    one read, one gradient), ``attn_weights [2*H*C] = att_src | att_dst`` (the node scores are the op's own; the
+    caller's ``att_edge`` went into the edge scores in :func:`build_call`) and the float32 edge scores
+    ``score_edge [E, H]`` (COO) or None.
     ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
     ``backward_flags``: bits 0-1, :attr:`edge_grads`; bits 2-3, :attr:`gat_backward` (one integer, so that the op
     schema stays at 10 arguments, see :func:`pack`).
@@ -297,11 +298,14 @@ def build_call(
             lin_edge_weight=None if lin_edge_weight is None else lin_edge_weight.contiguous(),
             attn_weights=attn_weights.contiguous(), score_edge=None)
     else:
+        # the one place GAT's attention vector is taken apart: att_edge goes into the edge scores here, the op
+        # gets att_src | att_dst for the node scores (autograd gives att_edge its gradient through the scores)
+        att_node, att_edge = attn_weights[:2 * d], attn_weights[2 * d:]
         score_edge = None
         if edge_attr is not None:
-            score_edge = _edge_scores(edge_attr, attn_weights[2 * d:], heads).contiguous()
+            score_edge = _edge_scores(edge_attr, att_edge, heads).contiguous()
         inputs = dict(x_src=x_src.contiguous(), x_dst=None if x_dst is x_src else x_dst.contiguous(),
-                      edge_attr=None, lin_edge_weight=None, attn_weights=attn_weights.contiguous(),
+                      edge_attr=None, lin_edge_weight=None, attn_weights=att_node.contiguous(),
                       score_edge=score_edge)
     return TritonCall(
         offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map,

@@ -102,8 +102,7 @@ def _node_scores(c: TritonCall) -> Tensor:
     scores = torch.empty(_scores_shape(c), device=c.x_src.device, dtype=torch.float32)
     if not c.v2:
         assert c.attn_weights is not None  # build_call gives GAT its head vectors
-        d = c.x_src.shape[1]
-        kernels().launch_node_scores(c.x_src, c.x_dst, c.attn_weights[:2 * d].contiguous(), c.heads,
+        kernels().launch_node_scores(c.x_src, c.x_dst, c.attn_weights, c.heads,
                                       out=_split_scores(c, scores))
     return scores
 
@@ -284,13 +283,12 @@ def _gat_grads(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor, d_score_dst:
     (:func:`_fold_node_scores`) after the one-gather backward (``one_gather``; :func:`gat_one_gather`'s regime:
     static graphs, tiles at most 256 wide, where the kernel was measured faster), else by GEMMs
     (:func:`_fold_node_scores_gemm`, measured faster on sampled-shape bipartite blocks, 4 x 128;
-    docs/performance.md, "The fold as a kernel"). ``attn_weights``' edge part ``att_edge`` gets zeros here (its
-    gradient flows through the edge scores, computed outside the op)."""
+    docs/performance.md, "The fold as a kernel"). ``attn_weights`` is ``att_src | att_dst`` (:func:`build_call`
+    took ``att_edge`` into the edge scores, whose gradient is the op's ``score_edge`` output)."""
     assert c.attn_weights is not None  # build_call gives GAT its head vectors
     fold = _fold_node_scores if one_gather else _fold_node_scores_gemm
     d_x_src, d_x_dst, d_a = fold(c, d_x_src, d_score_src, d_score_dst)
-    pad = c.attn_weights.shape[0] - d_a.shape[0]
-    d_w = (torch.cat([d_a, d_a.new_zeros(pad)]) if pad else d_a).to(c.attn_weights.dtype)
+    d_w = d_a.to(c.attn_weights.dtype)
     empty = c.x_src.new_empty(0)
     return d_x_src, d_x_dst, empty, empty.new_empty(0), d_w, d_score_edge
 
@@ -307,10 +305,9 @@ def _fold_node_scores(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
     homogeneous graph (``x_dst`` None: no second ``[N, H*C]`` gradient, no sum of two) or writes ``d_x_dst`` where
     ``x_dst`` is its own tensor, and returns the head vectors' gradient."""
     assert c.attn_weights is not None  # build_call gives GAT its head vectors
-    d = c.x_src.shape[1]
     d_x_dst = d_x_src.new_empty(0) if c.x_dst is None else _like(c.x_dst, d_x_src)
     d_a = kernels().launch_node_scores_backward(
-        c.x_src, c.x_dst, c.attn_weights[:2 * d].contiguous(), c.heads, d_score_src, d_score_dst, d_x_src,
+        c.x_src, c.x_dst, c.attn_weights, c.heads, d_score_src, d_score_dst, d_x_src,
         None if c.x_dst is None else d_x_dst)
     return d_x_src, d_x_dst, d_a
 
@@ -343,9 +340,9 @@ def _fold_node_scores_gemm(c: TritonCall, d_x_src: Tensor, d_score_src: Tensor,
 
 def _pair_score_matrix(attn_weights: Tensor, heads: int, d: int) -> Tensor:
     """``m [H*C, 2H]`` float32, ``m[h*C + c, s*H + k] = a[s, h, c]`` if ``k == h`` else 0, for ``a = att_src |
-    att_dst`` (the first ``2*H*C`` entries of ``attn_weights``): both block-diagonal score matrices side by side,
-    by one broadcast multiply (:func:`_fold_node_scores_gemm`' GEMMs)."""
-    a = attn_weights[:2 * d].float().view(2, heads, d // heads)
+    att_dst`` (``attn_weights``, as :func:`build_call` gives it to the op): both block-diagonal score matrices side
+    by side, by one broadcast multiply (:func:`_fold_node_scores_gemm`' GEMMs)."""
+    a = attn_weights.float().view(2, heads, d // heads)
     eye = torch.eye(heads, device=a.device, dtype=torch.float32)
     return (a.permute(1, 2, 0).unsqueeze(-1) * eye.view(heads, 1, 1, heads)).reshape(d, 2 * heads)
 

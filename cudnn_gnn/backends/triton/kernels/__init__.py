@@ -50,7 +50,15 @@ width as constants").
 
 from __future__ import annotations
 
-from cudnn_gnn.backends.triton.kernels import backward_dst, backward_edge, backward_src, forward, gat_backward, node_scores
+from cudnn_gnn.backends.triton.kernels import (
+    backward_dst,
+    backward_edge,
+    backward_src,
+    common,
+    forward,
+    gat_backward,
+    node_scores,
+)
 from cudnn_gnn.backends.triton.kernels.backward_dst import launch_backward_dst
 from cudnn_gnn.backends.triton.kernels.backward_edge import launch_backward_edge
 from cudnn_gnn.backends.triton.kernels.backward_src import launch_backward_src
@@ -59,8 +67,9 @@ from cudnn_gnn.backends.triton.kernels.forward import launch_forward
 from cudnn_gnn.backends.triton.kernels.gat_backward import launch_gat_backward
 from cudnn_gnn.backends.triton.kernels.node_scores import launch_node_scores, launch_node_scores_backward
 
-__all__ = ["ACTIVATION_CODES", "PASS_MODULES", "launch_backward_dst", "launch_backward_edge", "launch_backward_src",
+__all__ = ["ACTIVATION_CODES", "KERNEL_MODULES", "launch_backward_dst", "launch_backward_edge", "launch_backward_src",
            "launch_forward", "launch_gat_backward", "launch_node_scores", "launch_node_scores_backward", "n_items"]
 
-PASS_MODULES = (forward, backward_dst, backward_src, backward_edge, gat_backward, node_scores)
-"""The modules that hold kernels and launch them (a launcher looks its kernels up in its own module's globals)."""
+KERNEL_MODULES = (forward, backward_dst, backward_src, backward_edge, gat_backward, node_scores, common)
+"""The modules that hold kernels and launch them (a launcher looks its kernels up in its own module's globals): one
+per pass, and ``common`` for the hub merges."""
