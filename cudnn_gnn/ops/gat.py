@@ -93,11 +93,14 @@ def gat(
         TypeError / ValueError: a bad argument, named in the message, before any kernel runs.
         RuntimeError: an explicit ``backend`` that cannot run here (the message says why and how to fix it).
         NotImplementedError: an explicit ``backend`` that cannot compute this call (float64 on cuDNN).
+        NotImplementedError: from the backward, a second-order gradient (``create_graph=True``, e.g. a gradient
+            penalty) through the Triton or cuDNN kernels, whose backward is not differentiable; the reference backend
+            is differentiable twice.
 
     Cost: the first cuDNN call per op x dtype x direction in a process compiles its kernel at run time (tens of
     seconds; :func:`cudnn_gnn.precompile` builds them in parallel up front); int32 graphs whose sizes overflow
     the kernels' 32-bit offsets are promoted to int64 once and cached on the graph, as is the hub split.
-    The call path: :func:`cudnn_gnn.spec.attention_spec` -> :func:`cudnn_gnn.ops.plan.plan` ->
+    The call path: :func:`cudnn_gnn.spec.attention_spec` -> :func:`cudnn_gnn.ops.plan.plan_call` ->
     :func:`cudnn_gnn.ops.run.run` (docs/design.md).
 
     Example:
