@@ -1125,7 +1125,9 @@ def test_opcheck_fused_edge_projection():
                          activation_alpha=1.0, return_attention=True, needs_grad=True, lin_edge_weight=ew)
     assert call.lin_edge_weight is ew and call.edge_grads == 3
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(call), True))
-    frozen = call._replace(edge_attr=ea.detach(), edge_grads=2)  # edge_attr's gradient not asked: an empty output
+    # edge_attr's gradient not asked (bit 0 of the edge-gradient bits cleared): an empty output
+    frozen = call._replace(edge_attr=ea.detach(), backward_flags=call.backward_flags & ~1)
+    assert frozen.edge_grads == 2
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(frozen), False))
 
 
