@@ -11,7 +11,6 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 * ``ours``: our ``GATConv`` on ``--backend`` (blocks from ``cudnn_gnn.sampled_blocks``);
 * ``ours_chunked_rows``: ours with the blocks' ``short_rows`` hint ignored (chunked row work lists, the hub
   launches), as before ``a93a21c``;
-* ``ours_one_gather``: ours with ``GAT_ONE_GATHER_BACKWARD`` on (Triton);
 * ``ours_compiled``, ``pyg_compiled``: the model under ``torch.compile(dynamic=True)`` (one graph for every batch
   size; its build time is in ``warmup_s``, the graphs it built in ``compiled_graphs``), the loss and the optimizer
   step eager as in the others;
@@ -49,7 +48,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from _bench_common import environment, kernel_times, synchronize, write_json  # noqa: E402
 
-VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_one_gather", "ours_compiled",
+VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_compiled",
             "pyg_compiled")
 
 
@@ -65,32 +64,28 @@ def sweep_variant(name: str) -> tuple[str, int, int] | None:
 @contextlib.contextmanager
 def variant_switches(name: str) -> Iterator[None]:
     """The module-level switches a variant flips, restored afterwards."""
-    from cudnn_gnn.backends import _triton_kernels as tk
-    from cudnn_gnn.backends import triton as tb
+    from cudnn_gnn.backends.triton import tuning as tk
     from cudnn_gnn.graph import CscGraph
 
-    saved_rows, saved_gather = CscGraph.short_rows, tb.GAT_ONE_GATHER_BACKWARD
+    saved_rows = CscGraph.short_rows
     saved_shape = tk.launch_shape
     try:
         swept = sweep_variant(name)
         if swept is not None:
             kernel, block_e, warps = swept
 
-            def launch_shape(k: str, *args: Any, **kwargs: Any) -> tuple[int, int, int, int, int]:
+            def launch_shape(k: str, *args: Any, **kwargs: Any) -> tuple[int, int, int, int]:
                 default = saved_shape(k, *args, **kwargs)
                 if k != kernel:
                     return default
-                return block_e, max(block_e, default[1]), default[2], default[3], warps
+                return block_e, default[1], default[2], warps
 
             tk.launch_shape = launch_shape  # type: ignore[assignment]
         if name == "ours_chunked_rows":
             CscGraph.short_rows = property(lambda self: False)  # type: ignore[assignment,method-assign]
-        if name == "ours_one_gather":
-            tb.GAT_ONE_GATHER_BACKWARD = True
         yield
     finally:
         CscGraph.short_rows = saved_rows  # type: ignore[method-assign]
-        tb.GAT_ONE_GATHER_BACKWARD = saved_gather
         tk.launch_shape = saved_shape  # type: ignore[assignment]
 
 

@@ -1,6 +1,6 @@
 """Microbenchmark of the Triton GAT / GATv2 kernels against the reference backend and PyG, on one preset graph.
 
-For GAT and GATv2 in fp32 and bf16, per implementation (``triton``: ``cudnn_gnn.backends.triton.mha_gat``;
+For GAT and GATv2 in fp32 and bf16, per implementation (``triton``: ``cudnn_gnn.backends.triton.triton_gat``;
 ``reference``: ``cudnn_gnn.backends.reference.mha_gat``; ``pyg`` and ``pyg-compiled``: PyG's ``GATConv`` /
 ``GATv2Conv``, eager and under ``torch.compile``):
 
@@ -128,7 +128,7 @@ def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor
         return fwd, fwd_bwd
 
     return {
-        "triton": lambda: ours(lambda *a, **k: tb.mha_gat(*a, **k, return_attention=False)),
+        "triton": lambda: ours(lambda *a, **k: tb.triton_gat(*a, **k, return_attention=False)),
         "reference": lambda: ours(reference.mha_gat),
         "pyg": lambda: pyg(False),
         "pyg-compiled": lambda: pyg(True),

@@ -193,17 +193,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--top", type=int, default=20)
     ap.add_argument("--cudnn-pattern", default=r"cudnn|gnn|mha_?gat", help="regex for unattributed cuDNN kernels")
     ap.add_argument("--triton-pattern", default=r"^_(fwd|bwd_dst|bwd_src|bwd_gat_delta|bwd_gat_src|bwd_gat_dst)_kernel",
-                    help="regex for our Triton kernels (cudnn_gnn/backends/_triton_kernels.py); the forward is the "
+                    help="regex for our Triton kernels (cudnn_gnn/backends/triton/kernels/); the forward is the "
                          "one matching _fwd_")
-    ap.add_argument("--gat-backward", default=None, choices=("one-gather", "two-gather"),
-                    help="GAT's Triton backward (cudnn_gnn.backends.triton.GAT_ONE_GATHER_BACKWARD; default: the "
-                         "library's)")
-    ap.add_argument("--rev-dst", default=None, choices=("on", "off"),
-                    help="the Triton source pass's destinations (cudnn_gnn.backends.triton.SOURCE_PASS_REV_DST; "
-                         "default: the library's)")
-    ap.add_argument("--big-blocks", default=None, choices=("on", "off"),
-                    help="the Triton kernels' long-row blocks (cudnn_gnn.backends._triton_kernels.BIG_BLOCKS; "
-                         "default: the library's)")
     ap.add_argument("--out", default=None, help="JSON path (default profile_layers.json)")
     ap.add_argument("--trace", default=None, help="also export a Chrome trace here")
     ap.add_argument("--gaps", type=int, default=0, metavar="N",
@@ -224,17 +215,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         impl = f"layer_{backend}" if bl.layer_classes() else backend
     ours = "triton gnn" if bl.impl_backend(impl) == "triton" else "cudnn gnn"
 
-    if args.gat_backward is not None or args.rev_dst is not None:
-        from cudnn_gnn.backends import triton as triton_backend
-
-        if args.gat_backward is not None:
-            triton_backend.GAT_ONE_GATHER_BACKWARD = args.gat_backward == "one-gather"
-        if args.rev_dst is not None:
-            triton_backend.SOURCE_PASS_REV_DST = args.rev_dst == "on"
-    if args.big_blocks is not None:
-        from cudnn_gnn.backends import _triton_kernels
-
-        _triton_kernels.BIG_BLOCKS = args.big_blocks == "on"
     inp, _ = bl.build_inputs(preset, device, argparse.Namespace(seed=args.seed, no_ogbn=args.no_ogbn))
     model, graph_arg, kind = bl.build_model(impl, args.layer, inp, args.seed)
     fn, pre = bl.make_step(model, graph_arg, inp, args.dtype, args.pass_)
@@ -271,8 +251,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {
         "schema": "cudnn-gnn/profile_layers/1", "quick": args.quick, "environment": environment(device),
         "case": {"preset": preset.name, "layer": args.layer, "impl": impl, "dtype": args.dtype, "pass": args.pass_,
-                 "graph_input": kind, "gat_backward": args.gat_backward or "default",
-                 "rev_dst": args.rev_dst or "default", "big_blocks": args.big_blocks or "default",
+                 "graph_input": kind,
                  "num_nodes": inp.graph.num_nodes, "num_edges": inp.graph.num_edges, "steps": steps,
                  "graph_source": inp.graph.source},
         "step_ms_cuda_events": timing,

@@ -3,7 +3,7 @@
 A bias added to ``N`` rows has the gradient ``grad.sum(0)``, a reduction over the long axis into a few hundred sums,
 for which torch's reduction kernel reads the tensor well below the memory bandwidth; a GATv2 layer's step runs four
 (its bias, ``lin_l``'s and ``lin_r``'s, and the Triton backend's attention-vector partials). :func:`column_sum` is
-the one place that chooses how such a sum runs (:data:`COLUMN_SUM`); :func:`bias_add` adds a bias with it as the
+the one place that chooses how such a sum runs; :func:`bias_add` adds a bias with it as the
 gradient, and :func:`linear` is ``F.linear`` with it as the bias's gradient (the bias still added inside the GEMM,
 where a separate add would cost an ``[N, D]`` read and write). Small tensors, CPU tensors and ``torch.compile``
 (whose generated reduction is its own) keep ``x.sum(0)``, a plain add and ``F.linear``: on a host-bound small graph
@@ -18,14 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-__all__ = ["COLUMN_SUM", "COLUMN_SUM_MIN_ROWS", "bias_add", "column_sum", "linear"]
-
-COLUMN_SUM = "split"
-"""How :func:`column_sum` sums a tall CUDA tensor: ``"split"`` (the rows in blocks of :data:`SPLIT_ROWS`, each
-block summed in float32 by one reduction with many outputs, then the ``[N / SPLIT_ROWS, D]`` partials: two
-launches, every sum in a fixed order), ``"mv"`` (a matrix-vector product with ones: cuBLAS, the same dtype
-rules as a GEMM) or ``"sum"`` (torch's ``x.sum(0)``). A module global so that the three can be measured against each
-other in one process (``benchmarks/investigations/column_sum.py``)."""
+__all__ = ["COLUMN_SUM_MIN_ROWS", "bias_add", "column_sum", "linear"]
 
 COLUMN_SUM_MIN_ROWS = 1 << 14
 """Tensors with fewer rows take ``x.sum(0)`` (and :func:`bias_add` a plain add)."""
@@ -35,18 +28,21 @@ SPLIT_ROWS = 128
 
 
 def _tall_cuda(x: Tensor) -> bool:
-    """Whether ``x`` takes :data:`COLUMN_SUM`'s way: a 2-D CUDA tensor of at least :data:`COLUMN_SUM_MIN_ROWS` rows,
+    """Whether ``x`` takes :func:`column_sum`'s split sum: a 2-D CUDA tensor of at least :data:`COLUMN_SUM_MIN_ROWS` rows,
     outside ``torch.compile``."""
     return (x.dim() == 2 and x.device.type == "cuda" and x.shape[0] >= COLUMN_SUM_MIN_ROWS
             and not torch.compiler.is_compiling())
 
 
 def column_sum(x: Tensor) -> Tensor:
-    """``x [N, D] -> [D]``, the sum over rows, in ``x``'s dtype (float32 accumulation), deterministic."""
-    if not _tall_cuda(x) or COLUMN_SUM == "sum":
+    """``x [N, D] -> [D]``, the sum over rows, in ``x``'s dtype (float32 accumulation), deterministic.
+
+    A tall CUDA tensor (:func:`_tall_cuda`) is summed split: the rows in blocks of :data:`SPLIT_ROWS`, each block
+    summed in float32 by one reduction with many outputs, then the ``[N / SPLIT_ROWS, D]`` partials (two launches,
+    every sum in a fixed order), measured faster than torch's ``x.sum(0)`` and than a matrix-vector product with
+    ones (docs/performance.md, "Column sums"); anything else takes ``x.sum(0)``."""
+    if not _tall_cuda(x):
         return x.sum(0)
-    if COLUMN_SUM == "mv":
-        return torch.mv(x.t(), x.new_ones(x.shape[0]))
     n = x.shape[0]
     blocks = n // SPLIT_ROWS
     head = x[: blocks * SPLIT_ROWS].view(blocks, SPLIT_ROWS, x.shape[1]).sum(1, dtype=torch.float32).sum(0)
@@ -77,7 +73,7 @@ def bias_add(x: Tensor, bias: Tensor | None) -> Tensor:
     elsewhere autograd's own add."""
     if bias is None:
         return x
-    if _tall_cuda(x) and COLUMN_SUM != "sum" and torch.is_grad_enabled() and bias.requires_grad:
+    if _tall_cuda(x) and torch.is_grad_enabled() and bias.requires_grad:
         return _BiasAdd.apply(x, bias)
     return x + bias
 
@@ -113,7 +109,6 @@ class _Linear(torch.autograd.Function):
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
     """``F.linear(x, weight, bias)``: for a tall CUDA ``x`` whose bias needs a gradient, through :class:`_Linear`
     (the same forward, the bias's gradient by :func:`column_sum`); elsewhere ``F.linear`` itself."""
-    if (bias is not None and _tall_cuda(x) and COLUMN_SUM != "sum" and torch.is_grad_enabled()
-            and bias.requires_grad):
+    if bias is not None and _tall_cuda(x) and torch.is_grad_enabled() and bias.requires_grad:
         return _Linear.apply(x, weight, bias)
     return F.linear(x, weight, bias)

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from cudnn_gnn._names import GAT_BACKENDS
 from cudnn_gnn._segment import ACTIVATIONS
 from cudnn_gnn._validation import (
     check_bool,
@@ -25,7 +26,6 @@ from cudnn_gnn._validation import (
     check_shape,
     check_tensor,
 )
-from cudnn_gnn.backends import GAT_BACKENDS
 from cudnn_gnn.graph import CscGraph
 
 __all__ = ["AttentionSpec", "attention_spec", "make_dropout_mask", "project_edges", "GRAD_PRECISIONS", "ALPHA_DEFAULTS"]

@@ -1,7 +1,7 @@
 """``cudnn_gnn._bias``: column sums of tall tensors and the bias add with that gradient.
 
 Their CUDA path is taken for 2-D CUDA tensors of at least ``COLUMN_SUM_MIN_ROWS`` rows; here (no GPU) the tests
-route CPU tensors through it by patching ``_tall_cuda``, so every strategy's arithmetic and the autograd Function
+route CPU tensors through it by patching ``_tall_cuda``, so the split sum's arithmetic and the autograd Function
 run; ``tests/gpu/test_bias_gpu.py`` runs them on the GPU at size."""
 
 from __future__ import annotations
@@ -17,13 +17,11 @@ def tall(monkeypatch):
     monkeypatch.setattr(_bias, "_tall_cuda", lambda x: x.dim() == 2)
 
 
-@pytest.mark.parametrize("strategy", ["split", "mv", "sum"])
 @pytest.mark.parametrize("rows", [1, 127, 128, 1000])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_column_sum_strategies_equal_the_plain_sum(strategy, rows, dtype, tall, monkeypatch):
-    """Every strategy, row counts below, at and past a split block (128 rows), float32 and bfloat16: the column
+def test_split_column_sum_equals_the_plain_sum(rows, dtype, tall):
+    """The split sum, row counts below, at and past a split block (128 rows), float32 and bfloat16: the column
     sums of ``x.sum(0)``, in ``x``'s dtype (bfloat16 within its rounding of the float64 sums)."""
-    monkeypatch.setattr(_bias, "COLUMN_SUM", strategy)
     x = torch.randn(rows, 37, generator=torch.Generator().manual_seed(rows)).to(dtype)
     got = _bias.column_sum(x)
     assert got.dtype == dtype and got.shape == (37,)
@@ -33,8 +31,8 @@ def test_column_sum_strategies_equal_the_plain_sum(strategy, rows, dtype, tall, 
 
 
 def test_small_and_compiled_inputs_keep_the_plain_sum(monkeypatch):
-    """Below ``COLUMN_SUM_MIN_ROWS`` rows, on a CPU tensor, or with ``COLUMN_SUM = "sum"``: ``x.sum(0)`` itself and a
-    plain add (no autograd Function of ours in the graph)."""
+    """Below ``COLUMN_SUM_MIN_ROWS`` rows, or on a CPU tensor: ``x.sum(0)`` itself and a plain add (no autograd
+    Function of ours in the graph)."""
     x = torch.randn(50, 4, requires_grad=True)
     b = torch.randn(4, requires_grad=True)
     assert torch.equal(_bias.column_sum(x), x.sum(0))

@@ -6,7 +6,8 @@ Two parts, on a CUDA machine:
   and of a 4-argument one, through Triton's own dispatch (``kernel[grid](...)``) against the ``CompiledKernel``'s
   launcher called directly, plus the pieces the shortcut pays itself (its key of 23 arguments, ``torch.empty``);
 * ``steps``: PyG's layer and ours (``backend="triton"``), GAT and GATv2 fp32, on the ``cora`` and ``arxiv``
-  shapes of ``bench_layers.py``, with ``cudnn_gnn.backends._triton_launch.ENABLED`` off and on in alternation
+  shapes of ``bench_layers.py``, with the shortcut off (every kernel through Triton's own dispatch) and on in
+  alternation
   (three rounds): wall ms a step over steps queued back to back (``host``) and CUDA-event ms a step with a sync
   after each (``event``, ``bench_layers.py``'s timing); on arxiv GAT also our layer and PyG's under
   ``torch.compile``; whether one step's output and parameter gradients are bitwise equal off and on; and a
@@ -46,7 +47,7 @@ def launch_costs() -> dict[str, float]:
     from cora_host import per_call_us
     from triton.runtime import driver
 
-    from cudnn_gnn.backends._triton_launch import args_key
+    from cudnn_gnn.backends.triton.launch import args_key
 
     @triton.jit
     def k30(a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11, a12, a13, a14, a15, a16, a17, a18, a19,
@@ -82,12 +83,28 @@ def launch_costs() -> dict[str, float]:
     }
 
 
+_CACHED: dict[tuple[Any, str], Any] = {}
+
+
+def _shortcut(on: bool) -> None:
+    """Launch the Triton kernels through :class:`CachedLaunch` (``on``) or through Triton's own dispatch: the kernel
+    modules' ``CachedLaunch`` objects swapped for the ``JITFunction`` each wraps (the launchers look them up by
+    name on every call)."""
+    from cudnn_gnn.backends.triton import kernels
+    from cudnn_gnn.backends.triton.launch import CachedLaunch
+
+    if not _CACHED:
+        _CACHED.update({(module, name): k for module in kernels.KERNEL_MODULES
+                        for name, k in vars(module).items() if isinstance(k, CachedLaunch)})
+    for (module, name), k in _CACHED.items():
+        setattr(module, name, k if on else k.fn)
+
+
 def steps(out: dict[str, Any]) -> None:
     from cora_host import event_ms, host_ms, step_fn
     from torch_geometric.nn import GATConv, GATv2Conv
 
     import cudnn_gnn
-    from cudnn_gnn.backends import _triton_launch as launch
 
     dev = torch.device("cuda")
     for preset, spec, fin, heads, c, n_steps in PRESETS:
@@ -110,14 +127,14 @@ def steps(out: dict[str, Any]) -> None:
                 row.setdefault("pyg_host_ms", []).append(host_ms(sp, n_steps, collect=True))
                 row.setdefault("pyg_event_ms", []).append(event_ms(sp, 30))
                 for mode in ("off", "on"):
-                    launch.ENABLED = mode == "on"
+                    _shortcut(mode == "on")
                     for _ in range(3):
                         so()
                     row.setdefault(f"{mode}_host_ms", []).append(host_ms(so, n_steps, collect=True))
                     row.setdefault(f"{mode}_event_ms", []).append(event_ms(so, 30))
             results = {}
             for mode in ("off", "on"):
-                launch.ENABLED = mode == "on"
+                _shortcut(mode == "on")
                 for p in ours.parameters():
                     p.grad = None
                 y = ours(x, graph)
@@ -126,7 +143,7 @@ def steps(out: dict[str, Any]) -> None:
             row["bitwise_equal"] = all(torch.equal(a, b) for a, b in zip(results["off"], results["on"], strict=True))
             if preset == "arxiv" and layer == "GAT":
                 for mode in ("off", "on", "off", "on"):
-                    launch.ENABLED = mode == "on"
+                    _shortcut(mode == "on")
                     torch._dynamo.reset()
                     sc = step_fn(torch.compile(ours), graph, x, grad)
                     for _ in range(5):
@@ -140,7 +157,7 @@ def steps(out: dict[str, Any]) -> None:
                 row["compiled_pyg_host_ms"] = [host_ms(scp, n_steps, collect=True)]
                 row["compiled_pyg_event_ms"] = [event_ms(scp, 30)]
                 torch._dynamo.reset()
-            launch.ENABLED = True
+            _shortcut(True)
             if preset == "cora":
                 prof = cProfile.Profile()
                 prof.enable()

@@ -203,6 +203,7 @@ def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 3
     functions by own time over ``calls`` backward calls."""
     import cudnn_gnn
     from cudnn_gnn.backends import triton as tb
+    from cudnn_gnn.backends.triton import op as triton_op
 
     csc = cudnn_gnn.CscGraph.from_edge_index(edge_index, num_nodes=CORA.num_nodes)
     v2 = layer == "GATv2"
@@ -211,17 +212,17 @@ def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 3
     call = tb.build_call(csc, x, x, w, None, None, v2=v2, heads=8, concat=True, activation_name="leaky_relu",
                          activation_alpha=0.2, return_attention=False, needs_grad=True)
     args = tb.pack(call)
-    out, lse, _, scores = tb._fwd_impl(*args, False)
+    out, lse, _, scores = triton_op._fwd_impl(*args, False)
     grad = torch.randn_like(out)
-    kept = tb._delta_source(call, out)  # what the forward keeps for the backward (GAT's one-gather: the output)
+    kept = triton_op._delta_source(call, out)  # what the forward keeps for the backward (GAT's one-gather: the output)
 
     with torch.no_grad():
-        fwd = per_call_us(lambda: tb._fwd_impl(*args, False), calls)
-        bwd = per_call_us(lambda: tb._bwd_impl(grad, None, lse, kept, scores, *args), calls)
+        fwd = per_call_us(lambda: triton_op._fwd_impl(*args, False), calls)
+        bwd = per_call_us(lambda: triton_op._bwd_impl(grad, None, lse, kept, scores, *args), calls)
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls):
-            tb._bwd_impl(grad, None, lse, kept, scores, *args)
+            triton_op._bwd_impl(grad, None, lse, kept, scores, *args)
         torch.cuda.synchronize()
         prof.disable()
     text = io.StringIO()

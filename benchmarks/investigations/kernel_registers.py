@@ -1,12 +1,12 @@
 """Registers and spills of our Triton kernels, compiled ahead of time for a GPU this machine need not have.
 
-Why a big block cost occupancy (issue #15): a kernel's registers are allocated for its largest tile, so the long-row
-blocks (``BIG_E``) that light rows never use still set how many programs fit on an SM. This compiles the kernels of
-``cudnn_gnn/backends/_triton_kernels.py`` with the installed Triton for ``--arch`` (default ``sm_90a``, the H200)
+A kernel's registers are allocated for its largest tile, so the block size sets how many programs fit on an SM
+(why the kernels walk every row in one block size). This compiles the kernels of
+``cudnn_gnn/backends/triton/kernels/`` with the installed Triton for ``--arch`` (default ``sm_90a``, the H200)
 through ``triton.compile`` (no GPU needed: Triton lowers to PTX on any host), runs the ``ptxas`` Triton ships with
 ``-v`` on the PTX, and reports per kernel and launch shape the registers a thread, the spill bytes and the global
-loads by width, with ``BIG_E`` as :func:`launch_shape` gives it and with ``BIG_E = BLOCK_E``
-(:data:`BIG_BLOCKS` off). Pointer arguments and the head width are marked divisible by 16, as Triton's JIT
+loads by width, at :func:`launch_shape`'s shape (or every shape of ``--grid``). Pointer arguments and the head
+width are marked divisible by 16, as Triton's JIT
 specialises them for torch's allocations and widths such as 32.
 
 The device's Triton matters (torch 2.11 ships 3.6; this repository's CPU CI 3.9): register allocation differs
@@ -35,8 +35,9 @@ from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
-from cudnn_gnn.backends._triton_launch import CachedLaunch  # noqa: E402
+from cudnn_gnn.backends.triton import tuning  # noqa: E402
+from cudnn_gnn.backends.triton.kernels import backward_dst, backward_src, forward, gat_backward  # noqa: E402
+from cudnn_gnn.backends.triton.launch import CachedLaunch  # noqa: E402
 
 FEATURE_PTRS = {"x_src_ptr", "x_dst_ptr", "edge_ptr", "ew_ptr", "attw_ptr", "dout_ptr", "dx_dst_ptr", "dx_src_ptr",
                 "out_ptr"}
@@ -50,10 +51,10 @@ def _jitted(kernel: Any) -> Any:
 
 
 KERNELS = {
-    "fwd": (_jitted(tk._fwd_kernel), dict(RETURN_ATT=False)),
-    "dst": (_jitted(tk._bwd_dst_kernel), dict(HAS_DATT=False, ONLY_DELTA=False)),
-    "src": (_jitted(tk._bwd_src_kernel), dict(REV_DST=True)),
-    "gat_src": (_jitted(tk._bwd_gat_src_kernel), dict(REV_DST=True, HAS_DATT=False)),
+    "fwd": (_jitted(forward._fwd_kernel), dict(RETURN_ATT=False)),
+    "dst": (_jitted(backward_dst._bwd_dst_kernel), dict(HAS_DATT=False, ONLY_DELTA=False)),
+    "src": (_jitted(backward_src._bwd_src_kernel), dict(REV_DST=True)),
+    "gat_src": (_jitted(gat_backward._bwd_gat_src_kernel), dict(REV_DST=True, HAS_DATT=False)),
 }
 """Launch-shape kernel name -> (jitted kernel, the constexprs of the case that are not shape or graph flags)."""
 
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--kernels", default=",".join(KERNELS), help="comma list among " + ", ".join(KERNELS))
     ap.add_argument("--grid", default=None,
                     help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4: compile every shape of the grid with "
-                         "BIG_E = BLOCK_E instead of launch_shape's (candidates for a sweep on the device)")
+                         "instead of launch_shape's (candidates for a sweep on the device)")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -141,24 +142,24 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 names = ("fwd", "gat_src") if not v2 and not spec["whole"] else ("fwd", "dst", "src")
                 for kname in (n for n in names if n in args.kernels.split(",")):
                     fn, extra = KERNELS[kname]
-                    block_e, big_e, hg, block_c, warps = tk.launch_shape(kname, spec["heads"], spec["c"], v2, elem)
-                    if args.grid is None:  # launch_shape's BIG_E, then one block size
-                        shapes = [(block_e, big, warps) for big in dict.fromkeys((big_e, block_e))]
+                    block_e, hg, block_c, warps = tuning.launch_shape(kname, spec["heads"], spec["c"], v2, elem)
+                    if args.grid is None:  # launch_shape's shape
+                        shapes = [(block_e, warps)]
                     else:
                         edges, warp_list = args.grid.split("x")
-                        shapes = [(int(b), int(b), int(w)) for b in edges.split(",") for w in warp_list.split(",")]
-                    for block_e, big, warps in shapes:
+                        shapes = [(int(b), int(w)) for b in edges.split(",") for w in warp_list.split(",")]
+                    for block_e, warps in shapes:
                         consts = dict(V2=v2, HAS_MAP=spec["edge"], HAS_EDGE=spec["edge"], DE=0, HAS_MASK=False, ACT=1,
-                                      WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, BIG_E=big, **extra)
+                                      WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, **extra)
                         consts.update(H=spec["heads"], C=spec["c"])  # where the kernel takes them as constexprs
                         constexprs = {fn.arg_names[i] for i in fn.constexprs}
                         consts = {n: v for n, v in consts.items() if n in constexprs}
                         rec = compile_kernel(fn, dtype, consts, warps, args.arch)
                         row = {"case": case, "layer": "GATv2" if v2 else "GAT", "dtype": dtype, "kernel": kname,
-                               "BLOCK_E": block_e, "BIG_E": big, "num_warps": warps, "triton": triton.__version__,
+                               "BLOCK_E": block_e, "num_warps": warps, "triton": triton.__version__,
                                "arch": args.arch, **rec}
                         rows.append(row)
-                        print(f"{case:8s} {row['layer']:5s} {dtype} {kname:7s} BLOCK_E {block_e:2d} BIG_E {big:2d} "
+                        print(f"{case:8s} {row['layer']:5s} {dtype} {kname:7s} BLOCK_E {block_e:2d} "
                               f"warps {warps}: {rec['registers']} registers, {rec['spill_store_bytes']} B spilled",
                               flush=True)
     if args.out:

@@ -7,7 +7,7 @@
    (``torch.cuda.set_sync_debug_mode``), and writes cProfile's top functions of our step.
 2. **Launch shape.** The arxiv forward kernel reached 27% (fp32) and 11% (bf16) of its gather-bound floor. Times
    the op for every ``(BLOCK_E, num_warps)`` of a small grid against the default: the forward (no grad) with
-   :func:`cudnn_gnn.backends._triton_kernels.launch_shape` swept, or (``--passes dst,src``) forward+backward with
+   :func:`cudnn_gnn.backends.triton.tuning.launch_shape` swept, or (``--passes dst,src``) forward+backward with
    one backward kernel's shape swept; GAT and GATv2; on arxiv's graph or (``--preset products``, ``proteins``)
    another preset's graph and first layer's heads x width, since a block size chosen on arxiv's short rows (mean
    degree 14) need not suit products' (50) or proteins' (597).
@@ -120,35 +120,35 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` / ``src``:
     forward + backward with that backward kernel's shape swept and every other kernel at its default; ``bwd``: both
     backward kernels swept together (for GAT: its two-gather backward, run with
-    ``cudnn_gnn.backends.triton.GAT_ONE_GATHER_BACKWARD`` off for those rows); ``gat_src`` / ``gat_delta``: GAT's
+    ``TritonOptions(gat_backward="two_gather")`` for those rows); ``gat_src`` / ``gat_delta``: GAT's
     one-gather backward's source pass or delta pass. Each row says which shape is the default (for ``bwd``: the
     destination pass's). ``head_groups``: the heads a program takes (``HG``, a power of two; ``H / HG`` programs a
     row or source, each gathering its heads' slice of the rows) swept too, every ``(BLOCK_E, num_warps)`` with
     each; None keeps the default's."""
-    from cudnn_gnn.backends import _triton_kernels as tk
     from cudnn_gnn.backends import triton as tb
+    from cudnn_gnn.backends.triton import tuning as tk
 
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     rows: list[dict[str, Any]] = []
-    original, one_gather = tk.launch_shape, tb.GAT_ONE_GATHER_BACKWARD
+    original = tk.launch_shape
     try:
         for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in dtypes):
             v2 = op == "gatv2"
-            fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
             tk.launch_shape = original
-            tb.GAT_ONE_GATHER_BACKWARD = pass_ not in ("dst", "src", "bwd")  # those kernels: the two-gather backward
+            # dst / src / bwd sweep the two-gather backward's kernels; the others, the one-gather backward's
+            options = tb.TritonOptions(gat_backward="two_gather" if pass_ in ("dst", "src", "bwd") else "one_gather")
             elem = torch.empty((), dtype=dtype).element_size()
             default = original("dst" if pass_ == "bwd" else pass_, heads, c, v2, elem)
             swept = ("dst", "src") if pass_ == "bwd" else (pass_,)
             x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ != "fwd")
             att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
             floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
-            first = (default[0], default[4], default[2])
-            shapes = [first] + [s for s in ((b, w, hg) for hg in (head_groups or (default[2],)) for b, w in grid)
+            first = (default[0], default[3], default[1])
+            shapes = [first] + [s for s in ((b, w, hg) for hg in (head_groups or (default[1],)) for b, w in grid)
                                 if s != first]
             for block_e, num_warps, hg in shapes:
-                cfg = (block_e, max(block_e, default[1]), hg, default[3], num_warps)
+                cfg = (block_e, hg, default[2], num_warps)
 
                 def shape(kernel: str, *a: Any, _cfg: tuple[int, ...] = cfg, _swept: tuple[str, ...] = swept,
                           **k: Any) -> Any:  # the swept kernels take the shape, every other kernel its default
@@ -156,12 +156,18 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
 
                 tk.launch_shape = shape  # type: ignore[assignment]
 
-                def call(x: torch.Tensor = x, att: torch.Tensor = att, fn: Any = fn, pass_: str = pass_) -> None:
+                def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
+                         options: Any = options) -> None:
+                    def run() -> torch.Tensor:  # the backend's entry: it takes the options
+                        return tb.triton_gat(csc, x, x, att, None, None, v2=v2, heads=heads, concat=True,
+                                          activation_name="leaky_relu", activation_alpha=0.2,
+                                          return_attention=False, options=options)[0]
+
                     if pass_ == "fwd":
                         with torch.no_grad():
-                            fn(csc, x, att, heads=heads, backend="triton")
+                            run()
                     else:
-                        fn(csc, x, att, heads=heads, backend="triton").sum().backward()
+                        run().sum().backward()
 
                 try:
                     rec = time_fn(call, device=device, warmup=2, repeats=repeats)
@@ -172,7 +178,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                 except Exception as exc:  # a shape Triton cannot compile is a finding, not a crash
                     rec = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
                 rec.update({"op": op, "pass": pass_, "dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e,
-                            "BIG_E": cfg[1], "num_warps": num_warps, "HG": hg,
+                            "num_warps": num_warps, "HG": hg,
                             "default": (block_e, num_warps, hg) == first})
                 if pass_ == "fwd":
                     rec["floor_ms"] = floor
@@ -185,7 +191,6 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                       f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
     finally:
         tk.launch_shape = original  # type: ignore[assignment]
-        tb.GAT_ONE_GATHER_BACKWARD = one_gather
     return rows
 
 

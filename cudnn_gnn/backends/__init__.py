@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 import torch
 from torch import Tensor
 
+from cudnn_gnn._names import ATTENTION_BACKENDS, AUTO_ORDER, GAT_BACKENDS
 from cudnn_gnn.backends.info import (
-    AUTO_ORDER,
     CUDNN_SUBLIBRARIES,
     JIT_ONLY_NOTE,
     MIN_CUDNN_VERSION,
@@ -48,10 +48,6 @@ __all__ = [
     "PRECOMPILED", "JIT_ONLY_NOTE", "library_dirs", "lacking_precompiled", "precompiled_engines_everywhere",
     "incomplete_cudnn",
 ]
-
-# The names a caller may pass as ``backend=``: the one vocabulary (layers, CLI and examples read these).
-GAT_BACKENDS = ("auto", "cudnn", "triton", "reference")
-ATTENTION_BACKENDS = ("auto", "cudnn", "flash", "reference")
 
 
 

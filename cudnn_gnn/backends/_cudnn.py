@@ -22,7 +22,9 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-__all__ = ["GatCall", "mha_gat"]
+from cudnn_gnn.backends._autograd import refuse_create_graph
+
+__all__ = ["GatCall", "cudnn_gat"]
 
 _GRAPH = (
     "Tensor offsets, Tensor indices, Tensor? map_csc_to_coo, Tensor? csc_rev_offsets, Tensor? map_rev_to_coo, "
@@ -388,6 +390,7 @@ def _setup_context(ctx, inputs, output) -> None:  # type: ignore[no-untyped-def]
 
 
 def _backward(ctx, grad_out, grad_att, _grad_sm, _grad_act):  # type: ignore[no-untyped-def]
+    refuse_create_graph("cudnn")
     *tensors, sm, act = ctx.saved_tensors
     c: GatCall = ctx.call._replace(**dict(zip(_TENSORS, tensors)))
     x_src, x_dst, edge_attr, w = c.x_src, c.x_dst, c.edge_attr, c.attn_weights
@@ -410,7 +413,7 @@ def _backward(ctx, grad_out, grad_att, _grad_sm, _grad_act):  # type: ignore[no-
 torch.library.register_autograd("cudnn_gnn::mha_gat_fwd", _backward, setup_context=_setup_context, lib=_lib)
 
 
-def mha_gat(call: GatCall, return_attention: bool) -> tuple[Tensor, Tensor]:
+def cudnn_gat(call: GatCall, return_attention: bool) -> tuple[Tensor, Tensor]:
     """Run the kernel; returns ``(out [Nd, D or D/H], attention [H, E] fp32 or [0])``."""
     out, att, _, _ = torch.ops.cudnn_gnn.mha_gat_fwd(*call, return_attention)
     return out, att

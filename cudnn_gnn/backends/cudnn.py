@@ -93,7 +93,7 @@ class CudnnBackend:
             None if spec.dropout_mask is None else spec.dropout_mask.t().to(torch.float32).contiguous(),
             spec.v2, spec.heads, spec.concat, spec.activation, spec.activation_alpha, det, spec.grad_fp32,
         )
-        out, att = _cudnn.mha_gat(call, spec.return_attention)
+        out, att = _cudnn.cudnn_gat(call, spec.return_attention)
         # [H, E] -> PyG's [E, H], contiguous like PyG's (a view would surprise .view() callers)
         return out, att.t().contiguous() if spec.return_attention else None
 

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass
 
 import torch
 
+from cudnn_gnn._names import AUTO_ORDER
+
 __all__ = ["BackendInfo", "backend_info", "mapped_cudnn_libraries", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION",
            "CUDNN_SUBLIBRARIES", "PRECOMPILED", "JIT_ONLY_NOTE", "library_dirs", "lacking_precompiled",
            "precompiled_engines_everywhere", "incomplete_cudnn", "cudnn_available", "triton_available", "AUTO_ORDER"]
@@ -22,11 +24,6 @@ MIN_FRONTEND_VERSION = (1, 32)
 MIN_SM = (8, 0)
 
 
-# `backend="auto"` for GAT / GATv2 on CUDA takes the first of these that runs here and supports the call (the
-# planner, cudnn_gnn.ops.plan, applies it per call; `info` prints it). Triton first: in bench_layers.py's table its
-# layer was faster than cuDNN's on every graph but Cora-sized ones, where cuDNN's lead per step is smaller than one
-# of its NVRTC kernel builds (docs/performance.md, "The Triton backend, and which backend auto takes").
-AUTO_ORDER = ("triton", "cudnn")
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops.plan import plan
+from cudnn_gnn.ops.plan import plan_call
 from cudnn_gnn.ops.run import run
 from cudnn_gnn.spec import attention_spec
 
@@ -93,11 +93,14 @@ def gat(
         TypeError / ValueError: a bad argument, named in the message, before any kernel runs.
         RuntimeError: an explicit ``backend`` that cannot run here (the message says why and how to fix it).
         NotImplementedError: an explicit ``backend`` that cannot compute this call (float64 on cuDNN).
+        NotImplementedError: from the backward, a second-order gradient (``create_graph=True``, e.g. a gradient
+            penalty) through the Triton or cuDNN kernels, whose backward is not differentiable; the reference backend
+            is differentiable twice.
 
     Cost: the first cuDNN call per op x dtype x direction in a process compiles its kernel at run time (tens of
     seconds; :func:`cudnn_gnn.precompile` builds them in parallel up front); int32 graphs whose sizes overflow
     the kernels' 32-bit offsets are promoted to int64 once and cached on the graph, as is the hub split.
-    The call path: :func:`cudnn_gnn.spec.attention_spec` -> :func:`cudnn_gnn.ops.plan.plan` ->
+    The call path: :func:`cudnn_gnn.spec.attention_spec` -> :func:`cudnn_gnn.ops.plan.plan_call` ->
     :func:`cudnn_gnn.ops.run.run` (docs/design.md).
 
     Example:
@@ -112,4 +115,4 @@ def gat(
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )
-    return run(plan(spec))
+    return run(plan_call(spec))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops.plan import plan
+from cudnn_gnn.ops.plan import plan_call
 from cudnn_gnn.ops.run import run
 from cudnn_gnn.spec import attention_spec
 
@@ -52,7 +52,7 @@ def gatv2(
             ``f_e = edge_attr_e @ lin_edge_weight^T``: exactly the projected call on ``edge_attr @
             lin_edge_weight.T``, differentiable in both. The Triton backend projects inside its kernels (no
             ``[E, H*C]`` tensor forward or backward; the backward returns both gradients, the weight's as a
-            fixed-order sum of per-program partials) where ``cudnn_gnn.backends.triton.fuse_edge_projection`` allows:
+            fixed-order sum of per-program partials) where ``cudnn_gnn.backends.triton.tuning.fuse_edge_projection`` allows:
             ``De <= 16``, all heads in one ``[next_pow2(De), W]`` tile of at most 4096 with ``W = next_pow2(H) *
             next_pow2(C) <= 1024``, and with gradients the partials at most a quarter of the ``[E, H*C]`` buffer they
             replace; else, and on the reference and cuDNN backends, torch projects first (``[E, H*C]`` as in the
@@ -82,4 +82,4 @@ def gatv2(
         dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )
-    return run(plan(spec))
+    return run(plan_call(spec))

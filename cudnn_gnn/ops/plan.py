@@ -26,7 +26,7 @@ from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.ops._hub_split import HubSplit, hub_split
 from cudnn_gnn.spec import AttentionSpec
 
-__all__ = ["AttentionPlan", "plan", "choose_backend", "auto_max_degree", "AUTO_SPLIT_TRIGGER", "AUTO_SPLIT_SKEW",
+__all__ = ["AttentionPlan", "plan_call", "choose_backend", "auto_max_degree", "AUTO_SPLIT_TRIGGER", "AUTO_SPLIT_SKEW",
            "AUTO_SPLIT_DEGREE", "AUTO_ORDER"]
 
 # `max_degree="auto"` splits a graph when a node has more than AUTO_SPLIT_TRIGGER edges in (out) and more than
@@ -141,7 +141,7 @@ def _bounded(backend: GatBackend, spec: AttentionSpec) -> tuple[HubSplit | None,
     return split, backend.kernel_graph(spec, spec.graph if split is None else split.graph)
 
 
-def plan(spec: AttentionSpec) -> AttentionPlan:
+def plan_call(spec: AttentionSpec) -> AttentionPlan:
     """Decide backend, hub split, kernel graph and launch fallback for ``spec`` (see the module docstring)."""
     backend = choose_backend(spec)
     split, graph = _bounded(backend, spec)

@@ -23,9 +23,11 @@ if (_reason := compiled_triton_skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
 
 from cudnn_gnn import CscGraph  # noqa: E402
-from cudnn_gnn.backends import _triton_kernels as tk  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
+from cudnn_gnn.backends.triton import kernels as tk  # noqa: E402
+from cudnn_gnn.backends.triton import op as triton_op  # noqa: E402
+from cudnn_gnn.backends.triton import tuning  # noqa: E402
 
 DEV = torch.device("cuda")
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
@@ -76,7 +78,7 @@ def _run(backend: str, graph, xs, w, ea, m, dtype, *, v2, heads, concat, act="le
     x = leaves[0]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha)
     if backend == "triton":
-        out, att = tb.mha_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, return_attention=True, **kw)
+        out, att = tb.triton_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, return_attention=True, **kw)
     else:
         out, att = reference.mha_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, **kw)
     gen = torch.Generator(device=DEV).manual_seed(0)
@@ -146,7 +148,7 @@ def test_compile_fullgraph():
     x = xs.requires_grad_()
 
     def f(x, w, ea):
-        out, att = tb.mha_gat(graph, x, x, w, ea, None, v2=True, heads=4, concat=True, activation_name="leaky_relu",
+        out, att = tb.triton_gat(graph, x, x, w, ea, None, v2=True, heads=4, concat=True, activation_name="leaky_relu",
                               activation_alpha=0.2, return_attention=True)
         return out.square().sum() + att.square().sum()
 
@@ -200,7 +202,7 @@ def test_compile_fullgraph_gat_against_eager():
     w = w.requires_grad_()
 
     def f(x, w):
-        out, _ = tb.mha_gat(graph, x, x, w, None, None, v2=False, heads=8, concat=True, activation_name="leaky_relu",
+        out, _ = tb.triton_gat(graph, x, x, w, None, None, v2=False, heads=8, concat=True, activation_name="leaky_relu",
                             activation_alpha=0.2, return_attention=False)
         return out.square().sum()
 
@@ -238,7 +240,7 @@ def test_node_scores_under_autocast_at_size(heads, c, bipartite, fold):
     def run():
         with torch.autocast("cuda", torch.bfloat16):
             s, t = tk.launch_node_scores(x0, None if xd is None else xd.detach(), w.detach(), heads)
-        fold_fn = tb._fold_node_scores if fold == "kernel" else tb._fold_node_scores_gemm
+        fold_fn = triton_op._fold_node_scores if fold == "kernel" else triton_op._fold_node_scores_gemm
         d_x, d_xd, d_w = fold_fn(call, torch.zeros_like(x), gs, gd)
         return (s, t, d_x, d_w) if xd is None else (s, t, d_x, d_xd, d_w)
 
@@ -267,23 +269,18 @@ def test_empty_graph_and_no_destinations():
         graph = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), size=(4, n_dst))
         x = torch.randn(4, 8, device=DEV, requires_grad=True)
         w = torch.randn(8, device=DEV, requires_grad=True)
-        out, att = tb.mha_gat(graph, x, x[:n_dst], w, None, None, v2=True, heads=2, concat=True,
+        out, att = tb.triton_gat(graph, x, x[:n_dst], w, None, None, v2=True, heads=2, concat=True,
                               activation_name="relu", activation_alpha=0.0, return_attention=True)
         assert torch.equal(out, torch.zeros(n_dst, 8, device=DEV)) and att.shape == (0, 2)
         (gx,) = torch.autograd.grad(out.sum(), x)
         assert torch.equal(gx, torch.zeros_like(gx))
 
 
-@pytest.mark.parametrize("big_blocks", [False, True], ids=["one_block_size", "big_blocks"])
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
-def test_20000_edge_hub_in_and_out_in_chunks(op, big_blocks, monkeypatch):
+def test_20000_edge_hub_in_and_out_in_chunks(op):
     """Destination 0 with 20,000 in-edges and source 1 with 20,000 out-edges on a light power-law background: both
     are cut into chunks (forward log-sum-exp merge, backward delta / destination / source merges), against the
-    float64 reference, with edge features, a dropout mask and returned attention; bitwise equal on a second run.
-    Long rows walked in one block size (the default) and in big blocks (``BIG_BLOCKS``)."""
-    from cudnn_gnn.backends import _triton_kernels
-
-    monkeypatch.setattr(_triton_kernels, "BIG_BLOCKS", big_blocks)
+    float64 reference, with edge features, a dropout mask and returned attention; bitwise equal on a second run."""
     v2 = op == "gatv2"
     n, hub = 4000, 20_000
     graph = _hub_graph(n, 40_000, hub, seed=5)
@@ -291,7 +288,7 @@ def test_20000_edge_hub_in_and_out_in_chunks(op, big_blocks, monkeypatch):
     kw = dict(v2=v2, heads=8, concat=True)
     ref = _run("reference", graph, xs.double(), w.double(), ea.double(), m, torch.float64, **kw)
     got = _run("triton", graph, xs, w, ea, m, torch.float32, **kw)
-    chunk = tb.chunk_size(graph.num_edges)
+    chunk = tuning.chunk_size(graph.num_edges)
     rows = graph.derived_if_built(("triton", "row_work", chunk))
     srcs = graph.derived_if_built(("triton", "src_work", chunk))
     assert int(rows.hubs[:, 2].max()) >= hub // chunk and int(srcs.hubs[:, 2].max()) >= hub // chunk
@@ -324,7 +321,7 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
     gen = torch.Generator(device=DEV).manual_seed(8)
     ea = torch.randn(e, de, device=DEV, generator=gen)
     ew = torch.randn(heads * c, de, device=DEV, generator=gen) / de**0.5
-    assert tb.fuse_edge_projection(e, heads, heads * c, de, dtype.itemsize, True)
+    assert tuning.fuse_edge_projection(e, heads, heads * c, de, dtype.itemsize, True)
 
     def run(backend, dt):
         x, a, f, wt = (t.detach().to(dt).requires_grad_() for t in (xs, w, ea, ew))
@@ -334,7 +331,7 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
         base_mem = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         if backend == "triton":
-            out, att = tb.mha_gat(graph, x, x, a, f, m, return_attention=True, **kw)
+            out, att = tb.triton_gat(graph, x, x, a, f, m, return_attention=True, **kw)
         else:
             out, att = reference.mha_gat(graph, x, x, a, f, m, **kw)
         cot = torch.Generator(device=DEV).manual_seed(0)
@@ -369,18 +366,20 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
 
 
 def test_cached_launch_matches_tritons_dispatch(monkeypatch):
-    """Every kernel launched through :class:`~cudnn_gnn.backends._triton_launch.CachedLaunch`'s shortcut gives
+    """Every kernel launched through :class:`~cudnn_gnn.backends.triton.launch.CachedLaunch`'s shortcut gives
     bitwise what Triton's own dispatch gives: GAT with its one-gather and its two-gather backward and GATv2 with its
     fused edge projection, on a graph with a 3,000-edge hub row and hub source (so the merge kernels run too), with
     edge features, a dropout mask and returned attention; every one of the eleven kernels holds a variant after the
     first run, and the third run launches none through Triton's dispatch (all through the shortcut)."""
-    from cudnn_gnn.backends import _triton_launch
+    from cudnn_gnn.backends.triton.launch import CachedLaunch
 
-    kernels = {name: k for name, k in vars(tk).items() if isinstance(k, _triton_launch.CachedLaunch)}
-    assert len(kernels) == 11, sorted(kernels)
+    # (module, name) -> the CachedLaunch a launcher finds in its own module's globals
+    kernels = {(module, name): k for module in tk.KERNEL_MODULES for name, k in vars(module).items()
+               if isinstance(k, CachedLaunch)}
+    assert len(kernels) == 11, sorted(name for _, name in kernels)
     n = 3000
     graph = _hub_graph(n, 30_000, 3000, seed=11)
-    assert graph.num_edges > 4 * tb.chunk_size(graph.num_edges)
+    assert graph.num_edges > 4 * tuning.chunk_size(graph.num_edges)
     heads, c, de = 8, 8, 8
     gen = torch.Generator(device=DEV).manual_seed(12)
     xs = torch.randn(n, heads * c, device=DEV, generator=gen)
@@ -390,7 +389,7 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
     w_gat = torch.randn(2 * heads * c + heads, device=DEV, generator=gen) * 0.3
     w_v2 = torch.randn(heads * c, device=DEV, generator=gen) * 0.3
     score_edge = torch.randn(graph.num_edges, heads, device=DEV, generator=gen)
-    assert tb.fuse_edge_projection(graph.num_edges, heads, heads * c, de, 4, True)
+    assert tuning.fuse_edge_projection(graph.num_edges, heads, heads * c, de, 4, True)
 
     def run(case):
         v2 = case == "gatv2_fused"
@@ -398,18 +397,19 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
         w = (w_v2 if v2 else w_gat).detach().clone().requires_grad_()
         f = (ea if v2 else score_edge).detach().clone().requires_grad_()
         wt = ew.detach().clone().requires_grad_() if v2 else None
-        monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", case == "gat_one_gather")
-        out, att = tb.mha_gat(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, activation_name="leaky_relu",
-                              activation_alpha=0.2, return_attention=True, lin_edge_weight=wt)
+        options = tb.TritonOptions(gat_backward="one_gather" if case == "gat_one_gather" else "two_gather")
+        out, att = tb.triton_gat(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, activation_name="leaky_relu",
+                              activation_alpha=0.2, return_attention=True, lin_edge_weight=wt, options=options)
         cot = torch.Generator(device=DEV).manual_seed(0)
         ((out * torch.randn(out.shape, device=DEV, generator=cot)).sum()
          + (att * torch.randn(att.shape, device=DEV, generator=cot)).sum()).backward()
         return [out, att, x.grad, w.grad, f.grad] + ([wt.grad] if v2 else [])
 
     cases = ("gat_one_gather", "gat_two_gather", "gatv2_fused")
-    monkeypatch.setattr(_triton_launch, "ENABLED", False)
-    plain = {case: run(case) for case in cases}
-    monkeypatch.setattr(_triton_launch, "ENABLED", True)
+    with monkeypatch.context() as plain_dispatch:  # every kernel through Triton's own dispatch
+        for (module, name), k in kernels.items():
+            plain_dispatch.setattr(module, name, k.fn)
+        plain = {case: run(case) for case in cases}
     first = {case: run(case) for case in cases}  # builds each variant's entry through Triton's dispatch
     assert all(k.variants() > 0 for k in kernels.values()), {name: k.variants() for name, k in kernels.items()}
 

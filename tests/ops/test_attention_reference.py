@@ -235,7 +235,7 @@ def test_opcheck_and_autograd_of_the_kernel_op_on_cpu(v2, with_edge):
                       v2, 2, True, "leaky_relu", 0.2, False, False)
     torch.library.opcheck(torch.ops.cudnn_gnn.mha_gat_fwd.default, (*call, True))
     # the autograd formula (our _backward -> mha_gat_bwd) agrees with differentiating the reference directly
-    out, att = cu.mha_gat(call, True)
+    out, att = cu.cudnn_gat(call, True)
     ref_out, ref_att = (gatv2 if v2 else gat)(g, (xs, xd), w, heads=2, edge_attr=edge, dropout_mask=mask.t(),
                                                return_attention=True, backend="reference")
     torch.testing.assert_close(out, ref_out)

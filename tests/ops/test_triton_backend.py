@@ -22,7 +22,7 @@ import torch
 
 pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends._triton_kernels" not in sys.modules:
+if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
     os.environ["TRITON_INTERPRET"] = "1"
 if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: tests/gpu/test_triton_gpu.py runs the compiled "
@@ -31,7 +31,9 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
-from cudnn_gnn.backends._triton_kernels import n_items  # noqa: E402
+from cudnn_gnn.backends.triton import op as triton_op  # noqa: E402
+from cudnn_gnn.backends.triton import tuning  # noqa: E402
+from cudnn_gnn.backends.triton.kernels import n_items  # noqa: E402
 
 from ..conftest import GRAPHS  # noqa: E402
 
@@ -53,17 +55,20 @@ def _inputs(v2: bool, ns: int, nd: int, e: int, heads: int, c: int, *, edge: boo
     return xs, xd, w, ea, m
 
 
-def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1, ew=None):
+def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1, ew=None,
+         gat_backward="auto"):
     """Forward, then the gradients of ``<out, g_out> + <attention, g_att>`` w.r.t. every input given (``ew``: GATv2's
     ``lin_edge_weight``, ``ea`` then raw). Without ``xd``, ``x_dst`` is ``xs`` itself on a square graph (GAT's op
-    then reads one feature tensor for both node scores), else a view of its first rows."""
+    then reads one feature tensor for both node scores), else a view of its first rows. ``gat_backward``: the Triton
+    backend's :class:`~cudnn_gnn.backends.triton.TritonOptions` variant (the reference ignores it)."""
     if xd is not None:
         x_dst = xd
     else:  # x_src itself where the graph is square (as the layers pass it), else a view of its first rows
         x_dst = xs if graph.num_dst_nodes == xs.shape[0] else xs[: graph.num_dst_nodes]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha, lin_edge_weight=ew)
     if backend == "triton":
-        out, att = tb.mha_gat(graph, xs, x_dst, w, ea, m, return_attention=True, **kw)
+        out, att = tb.triton_gat(graph, xs, x_dst, w, ea, m, return_attention=True,
+                              options=tb.TritonOptions(gat_backward=gat_backward), **kw)
     else:
         out, att = reference.mha_gat(graph, xs, x_dst, w, ea, m, **kw)
     gen = torch.Generator().manual_seed(seed)
@@ -73,6 +78,11 @@ def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu
     loss = (out.float() * g_out.float()).sum() + (att * g_att).sum()
     grads = torch.autograd.grad(loss, leaves, allow_unused=True, materialize_grads=True) if leaves else ()
     return out, att, grads
+
+
+def _gat_backward(one_gather: bool) -> str:
+    """The :class:`~cudnn_gnn.backends.triton.TritonOptions` variant that forces GAT's one- or two-gather backward."""
+    return "one_gather" if one_gather else "two_gather"
 
 
 def _compare(graph, xs, xd, w, ea, m, **kw):
@@ -140,16 +150,15 @@ def test_head_width_not_a_power_of_two_one_head_and_long_rows(v2):
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.parametrize("max_tile_d", [1024, 16, 8], ids=["all_heads", "head_groups", "one_head"])
-def test_padded_heads_head_groups_and_rows_of_big_and_small_blocks(v2, max_tile_d, monkeypatch):
+def test_padded_heads_head_groups_and_rows_of_many_blocks(v2, max_tile_d, monkeypatch):
     """H = 3, C = 5: heads pad to 4 and channels to 8 in one all-heads tile; with a smaller tile budget the heads
     split into groups of 2 (the second group half padding) or one head per program (the wide-row path). A row of
-    150 edges takes two big blocks (BIG_E = 64, with ``BIG_BLOCKS`` on) and a small one for the rest; others have 0
-    to 3 edges. Bipartite, shuffled, with edge features and a strided dropout mask."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    150 edges takes ten blocks of 16 (the last one short); others have 0 to 3 edges. Bipartite, shuffled, with edge
+    features and a strided dropout mask."""
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
-    monkeypatch.setattr(kernels, "BIG_BLOCKS", True)
-    block_e, big_e, hg, block_c, _ = kernels.block_sizes(3, 5, v2, max_tile_d)
+    block_e, big_e, hg, block_c, _ = kernels.default_launch_shape(3, 5, v2, max_tile_d)
     assert (block_e, big_e, block_c) == (16, 64, 8) and hg == {1024: 4, 16: 2, 8: 1}[max_tile_d]
     hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
     light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
@@ -164,15 +173,15 @@ def test_padded_heads_head_groups_and_rows_of_big_and_small_blocks(v2, max_tile_
 def test_block_sizes_for_the_named_shapes():
     """All heads in one program up to a padded width of 1024 (arxiv's 8 x 32, 3 x 250, 2 x 375); 8 x 256 in two
     groups of 4; a head wider than 1024 alone. Small blocks for light rows, bigger ones for long rows."""
-    from cudnn_gnn.backends._triton_kernels import block_sizes
+    from cudnn_gnn.backends.triton.tuning import default_launch_shape
 
-    assert block_sizes(8, 32, False) == (8, 32, 8, 32, 4)
-    assert block_sizes(8, 32, True) == (8, 16, 8, 32, 4)
-    assert block_sizes(3, 250, False)[2:4] == (4, 256) and block_sizes(2, 375, True)[2:4] == (2, 512)
-    assert block_sizes(8, 256, False)[2] == 4 and block_sizes(1, 2000, False)[2:4] == (1, 2048)
+    assert default_launch_shape(8, 32, False) == (8, 32, 8, 32, 4)
+    assert default_launch_shape(8, 32, True) == (8, 16, 8, 32, 4)
+    assert default_launch_shape(3, 250, False)[2:4] == (4, 256) and default_launch_shape(2, 375, True)[2:4] == (2, 512)
+    assert default_launch_shape(8, 256, False)[2] == 4 and default_launch_shape(1, 2000, False)[2:4] == (1, 2048)
     for heads, c in ((8, 32), (3, 250), (2, 375), (8, 256), (1, 2000), (3, 5)):
         for v2 in (False, True):
-            block_e, big_e, hg, block_c, warps = block_sizes(heads, c, v2)
+            block_e, big_e, hg, block_c, warps = default_launch_shape(heads, c, v2)
             assert 2 <= block_e <= big_e <= 64 and hg * block_c <= max(1024, block_c) and 2 <= warps <= 4
             assert big_e * hg * block_c <= (4096 if v2 else 8192)
 
@@ -191,7 +200,7 @@ def test_backward_is_bitwise_repeatable():
 def _attention_only_grads_match(graph, xs, w, ea, kw):
     """A loss on the returned attention alone: its gradients in x, attn_weights and edge_attr equal the
     reference's (fp32)."""
-    _, att = tb.mha_gat(graph, xs, xs, w, ea, None, return_attention=True, **kw)
+    _, att = tb.triton_gat(graph, xs, xs, w, ea, None, return_attention=True, **kw)
     _, r_att = reference.mha_gat(graph, xs, xs, w, ea, None, **kw)
     grads = torch.autograd.grad(att[:, 0].sum() + 2 * att[:, 1].pow(2).sum(), (xs, w, ea))
     r_grads = torch.autograd.grad(r_att[:, 0].sum() + 2 * r_att[:, 1].pow(2).sum(), (xs, w, ea))
@@ -206,7 +215,7 @@ def test_gradient_through_attention_only_and_no_attention_materialised():
     kw = dict(v2=True, heads=2, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
     _attention_only_grads_match(graph, xs, w, ea, kw)
     with torch.no_grad():
-        out, none = tb.mha_gat(graph, xs, xs, w, ea, None, return_attention=False, **kw)
+        out, none = tb.triton_gat(graph, xs, xs, w, ea, None, return_attention=False, **kw)
     assert none is None and out.shape == (nd, 4)
 
 
@@ -215,9 +224,9 @@ def test_per_graph_structures_are_cached_on_the_graph():
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, _, w, _, _ = _inputs(False, ns, ns, ei.shape[1], 1, 2, edge=False, mask=False, bipartite=False)
     with torch.no_grad():
-        tb.mha_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
+        tb.triton_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
                    activation_alpha=0.0, return_attention=False)
-    chunk = tb.chunk_size(graph.num_edges)
+    chunk = tuning.chunk_size(graph.num_edges)
     rows = graph.derived_if_built(("triton", "row_work", chunk))
     assert rows is not None and graph.derived_if_built(("triton", "src_work", chunk)) is None  # no backward asked
     lengths = rows.work[:, 2] - rows.work[:, 1]
@@ -275,7 +284,7 @@ def test_eager_function_equals_the_registered_op(v2):
         if via_op:
             out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*tb.pack(call), True)
         else:
-            out, att = tb.mha_gat(graph, xs, xd, w, ea, m, return_attention=True, **kw)
+            out, att = tb.triton_gat(graph, xs, xd, w, ea, m, return_attention=True, **kw)
         loss = (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum() + att.pow(2).sum()
         results.append((out, att, *torch.autograd.grad(loss, (xs, xd, w, ea))))
     for a, b in zip(*results, strict=True):
@@ -290,7 +299,7 @@ def test_compile_fullgraph_has_no_graph_break():
     xs, _, w, ea, _ = _inputs(False, ns, nd, ei.shape[1], 2, 2, edge=True, mask=False, bipartite=False)
 
     def f(x, w, ea):
-        out, att = tb.mha_gat(graph, x, x, w, ea, None, v2=False, heads=2, concat=True, activation_name="leaky_relu",
+        out, att = tb.triton_gat(graph, x, x, w, ea, None, v2=False, heads=2, concat=True, activation_name="leaky_relu",
                               activation_alpha=0.2, return_attention=True)
         return out.sum() + att.pow(2).sum()
 
@@ -308,7 +317,8 @@ def test_host_grid_math_is_tritons():
     ``triton.cdiv`` / ``triton.next_power_of_2``'s values."""
     import triton
 
-    from cudnn_gnn.backends._triton_kernels import _cdiv, _next_pow2
+    from cudnn_gnn.backends.triton.tuning import cdiv as _cdiv
+    from cudnn_gnn.backends.triton.tuning import next_pow2 as _next_pow2
 
     for a in range(0, 3000, 7):
         for b in (1, 2, 3, 16, 64, 4096):
@@ -321,7 +331,7 @@ def test_float64_is_refused_and_unavailable_reason(monkeypatch):
     graph = CscGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2)
     x = torch.randn(2, 2, dtype=torch.float64)
     with pytest.raises(NotImplementedError, match="float64"):
-        tb.mha_gat(graph, x, x, torch.randn(2, dtype=torch.float64), None, None, v2=True, heads=1, concat=True,
+        tb.triton_gat(graph, x, x, torch.randn(2, dtype=torch.float64), None, None, v2=True, heads=1, concat=True,
                    activation_name="relu", activation_alpha=0.0, return_attention=False)
     assert tb.unavailable_reason(torch.device("cpu")) is None
     monkeypatch.setenv("TRITON_INTERPRET", "0")
@@ -388,7 +398,7 @@ def test_a_shape_that_failed_to_launch_on_cudnn_is_planned_on_triton(monkeypatch
                           activation="leaky_relu", activation_alpha=None, dropout=0.0, training=False,
                           dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
                           backend="auto", max_degree="auto")
-    planned = plan_module.plan(spec)
+    planned = plan_module.plan_call(spec)
     assert planned.backend.name == "triton" and planned.fallback_from == "cudnn" and planned.split is None
     torch.testing.assert_close(cudnn_gnn.ops.run.run(planned), cudnn_gnn.gat(graph, xs, w, heads=2,
                                                                              backend="reference"))
@@ -401,16 +411,16 @@ def chunk(monkeypatch):
 
     class _Set:
         def set(self, b: int) -> None:
-            monkeypatch.setattr(tb, "MIN_CHUNK_E", b)
-            monkeypatch.setattr(tb, "MAX_CHUNK_E", b)
+            monkeypatch.setattr(tuning, "MIN_CHUNK_E", b)
+            monkeypatch.setattr(tuning, "MAX_CHUNK_E", b)
 
     return _Set()
 
 
 def test_chunk_size_rule():
-    assert tb.chunk_size(0) == 256 and tb.chunk_size(10_556) == 256  # Cora
-    assert tb.chunk_size(1_166_243) == 512  # arxiv
-    assert tb.chunk_size(61_859_140) == 1024  # products
+    assert tuning.chunk_size(0) == 256 and tuning.chunk_size(10_556) == 256  # Cora
+    assert tuning.chunk_size(1_166_243) == 512  # arxiv
+    assert tuning.chunk_size(61_859_140) == 1024  # products
 
 
 def test_size_rules_keep_a_symbolic_edge_count_symbolic():
@@ -420,7 +430,7 @@ def test_size_rules_keep_a_symbolic_edge_count_symbolic():
     from torch._dynamo.utils import counters
 
     def f(x):
-        return x * (tb.chunk_size(x.shape[0]) + tb.edge_span(x.shape[0]))
+        return x * (tuning.chunk_size(x.shape[0]) + tuning.edge_span(x.shape[0]))
 
     torch._dynamo.reset()
     graphs0 = counters["stats"]["unique_graphs"]
@@ -509,7 +519,7 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
     ``short_rows`` takes that list for its destinations and its sources, and a row (or a source's out-edges) far
     longer than the chunk, walked whole by one program, still gives the reference's outputs and every gradient
     (GAT with either backward)."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    gb = _gat_backward(one_gather)
     offsets = torch.tensor([0, 0, 10, 11, 30, 30], dtype=torch.int32)
     w = tb.work_list(offsets, 30, 4, whole_rows=True)
     assert w.work is offsets and n_items(w.work) == 5  # the offsets are the list: program i walks row i
@@ -522,7 +532,7 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
     assert int(graph.reverse_csc()[0].diff().max()) > 4  # and a source
     for v2 in (False, True):
         xs, xd, w_, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=5)
-        _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True)
+        _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True, gat_backward=gb)
     rows = graph.derived_if_built(("triton", "row_work", 4))
     srcs = graph.derived_if_built(("triton", "src_work", 4))
     assert rows.hub_work.shape[0] == 0 and rows.work is graph.offsets
@@ -533,7 +543,7 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
 def launched(monkeypatch):
     """The names of the Triton kernels launched, in order: every kernel of the kernel module (a jitted function,
     or under the interpreter its stand-in: anything launched by ``kernel[grid](...)``) wrapped by a spy."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import kernels
 
     names: list[str] = []
 
@@ -545,9 +555,10 @@ def launched(monkeypatch):
             names.append(self.name)
             return self.real[grid]
 
-    for name, real in list(vars(kernels).items()):
-        if name.endswith("_kernel") and hasattr(real, "__getitem__"):
-            monkeypatch.setattr(kernels, name, _Spy(real, name))
+    for module in kernels.KERNEL_MODULES:  # a launcher finds its kernels in its own module
+        for name, real in list(vars(module).items()):
+            if name.endswith("_kernel") and hasattr(real, "__getitem__"):
+                monkeypatch.setattr(module, name, _Spy(real, name))
     return names
 
 
@@ -575,7 +586,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
     graph marked rebuilt every call (no degree sync) keeps the bounded lists
     and launches the merges over padding (GAT's one-gather backward: four, for delta, dx, d score_src and d
     score_dst). Results agree."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    gb = _gat_backward(one_gather)
     ns = 40
     ei = torch.randint(0, ns, (2, 300), generator=torch.Generator().manual_seed(3))  # 300 edges > one 256-edge chunk
     results = []
@@ -585,7 +596,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
             graph.mark_rebuilt_every_call()
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
         launched.clear()
-        results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True))
+        results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb))
         assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
         rows = _attention_launches(launched)
         if not rebuilt:
@@ -604,8 +615,8 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
 def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, monkeypatch):
     """Two GATConv layers of Cora's shape (8 heads x 8 concatenated, then one head averaged; attention dropout 0.6,
     self-loops) on a static hub-free graph, on the one-gather backward: it launches GAT's three passes per layer and
-    the node scores' backward, nothing else, and every gradient equals the reference layers'."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", True)
+    the node scores' backward, nothing else, and every gradient equals the reference layers'. The one-gather
+    backward is the default rule's choice here (a static graph, tiles of 8 x 8 and 1 x 8)."""
     from cudnn_gnn import GATConv
 
     n, f = 60, 12
@@ -636,12 +647,11 @@ def test_gat_delta_from_the_rounded_bfloat16_output(concat, monkeypatch):
     Against the float64 reference its gradients are within the bf16 tolerances and within 3x the error of the
     reference's own bfloat16 path on the same inputs (the GPU suite's bound); with a dropout mask, edge scores and
     a gradient on the attention."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", True)
     ei, ns, nd = GRAPHS["power_law"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False,
                                dtype=torch.bfloat16)
-    _, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat)
+    _, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat, gat_backward="one_gather")
     exact = [t.detach().double().requires_grad_() for t in (xs, w, ea)]
     _, _, ref = _run("reference", graph, exact[0], None, exact[1], exact[2], m, v2=False, heads=2, concat=concat)
     _, _, same = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=concat)
@@ -659,14 +669,15 @@ def test_gat_attention_gradient_with_dropout_in_chunks(concat, one_gather, chunk
     """A gradient on the returned attention with a strided dropout mask, hub rows and sources in chunks of 4: GAT's
     delta pass walks the row's edges for ``sum_e alpha_e datt_e`` (a chunk adds the row's ``<dout_i, out_i>`` once,
     in its first chunk), the merge sums the chunks; also a loss on the attention alone. The two-gather backward
-    (kept for A/B measurement) on the same cases. Bitwise equal on a second run."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    (the default on graphs rebuilt every call and wide tiles) on the same cases. Bitwise equal on a second run."""
+    gb = _gat_backward(one_gather)
     chunk.set(4)
     ei, ns, nd = GRAPHS["power_law"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns, index_dtype=torch.int32)
     xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], 3, 3, edge=True, mask=True, bipartite=False, seed=12)
-    first = _compare(graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0)
-    second = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0)
+    first = _compare(graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0, gat_backward=gb)
+    second = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=3, concat=concat, act="elu", alpha=1.0,
+                  gat_backward=gb)
     assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
     kw = dict(v2=False, heads=3, concat=concat, activation_name="leaky_relu", activation_alpha=0.2)
     _attention_only_grads_match(graph, xs, w, ea, kw)
@@ -730,43 +741,47 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     1 KiB in 16-bit), its delta pass one warp in float32;
     GATv2's forward two warps and two edges a block, its float32 backward one warp at 8 KiB, its 16-bit backward two
     warps at 1 KiB; tiles wider than 256 without an entry of their own, the shared shape."""
-    from cudnn_gnn.backends._triton_kernels import block_sizes, launch_shape
+    from cudnn_gnn.backends.triton.tuning import default_launch_shape, launch_shape
 
-    assert launch_shape("fwd", 8, 32, False, 4) == (8, 32, 8, 32, 1)
-    assert launch_shape("fwd", 8, 32, False, 2) == (4, 32, 8, 32, 1)
-    assert launch_shape("fwd", 8, 8, False, 4) == (32, 64, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
-    assert launch_shape("dst", 8, 32, False, 2) == (16, 32, 8, 32, 1)
-    assert launch_shape("src", 8, 32, False, 4) == (16, 32, 8, 32, 1)
-    assert launch_shape("src", 8, 32, False, 2) == (32, 32, 8, 32, 1)
-    assert launch_shape("gat_src", 8, 32, False, 4) == (2, 32, 8, 32, 2)
-    assert launch_shape("gat_src", 1, 47, False, 4) == (32, 64, 1, 64, 1)  # narrower: TUNED_SHAPES' 16 KiB
-    assert launch_shape("gat_src", 4, 47, False, 4) == (16, 32, 4, 64, 1)  # 256 wide, padded: the same
-    assert launch_shape("gat_src", 8, 32, False, 2) == (2, 32, 8, 32, 2)
-    assert launch_shape("gat_delta", 8, 32, False, 4) == (2, 32, 8, 32, 1)
-    assert launch_shape("dst", 8, 32, True, 4) == (8, 16, 8, 32, 1)
-    assert launch_shape("dst", 8, 32, True, 2) == (2, 16, 8, 32, 2)
-    assert launch_shape("src", 8, 32, True, 2) == (2, 16, 8, 32, 2)
-    assert launch_shape("fwd", 8, 32, True, 4) == (2, 16, 8, 32, 2)
-    assert launch_shape("fwd", 8, 32, True, 2) == (2, 16, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, False, 4) == (8, 8, 32, 1)
+    assert launch_shape("fwd", 8, 32, False, 2) == (4, 8, 32, 1)
+    assert launch_shape("fwd", 8, 8, False, 4) == (32, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
+    assert launch_shape("dst", 8, 32, False, 2) == (16, 8, 32, 1)
+    assert launch_shape("src", 8, 32, False, 4) == (16, 8, 32, 1)
+    assert launch_shape("src", 8, 32, False, 2) == (32, 8, 32, 1)
+    assert launch_shape("gat_src", 8, 32, False, 4) == (2, 8, 32, 2)
+    assert launch_shape("gat_src", 1, 47, False, 4) == (32, 1, 64, 1)  # narrower: TUNED_SHAPES' 16 KiB
+    assert launch_shape("gat_src", 4, 47, False, 4) == (16, 4, 64, 1)  # 256 wide, padded: the same
+    assert launch_shape("gat_src", 8, 32, False, 2) == (2, 8, 32, 2)
+    assert launch_shape("gat_delta", 8, 32, False, 4) == (2, 8, 32, 1)
+    assert launch_shape("dst", 8, 32, True, 4) == (8, 8, 32, 1)
+    assert launch_shape("dst", 8, 32, True, 2) == (2, 8, 32, 2)
+    assert launch_shape("src", 8, 32, True, 2) == (2, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, True, 4) == (2, 8, 32, 2)
+    assert launch_shape("fwd", 8, 32, True, 2) == (2, 8, 32, 2)
     for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
-        assert launch_shape(*args) == block_sizes(*args[1:4])
-    # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): WIDE_TUNED_SHAPES, one warp, the forward
+        block_e, _, hg, block_c, warps = default_launch_shape(*args[1:4])
+        assert launch_shape(*args) == (block_e, hg, block_c, warps)
+    # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): TUNED_SHAPES' wide_512, one warp, the forward
     # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
-    assert launch_shape("fwd", 4, 128, False, 2) == (8, 16, 4, 128, 1)
-    assert launch_shape("src", 4, 128, False, 2) == (2, 16, 4, 128, 1)
+    assert launch_shape("fwd", 4, 128, False, 2) == (8, 4, 128, 1)
+    assert launch_shape("src", 4, 128, False, 2) == (2, 4, 128, 1)
     for args in (("dst", 4, 128, False, 2), ("fwd", 4, 128, False, 4), ("src", 4, 128, True, 2)):
-        assert launch_shape(*args) == block_sizes(*args[1:4])
+        block_e, _, hg, block_c, warps = default_launch_shape(*args[1:4])
+        assert launch_shape(*args) == (block_e, hg, block_c, warps)
 
 
 def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
-    """GAT at 4 heads x 128 with its forward and source pass on ``WIDE_TUNED_SHAPES`` (blocks of 8 and 2 edges;
+    """GAT at 4 heads x 128 with its forward and source pass on ``TUNED_SHAPES``' 512-wide entries (blocks of 8 and 2 edges;
     the bfloat16 entries given to float32 here, so that the comparison is float32's) on a power-law graph with a row
     and a source cut into chunks: outputs, attention and every gradient against the reference, within float32
     rounding of the largest value (sums over 128 channels)."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
-    wide = {(k, v2, 4): shape for (k, v2, _), shape in kernels.WIDE_TUNED_SHAPES.items()}
-    monkeypatch.setattr(kernels, "WIDE_TUNED_SHAPES", wide)
+    # the bfloat16 entries' blocks (8 and 2 edges at 512 wide) given to float32: twice the KiB
+    wide = {(k, v2, 4, tile): (2 * kib, warps) for (k, v2, _, tile), (kib, warps) in kernels.TUNED_SHAPES.items()
+            if tile == "wide_512"}
+    monkeypatch.setattr(kernels, "TUNED_SHAPES", {**kernels.TUNED_SHAPES, **wide})
     kernels.launch_shape.cache_clear()
     assert kernels.launch_shape("src", 4, 128, False, 4)[0] == 2
     chunk.set(4)
@@ -786,22 +801,22 @@ def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
 def test_tuned_backward_shapes_match_the_reference(monkeypatch):
     """The backward passes on their tuned shapes (few warps, blocks of 32 edges here) with a 40-edge row cut into
     chunks of 16, and light rows: GAT and GATv2, float32 (the interpreter ignores num_warps; the blocks differ)."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
-    monkeypatch.setattr(tb, "MIN_CHUNK_E", 16)
-    monkeypatch.setattr(tb, "MAX_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MIN_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MAX_CHUNK_E", 16)
     src = torch.arange(70) % 11
     dst = torch.cat([torch.zeros(40, dtype=torch.long), torch.arange(30) % 6 + 1])
     ei = torch.stack([src, dst])
     graph = CscGraph.from_edge_index(ei, num_nodes=11)
     for v2 in (False, True):
-        assert kernels.launch_shape("dst", 2, 4, v2, 4)[4] == 1 and kernels.launch_shape("src", 2, 4, v2, 4)[4] == 1
+        assert kernels.launch_shape("dst", 2, 4, v2, 4)[3] == 1 and kernels.launch_shape("src", 2, 4, v2, 4)[3] == 1
         xs, xd, w, ea, m = _inputs(v2, 11, 11, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
         _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
 
 
 def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
-    from cudnn_gnn.backends.triton import _score_matrix
+    from cudnn_gnn.backends.triton.call import _score_matrix
 
     a = torch.randn(3 * 5, dtype=torch.float64)
     torch.testing.assert_close(_score_matrix(a, 3), torch.block_diag(*a.float().view(3, 5, 1).unbind(0)))
@@ -822,11 +837,11 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
     gradient equal to the reference's (bfloat16: norm-wise against float64, see below), homogeneous (``x_dst`` is
     ``x_src``: one gradient) or bipartite, with edge scores or without, float32 and bfloat16. The edge part of
     ``attn_weights``' gradient comes from the edge scores alone."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    gb = _gat_backward(one_gather)
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "SCORE_TILE", 256)
     monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 4)
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
     h, c, ns = 3, 5, 41
     nd = 14 if bipartite else ns
     gen = torch.Generator().manual_seed(3)
@@ -836,9 +851,9 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
                                dtype=dtype, seed=13)
     launched.clear()
     if dtype == torch.float32:
-        out, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True)
+        out, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True, gat_backward=gb)
     else:  # bfloat16: against the float64 reference, within 8x the bfloat16 reference's own error (norm-wise)
-        out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True)
+        out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True, gat_backward=gb)
         _, _, same = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True)
         exact = [None if t is None else t.detach().double().requires_grad_() for t in (xs, xd, w, ea)]
         _, _, ref = _run("reference", graph, *exact, m, v2=False, heads=h, concat=True)
@@ -860,10 +875,10 @@ def test_node_scores_backward_kernel_against_float64(heads, c, bipartite, monkey
     ``x_dst`` is ``x_src``), ``d_x_dst`` written where it is its own tensor, the head vectors' gradient; rows walked
     by 3 programs of several blocks each (the last one past the rows), and at 2 x 550 one head a program (two head
     groups)."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import kernels
 
-    monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 3)
-    monkeypatch.setattr(kernels, "SCORE_TILE", 256)
+    monkeypatch.setattr(tuning, "SCORE_BWD_PROGRAMS", 3)
+    monkeypatch.setattr(tuning, "SCORE_TILE", 256)
     gen = torch.Generator().manual_seed(21)
     n, nd, d = 37, 11 if bipartite else 37, heads * c
     x = torch.randn(n, d, generator=gen)
@@ -892,7 +907,7 @@ def test_gat_node_scores_stay_float32_under_autocast():
     sums of the bfloat16 features (the score kernel reads them in their own dtype and sums in float32), not a 16-bit
     GEMM's rounded output: within float32 rounding of the exact sums, for ``x_dst`` as ``x_src`` and as its own
     tensor."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import kernels
 
     h, c = 2, 16
     gen = torch.Generator().manual_seed(4)
@@ -915,16 +930,16 @@ def fused(monkeypatch):
     """Let the tiny test graphs take the fused edge projection (their ``[P, H*C, De]`` weight-gradient partials are
     not below a quarter of the ``[E, H*C]`` buffer, so the rule would project them) and record each call's path
     (True: fused) in the returned list."""
-    monkeypatch.setattr(tb, "FUSED_EXTRA_SHARE", 1e9)
+    monkeypatch.setattr(tuning, "FUSED_EXTRA_SHARE", 1e9)
     paths: list[bool] = []
-    real = tb.gatv2_edge_inputs
+    real = triton_op.gatv2_edge_inputs
 
     def spy(*args, **kwargs):
         ea, ew = real(*args, **kwargs)
         paths.append(ew is not None)
         return ea, ew
 
-    monkeypatch.setattr(tb, "gatv2_edge_inputs", spy)
+    monkeypatch.setattr(triton_op, "gatv2_edge_inputs", spy)
     return paths
 
 
@@ -974,7 +989,7 @@ def test_fused_edge_projection_padded_heads_head_groups_and_long_rows(max_tile_d
     """H = 3, C = 5 (padded to 4 x 8), De = 5 (padded to 8 in the edge backward): all heads in one program, or one
     head a program (the projection is computed per head group; the edge backward still takes all heads); a row of
     150 edges in big and small blocks; bipartite, shuffled, with a strided dropout mask."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "MAX_TILE_D", max_tile_d)
     hub = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
@@ -994,14 +1009,14 @@ def test_fused_edge_projection_hubs_in_chunks_repeat_bitwise(b, fused, chunk, mo
     """A 180-edge hub destination and a 166-edge hub source in chunks of 7 or 80, H = 3, C = 5, De = 4, the edge
     backward in 5 programs (spans of 64 edges): against the reference, then bitwise equal on a second run."""
     chunk.set(b)
-    monkeypatch.setattr(tb, "MIN_EDGE_SPAN", 64)
+    monkeypatch.setattr(tuning, "MIN_EDGE_SPAN", 64)
     hub_in = torch.stack([torch.arange(150) % 9, torch.zeros(150, dtype=torch.long)])
     hub_out = torch.stack([torch.full((150,), 8), torch.arange(150) % 5])
     light = torch.tensor([[1, 2, 3, 4, 5, 6], [1, 1, 2, 3, 3, 3]])
     ei = torch.cat([hub_in, hub_out, light], 1)
     ei = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(4))]
     graph = CscGraph.from_edge_index(ei, size=(9, 6))
-    assert -(-graph.num_edges // tb.edge_span(graph.num_edges)) == 5
+    assert -(-graph.num_edges // tuning.edge_span(graph.num_edges)) == 5
     xs, xd, w, _, m = _inputs(True, 9, 6, ei.shape[1], 3, 5, edge=False, mask=True, bipartite=True, seed=9)
     ea, ew = _raw_edges(ei.shape[1], 3, 5, 4, seed=3)
     first = _compare(graph, xs, xd, w, ea, m, v2=True, heads=3, concat=True, ew=ew)
@@ -1063,7 +1078,7 @@ def test_no_edge_by_channel_tensor_on_the_fused_path(fused):
     ea, ew = _raw_edges(e, heads, c, 3)
     largest = []
     for share in (1e9, 0.0):  # fused, then projected
-        tb.FUSED_EXTRA_SHARE = share
+        tuning.FUSED_EXTRA_SHARE = share
         with Largest() as mode:
             _run("triton", graph, xs, None, w, ea, None, v2=True, heads=heads, concat=True, ew=ew)
         largest.append(mode.numel)
@@ -1075,17 +1090,17 @@ def test_fuse_edge_projection_rule():
     """The one rule: De at most 16, the edge backward's all-heads tile and [De, W] partial bounded, and with
     gradients the partials at most a quarter of the [E, H*C] buffer; the proteins preset fuses."""
     proteins = dict(num_edges=39_561_252, heads=8, dim=64, dim_edge=8, elem_bytes=2, needs_grad=True)
-    assert tb.fuse_edge_projection(**proteins)
-    assert tb.edge_span(39_561_252) == 32_768 and -(-39_561_252 // 32_768) == 1208  # 1208 programs
-    assert not tb.fuse_edge_projection(**{**proteins, "dim_edge": 17})  # past the unrolled loop
-    assert not tb.fuse_edge_projection(**{**proteins, "dim_edge": 0})
-    assert tb.fuse_edge_projection(**{**proteins, "dim": 256, "dim_edge": 16})  # 8 x 32, 16 x 256 = 4096
-    assert not tb.fuse_edge_projection(**{**proteins, "dim": 512, "dim_edge": 16})  # 16 x 512 partial tile
-    assert not tb.fuse_edge_projection(**{**proteins, "heads": 1, "dim": 2048, "dim_edge": 1})  # one 2048 head
+    assert tuning.fuse_edge_projection(**proteins)
+    assert tuning.edge_span(39_561_252) == 32_768 and -(-39_561_252 // 32_768) == 1208  # 1208 programs
+    assert not tuning.fuse_edge_projection(**{**proteins, "dim_edge": 17})  # past the unrolled loop
+    assert not tuning.fuse_edge_projection(**{**proteins, "dim_edge": 0})
+    assert tuning.fuse_edge_projection(**{**proteins, "dim": 256, "dim_edge": 16})  # 8 x 32, 16 x 256 = 4096
+    assert not tuning.fuse_edge_projection(**{**proteins, "dim": 512, "dim_edge": 16})  # 16 x 512 partial tile
+    assert not tuning.fuse_edge_projection(**{**proteins, "heads": 1, "dim": 2048, "dim_edge": 1})  # one 2048 head
     tiny = dict(num_edges=12, heads=2, dim=8, dim_edge=4, elem_bytes=4)
-    assert not tb.fuse_edge_projection(**tiny, needs_grad=True)  # partials 1 x 8 x 4 x 4 B > 12 x 8 x 4 B / 4
-    assert tb.fuse_edge_projection(**tiny, needs_grad=False)  # no backward: nothing extra
-    assert tb.fuse_edge_projection(**{**tiny, "num_edges": 16}, needs_grad=True)  # 128 B <= 512 B / 4
+    assert not tuning.fuse_edge_projection(**tiny, needs_grad=True)  # partials 1 x 8 x 4 x 4 B > 12 x 8 x 4 B / 4
+    assert tuning.fuse_edge_projection(**tiny, needs_grad=False)  # no backward: nothing extra
+    assert tuning.fuse_edge_projection(**{**tiny, "num_edges": 16}, needs_grad=True)  # 128 B <= 512 B / 4
 
 
 def test_projected_path_where_the_rule_refuses():
@@ -1110,7 +1125,9 @@ def test_opcheck_fused_edge_projection():
                          activation_alpha=1.0, return_attention=True, needs_grad=True, lin_edge_weight=ew)
     assert call.lin_edge_weight is ew and call.edge_grads == 3
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(call), True))
-    frozen = call._replace(edge_attr=ea.detach(), edge_grads=2)  # edge_attr's gradient not asked: an empty output
+    # edge_attr's gradient not asked (bit 0 of the edge-gradient bits cleared): an empty output
+    frozen = call._replace(edge_attr=ea.detach(), backward_flags=call.backward_flags & ~1)
+    assert frozen.edge_grads == 2
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(frozen), False))
 
 
@@ -1233,10 +1250,10 @@ def test_compiled_sampled_layers_take_one_graph_for_every_batch():
 @pytest.mark.parametrize("one_gather", [False, True], ids=["two_gather", "one_gather"])
 def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather, chunk, monkeypatch):
     """A static graph's source pass reads each out-edge's destination from ``rev_dst`` (``CscGraph.reverse_dst``,
-    cached on the graph); without it (``SOURCE_PASS_REV_DST`` off, as for a graph rebuilt every call) through the
-    edge's CSC position: the same destinations, so the same gradients bit for bit, hub sources in chunks included;
-    and they match the reference."""
-    monkeypatch.setattr(tb, "GAT_ONE_GATHER_BACKWARD", one_gather)
+    cached on the graph); the same graph marked rebuilt every call reads them through the edge's CSC position
+    (no ``rev_dst``): the same destinations and the same work lists, so the same gradients bit for bit, hub sources
+    in chunks included; and they match the reference."""
+    gb = _gat_backward(one_gather)
     chunk.set(4)
     ei, ns, _ = GRAPHS["power_law"]()
     built = []
@@ -1244,11 +1261,12 @@ def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather
     monkeypatch.setattr(CscGraph, "reverse_dst", lambda g: built.append(g) or real(g))
     results = []
     for rev_dst in (True, False):
-        monkeypatch.setattr(tb, "SOURCE_PASS_REV_DST", rev_dst)
         graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+        if not rev_dst:
+            graph.mark_rebuilt_every_call()
         assert int(graph.reverse_csc()[0].diff().max()) > 4  # a hub source, cut into chunks
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=7)
-        results.append(_compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True)[2])
+        results.append(_compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb)[2])
         assert (graph in built) == rev_dst  # asked for only where the source pass reads it
     for a, b in zip(*results):
         assert torch.equal(a, b)
@@ -1260,10 +1278,10 @@ def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather
     (8, 40, False, False),  # a tile wider than 256 (8 x 64 padded): two
 ], ids=["static", "rebuilt_every_call", "wide_tile"])
 def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, rebuilt, one_gather, launched):
-    """With ``GAT_ONE_GATHER_BACKWARD`` at its default (None), ``gat_one_gather`` decides: the one-gather backward
+    """With ``TritonOptions.gat_backward`` at its default (``"auto"``), ``gat_one_gather`` decides: the one-gather backward
     on a static graph with a tile at most 256 wide, the two-gather one on a graph rebuilt every call and on wider
     tiles; the launches say which ran, and the gradients match the reference either way."""
-    assert tb.GAT_ONE_GATHER_BACKWARD is None
+    assert tb.DEFAULT_OPTIONS.gat_backward == "auto"
     ns = 30
     ei = torch.randint(0, ns, (2, 120), generator=torch.Generator().manual_seed(4))
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
@@ -1280,41 +1298,38 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
-def test_big_blocks_switch_walks_long_rows_either_way(v2, monkeypatch):
-    """``BIG_BLOCKS`` on (long rows in blocks of ``BIG_E``, then ``BLOCK_E``) and off (the default: one block size,
-    ``BIG_E = BLOCK_E`` in every launch) both match the reference on a graph whose rows and sources are longer than
-    a big block, with edge features and a dropout mask."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+def test_long_rows_in_many_small_blocks(v2, monkeypatch):
+    """Rows and sources longer than many blocks (``BLOCK_E = 2`` forced for every kernel), with edge features and a
+    dropout mask, match the reference: one block size walks a row from its first edge to its last."""
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     real = kernels.launch_shape
 
-    def shape(*a, **k):  # small blocks, so that the power-law graph's long rows take several big blocks
-        _, _, hg, block_c, warps = real(*a, **k)
-        return 2, 4, hg, block_c, warps
+    def shape(*a, **k):  # small blocks, so that the power-law graph's long rows take many
+        _, hg, block_c, warps = real(*a, **k)
+        return 2, hg, block_c, warps
 
     monkeypatch.setattr(kernels, "launch_shape", shape)
     ei, ns, _ = GRAPHS["power_law"]()
     assert int(torch.bincount(ei[1]).max()) > 8 and int(torch.bincount(ei[0]).max()) > 8
-    for on in (True, False):
-        monkeypatch.setattr(kernels, "BIG_BLOCKS", on)
-        graph = CscGraph.from_edge_index(ei, num_nodes=ns)
-        xs, xd, w, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
-        assert kernels._config(xs, 2, v2, "fwd", xs)[2]["BIG_E"] == (4 if on else 2)
-        _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=9)
+    assert kernels.launch_config(xs, 2, v2, "fwd", xs)[2]["BLOCK_E"] == 2
+    _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
 
 
 def test_two_edge_blocks_on_full_tiles_match_the_reference(monkeypatch):
     """The shapes of full 256-wide tiles, unpatched: at 8 heads x 32 in float32, GAT's one-gather source pass
-    (``FULL_TILE_SHAPES``) and GATv2's forward (``TUNED_SHAPES``) walk blocks of two edges, here over a 40-edge row
+    (``TUNED_SHAPES``' full_256) and GATv2's forward (``TUNED_SHAPES``) walk blocks of two edges, here over a 40-edge row
     and a source cut into chunks of 16 and over light rows; outputs, attention and every gradient against the
     reference. A padded tile of the same width (4 x 47) keeps the 16 KiB block."""
-    from cudnn_gnn.backends import _triton_kernels as kernels
+    from cudnn_gnn.backends.triton import tuning as kernels
 
     assert kernels.launch_shape("gat_src", 8, 32, False, 4)[0] == 2
     assert kernels.launch_shape("fwd", 8, 32, True, 4)[0] == 2
     assert kernels.launch_shape("gat_src", 4, 47, False, 4)[0] == 16
-    monkeypatch.setattr(tb, "MIN_CHUNK_E", 16)
-    monkeypatch.setattr(tb, "MAX_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MIN_CHUNK_E", 16)
+    monkeypatch.setattr(tuning, "MAX_CHUNK_E", 16)
     src = torch.cat([torch.arange(40) % 11, torch.zeros(20, dtype=torch.long), torch.arange(10) % 11])
     dst = torch.cat([torch.zeros(40, dtype=torch.long), torch.arange(20) % 10 + 1, torch.arange(10) % 6 + 1])
     ei = torch.stack([src, dst])  # row 0: 40 in-edges; source 0: 24 out-edges

@@ -1,4 +1,4 @@
-"""The cached launch of our Triton kernels (``cudnn_gnn.backends._triton_launch``) on a CPU: its specialization key
+"""The cached launch of our Triton kernels (``cudnn_gnn.backends.triton.launch``) on a CPU: its specialization key
 against the properties Triton specializes on, and its dispatch (Triton's own path for a variant's first launch and
 wherever the shortcut does not apply, the compiled kernel's launcher with the whole argument list after it), with a
 stand-in for a jitted kernel and for Triton's driver. The shortcut on real kernels, bitwise against Triton's
@@ -13,7 +13,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from cudnn_gnn.backends import _triton_launch as tl_launch  # noqa: E402
+from cudnn_gnn.backends.triton import launch as tl_launch  # noqa: E402
 
 
 def test_key_separates_what_triton_specializes_on():
@@ -100,9 +100,6 @@ def test_a_new_variant_goes_through_triton(kernel):
 def test_where_the_shortcut_does_not_apply(kernel, monkeypatch):
     a = torch.zeros(64)
     kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)  # now cached
-    monkeypatch.setattr(tl_launch, "ENABLED", False)
-    kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
-    monkeypatch.setattr(tl_launch, "ENABLED", True)
     monkeypatch.setattr(tl_launch, "_hooks_active", lambda: True)  # a profiler's launch hooks
     kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
     monkeypatch.setattr(tl_launch, "_hooks_active", lambda: False)
@@ -111,7 +108,7 @@ def test_where_the_shortcut_does_not_apply(kernel, monkeypatch):
     kernel.fn.pre_run_hooks.clear()
     kernel[lambda meta: (1,)](a, a, 7, BLOCK=32, WIDE=False)  # a callable grid
     kernel[(1,)](a, (a, a), 7, BLOCK=32, WIDE=False)  # a tuple argument
-    assert [c[0] for c in kernel.fn.calls] == ["triton"] * 6
+    assert [c[0] for c in kernel.fn.calls] == ["triton"] * 5
     kernel[(1,)](a, a, 7, BLOCK=32, WIDE=False)
     assert kernel.fn.calls[-1][0] == "run"
 
@@ -144,13 +141,13 @@ def test_every_launched_kernel_takes_the_cached_launch():
 
     code = """
 import re, inspect, triton
-from cudnn_gnn.backends import _triton_kernels as tk
-from cudnn_gnn.backends._triton_launch import CachedLaunch, fast_path_supported
-src = inspect.getsource(tk)
-launched = set(re.findall(r"(_\\w+_kernel)\\[", src))
+from cudnn_gnn.backends.triton import kernels
+from cudnn_gnn.backends.triton.launch import CachedLaunch, fast_path_supported
+modules = kernels.KERNEL_MODULES
+launched = {n for m in modules for n in re.findall(r"(_\\w+_kernel)\\[", inspect.getsource(m))}
 assert len(launched) == 11, sorted(launched)
-wrapped = {n for n, v in vars(tk).items() if isinstance(v, CachedLaunch)}
-helpers = {n for n, v in vars(tk).items() if isinstance(v, triton.runtime.JITFunction)}
+wrapped = {n for m in modules for n, v in vars(m).items() if isinstance(v, CachedLaunch)}
+helpers = {n for m in modules for n, v in vars(m).items() if isinstance(v, triton.runtime.JITFunction)}
 if fast_path_supported():
     assert wrapped == launched, (sorted(launched - wrapped), sorted(wrapped - launched))
     assert not helpers & launched, sorted(helpers & launched)

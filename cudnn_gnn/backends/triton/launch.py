@@ -21,7 +21,7 @@ Where the shortcut's assumptions do not hold, the call takes Triton's own path, 
   *all_arguments)``, constexprs included, as ``JITFunction.run`` calls it in 3.6 and 3.9);
 - Triton's interpreter (``TRITON_INTERPRET=1``: the kernels are not ``JITFunction`` objects and are returned
   undecorated), a kernel with ``pre_run_hooks``, launch hooks registered (profilers such as Proton), a callable
-  grid, an argument of another type (tensor descriptors, tuples), and :data:`ENABLED` set to False.
+  grid, and an argument of another type (tensor descriptors, tuples).
 What it gives up: Triton's check that a kernel's global variables did not change since it was compiled (our
 kernels read no mutable globals), and Triton knobs changed after a variant's first launch in a process (debug,
 instrumentation) are not seen by that variant.
@@ -36,16 +36,11 @@ import torch
 import triton
 from triton.runtime import driver
 
-__all__ = ["CachedLaunch", "ENABLED", "TESTED_TRITON", "args_key", "cached_launch", "fast_path_supported"]
+__all__ = ["CachedLaunch", "TESTED_TRITON", "args_key", "cached_launch", "fast_path_supported"]
 
 TESTED_TRITON = ((3, 6), (3, 9))
 """The Triton versions (major, minor) between which, inclusive, the compiled kernels' launch convention was read
 in Triton's source (3.6 on the H200's image, 3.9 on the CPU machines) and the shortcut measured (3.6)."""
-
-ENABLED = True
-"""Whether :class:`CachedLaunch` takes its shortcut where it can (False: every launch goes through Triton's own
-dispatch). A module global, read per launch, so that the two can be measured against each other in one process."""
-
 
 def _version() -> tuple[int, int]:
     parts = triton.__version__.split(".")
@@ -156,7 +151,7 @@ class CachedLaunch:
 
     def launch(self, grid: Sequence[int] | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Launch ``fn`` over ``grid`` (up to three dimensions) with ``args`` and ``kwargs``."""
-        if not (ENABLED and _SUPPORTED) or callable(grid) or getattr(self.fn, "pre_run_hooks", True) \
+        if not _SUPPORTED or callable(grid) or getattr(self.fn, "pre_run_hooks", True) \
                 or _hooks_active():
             self.fn[grid](*args, **kwargs)
             return

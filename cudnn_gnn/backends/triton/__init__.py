@@ -1,0 +1,35 @@
+"""The Triton backend: our own fused GAT / GATv2 kernels (forward and an atomic-free backward).
+
+Modules, in the order a call walks them:
+
+* :mod:`~cudnn_gnn.backends.triton.backend`: :class:`TritonBackend`, what the planner and the runner call;
+* :mod:`~cudnn_gnn.backends.triton.call`: :class:`TritonCall`, one call's inputs as the kernels take them, built
+  once from the validated spec by :func:`build_call`; :class:`TritonOptions`, the variants kept for measurement;
+* :mod:`~cudnn_gnn.backends.triton.op`: the ``torch.library`` ops (schema, fakes, autograd), their forward and
+  backward, and :func:`triton_gat`, the entry;
+* :mod:`~cudnn_gnn.backends.triton.worklists`: which programs a pass launches (hub rows in chunks);
+* :mod:`~cudnn_gnn.backends.triton.tuning`: every launch decision (tiles, blocks, warps, chunks) in one place;
+* :mod:`~cudnn_gnn.backends.triton.kernels`: the kernels and their launchers, one module per pass, imported at
+  first use (this package imports no triton);
+* :mod:`~cudnn_gnn.backends.triton.launch`: :class:`~cudnn_gnn.backends.triton.launch.CachedLaunch`, Triton's
+  per-call dispatch cached.
+"""
+
+from __future__ import annotations
+
+from cudnn_gnn.backends.triton._runtime import unavailable_reason
+from cudnn_gnn.backends.triton.backend import BACKEND, TritonBackend
+from cudnn_gnn.backends.triton.call import (
+    DEFAULT_OPTIONS,
+    TritonCall,
+    TritonOptions,
+    build_call,
+    gatv2_edge_inputs,
+    pack,
+    unpack,
+)
+from cudnn_gnn.backends.triton.op import gat_one_gather, triton_gat
+from cudnn_gnn.backends.triton.worklists import WorkList, work_list
+
+__all__ = ["BACKEND", "DEFAULT_OPTIONS", "TritonBackend", "TritonCall", "TritonOptions", "WorkList", "build_call",
+           "gat_one_gather", "gatv2_edge_inputs", "triton_gat", "pack", "unavailable_reason", "unpack", "work_list"]

@@ -1,0 +1,318 @@
+"""One Triton call: :class:`TritonCall`, the validated spec's inputs as the kernels take them (the graph's work lists
+and reverse CSC, GAT's edge scores, the options), built once by :func:`build_call` and handed whole to the op; the op
+schema derived from its fields, and :func:`pack` / :func:`unpack` between it and the op's arguments."""
+
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, NamedTuple, cast
+
+import torch
+from torch import Tensor
+
+from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.worklists import work_list
+from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.spec import project_edges
+
+__all__ = ["DEFAULT_OPTIONS", "TritonCall", "TritonOptions", "build_call", "gatv2_edge_inputs", "pack", "unpack"]
+
+
+class TritonCall(NamedTuple):
+    """One call's arguments: the graph, the inputs, the knobs (the ops take them packed by :func:`pack`: the tensors
+    that are not None in one list, in this order, then the scalars).
+
+    Graph: ``offsets [Nd+1]``, ``indices [E]``, ``map_csc_to_coo [E]`` or None (only needed where an edge tensor is
+    read or written), the destination work list ``row_work [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]``
+    (see :func:`work_list`); for the backward ``rev_offsets [Ns+1]``, ``rev_to_csc [E]``, ``dst_index [E]`` and the
+    source work list over the reverse CSC (``src_work``, ``src_hub_work``, ``src_hubs``), None when no gradient is
+    needed; ``rev_dst [E]``, the destination of each reverse-CSC position (a static graph's, cached on it), or None
+    (a graph rebuilt every call: the source pass reads ``dst_index[rev_to_csc[k]]``). Inputs, GATv2:
+    ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None, ``attn_weights [H*C]``; or,
+    with the edge projection fused (:func:`fuse_edge_projection`), the raw ``edge_attr [E, De]`` and
+    ``lin_edge_weight [H*C, De]``, projected inside the kernels (None otherwise).
+    Inputs, GAT: ``x_src``, ``x_dst`` (None where it is ``x_src`` itself, a homogeneous graph: both node scores from
+    one read, one gradient), ``attn_weights [2*H*C] = att_src | att_dst`` (the node scores are the op's own; the
+    caller's ``att_edge`` went into the edge scores in :func:`build_call`) and the float32 edge scores
+    ``score_edge [E, H]`` (COO) or None.
+    ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
+    ``backward_flags``: bits 0-1, :attr:`edge_grads`; bits 2-3, :attr:`gat_backward` (one integer, so that the op
+    schema stays at 10 arguments, see :func:`pack`).
+    """
+
+    offsets: Tensor
+    indices: Tensor
+    map_csc_to_coo: Tensor | None
+    row_work: Tensor
+    row_hub_work: Tensor
+    row_hubs: Tensor
+    rev_offsets: Tensor | None
+    rev_to_csc: Tensor | None
+    dst_index: Tensor | None
+    rev_dst: Tensor | None
+    src_work: Tensor | None
+    src_hub_work: Tensor | None
+    src_hubs: Tensor | None
+    num_src_nodes: int
+    x_src: Tensor
+    x_dst: Tensor | None
+    edge_attr: Tensor | None
+    lin_edge_weight: Tensor | None
+    attn_weights: Tensor | None
+    score_edge: Tensor | None
+    dropout_mask: Tensor | None
+    v2: bool
+    heads: int
+    concat: bool
+    activation: str
+    activation_alpha: float
+    backward_flags: int
+
+    @property
+    def edge_grads(self) -> int:
+        """On GATv2's fused path, which edge gradients the backward computes (bit 0: ``edge_attr``'s, bit 1:
+        ``lin_edge_weight``'s; the others come back as empty tensors); 0 otherwise."""
+        return self.backward_flags & 3
+
+    @property
+    def gat_backward(self) -> str:
+        """:attr:`TritonOptions.gat_backward`, the GAT backward this call takes."""
+        return _GAT_BACKWARDS[self.backward_flags >> 2 & 3]
+
+
+@dataclass(frozen=True)
+class TritonOptions:
+    """The Triton backend's variants kept for measurement, passed explicitly to :func:`triton_gat` (the layers and the
+    public ops always take the defaults).
+
+    Attributes:
+        gat_backward: GAT's backward: ``"auto"`` (the default), the rule of :func:`gat_one_gather`;
+            ``"one_gather"``, :func:`_gat_backward`, one feature-row gather per edge (its source pass gathers
+            ``dout_i``; the softmax row sums come from the saved per-head output); ``"two_gather"``, the backward
+            GATv2 takes (the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass
+            ``dout_i``). Decided when the forward runs, so a step's forward and backward agree. GATv2 ignores it.
+    """
+
+    gat_backward: str = "auto"
+
+    def __post_init__(self) -> None:
+        if self.gat_backward not in _GAT_BACKWARDS:
+            raise ValueError(f"gat_backward must be one of {', '.join(map(repr, _GAT_BACKWARDS))}, "
+                             f"got {self.gat_backward!r}")
+
+
+_GAT_BACKWARDS = ("auto", "one_gather", "two_gather")
+
+
+DEFAULT_OPTIONS = TritonOptions()
+
+
+_SCHEMA_TYPES = {"Tensor": "Tensor", "Tensor | None": "Tensor?", "int": "int", "bool": "bool", "str": "str",
+                 "float": "float"}
+
+
+def _annotation(t: Any) -> str:
+    """A field's annotation as written (a string, or a ForwardRef around one, depending on the Python version)."""
+    return str(getattr(t, "__forward_arg__", t))
+
+
+_FIELD_TYPES = {name: _annotation(t) for name, t in TritonCall.__annotations__.items()}
+
+
+_TENSOR_FIELDS = tuple(i for i, t in enumerate(_FIELD_TYPES.values()) if t.startswith("Tensor"))
+
+
+_SCALAR_FIELDS = tuple(i for i in range(len(TritonCall._fields)) if i not in _TENSOR_FIELDS)
+
+
+_N_CALL = len(TritonCall._fields)
+
+
+_N_PACKED = 2 + len(_SCALAR_FIELDS)
+
+
+_SYM_INT_FIELDS = frozenset({"num_src_nodes"})
+"""Scalar fields that follow the batch (a sampled block's node count): ``SymInt`` in the schema, so that
+``torch.compile(dynamic=True)`` keeps them symbolic instead of recompiling for every value."""
+
+
+_CALL_SCHEMA = "Tensor[] tensors, int present, " + ", ".join(
+    f"{'SymInt' if name in _SYM_INT_FIELDS else _SCHEMA_TYPES[_FIELD_TYPES[name]]} {name}"
+    for name in (TritonCall._fields[i] for i in _SCALAR_FIELDS))
+
+
+_INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "lin_edge_weight", "attn_weights", "score_edge")
+
+
+_INPUT_FIELDS = tuple(TritonCall._fields.index(name) for name in _INPUT_NAMES)
+
+
+def pack(call: TritonCall) -> tuple[Any, ...]:
+    """The op arguments of ``call``: ``(tensors, present, *scalars)``.
+
+    ``tensors`` lists the tensor fields that are not None, in field order; bit ``k`` of ``present`` is set when the
+    ``k``-th tensor field is there; the scalar fields follow as they are. Why a list: torch's ``register_autograd``
+    wrapper runs ``torch._library.utils.fill_defaults`` on every forward, which reads ``schema.arguments`` (a list
+    torch rebuilds on each access) twice per argument, so its cost grows with the square of the argument count
+    (8x less for these 9 than for 27 separate ones; figures in docs/performance.md). Why ``Tensor[]`` and a mask
+    rather than ``Tensor?[]`` with None holes: torch (2.13) passes a list holding a None to the autograd Function as
+    one opaque leaf, so the tensors in it would be silently cut from the autograd graph (pytorch/pytorch#187434)."""
+    tensors: list[Tensor] = []
+    present = 0
+    for bit, i in enumerate(_TENSOR_FIELDS):
+        t = cast("Tensor | None", call[i])
+        if t is not None:
+            tensors.append(t)
+            present |= 1 << bit
+    return (tensors, present, *(call[i] for i in _SCALAR_FIELDS))
+
+
+def unpack(tensors: list[Tensor] | tuple[Tensor, ...], present: int, *scalars: Any) -> TritonCall:
+    """The :class:`TritonCall` that :func:`pack` packed (``unpack(*pack(call)) == call``)."""
+    if len(tensors) != present.bit_count() or present >> len(_TENSOR_FIELDS):
+        raise ValueError(f"tensors must hold one tensor per bit set in present ({present:#x}, "
+                         f"{len(_TENSOR_FIELDS)} tensor fields), got {len(tensors)} tensors")
+    fields: list[Any] = [None] * _N_CALL
+    it = iter(tensors)
+    for bit, i in enumerate(_TENSOR_FIELDS):
+        if present >> bit & 1:
+            fields[i] = next(it)
+    for i, value in zip(_SCALAR_FIELDS, scalars, strict=True):
+        fields[i] = value
+    return TritonCall(*fields)
+
+
+def _score_matrix(a: Tensor, heads: int) -> Tensor:
+    """``[H*C, H]`` float32 block-diagonal matrix of the per-head vectors ``a [H*C]`` (column ``h`` holds head
+    ``h``'s vector in rows ``h*C .. h*C+C-1``), by one broadcast multiply with the identity: cheaper on the host than
+    ``torch.block_diag`` over ``H`` pieces, which counts on small, host-bound graphs (docs/performance.md)."""
+    width = a.shape[0] // heads
+    eye = torch.eye(heads, device=a.device, dtype=torch.float32)
+    return (a.float().view(heads, width, 1) * eye.view(heads, 1, heads)).reshape(heads * width, heads)
+
+
+class _Scores(torch.autograd.Function):
+    """``x [N, D] @ m [D, K]`` as float32 ``[N, K]``, with a backward in ``x``'s own dtype.
+
+    Plain ``x.float() @ m`` on 16-bit ``x`` would keep the float32 copy of ``x`` for the backward (``[N, D]``, twice
+    the size of ``x``) and return the gradient of ``x`` as a float32 ``[N, D]`` GEMM output cast back to ``x``'s
+    dtype. Here the backward saves ``x`` itself and runs both GEMMs in ``x``'s dtype (float32 accumulation inside
+    the GEMM; the ``[N, K]`` score gradient rounded to that dtype first): ``d_x = g m^T`` straight in ``x``'s dtype,
+    ``d_m = x^T g`` returned in float32. For float32 ``x`` this is exactly the plain product."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, m: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(x, m)
+        with torch.autocast(x.device.type, enabled=False):  # float32 scores under autocast too
+            return x.float() @ m
+
+    @staticmethod
+    def backward(ctx, g: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
+        x, m = ctx.saved_tensors
+        g = g.to(x.dtype)
+        d_x = g @ m.to(x.dtype).t() if ctx.needs_input_grad[0] else None
+        d_m = (x.t() @ g).float() if ctx.needs_input_grad[1] else None
+        return d_x, d_m
+
+
+def _edge_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
+    """``[E, H]`` float32 ``sum_c x[e, h, c] * a[h, c]`` (GAT's edge scores from its edge features ``[E, H*C']``),
+    as one GEMM with :func:`_score_matrix`: ``x`` is read once and no ``[E, H, C']`` product is materialised (forward
+    or backward; see :class:`_Scores`)."""
+    return _Scores.apply(x, _score_matrix(a, heads))
+
+
+def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_edge_weight: Tensor | None,
+                      needs_grad: bool) -> tuple[Tensor | None, Tensor | None]:
+    """GATv2's ``(edge_attr, lin_edge_weight)`` for :func:`build_call`: as given where :func:`fuse_edge_projection`
+    takes the fused path, else ``(edge_attr @ lin_edge_weight^T, None)`` (torch's linear, differentiable; both
+    operands in their promoted dtype). Without ``lin_edge_weight``, ``edge_attr`` passes as it is. The partials are
+    the weight gradient's: the rule counts them only where the weight requires grad."""
+    if edge_attr is None or lin_edge_weight is None:
+        return edge_attr, None
+    dtype = torch.promote_types(edge_attr.dtype, lin_edge_weight.dtype)
+    if tuning.fuse_edge_projection(edge_attr.shape[0], heads, x_src.shape[1], edge_attr.shape[1], dtype.itemsize,
+                            needs_grad and lin_edge_weight.requires_grad):
+        return edge_attr, lin_edge_weight
+    return project_edges(edge_attr, lin_edge_weight), None
+
+
+def build_call(
+    graph: CscGraph,
+    x_src: Tensor,
+    x_dst: Tensor,
+    attn_weights: Tensor,
+    edge_attr: Tensor | None,
+    dropout_mask: Tensor | None,
+    *,
+    v2: bool,
+    heads: int,
+    concat: bool,
+    activation_name: str,
+    activation_alpha: float,
+    return_attention: bool,
+    needs_grad: bool,
+    lin_edge_weight: Tensor | None = None,
+    options: TritonOptions = DEFAULT_OPTIONS,
+) -> TritonCall:
+    """The op's arguments for :func:`triton_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
+    per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``.
+    ``lin_edge_weight`` (GATv2): the fused path's projection weight, ``edge_attr`` then raw (see
+    :func:`gatv2_edge_inputs`, which decides)."""
+    g = graph
+    chunk = tuning.chunk_size(g.num_edges)
+
+    def largest_degree(side: int) -> int | None:
+        """A static graph's largest in- (0) or out-degree (1), so that its work lists can drop the hub launches where
+        no row is longer than a chunk: one sync the first time, cached on the graph, and asked only when a list is
+        built. None for a graph rebuilt every call (sampled blocks) or while tracing."""
+        degrees = None if torch.compiler.is_compiling() else g.max_degrees()
+        return None if degrees is None else degrees[side]
+
+    rows = g.derived(("triton", "row_work", chunk),
+                     lambda: work_list(g.offsets, g.num_edges, chunk, largest_degree(0), whole_rows=g.short_rows))
+    rev_offsets = rev_to_csc = dst_index = rev_dst = None
+    src_work = src_hub_work = src_hubs = None
+    if needs_grad:
+        rev_offsets, rev_to_csc = g.reverse_csc()
+        dst_index = g.dst_index
+        # a static graph's source pass reads each out-edge's destination from rev_dst (built once, cached on the
+        # graph: E indices more); a graph rebuilt every call reads dst_index[rev_to_csc[k]] (one dependent load
+        # more per edge, but no launch a step to build it)
+        if not g.rebuilt_every_call:
+            rev_dst = g.reverse_dst()
+        src_work, src_hub_work, src_hubs = g.derived(
+            ("triton", "src_work", chunk),
+            lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, largest_degree(1), whole_rows=g.short_rows))
+    needs_map = edge_attr is not None or dropout_mask is not None or return_attention
+    edge_map = g.map_csc_to_coo if needs_map else None
+    d = x_src.shape[1]
+    edge_grads = 0
+    if v2:
+        if lin_edge_weight is not None and edge_attr is not None:
+            edge_grads = int(edge_attr.requires_grad) | 2 * int(lin_edge_weight.requires_grad)
+        inputs: dict[str, Any] = dict(
+            x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
+            edge_attr=None if edge_attr is None else edge_attr.contiguous(),
+            lin_edge_weight=None if lin_edge_weight is None else lin_edge_weight.contiguous(),
+            attn_weights=attn_weights.contiguous(), score_edge=None)
+    else:
+        # the one place GAT's attention vector is taken apart: att_edge goes into the edge scores here, the op
+        # gets att_src | att_dst for the node scores (autograd gives att_edge its gradient through the scores)
+        att_node, att_edge = attn_weights[:2 * d], attn_weights[2 * d:]
+        score_edge = None
+        if edge_attr is not None:
+            score_edge = _edge_scores(edge_attr, att_edge, heads).contiguous()
+        inputs = dict(x_src=x_src.contiguous(), x_dst=None if x_dst is x_src else x_dst.contiguous(),
+                      edge_attr=None, lin_edge_weight=None, attn_weights=att_node.contiguous(),
+                      score_edge=score_edge)
+    return TritonCall(
+        offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map,
+        row_work=rows.work, row_hub_work=rows.hub_work, row_hubs=rows.hubs,
+        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, rev_dst=rev_dst,
+        src_work=src_work, src_hub_work=src_hub_work, src_hubs=src_hubs,
+        num_src_nodes=g.num_src_nodes, **inputs,
+        dropout_mask=None if dropout_mask is None else dropout_mask.float(),
+        v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha),
+        backward_flags=edge_grads | _GAT_BACKWARDS.index(options.gat_backward) << 2)

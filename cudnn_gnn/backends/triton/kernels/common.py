@@ -1,0 +1,233 @@
+"""What the Triton kernels of every pass share: reductions, the logit activations and their derivatives, the head
+group of a program (:func:`_head_group`), the COO ids of CSC positions (:func:`_coo_ids`), edge rows and logits,
+work items, the attention's normalisation, and the hub merges (a sum of partial slots in slot order)."""
+
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.launch import cached_launch
+
+__all__ = ["ACTIVATION_CODES", "n_items"]
+
+
+ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
+
+
+# tl.sum / tl.max / tl.zeros are themselves @triton.jit functions of triton.language.standard, decorated when triton
+# is first imported; if that happened before TRITON_INTERPRET=1 was set (torch_geometric imports triton), the
+# interpreter cannot call them. The builtins below work either way, compile to the same reductions, and the
+# interpreter recognises the standard combine functions and reduces with numpy.
+@triton.jit
+def _sum(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._sum_combine)
+
+
+@triton.jit
+def _max(x, axis: tl.constexpr):
+    return tl.reduce(x, axis, tl.standard._elementwise_max)
+
+
+@triton.jit
+def _act(z, ACT: tl.constexpr, alpha):
+    if ACT == 1:
+        y = tl.where(z > 0, z, z * alpha)
+    elif ACT == 2:
+        y = tl.maximum(z, 0.0)
+    elif ACT == 3:
+        y = 1.0 / (1.0 + tl.exp(-z))
+    elif ACT == 4:
+        y = 2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0
+    elif ACT == 5:
+        y = tl.where(z > 0, z, tl.exp(tl.minimum(z, 0.0)) - 1.0)
+    elif ACT == 6:
+        y = z * alpha
+    else:
+        y = z
+    return y
+
+
+@triton.jit
+def _act_grad(z, ACT: tl.constexpr, alpha):
+    """d act(z) / dz, with torch's choice at the kinks (leaky_relu and relu: the negative side at 0)."""
+    if ACT == 1:
+        d = tl.where(z > 0, 1.0, alpha)
+    elif ACT == 2:
+        d = tl.where(z > 0, 1.0, 0.0)
+    elif ACT == 3:
+        s = 1.0 / (1.0 + tl.exp(-z))
+        d = s * (1.0 - s)
+    elif ACT == 4:
+        t = 2.0 / (1.0 + tl.exp(-2.0 * z)) - 1.0
+        d = 1.0 - t * t
+    elif ACT == 5:
+        d = tl.where(z > 0, 1.0, tl.exp(tl.minimum(z, 0.0)))
+    elif ACT == 6:
+        d = alpha + 0.0 * z
+    else:
+        d = 1.0 + 0.0 * z
+    return d
+
+
+# GAT's backward with one row gather per edge (see launch_gat_backward): a delta pass over the destinations (the
+# rows of dout and out once per node; per edge only [E, H] data, and only for a gradient on the attention), the
+# source pass (dout_i gathered per out-edge, x_j loaded once per source), and a destination sum over the [E, H]
+# buffer the source pass wrote. No program reads back what it stored itself: no barriers needed.
+@triton.jit
+def _head_group(H, C, HG: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The program's head group (axis 1 of the grid): ``h_off [HG]`` (int64), its mask, the feature offsets
+    ``hc [HG, BLOCK_C] = h * C + c`` and their mask."""
+    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    hm = h_off < H
+    c_off = tl.arange(0, BLOCK_C)
+    return h_off, hm, h_off[:, None] * C + c_off[None, :], hm[:, None] & (c_off < C)[None, :]
+
+
+@triton.jit
+def _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP: tl.constexpr):
+    """The COO ids (int64) of the CSC positions ``e_pos``: through the CSC -> COO map, or the positions themselves
+    where no edge tensor is read or written (no map)."""
+    if HAS_MAP:
+        coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+    else:
+        coo = e_pos
+    return coo
+
+
+@triton.jit
+def _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE: tl.constexpr):
+    """GATv2's edge term ``f [BLOCK, HG, BLOCK_C]`` (float32) of the COO edges ``coo [BLOCK]`` for the feature offsets
+    ``hc [HG, BLOCK_C]``. ``DE == 0``: rows of projected features ``edge [E, H*C]``. ``DE > 0`` (the fused
+    projection): ``f = edge_attr[coo] @ W^T`` from raw features ``edge [E, DE]`` and the weight ``W [H*C, DE]`` (PyG's
+    ``lin_edge.weight``) at ``ew_ptr``, an unrolled loop over ``DE``: per step one element a row of ``edge_attr`` and a
+    ``[HG, BLOCK_C]`` slice of a column of ``W`` (cached), one multiply-add over the tile. Masked lanes are 0."""
+    tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
+    if DE == 0:
+        f = tl.load(edge_ptr + coo[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
+    else:
+        f = tl.where(tile_mask, 0.0, 0.0)
+        for k in tl.static_range(DE):
+            col = tl.load(edge_ptr + coo * DE + k, mask=e_mask, other=0.0).to(tl.float32)
+            wk = tl.load(ew_ptr + hc * DE + k, mask=hc_mask, other=0.0).to(tl.float32)
+            f += col[:, None, None] * wk[None, :, :]
+    return f
+
+
+@triton.jit
+def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
+            map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
+            H, D, alpha,
+            V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr):
+    """Logits ``s [BLOCK, HG]`` (float32) of a block of CSC positions ``e_pos [BLOCK]`` with sources ``src`` for the
+    heads ``h_off [HG]``, and ``coo``, their COO ids (int64).
+
+    GAT: ``act(score_src[j, h] + sd[h] + score_edge[coo, h])`` with ``sd`` the destination's scores (loaded once per
+    program, not per block). GATv2: ``sum_c a[h, c] act(z[h, c])`` with ``z = x_j + x_i + f_coo``;
+    ``xj [BLOCK, HG, BLOCK_C]`` is the gathered source tile, ``xi [HG, BLOCK_C]`` the destination's slice,
+    ``aw [HG, BLOCK_C]`` the attention vector; ``hc [HG, BLOCK_C]`` the offsets ``h * C + c`` inside a feature row;
+    ``f`` from :func:`_edge_rows` (``DE > 0``: projected on the fly)."""
+    coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
+    if V2:
+        z = xj + xi[None, :, :]
+        if HAS_EDGE:
+            z += _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE)
+        s = _sum(_act(z, ACT, alpha) * aw[None, :, :], 2)
+    else:
+        eh_mask = e_mask[:, None] & hm[None, :]
+        t = tl.load(ssrc_ptr + src[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0) + sd[None, :]
+        if HAS_EDGE:
+            t += tl.load(sedge_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
+        s = _act(t, ACT, alpha)
+    return s, coo
+
+
+@triton.jit
+def _item(work_ptr, WHOLE: tl.constexpr):
+    """A work item ``(row, start, end, slot)`` (int64): the row's CSC positions ``start .. end`` and where its
+    results go, ``slot == -1``: the row itself (the whole row), ``slot >= 0``: partial slot ``slot`` (one chunk of a
+    hub row, merged later), ``slot == -2``: nothing (padding of the fixed-size work list). ``WHOLE``: the work list
+    is the offsets ``[N+1]`` themselves (see :func:`n_items`): program ``i`` takes row ``i`` whole."""
+    pid = tl.program_id(0).to(tl.int64)
+    if WHOLE:
+        row, start, end, slot = pid, tl.load(work_ptr + pid).to(tl.int64), tl.load(work_ptr + pid + 1).to(tl.int64), \
+            pid * 0 - 1
+    else:
+        item = work_ptr + pid * 4
+        row, start, end, slot = tl.load(item).to(tl.int64), tl.load(item + 1).to(tl.int64), \
+            tl.load(item + 2).to(tl.int64), tl.load(item + 3).to(tl.int64)
+    return row, start, end, slot
+
+
+@triton.jit
+def _normalise_att(start, end, lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1, att_ptr, H,
+                   HAS_MAP: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
+    """Turn the raw logits stored in ``att`` for the CSC positions ``start .. end`` into ``exp(s - lse) * mask``."""
+    for e0 in range(start, end, BLOCK):
+        e_pos = e0 + tl.arange(0, BLOCK)
+        e_mask = e_pos < end
+        eh_mask = e_mask[:, None] & hm[None, :]
+        coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
+        att_off = coo[:, None] * H + h_off[None, :]
+        s = tl.load(att_ptr + att_off, mask=eh_mask, other=0.0)
+        tl.debug_barrier()  # the slots read above are overwritten below, possibly by other threads
+        a = tl.exp(s - lse[None, :])
+        if HAS_MASK:
+            a = a * tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
+        tl.store(att_ptr + att_off, a, mask=eh_mask)
+
+
+@cached_launch
+@triton.jit
+def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr):
+    """``out[row, :W] = sum_k part[slot0 + k, :W]`` for the hub ``hubs[pid0] = (row, slot0, n)``, in slot order
+    (float32 sums, stored in ``out``'s dtype); padding entries (``n == 0``) write nothing."""
+    hub = hubs_ptr + tl.program_id(0).to(tl.int64) * 3
+    row = tl.load(hub).to(tl.int64)
+    slot0 = tl.load(hub + 1).to(tl.int64)
+    n = tl.load(hub + 2).to(tl.int64)
+    cols = tl.program_id(1).to(tl.int64) * BLOCK_W + tl.arange(0, BLOCK_W)
+    cm = cols < W
+    acc = tl.full([BLOCK_W], 0.0, tl.float32)
+    for k in range(0, n):
+        acc += tl.load(part_ptr + (slot0 + k) * W + cols, mask=cm, other=0.0)
+    tl.store(out_ptr + row * W + cols, acc, mask=cm & ((cols * 0 + n) > 0))
+
+
+def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
+    """Triton needs a pointer for every argument; unused optional inputs get a harmless stand-in."""
+    return fallback if t is None else t
+
+
+def _fused_dim(edge: Tensor | None, edge_weight: Tensor | None) -> int:
+    """The kernels' ``DE``: the raw edge width where GATv2's edge projection is fused (``edge_weight`` given), else
+    0 (projected rows, or no edge features)."""
+    return 0 if edge is None or edge_weight is None else edge.shape[1]
+
+
+def _partial(rows: int, width: int, like: Tensor) -> Tensor:
+    """A float32 ``[rows, width]`` partial buffer; with no rows, ``like`` (a float32 tensor of the call) stands in
+    as the pointer and nothing is allocated: a work list without chunk items has no program that touches a partial
+    (every access is masked by ``slot >= 0``, and the merges launch only for hub rows). A small graph's step is host
+    time, of which every allocation is a part."""
+    if rows == 0:
+        return like
+    return torch.empty(rows, width, device=like.device, dtype=torch.float32)
+
+
+def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
+    """``out[row] = sum of the row's partial slots`` for every hub row, in slot order (see :func:`_merge_sum_kernel`)."""
+    if hubs.shape[0] == 0:
+        return
+    block_w = min(1024, tuning.next_pow2(max(width, 1)))
+    _merge_sum_kernel[(hubs.shape[0], tuning.cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w, num_warps=4)
+
+
+def n_items(work: Tensor) -> int:
+    """The programs of a work list: ``work [P, 4]`` (items of :func:`cudnn_gnn.backends.triton.worklists.work_list`), or
+    offsets ``[N+1]`` themselves for every row whole in row order (``N``; the kernels' ``WHOLE``)."""
+    return work.shape[0] - 1 if work.dim() == 1 else work.shape[0]

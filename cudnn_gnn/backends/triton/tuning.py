@@ -1,0 +1,244 @@
+"""Every launch decision of the Triton backend, in one place: tile and block sizes, warps, the tuned shapes, the
+hub-chunk size and the fused GATv2 edge projection's bounds. No triton import: the op and the tests read it
+without compiling anything.
+
+Read at call time through this module (``tuning.launch_shape(...)``, ``tuning.MAX_TILE_D``), so a test or the tuning
+sweep (``benchmarks/investigations/triton_tuning.py``) can move one value for a run.
+"""
+
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from types import MappingProxyType
+
+from torch import Tensor
+
+__all__ = ["EDGE_PROGRAMS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
+           "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MIN_CHUNK_E", "MIN_EDGE_SPAN", "SCORE_BWD_PROGRAMS",
+           "SCORE_TILE", "TUNED_SHAPES", "default_launch_shape", "cdiv", "chunk_size", "edge_kernel_shape",
+           "edge_span", "fuse_edge_projection", "launch_config", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` on the host. ``triton.cdiv`` (and ``triton.next_power_of_2``) are Triton constexpr functions:
+    a host call goes through their Python wrapper (argument unwrapping, an import), and the launchers make several
+    a step."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """The smallest power of two ``>= n`` (1 for ``n <= 1``), on the host. ``triton.next_power_of_2`` and
+    ``triton.cdiv`` are Triton constexpr functions: a host call goes through their Python wrapper (argument
+    unwrapping, an import), and the launchers make several a step."""
+    return 1 << max(0, (n - 1).bit_length())
+
+
+MAX_TILE_D = 1024
+"""The widest padded feature slice ``HG * BLOCK_C`` one program holds: 8 x 32 and 3 x 250 (4 x 256) take all heads
+in one program, 8 x 256 two programs of 4 heads, a head wider than this one program per head."""
+
+
+@functools.cache
+def default_launch_shape(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_E, BIG_E, HG, BLOCK_C, num_warps)`` for ``heads`` heads of width ``c``.
+
+    ``BLOCK_C`` = ``c`` rounded up to a power of two; ``HG`` (heads per program) = ``heads`` rounded up to a power of
+    two, halved until ``HG * BLOCK_C <= max_tile_d`` (at least 1). With the tile width ``W = HG * BLOCK_C``:
+    ``BLOCK_E = clamp(2048 / W, 2, 16)`` edges for light rows (16 x 128 ... 8 x 256 ... 2 x 1024) and
+    ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` (the long-row block of GAT's destination sum; the warps rule below
+    reads it for every kernel), with a register budget of 8192 tile elements (GAT, one
+    live feature tile) or 4096 (GATv2, whose backward holds several); ``num_warps = clamp(min(BIG_E * W, 4096) / 1024,
+    2, 8)``: about 32 float32 registers a thread per GATv2 big tile, 64 for GAT's. GAT used to take 8 warps at 8 x 32
+    (twice GATv2's 4): a light row's ``[8, 8, 32]`` tile is then 8 elements a thread and every reduction over the edge
+    axis crosses 8 warps through shared memory, and half as many programs fit on an SM, in a kernel whose programs are
+    mostly light rows (arxiv: 14 edges a row on average, 10 the median). Independent of the storage dtype: tiles are float32 in
+    registers."""
+    block_c = next_pow2(max(c, 1))
+    hg = min(next_pow2(max(heads, 1)), max(1, max_tile_d // block_c))
+    width = hg * block_c
+    block_e = max(2, min(16, 2048 // width))
+    big_e = max(block_e, min(64, (4096 if v2 else 8192) // width))
+    num_warps = max(2, min(8, min(big_e * width, 4096) // 1024))
+    return block_e, big_e, hg, block_c, num_warps
+
+
+TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProxyType({
+    # tiles at most 256 wide (8 x 32, 8 x 8, 4 x 47 padded to 4 x 64, ...): the H200 sweeps of
+    # benchmarks/investigations/triton_tuning.py on the arxiv shape, 8 heads x 32
+    ("fwd", False, 4, "narrow"): (8, 1), ("fwd", False, 2, "narrow"): (2, 1),
+    ("dst", False, 4, "narrow"): (8, 1), ("dst", False, 2, "narrow"): (8, 1),
+    ("src", False, 4, "narrow"): (16, 1), ("src", False, 2, "narrow"): (16, 1),
+    ("fwd", True, 4, "narrow"): (2, 2), ("fwd", True, 2, "narrow"): (1, 2),
+    ("dst", True, 4, "narrow"): (8, 1), ("dst", True, 2, "narrow"): (1, 2),
+    ("src", True, 4, "narrow"): (8, 1), ("src", True, 2, "narrow"): (1, 2),
+    ("gat_src", False, 4, "narrow"): (16, 1), ("gat_src", False, 2, "narrow"): (1, 2),
+    ("gat_delta", False, 4, "narrow"): (2, 1),
+    # full tiles exactly 256 wide (no padded lanes: 8 x 32, where it was swept), before "narrow"
+    ("gat_src", False, 4, "full_256"): (2, 2),
+    # tiles 512 wide: the H200 sweep of bench_sampled.py --sweep on papers100M-shaped sampled blocks, 4 x 128
+    ("fwd", False, 2, "wide_512"): (8, 1), ("src", False, 2, "wide_512"): (2, 1),
+})
+"""The launch shapes measured faster than :func:`default_launch_shape`' rule, one table: ``(kernel, v2, element bytes of the
+rows the kernel gathers per edge, tile class)`` -> ``(KiB of gathered rows a block, num_warps)``, read by
+:func:`launch_shape` (``BLOCK_E = KiB * 1024 / (W * element bytes)``, clamped to 2..32, for a tile ``W = HG *
+BLOCK_C`` wide). Kernels: ``"fwd"`` (forward, gathers ``x_src``), ``"dst"`` (backward destination pass,
+``x_src``), ``"src"`` (backward source pass, the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the
+output gradient), ``"gat_delta"`` (its delta pass, keyed by the output gradient's element size). Tile classes
+(:func:`tile_classes`): ``"narrow"``, at most 256 wide; ``"full_256"``, exactly 256 wide with a head width a power of
+two, taking precedence over ``"narrow"`` there; ``"wide_512"``, 512 wide.
+
+Why these: the kernels with the most live tiles (GAT's one-gather source pass, GATv2's forward and its 16-bit
+backward) run two warps on blocks of two edges at 8 x 32: few registers a thread, so many programs resident, each
+with its gathers in flight. GAT's float32 one-gather source pass on full 256-wide tiles takes two edges a block;
+measured on products' last layer (4 heads x 47, padded to 4 x 64, sources of about 50 out-edges), that was slower
+than the 16 KiB block of ``"narrow"``, which holds there (which of the two differences decides was not measured).
+At 512 wide (GAT in bfloat16) one warp a program; the source pass takes the smallest block because a sampled
+block's sources have one or two out-edges; a combination not listed (float32, GATv2, the destination pass: not swept
+at this width) keeps :func:`default_launch_shape`. Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what
+it derives from it."""
+
+
+def tile_classes(width: int, c: int, block_c: int) -> tuple[str, ...]:
+    """The :data:`TUNED_SHAPES` tile classes of a tile ``width = HG * BLOCK_C`` wide for heads of width ``c`` (padded
+    to ``block_c``), most specific first."""
+    if width == 256 and c == block_c:
+        return ("full_256", "narrow")
+    if width <= 256:
+        return ("narrow",)
+    return ("wide_512",) if width <= 512 else ()
+
+
+@functools.cache
+def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
+                 max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int]:
+    """``(BLOCK_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (a :data:`TUNED_SHAPES` kernel name) for ``heads`` heads
+    of width ``c`` gathering rows of ``elem_bytes`` bytes an element: the first :data:`TUNED_SHAPES` entry ``(KiB,
+    warps)`` of the tile's classes (:func:`tile_classes`), which runs ``warps`` warps a program and blocks of ``KiB``
+    of gathered rows (``BLOCK_E = KiB * 1024 / (W * elem_bytes)``, clamped to 2..32; 8 in float32 and 16 in bfloat16
+    at 8 KiB and 8 x 32), else :func:`default_launch_shape`.
+
+    Why few warps: more programs resident, more gathers in flight, no cross-warp reductions, in kernels whose
+    programs are mostly light rows (arxiv: 14 edges a row on average, 10 the median)."""
+    block_e, _, hg, block_c, num_warps = default_launch_shape(heads, c, v2, max_tile_d)
+    width = hg * block_c
+    for tile in tile_classes(width, c, block_c):
+        tuned = TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4), tile))
+        if tuned is not None:
+            kib, num_warps = tuned
+            return max(2, min(32, kib * 1024 // (width * elem_bytes))), hg, block_c, num_warps
+    return block_e, hg, block_c, num_warps
+
+
+def edge_kernel_shape(heads: int, c: int, dim_edge: int) -> tuple[int, int, int, int, int]:
+    """``(BLOCK, HG, BLOCK_C, DE_PAD, num_warps)`` of :func:`_bwd_edge_kernel`: all heads in one program
+    (``HG = next_pow2(H)``), ``BLOCK = clamp(2048 / (HG * BLOCK_C), 2, 32)`` edges a block (the GATv2 tiles'
+    budget), 8 warps where the ``[DE_PAD, HG, BLOCK_C]`` gradient partial passes 2048 registers' worth, else 4."""
+    block_c = next_pow2(max(c, 1))
+    hg = next_pow2(max(heads, 1))
+    de_pad = next_pow2(max(dim_edge, 1))
+    width = hg * block_c
+    block = max(2, min(32, 2048 // width))
+    return block, hg, block_c, de_pad, 8 if de_pad * width > 2048 else 4
+
+
+def launch_config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) -> tuple[int, int, dict[str, int]]:
+    """``(C, head groups, launch keywords)`` for a call of ``kernel`` (see :func:`launch_shape`); ``gathered`` is the
+    tensor whose rows it gathers per edge."""
+    c = x_src.shape[1] // heads
+    # launch_shape looked up per call, so that the tuning sweep can swap it
+    block_e, hg, block_c, num_warps = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
+    return c, cdiv(heads, hg), dict(BLOCK_E=block_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
+
+
+SCORE_TILE = 4096
+"""The node-score kernel's rows a program: ``BLOCK_N = clamp(SCORE_TILE / (HG * BLOCK_C), 1, 64)`` (a feature tile of
+at most ~32 float32 registers a thread at 4 warps; two tiles where ``x_dst`` is its own tensor)."""
+
+
+def node_score_shape(heads: int, c: int) -> tuple[int, int, int, int]:
+    """``(BLOCK_N, HG, BLOCK_C, head groups)`` of the node-score kernel (:func:`default_launch_shape`' head groups)."""
+    _, _, hg, block_c, _ = default_launch_shape(heads, c, False, MAX_TILE_D)
+    return max(1, min(64, SCORE_TILE // (hg * block_c))), hg, block_c, cdiv(heads, hg)
+
+
+SCORE_BWD_PROGRAMS = 4096
+"""About how many programs (per head group) :func:`launch_node_scores_backward` launches: each walks
+``ROWS = BLOCK_N * ceil(blocks / SCORE_BWD_PROGRAMS)`` rows, so the head vectors' partials stay ``[<= 4096, 2, H*C]``
+(8 MiB at 8 x 32) however many rows there are, and a small graph still gets one block of rows a program. Measured
+against 1,024 and 16,384: docs/performance.md, "The fold as a kernel"."""
+
+
+MIN_CHUNK_E = 256
+MAX_CHUNK_E = 1024
+"""Bounds of the chunk size of :func:`chunk_size` (module globals so that tests can force tiny chunks)."""
+
+
+def chunk_size(num_edges: int) -> int:
+    """The most edges one program walks, ``B = clamp(next_pow2(ceil(E / 4096)), MIN_CHUNK_E, MAX_CHUNK_E)``.
+
+    Rows (and, in the backward source pass, sources) with more than ``B`` edges are cut into chunks of ``B``. Why:
+    a program's time grows with its edge count, and the kernel ends with its longest program; with ``B >= E / 4096``
+    there are at most ~4096 full chunks, several waves of the ~1-2k programs an H200 keeps resident, so a hub no
+    longer sets the tail, while a chunk of at least 256 edges (4 to 128 big blocks) amortises its partial-state write
+    and the merge. arxiv (1.17M edges): 512; Cora: 256; products-sized graphs: 1024. Depends on ``E`` only, so the
+    work list built for a graph stays valid."""
+    return max(MIN_CHUNK_E, min(MAX_CHUNK_E, _pow2_cover(num_edges, 4096, MAX_CHUNK_E, start=MIN_CHUNK_E)))
+
+
+def _pow2_cover(total: int, per: int, cap: int | None = None, *, start: int = 1) -> int:
+    """``max(s, next_pow2(ceil(total / per)))``, or the first power of two ``>= cap`` if that is smaller, where
+    ``s`` is the largest power of two ``<= start`` (callers that clamp below at ``start`` lose nothing). By
+    comparisons only: with a symbolic ``total`` (a sampled block's edge count under ``torch.compile(dynamic=True)``)
+    each one is a range guard that every batch of a similar size passes, where ``bit_length`` would pin the exact
+    count and recompile for every batch; starting at ``s`` keeps the guards to the thresholds that matter."""
+    p = 1 << max(0, start.bit_length() - 1)
+    while p * per < total and (cap is None or p < cap):
+        p *= 2
+    return p
+
+
+MAX_FUSED_EDGE_DIM = 16
+MAX_FUSED_TILE = 4096
+MAX_FUSED_WIDTH = 1024
+FUSED_EXTRA_SHARE = 0.25
+EDGE_PROGRAMS = 2048
+MIN_EDGE_SPAN = 256
+"""The fused GATv2 edge projection's bounds (module globals, so that tests can move them; see
+:func:`fuse_edge_projection` and :func:`edge_span`)."""
+
+
+def edge_span(num_edges: int) -> int:
+    """The CSC positions one program of the fused edge backward takes: ``max(MIN_EDGE_SPAN, next_pow2(ceil(E /
+    EDGE_PROGRAMS)))``, so ``P = ceil(E / span)`` programs, at most ``EDGE_PROGRAMS`` (a wave or two of an H200's
+    resident programs) and at most one per ``MIN_EDGE_SPAN`` edges: the ``[P, H*C, De]`` gradient partials stay a
+    small multiple of ``H*C*De`` and at most ``4 * De / (MIN_EDGE_SPAN * element size)`` of an ``[E, H*C]``
+    buffer."""
+    return max(MIN_EDGE_SPAN, _pow2_cover(num_edges, EDGE_PROGRAMS, start=MIN_EDGE_SPAN))
+
+
+def fuse_edge_projection(num_edges: int, heads: int, dim: int, dim_edge: int, elem_bytes: int,
+                         needs_grad: bool) -> bool:
+    """Whether the Triton kernels project GATv2's raw edge features themselves (the fused path: ``edge_attr [E, De]``
+    and ``lin_edge_weight [H*C, De]`` in, nothing of size ``[E, H*C]`` allocated forward or backward) rather than
+    take ``edge_attr @ lin_edge_weight^T`` computed by torch first (the projected path). The one rule; all of:
+
+    - ``De <= MAX_FUSED_EDGE_DIM`` (16): every kernel unrolls a loop of ``De`` steps per edge block, each one
+      more gather of an element a row and a multiply-add over the feature tile; past 16 that arithmetic rivals the
+      row gathers the kernels are bound by, and the raw rows approach the projected ones in size.
+    - the edge backward's tile, all heads in one program (``W = next_pow2(H) * next_pow2(C) <= MAX_FUSED_WIDTH``,
+      1024), with its ``[next_pow2(De), W]`` float32 partial of the weight gradient in registers
+      (``<= MAX_FUSED_TILE``, 4096: 32 a thread at 4 warps). The edge gradient ``dz_e W`` sums over every head.
+    - without gradients, nothing else (the fused forward allocates nothing); with them, the extra memory, the
+      weight gradient's partials ``[P, H*C, De]`` float32 (``P`` programs, :func:`edge_span`), at most
+      ``FUSED_EXTRA_SHARE`` (a quarter) of the ``[E, H*C]`` buffer of ``elem_bytes`` elements it removes (of two:
+      the projection and its gradient). Only tiny graphs fail this one.
+    """
+    width = next_pow2(heads) * next_pow2(dim // max(heads, 1))
+    if not 1 <= dim_edge <= MAX_FUSED_EDGE_DIM or width > MAX_FUSED_WIDTH or next_pow2(dim_edge) * width > MAX_FUSED_TILE:
+        return False
+    if not needs_grad:
+        return True
+    partials = -(-num_edges // edge_span(num_edges)) * dim * dim_edge * 4
+    return partials <= FUSED_EXTRA_SHARE * num_edges * dim * elem_bytes
