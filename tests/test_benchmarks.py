@@ -214,16 +214,20 @@ def test_investigations_index_names_every_script_and_only_those() -> None:
     assert gone and not set(gone) & set(INVESTIGATION_SCRIPTS), gone
 
 
-def test_investigation_scripts_show_their_help_from_the_repo_root() -> None:
-    """Every benchmarks/investigations/*.py runs as `python benchmarks/investigations/x.py --help` would (its folder
-    first on sys.path, so it finds the parent's _bench_common and _graphs through its own path setup): the module
-    imports with no CUDA device visible, main() parses its flags and prints its usage. One process for all."""
+def test_benchmark_scripts_show_their_help_from_the_repo_root() -> None:
+    """Every script of benchmarks/ and benchmarks/investigations/ runs as `python benchmarks/x.py --help` would (its
+    folder first on sys.path; an investigation finds the parent's _bench_common and _graphs through its own path
+    setup): the module imports with no CUDA device visible, main() parses its flags and prints its usage. One
+    process for all, so each costs its imports only."""
+    scripts = [os.path.join(BENCH, f) for f in sorted(os.listdir(BENCH))  # plot.py takes two paths, no flags
+               if f.endswith(".py") and f[0] != "_" and f != "plot.py"]
+    scripts += [os.path.join(INVESTIGATIONS, f) for f in INVESTIGATION_SCRIPTS]
     code = f"""
 import contextlib, io, json, os, runpy, sys
 res = {{}}
-for script in {INVESTIGATION_SCRIPTS!r}:
-    path = os.path.join({INVESTIGATIONS!r}, script)
-    sys.argv, sys.path[0], out = [path, "--help"], {INVESTIGATIONS!r}, io.StringIO()
+for path in {scripts!r}:
+    script = os.path.relpath(path, {BENCH!r})
+    sys.argv, sys.path[0], out = [path, "--help"], os.path.dirname(path), io.StringIO()
     try:
         with contextlib.redirect_stdout(out):
             runpy.run_path(path, run_name="__main__")
@@ -238,7 +242,8 @@ print(json.dumps(res))
                           env={**_without_interpreter(), "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert res == dict.fromkeys(INVESTIGATION_SCRIPTS, "ok"), {k: v for k, v in res.items() if v != "ok"}
+    assert res == dict.fromkeys((os.path.relpath(s, BENCH) for s in scripts), "ok"), \
+        {k: v for k, v in res.items() if v != "ok"}
 
 
 def test_host_timeline_on_the_reference_layer(tmp_path) -> None:

@@ -129,6 +129,7 @@ def test_dropout_reproducible_with_seed():
     torch.testing.assert_close(graph_attention(q, k, v, ptr, dropout=0.5), _dense_per_graph(q, k, v, sizes))
 
 
+@pytest.mark.slow
 def test_dropout_is_unbiased_in_expectation():
     sizes = [5]
     q, k, v = _qkv(5)
