@@ -1,4 +1,6 @@
-"""CPU smoke tests of the benchmark scripts' ``--quick`` modes (scripts, not tests of speed: no timing claims)."""
+"""CPU smoke tests of the benchmark scripts (scripts, not tests of speed: no timing claims). The default run shows
+every script's ``--help`` in one process and tests their helpers in-process; the scripts' ``--quick`` modes and tiny
+CPU runs (a process each, tens of seconds on a 2-core CPU) are marked slow."""
 
 from __future__ import annotations
 
@@ -33,6 +35,7 @@ def _run(script: str, *args: str, timeout: float = 120.0) -> subprocess.Complete
                           capture_output=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_bench_layers_quick_writes_valid_json(tmp_path) -> None:
     out, md = tmp_path / "bench.json", tmp_path / "bench.md"
     t0 = time.perf_counter()
@@ -94,6 +97,7 @@ def test_power_law_generator_is_exact_and_seeded() -> None:
     assert int(deg.max()) > 5 * float(deg.float().mean())  # heavy-tailed
 
 
+@pytest.mark.slow
 def test_bench_sampled_quick_trains_every_variant_on_the_same_batches(tmp_path) -> None:
     """``bench_sampled.py --quick``: device-sampled batches drawn once on the CPU, PyG's layer and ours (with and
     without the blocks' short-row hint, and one launch-shape variant of ``--sweep``) each take a training step on
@@ -109,6 +113,7 @@ def test_bench_sampled_quick_trains_every_variant_on_the_same_batches(tmp_path) 
     assert all(r["host_ms_median"] > 0 and r["host_profile_cum_ms"] for r in records.values())
 
 
+@pytest.mark.slow
 def test_bench_conversion_and_profile_quick(tmp_path) -> None:
     proc = _run("bench_conversion.py", "--quick", "--out", str(tmp_path / "conv.json"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -146,6 +151,7 @@ def torch_oom() -> BaseException:
     return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
 
 
+@pytest.mark.slow
 def test_epoch_conversion_quick_counts_one_conversion_per_training_run(tmp_path):
     """A static edge_index is converted once per training run with caching, every layer call without."""
     out = tmp_path / "conv_epoch.json"
@@ -246,6 +252,7 @@ print(json.dumps(res))
         {k: v for k, v in res.items() if v != "ok"}
 
 
+@pytest.mark.slow
 def test_host_timeline_on_the_reference_layer(tmp_path) -> None:
     """host_timeline.py on a CPU (the micro preset, our layer on the reference backend): the wrapped stages of a step
     in call order, the op's spec, plan and run inside the layer's attention call, each entry before its exit."""
@@ -262,6 +269,7 @@ def test_host_timeline_on_the_reference_layer(tmp_path) -> None:
         assert order.index((name, "enter")) < order.index((name, "exit")), (name, order)
 
 
+@pytest.mark.slow
 def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     """kernel_registers.py compiles a kernel for sm_90a with the installed Triton and its bundled ptxas (no GPU) and
     reports registers for both block rules: the sampled forward's big block (16 edges) takes more registers than one
@@ -276,6 +284,7 @@ def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     assert rows[0]["registers"] > rows[1]["registers"]
 
 
+@pytest.mark.slow
 def test_triton_launch_sweep_patches_the_swept_kernels_only() -> None:
     """triton_tuning's sweep on Triton's interpreter (a 40-node graph): one row per shape and a single default per
     (op, pass, dtype); a fwd row launches the forward with the swept shape, a dst (src) row the destination (source)
@@ -460,6 +469,7 @@ def test_triton_forward_efficiency_against_the_gather_floor() -> None:
         pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_bench_layers_triton_rows_on_the_interpreter(tmp_path) -> None:
     """--backends triton on a CPU: our layer on the Triton kernels under TRITON_INTERPRET=1 (set before triton
     decorates them, so in a process of its own), next to PyG, with the record and summary layout of a GPU run."""
@@ -485,6 +495,7 @@ def test_bench_layers_triton_rows_on_the_interpreter(tmp_path) -> None:
     assert "| micro | GATv2 | fp32 | fwd+bwd | triton |" in md and "Triton first call ms" in md
 
 
+@pytest.mark.slow
 def test_sampler_choose_times_both_draw_orders(tmp_path) -> None:
     """sampler_choose.py on the CPU: a round times the current _choose and the per-step one on the same loader, and
     leaves the module's _choose as it was."""
