@@ -28,6 +28,7 @@ from cudnn_gnn.apps.distributed import (
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 def test_ddp_two_gloo_ranks_equal_single_process(tmp_path: Path) -> None:
     """2 spawned gloo ranks of a small GAT (our GATConv, reference backend, each rank's loss the mean over its half
     of the seeds) end with the parameters of one process trained on the mean over all seeds; ranks agree bitwise,
@@ -409,6 +410,7 @@ def test_papers100m_with_the_device_sampler_on_cpu(papers, tmp_path: Path, monke
         assert abs(ours["loss"] - theirs["loss"]) < 1e-4
 
 
+@pytest.mark.slow
 def test_papers100m_compiled_trains_like_eager_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--compile end to end on CPU (the device sampler, the reference backend): the warm-up builds the compiled
     graphs, every batch of training and evaluation runs them without recompiling per batch size (one graph for
