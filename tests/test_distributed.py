@@ -319,7 +319,7 @@ def test_hop_batch_is_laid_out_as_the_sampler_lays_one_out(papers) -> None:
 
 
 @pytest.mark.parametrize("fanout", [None, [3, 2]], ids=["flat", "hop_by_hop"])
-@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.slow)])  # interpreter
 def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: str, fanout) -> None:
     """The warm-up step (kernel builds before epoch 1) on a model with batch norm and dropout: parameters, gradients
     (None), running statistics, training mode and the CPU random stream are those of before it; on the reference
@@ -464,6 +464,7 @@ def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: 
         papers.main([*TINY, "--root", str(tmp_path / "d")])
 
 
+@pytest.mark.slow
 def test_papers100m_two_gloo_ranks_split_a_global_batch(tmp_path: Path) -> None:
     """The example end to end on 2 spawned gloo ranks (the device sampler in its BackgroundLoader on each rank):
     --global-batch-size 16 gives each rank batches of 8, the record names both, every epoch runs its batches on both
