@@ -62,7 +62,7 @@ def test_custom_scale_and_value_width():
     torch.testing.assert_close(out, _dense_per_graph(q, k, v, sizes, scale=0.3))
 
 
-@pytest.mark.parametrize("name", ["ragged", "empty_graphs"])
+@pytest.mark.parametrize("name", [pytest.param("ragged", marks=pytest.mark.slow), "empty_graphs"])
 def test_gradcheck_reference(name):
     sizes = BATCHES[name]
     q, k, v = (x.requires_grad_() for x in _qkv(sum(sizes), h=2, d=3))
