@@ -107,7 +107,7 @@ def _from_synthetic_ogbn(spec: GraphSpec, *, seed: int, device: torch.device) ->
     if spec.ogbn is None:
         return None
     try:
-        from cudnn_gnn.datasets import synthetic_ogbn  # type: ignore[attr-defined]
+        from cudnn_gnn.datasets import synthetic_ogbn
     except ImportError:
         try:
             from cudnn_gnn.datasets.synthetic import synthetic_ogbn

@@ -200,7 +200,7 @@ def host_profile(step: Any, batches: list[Any], device: torch.device, top: int =
     prof.disable()
     synchronize(device)
     n = max(len(batches), 1)
-    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]
+    stats = pstats.Stats(prof).stats  # type: ignore[attr-defined]  # undocumented, not in typeshed
 
     def name(key: tuple[str, int, str]) -> str:
         path, line, fn = key

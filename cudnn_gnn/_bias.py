@@ -14,6 +14,8 @@ Measured: docs/performance.md, "Column sums".
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -55,12 +57,12 @@ class _BiasAdd(torch.autograd.Function):
     """``x + bias`` (torch's promotion), the bias gradient by :func:`column_sum`."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, bias: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, bias: Tensor) -> Tensor:
         ctx.dtypes = x.dtype, bias.dtype
         return x + bias
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None]:
         x_dtype, bias_dtype = ctx.dtypes
         d_x = grad.to(x_dtype) if ctx.needs_input_grad[0] else None
         d_bias = column_sum(grad).to(bias_dtype) if ctx.needs_input_grad[1] else None
@@ -85,7 +87,7 @@ class _Linear(torch.autograd.Function):
     in that dtype and each gradient returns in its input's dtype (what autograd through the casts gives)."""
 
     @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor) -> Tensor:
         device = x.device.type
         dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else None
         ctx.dtypes = x.dtype, weight.dtype, bias.dtype
@@ -96,7 +98,7 @@ class _Linear(torch.autograd.Function):
             return F.linear(x, weight, bias)
 
     @staticmethod
-    def backward(ctx, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor | None, Tensor | None, Tensor | None]:
         x, weight = ctx.saved_tensors
         x_dtype, w_dtype, b_dtype = ctx.dtypes
         grad = grad.to(x.dtype)

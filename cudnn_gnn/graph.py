@@ -559,7 +559,7 @@ class CscGraph:
         tensor given to :meth:`from_csc` as ``edge_index`` where there was one)."""
         kept = self._cache.get("edge_index")
         if kept is not None:
-            return kept  # type: ignore[no-any-return]
+            return kept
         ei = torch.empty(2, self.num_edges, dtype=torch.long, device=self.device)
         ids = self.edge_ids.long()
         ei[0, ids] = self.indices.long()

@@ -234,7 +234,7 @@ def _check_dropout_mask(mask: Tensor, e: int, heads: int, device: torch.device, 
 
 def _check_max_degree(max_degree: object) -> int | str | None:
     if max_degree is None or max_degree == "auto":
-        return max_degree  # type: ignore[return-value]
+        return max_degree
     if isinstance(max_degree, str):
         raise ValueError(f"max_degree must be 'auto', None or a positive int, got {max_degree!r}")
     return check_int("max_degree", max_degree, minimum=1)

@@ -8,6 +8,7 @@ NeurIPS 2020, arXiv:2005.00687). Nothing here is read from the network.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 __all__ = ["OgbnMeta", "OgbgMeta", "OGBN_META", "OGBG_META", "ogbn_meta", "ogbg_meta"]
 
@@ -187,7 +188,10 @@ OGBG_META: dict[str, OgbgMeta] = {
 }
 
 
-def _lookup(table: dict, name: object, arg: str) -> object:
+_Meta = TypeVar("_Meta")
+
+
+def _lookup(table: dict[str, _Meta], name: object, arg: str) -> _Meta:
     if not isinstance(name, str):
         raise TypeError(f"`{arg}` must be a str, got {type(name).__name__}")
     key = name.strip().lower().replace("_", "-")
@@ -208,7 +212,7 @@ def ogbn_meta(name: str) -> OgbnMeta:
         TypeError: ``name`` is not a str.
         ValueError: ``name`` is not one of the four.
     """
-    return _lookup(OGBN_META, name, "name")  # type: ignore[return-value]
+    return _lookup(OGBN_META, name, "name")
 
 
 def ogbg_meta(name: str) -> OgbgMeta:
@@ -219,4 +223,4 @@ def ogbg_meta(name: str) -> OgbgMeta:
         TypeError: ``name`` is not a str.
         ValueError: ``name`` is not one of the four.
     """
-    return _lookup(OGBG_META, name, "name")  # type: ignore[return-value]
+    return _lookup(OGBG_META, name, "name")

@@ -49,7 +49,8 @@ _CACHE_FORMAT = 1
 _SPLIT_PARTS = ("train", "valid", "test")
 
 
-def add_inverse_edges(edge_index: torch.Tensor, edge_attr: torch.Tensor | None = None):
+def add_inverse_edges(edge_index: torch.Tensor, edge_attr: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Add the reverse of every edge the way OGB does: edge ``i`` becomes rows ``2i`` (as given) and ``2i+1``
     (reversed), and ``edge_attr`` rows are repeated to match.
 

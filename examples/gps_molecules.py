@@ -67,7 +67,7 @@ class FeatureEncoder(nn.Module):
         self.embeddings = nn.ModuleList(nn.Embedding(vocab, channels) for _ in range(columns))
 
     def forward(self, x: Tensor) -> Tensor:
-        return sum(emb(x[:, i]) for i, emb in enumerate(self.embeddings))  # type: ignore[return-value]
+        return sum(emb(x[:, i]) for i, emb in enumerate(self.embeddings))  # type: ignore[return-value]  # sum() starts at int 0
 
 
 class GPS(nn.Module):

@@ -117,7 +117,7 @@ def resolve(
             # block under dynamic shapes is symbolic (a hash would pin it, one graph per batch size)
             plan = None if edge_index.rebuilt_every_call else edge_index.derived_if_built((_PLAN_KEY, num_loops))
             if plan is not None:
-                return plan  # type: ignore[no-any-return]
+                return plan
             if num_loops is None:
                 return GraphPlan(edge_index, edge_index.num_dst_nodes, form="csc_graph")
         return build_plan(edge_index, num_src, num_dst, num_loops, static=True)
@@ -125,7 +125,7 @@ def resolve(
         graph = edge_index
         if graph.rebuilt_every_call:  # used for one call (a sampled block): fixed-shape ops, nothing kept
             return build_plan(graph, num_src, num_dst, num_loops, static=True)
-        return graph.derived((_PLAN_KEY, num_loops),  # type: ignore[no-any-return]
+        return graph.derived((_PLAN_KEY, num_loops),
                              lambda: build_plan(graph, num_src, num_dst, num_loops, static=False))
     if not cache or not isinstance(edge_index, Tensor):
         return build_plan(edge_index, num_src, num_dst, num_loops, static=False)
@@ -139,7 +139,7 @@ def resolve(
 
 
 def _moved(graph: CscGraph, device: torch.device) -> CscGraph:
-    return graph.derived(("cudnn_gnn.layers.to", str(device)), lambda: graph.to(device))  # type: ignore[no-any-return]
+    return graph.derived(("cudnn_gnn.layers.to", str(device)), lambda: graph.to(device))
 
 
 def prepare_graph(graph: CscGraph, *, add_self_loops: bool = True) -> CscGraph:

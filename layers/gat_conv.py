@@ -186,7 +186,7 @@ class GATConv(MessagePassing):
             return self.lin, self.lin
         return cast(Linear, self.lin_src), cast(Linear, self.lin_dst)  # __init__ builds these where lin is None
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         x: Tensor | tuple[Tensor, Tensor | None],
         edge_index: Any,

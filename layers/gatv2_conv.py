@@ -145,7 +145,7 @@ class GATv2Conv(MessagePassing):
         glorot(self.att)
         zeros(self.bias)
 
-    def forward(  # type: ignore[override]
+    def forward(
         self,
         x: Tensor | tuple[Tensor, Tensor],
         edge_index: Any,

@@ -1,10 +1,13 @@
-"""CPU smoke tests of the benchmark scripts' ``--quick`` modes (scripts, not tests of speed: no timing claims)."""
+"""CPU smoke tests of the benchmark scripts (scripts, not tests of speed: no timing claims). The default run shows
+every script's ``--help`` in one process and tests their helpers in-process; the scripts' ``--quick`` modes and tiny
+CPU runs (a process each, tens of seconds on a 2-core CPU) are marked slow."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -32,6 +35,7 @@ def _run(script: str, *args: str, timeout: float = 120.0) -> subprocess.Complete
                           capture_output=True, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_bench_layers_quick_writes_valid_json(tmp_path) -> None:
     out, md = tmp_path / "bench.json", tmp_path / "bench.md"
     t0 = time.perf_counter()
@@ -93,6 +97,7 @@ def test_power_law_generator_is_exact_and_seeded() -> None:
     assert int(deg.max()) > 5 * float(deg.float().mean())  # heavy-tailed
 
 
+@pytest.mark.slow
 def test_bench_sampled_quick_trains_every_variant_on_the_same_batches(tmp_path) -> None:
     """``bench_sampled.py --quick``: device-sampled batches drawn once on the CPU, PyG's layer and ours (with and
     without the blocks' short-row hint, and one launch-shape variant of ``--sweep``) each take a training step on
@@ -108,6 +113,7 @@ def test_bench_sampled_quick_trains_every_variant_on_the_same_batches(tmp_path) 
     assert all(r["host_ms_median"] > 0 and r["host_profile_cum_ms"] for r in records.values())
 
 
+@pytest.mark.slow
 def test_bench_conversion_and_profile_quick(tmp_path) -> None:
     proc = _run("bench_conversion.py", "--quick", "--out", str(tmp_path / "conv.json"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -145,6 +151,7 @@ def torch_oom() -> BaseException:
     return torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 1 GiB")
 
 
+@pytest.mark.slow
 def test_epoch_conversion_quick_counts_one_conversion_per_training_run(tmp_path):
     """A static edge_index is converted once per training run with caching, every layer call without."""
     out = tmp_path / "conv_epoch.json"
@@ -200,20 +207,69 @@ def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
 
 
 INVESTIGATIONS = os.path.join(BENCH, "investigations")
+INVESTIGATION_SCRIPTS = sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py"))
 
 
-@pytest.mark.parametrize("script", sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py")))
-def test_investigation_scripts_import_without_cuda_and_define_main(script: str) -> None:
-    """benchmarks/investigations/*.py do no CUDA work at import, define main(), and find the parent's helpers
-    (_bench_common, _graphs) when imported as `python benchmarks/investigations/x.py` would."""
-    code = ("import runpy, sys; sys.argv = ['x']; "
-            f"ns = runpy.run_path({os.path.join(INVESTIGATIONS, script)!r}, run_name='not_main'); "
-            "assert callable(ns.get('main')), 'main() missing'")
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=120,
-                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+def test_investigations_index_names_every_script_and_only_those() -> None:
+    """benchmarks/investigations/README.md has a table row for each script in the folder, and its list of removed
+    scripts names none that is still there."""
+    with open(os.path.join(INVESTIGATIONS, "README.md")) as f:
+        table, removed = f.read().split("\n## Removed scripts", 1)
+    assert sorted(re.findall(r"^\| `([a-z0-9_]+\.py)` \|", table, re.M)) == INVESTIGATION_SCRIPTS
+    gone = re.findall(r"^- `([a-z0-9_]+\.py)`", removed, re.M)
+    assert gone and not set(gone) & set(INVESTIGATION_SCRIPTS), gone
+
+
+def test_benchmark_scripts_show_their_help_from_the_repo_root() -> None:
+    """Every script of benchmarks/ and benchmarks/investigations/ runs as `python benchmarks/x.py --help` would (its
+    folder first on sys.path; an investigation finds the parent's _bench_common and _graphs through its own path
+    setup): the module imports with no CUDA device visible, main() parses its flags and prints its usage. One
+    process for all, so each costs its imports only."""
+    scripts = [os.path.join(BENCH, f) for f in sorted(os.listdir(BENCH))  # plot.py takes two paths, no flags
+               if f.endswith(".py") and f[0] != "_" and f != "plot.py"]
+    scripts += [os.path.join(INVESTIGATIONS, f) for f in INVESTIGATION_SCRIPTS]
+    code = f"""
+import contextlib, io, json, os, runpy, sys
+res = {{}}
+for path in {scripts!r}:
+    script = os.path.relpath(path, {BENCH!r})
+    sys.argv, sys.path[0], out = [path, "--help"], os.path.dirname(path), io.StringIO()
+    try:
+        with contextlib.redirect_stdout(out):
+            runpy.run_path(path, run_name="__main__")
+        res[script] = "returned without printing its usage"
+    except SystemExit as e:
+        res[script] = "ok" if e.code in (0, None) and "usage:" in out.getvalue() else f"exit {{e.code}}"
+    except Exception as e:  # reported per script
+        res[script] = repr(e)
+print(json.dumps(res))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=300,
+                          env={**_without_interpreter(), "CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res == dict.fromkeys((os.path.relpath(s, BENCH) for s in scripts), "ok"), \
+        {k: v for k, v in res.items() if v != "ok"}
 
 
+@pytest.mark.slow
+def test_host_timeline_on_the_reference_layer(tmp_path) -> None:
+    """host_timeline.py on a CPU (the micro preset, our layer on the reference backend): the wrapped stages of a step
+    in call order, the op's spec, plan and run inside the layer's attention call, each entry before its exit."""
+    out = tmp_path / "timeline.json"
+    proc = _run("investigations/host_timeline.py", "--preset", "micro", "--impl", "layer_reference", "--steps", "2",
+                "--top", "3", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["timeline"]
+    order = [(r["name"], r["event"]) for r in rows]
+    stages = [("gat_conv.gat", "enter"), ("gat.attention_spec", "enter"), ("gat.plan", "enter"), ("gat.run", "enter"),
+              ("gat.run", "exit"), ("gat_conv.gat", "exit"), ("step returns", "exit")]
+    assert [o for o in order if o in stages] == stages, order
+    for name in {n for n, _ in order} - {"step returns"}:
+        assert order.index((name, "enter")) < order.index((name, "exit")), (name, order)
+
+
+@pytest.mark.slow
 def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     """kernel_registers.py compiles a kernel for sm_90a with the installed Triton and its bundled ptxas (no GPU) and
     reports the registers of the sampled forward at its launch shape (blocks of 8 edges)."""
@@ -226,6 +282,7 @@ def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     assert all(r["ptxas_error"] is None and isinstance(r["registers"], int) and r["registers"] > 0 for r in rows), rows
 
 
+@pytest.mark.slow
 def test_triton_launch_sweep_patches_the_swept_kernels_only() -> None:
     """triton_tuning's sweep on Triton's interpreter (a 40-node graph): one row per shape and a single default per
     (op, pass, dtype); a fwd row launches the forward with the swept shape, a dst (src) row the destination (source)
@@ -262,40 +319,6 @@ print("ok")
     env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=600, env=env)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
-
-
-@pytest.mark.parametrize("script", ["investigations/diag_degree_skew.py", "investigations/probe_jit.py",
-                                    "investigations/sampled_batch_sizes.py"])
-def test_investigation_scripts_run_from_the_repo_root(script: str) -> None:
-    proc = _run(script, "--help")
-    assert proc.returncode == 0 and "usage" in proc.stdout, proc.stderr[-3000:]
-
-
-def test_memory_saved_tensors_sees_no_per_edge_channel_tensor_in_ours(tmp_path) -> None:
-    """memory_saved_tensors.py on the CPU: what autograd keeps grows with nodes for both models, and per edge PyG
-    keeps its [E, H, C] messages (over 3 KB an edge over three layers of 4 x 128) where ours keeps indices only."""
-    out = tmp_path / "saved.json"
-    proc = _run("investigations/memory_saved_tensors.py", "--predict", "1000,1000", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    fits = {m: r["fit"] for m, r in json.loads(out.read_text())["models"].items()}
-    assert fits["gat"]["per_node"] > 10_000 and fits["pyg-gat"]["per_node"] > 10_000
-    assert fits["gat"]["per_edge"] < 100 < 3_000 < fits["pyg-gat"]["per_edge"]
-
-
-def test_sampled_batch_sizes_with_the_device_sampler(tmp_path) -> None:
-    """sampled_batch_sizes.py --sampler device (no pyg-lib or torch-sparse needed): per-hop counts, the model at
-    their means on trimmed blocks with the graph resident on the GPU side."""
-    from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
-
-    root, out = tmp_path / "d", tmp_path / "sizes.json"
-    synthetic_ogbn_mmap("ogbn-papers100M", root, scale=3e-5, seed=0)
-    proc = _run("investigations/sampled_batch_sizes.py", "--root", str(root), "--sampler", "device", "--batches", "2",
-                "--batch-size", "8", "--hidden", "8", "--heads", "2", "--out", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    rec = json.loads(out.read_text())
-    assert rec["batches"] == 2 and rec["sampler_reports_hops"] and rec["mean_hops"]["nodes"][0] == 8
-    mem = rec["memory_model_at_mean_hops"]["gat"]
-    assert mem["gpu_resident_graph"] > 0 and mem["host_per_rank"] == 0
 
 
 def _without_interpreter() -> dict[str, str]:
@@ -444,6 +467,7 @@ def test_triton_forward_efficiency_against_the_gather_floor() -> None:
         pytest.approx(2.0)
 
 
+@pytest.mark.slow
 def test_bench_layers_triton_rows_on_the_interpreter(tmp_path) -> None:
     """--backends triton on a CPU: our layer on the Triton kernels under TRITON_INTERPRET=1 (set before triton
     decorates them, so in a process of its own), next to PyG, with the record and summary layout of a GPU run."""
@@ -469,6 +493,7 @@ def test_bench_layers_triton_rows_on_the_interpreter(tmp_path) -> None:
     assert "| micro | GATv2 | fp32 | fwd+bwd | triton |" in md and "Triton first call ms" in md
 
 
+@pytest.mark.slow
 def test_sampler_choose_times_both_draw_orders(tmp_path) -> None:
     """sampler_choose.py on the CPU: a round times the current _choose and the per-step one on the same loader, and
     leaves the module's _choose as it was."""

@@ -144,6 +144,7 @@ def test_sampled_without_sampler_is_one_line(capsys, script, monkeypatch):
     refused(capsys, script("ogbn_products"), ["--device", "cpu", "--sampled"], "--sampled", "pip install pyg-lib")
 
 
+@pytest.mark.slow
 def test_subprocess_user_mistake_exit_status_and_one_line():
     proc = subprocess.run([sys.executable, "-m", "cudnn_gnn", "train", "--epochs", "0"], capture_output=True,
                           text=True, timeout=120)
@@ -248,6 +249,7 @@ def test_main_job_save_round_trip_and_plot(script, tmp_path, capsys):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_ogb_example_save_and_plot(script, tmp_path):
     ckpt, png = tmp_path / "arxiv.pt", tmp_path / "arxiv.png"
     script("ogbn_arxiv")(["--synthetic", "--scale", "0.002", "--device", "cpu", "--no-progress", "--epochs", "2",

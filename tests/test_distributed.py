@@ -28,6 +28,7 @@ from cudnn_gnn.apps.distributed import (
 HERE = Path(__file__).resolve().parent
 
 
+@pytest.mark.slow
 def test_ddp_two_gloo_ranks_equal_single_process(tmp_path: Path) -> None:
     """2 spawned gloo ranks of a small GAT (our GATConv, reference backend, each rank's loss the mean over its half
     of the seeds) end with the parameters of one process trained on the mean over all seeds; ranks agree bitwise,
@@ -318,7 +319,7 @@ def test_hop_batch_is_laid_out_as_the_sampler_lays_one_out(papers) -> None:
 
 
 @pytest.mark.parametrize("fanout", [None, [3, 2]], ids=["flat", "hop_by_hop"])
-@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("backend", ["reference", pytest.param("triton", marks=pytest.mark.slow)])  # interpreter
 def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: str, fanout) -> None:
     """The warm-up step (kernel builds before epoch 1) on a model with batch norm and dropout: parameters, gradients
     (None), running statistics, training mode and the CPU random stream are those of before it; on the reference
@@ -409,6 +410,7 @@ def test_papers100m_with_the_device_sampler_on_cpu(papers, tmp_path: Path, monke
         assert abs(ours["loss"] - theirs["loss"]) < 1e-4
 
 
+@pytest.mark.slow
 def test_papers100m_compiled_trains_like_eager_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--compile end to end on CPU (the device sampler, the reference backend): the warm-up builds the compiled
     graphs, every batch of training and evaluation runs them without recompiling per batch size (one graph for
@@ -462,6 +464,7 @@ def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: 
         papers.main([*TINY, "--root", str(tmp_path / "d")])
 
 
+@pytest.mark.slow
 def test_papers100m_two_gloo_ranks_split_a_global_batch(tmp_path: Path) -> None:
     """The example end to end on 2 spawned gloo ranks (the device sampler in its BackgroundLoader on each rank):
     --global-batch-size 16 gives each rank batches of 8, the record names both, every epoch runs its batches on both

@@ -330,7 +330,7 @@ def test_ogbgat_sampled_without_hop_counts_runs_on_one_graph(load, edge_dim):
     seen = []
     real = CscGraph.from_edge_index
 
-    def spy(*a, **k):  # type: ignore[no-untyped-def]
+    def spy(*a: Any, **k: Any) -> CscGraph:
         g = real(*a, **k)
         seen.append((k.get("validate"), g))
         return g

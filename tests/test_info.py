@@ -128,6 +128,7 @@ def test_auto_on_gpu_without_cudnn_and_triton_warns_once(fake_env, monkeypatch):
         choose_backend(_cuda_call("cudnn"))
 
 
+@pytest.mark.slow
 def test_cli_info_runs_and_explains():
     r = subprocess.run([sys.executable, "-m", "cudnn_gnn", "info"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

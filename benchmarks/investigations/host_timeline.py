@@ -116,7 +116,7 @@ def top_own_time(fn: Any, calls: int, top: int) -> list[dict[str, Any]]:
     prof.disable()
     stats = pstats.Stats(prof, stream=io.StringIO())
     rows = []
-    for (file, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]
+    for (file, line, func), (_cc, nc, tt, ct, _callers) in stats.stats.items():  # type: ignore[attr-defined]  # not in typeshed
         rows.append({"function": f"{os.path.basename(file)}:{line}({func})", "calls": nc / calls,
                      "own_us": tt / calls * 1e6, "cumulative_us": ct / calls * 1e6})
     return sorted(rows, key=lambda r: -r["own_us"])[:top]

@@ -250,7 +250,7 @@ class Prefetcher:
         self.to_device = to_device or (lambda b, d, nb: b.to(d, non_blocking=nb))
 
     def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
+        return len(self.loader)  # type: ignore[arg-type]  # typed Iterable; len() raises TypeError for an unsized one
 
     def __iter__(self) -> Iterator[Any]:
         if self.device.type != "cuda":
@@ -330,7 +330,7 @@ class BackgroundLoader:
         self.ahead = check_int("ahead", ahead, minimum=1)
 
     def __len__(self) -> int:
-        return len(self.loader)  # type: ignore[arg-type]
+        return len(self.loader)  # type: ignore[arg-type]  # typed Iterable; len() raises TypeError for an unsized one
 
     def __iter__(self) -> _BackgroundIterator:
         return _BackgroundIterator(self.loader, self.device, self.ahead)

@@ -21,6 +21,7 @@ the kernel's own backward on the bounded graph. The runner (:mod:`cudnn_gnn.ops.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -75,7 +76,7 @@ def hub_split(graph: CscGraph, max_degree: int) -> HubSplit | None:
     """The rewrite of ``graph`` with at most ``max_degree`` edges per destination and per source row, or ``None``
     when no node has more (then the plain call is already bounded). One host sync per new graph; kept on the
     graph (:meth:`CscGraph.derived`)."""
-    return graph.derived(("hub_split", max_degree), lambda: _build_split(graph, max_degree))  # type: ignore[no-any-return]
+    return graph.derived(("hub_split", max_degree), lambda: _build_split(graph, max_degree))
 
 
 def _build_split(graph: CscGraph, b: int) -> HubSplit | None:
@@ -149,13 +150,13 @@ class _SortedGather(torch.autograd.Function):
     ``torch.segment_reduce``'s per-segment loop; tests/gpu checks bitwise repeats of the split layer)."""
 
     @staticmethod
-    def forward(ctx, src: Tensor, index: Tensor, order: Tensor, targets: Tensor, lengths: Tensor) -> Tensor:
+    def forward(ctx: Any, src: Tensor, index: Tensor, order: Tensor, targets: Tensor, lengths: Tensor) -> Tensor:
         ctx.save_for_backward(order, targets, lengths)
         ctx.n = src.shape[0]
         return src.index_select(0, index)
 
     @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None, None, None, None]:
         order, targets, lengths = ctx.saved_tensors
         return _sorted_sum(ctx.n, (order, targets, lengths), grad), None, None, None, None
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import inspect
 import math
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -319,7 +320,7 @@ def _attention_reference(q: Tensor, k: Tensor, v: Tensor, ptr: Tensor, s: int, s
     return out.transpose(1, 2)[graph, pos]
 
 
-def _varlen_attn():  # type: ignore[no-untyped-def]
+def _varlen_attn() -> Callable[..., Tensor] | None:
     """torch's ``varlen_attn`` if it exists and runs on flash (never on torch's cuDNN attention), else None."""
     try:
         from torch.nn.attention import varlen

@@ -43,6 +43,7 @@ def test_shapes_follow_the_dataset(name: str) -> None:
         assert "edge_attr" not in data
 
 
+@pytest.mark.slow
 def test_label_types() -> None:
     arxiv = synthetic_ogbn("ogbn-arxiv", scale=SCALE)
     assert arxiv.y.dtype == torch.int64 and int(arxiv.y.max()) < 40 and len(arxiv.y.unique()) > 5
@@ -77,6 +78,7 @@ def test_power_law_degrees() -> None:
     assert abs(stats["power_law_exponent"] - gamma) < 0.3
 
 
+@pytest.mark.slow
 def test_labels_are_learnable() -> None:
     torch.manual_seed(0)
     data = synthetic_ogbn("ogbn-arxiv", scale=0.02)
@@ -245,6 +247,7 @@ def _mapping_of(address: int) -> str | None:
     return None
 
 
+@pytest.mark.slow
 def test_mmap_the_gpus_way_on_a_cpu_writes_the_same_graph_and_features(tmp_path, monkeypatch) -> None:
     """The GPU's way (row sorted into a buffer and copied out in pieces, labels from a host generator seeded by the
     device's) run on a CPU: the same CSC and features as writing straight into the files; its own labels and split

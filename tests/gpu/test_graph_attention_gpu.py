@@ -331,7 +331,7 @@ def test_mixed_gat_and_cudnn_sdpa_in_one_process():
     from cudnn_gnn.backends import JIT_ONLY_NOTE, PRECOMPILED, lacking_precompiled
 
     lacking = lacking_precompiled(tuple(res["libs_after_sdpa"]))
-    if res["errors"] and lacking:  # not this library's to fix: the install (see benchmarks/investigations/diag_mixed_cudnn.py)
+    if res["errors"] and lacking:  # not this library's to fix: the install (see docs/performance.md, mixed cuDNN)
         pytest.skip(f"needs a complete cuDNN >= 9.28: the one in {', '.join(lacking)} lacks {PRECOMPILED}. "
                     f"{JIT_ONLY_NOTE}. Errors: {res['errors']}")
     assert not res["errors"] and all(res["ok"]), res

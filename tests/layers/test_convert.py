@@ -88,7 +88,7 @@ def test_refusals_name_the_module() -> None:
     with pytest.raises(NotImplementedError, match="^model must use aggr='add'"):
         convert(pyg_nn.GATConv(8, 4, aggr="mean"))
     with pytest.raises(TypeError, match="^model must be a torch.nn.Module"):
-        convert("GAT")  # type: ignore[arg-type]
+        convert("GAT")  # type: ignore[arg-type]  # a wrong type on purpose
     with pytest.raises(ValueError, match="^backend must be one of"):
         convert(model, backend="gpu")
 

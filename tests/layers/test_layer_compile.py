@@ -25,9 +25,15 @@ def _compiled(module: torch.nn.Module) -> tuple[torch.nn.Module, CompileCounterW
     return torch.compile(module, backend=cnt, fullgraph=True), cnt
 
 
-@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
-@pytest.mark.parametrize("graph_form", ["edge_index", "csc_graph", "pyg_edge_index"])
-@pytest.mark.parametrize("loops", [True, False])
+# Each layer once in the default run, on a different graph form and loop setting; the rest of the grid is slow.
+_DEFAULT_FULLGRAPH = {(GATConv, "edge_index", True), (GATv2Conv, "csc_graph", False)}
+
+
+@pytest.mark.parametrize(("cls", "graph_form", "loops"), [
+    pytest.param(cls, form, loops, id=f"{loops}-{form}-{cls.__name__}",
+                 marks=() if (cls, form, loops) in _DEFAULT_FULLGRAPH else pytest.mark.slow)
+    for loops in (True, False) for form in ("edge_index", "csc_graph", "pyg_edge_index") for cls in (GATConv, GATv2Conv)
+])
 def test_fullgraph_no_graph_breaks(cls: type, graph_form: str, loops: bool) -> None:
     """``pyg_edge_index``: a PyG EdgeIndex, unwrapped with ``as_tensor()`` (``as_subclass`` broke the graph)."""
     from torch_geometric import EdgeIndex
@@ -68,6 +74,7 @@ def test_compiled_attention_weights_with_csc_graph() -> None:
 
 
 @pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+@pytest.mark.slow
 def test_compiled_attention_weights_with_raw_edge_index(cls: type) -> None:
     """The static self-loop plan drops the redirected loops from the returned attention (a boolean mask)."""
     ei, n = _graph()

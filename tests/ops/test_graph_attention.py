@@ -62,7 +62,7 @@ def test_custom_scale_and_value_width():
     torch.testing.assert_close(out, _dense_per_graph(q, k, v, sizes, scale=0.3))
 
 
-@pytest.mark.parametrize("name", ["ragged", "empty_graphs"])
+@pytest.mark.parametrize("name", [pytest.param("ragged", marks=pytest.mark.slow), "empty_graphs"])
 def test_gradcheck_reference(name):
     sizes = BATCHES[name]
     q, k, v = (x.requires_grad_() for x in _qkv(sum(sizes), h=2, d=3))
@@ -129,6 +129,7 @@ def test_dropout_reproducible_with_seed():
     torch.testing.assert_close(graph_attention(q, k, v, ptr, dropout=0.5), _dense_per_graph(q, k, v, sizes))
 
 
+@pytest.mark.slow
 def test_dropout_is_unbiased_in_expectation():
     sizes = [5]
     q, k, v = _qkv(5)

@@ -81,6 +81,7 @@ def test_cudnn_on_cpu_says_why():
         cudnn_gnn.precompile(["gat"], [torch.float32], device="cpu")
 
 
+@pytest.mark.slow
 def test_processes_run_each_build_in_a_process_of_its_own(monkeypatch):
     """processes=True starts one process per build, with that build's arguments;
     then builds in this process too (same keys as without processes); each key's seconds include its process."""
@@ -104,6 +105,7 @@ def test_processes_run_each_build_in_a_process_of_its_own(monkeypatch):
     assert all(s > 0.1 for s in got.values())  # a process imports torch: well above an in-process CPU build
 
 
+@pytest.mark.slow
 def test_build_processes_exit_cleanly_and_run_one_build(monkeypatch):
     """A build process runs exactly its job (the edge call only, for an edge job) and exits 0; a bad job exits
     non-zero without raising here (this process then builds it and raises the real error)."""

@@ -150,6 +150,7 @@ def test_head_width_not_a_power_of_two_one_head_and_long_rows(v2):
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.parametrize("max_tile_d", [1024, 16, 8], ids=["all_heads", "head_groups", "one_head"])
+@pytest.mark.slow
 def test_padded_heads_head_groups_and_rows_of_many_blocks(v2, max_tile_d, monkeypatch):
     """H = 3, C = 5: heads pad to 4 and channels to 8 in one all-heads tile; with a smaller tile budget the heads
     split into groups of 2 (the second group half padding) or one head per program (the wide-row path). A row of
@@ -186,6 +187,7 @@ def test_block_sizes_for_the_named_shapes():
             assert big_e * hg * block_c <= (4096 if v2 else 8192)
 
 
+@pytest.mark.slow
 def test_backward_is_bitwise_repeatable():
     ei, ns, nd = GRAPHS["unsorted_coo"]()
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
@@ -265,11 +267,13 @@ def test_pack_round_trips_and_refuses_a_mismatched_mask(v2):
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.slow
 def test_opcheck(v2):
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, _op_args(v2, return_attention=v2))
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.slow
 def test_eager_function_equals_the_registered_op(v2):
     """Eager calls go through ``_EagerAttention`` (no dispatcher, no ``register_autograd`` wrapper); the registered
     op, which ``torch.compile`` traces, runs the same implementations: outputs, attention and every gradient bitwise
@@ -291,6 +295,7 @@ def test_eager_function_equals_the_registered_op(v2):
         assert torch.equal(a, b)
 
 
+@pytest.mark.slow
 def test_compile_fullgraph_has_no_graph_break():
     """``torch.compile(fullgraph=True)`` traces GAT (the registered op, its node scores computed inside it; the edge
     scores' GEMM traced): gradients equal the eager call's."""
@@ -341,6 +346,7 @@ def test_float64_is_refused_and_unavailable_reason(monkeypatch):
 
 # ------------------------------------------------------------------------------ through the public call path
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.slow
 def test_public_op_with_backend_triton_matches_the_reference(v2):
     """``cudnn_gnn.gat/gatv2(..., backend="triton")``: spec -> plan -> the Triton backend, with edge features, a
     drawn dropout mask (same RNG state), returned attention and every gradient equal to ``backend="reference"``."""
@@ -514,6 +520,7 @@ def test_work_list_without_hubs_when_the_largest_degree_fits_a_chunk():
 
 
 @pytest.mark.parametrize("one_gather", [False, True], ids=["two_gather", "one_gather"])
+@pytest.mark.slow
 def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypatch, one_gather):
     """``whole_rows``: every row one item, in row order, even a row longer than the chunk; a graph marked
     ``short_rows`` takes that list for its destinations and its sources, and a row (or a source's out-edges) far
@@ -578,6 +585,7 @@ def _attention_launches(launched: list[str]) -> list[str]:
 
 
 @pytest.mark.parametrize("one_gather", [True, False], ids=["one_gather", "two_gather"])
+@pytest.mark.slow
 def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, monkeypatch):
     """A static CscGraph whose degrees fit a chunk: forward + backward launch the row kernels and nothing else (no
     merge, no pass-1 launch): the forward, then GAT's three backward passes (delta, source, destination sum), or
@@ -612,6 +620,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
             torch.testing.assert_close(a, b)
 
 
+@pytest.mark.slow
 def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, monkeypatch):
     """Two GATConv layers of Cora's shape (8 heads x 8 concatenated, then one head averaged; attention dropout 0.6,
     self-loops) on a static hub-free graph, on the one-gather backward: it launches GAT's three passes per layer and
@@ -641,6 +650,7 @@ def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, m
 
 
 @pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
+@pytest.mark.slow
 def test_gat_delta_from_the_rounded_bfloat16_output(concat, monkeypatch):
     """GAT's one-gather backward takes the softmax row sums ``delta_i = <dout_i, out_i>`` from the saved output: with
     concat the bfloat16 output itself (rounded, as FlashAttention does), without it the float32 per-head output.
@@ -665,6 +675,7 @@ def test_gat_delta_from_the_rounded_bfloat16_output(concat, monkeypatch):
 
 @pytest.mark.parametrize("one_gather", [True, False], ids=["one_gather", "two_gather"])
 @pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
+@pytest.mark.slow
 def test_gat_attention_gradient_with_dropout_in_chunks(concat, one_gather, chunk, monkeypatch):
     """A gradient on the returned attention with a strided dropout mask, hub rows and sources in chunks of 4: GAT's
     delta pass walks the row's edges for ``sum_e alpha_e datt_e`` (a chunk adds the row's ``<dout_i, out_i>`` once,
@@ -685,6 +696,7 @@ def test_gat_attention_gradient_with_dropout_in_chunks(concat, one_gather, chunk
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.parametrize("name", sorted(GRAPHS))
+@pytest.mark.slow
 def test_catalogue_with_tiny_chunks_matches_reference(name, v2, chunk):
     """Chunks of 3 edges: every row and source of more than 3 edges is cut (forward merge, backward delta merge,
     destination and source partial sums), with edge features, a dropout mask, returned attention with a gradient;
@@ -698,6 +710,7 @@ def test_catalogue_with_tiny_chunks_matches_reference(name, v2, chunk):
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.parametrize("b", [7, 80])
+@pytest.mark.slow
 def test_a_150_edge_hub_in_and_out_in_chunks_matches_reference_and_repeats_bitwise(v2, b, chunk):
     """A destination with 180 in-edges and a source with 166 out-edges (both hubs), H = 3 (padded to 4), C = 5.
     Chunks of 7 (26 and 24 chunks of small blocks) or 80 (80 = a big block of 64 + a small one; 20 = 16 + 4). Bitwise
@@ -721,6 +734,7 @@ def test_a_150_edge_hub_in_and_out_in_chunks_matches_reference_and_repeats_bitwi
     assert int(srcs.hubs[:, 2].max()) == -(-166 // b)  # source 8: 150 + 16 edges
 
 
+@pytest.mark.slow
 def test_chunked_bfloat16_and_gradient_through_attention_only(chunk):
     """Chunks of 4 on the power-law graph in bfloat16 (GATv2), and a loss on the returned attention alone (GAT)."""
     chunk.set(4)
@@ -771,6 +785,7 @@ def test_launch_shapes_tuned_for_narrow_tiles():
         assert launch_shape(*args) == (block_e, hg, block_c, warps)
 
 
+@pytest.mark.slow
 def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
     """GAT at 4 heads x 128 with its forward and source pass on ``TUNED_SHAPES``' 512-wide entries (blocks of 8 and 2 edges;
     the bfloat16 entries given to float32 here, so that the comparison is float32's) on a power-law graph with a row
@@ -798,6 +813,7 @@ def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
             assert float((a - b).detach().abs().max()) <= 1e-5 * float(b.detach().abs().max()) + 1e-6
 
 
+@pytest.mark.slow
 def test_tuned_backward_shapes_match_the_reference(monkeypatch):
     """The backward passes on their tuned shapes (few warps, blocks of 32 edges here) with a 40-edge row cut into
     chunks of 16, and light rows: GAT and GATv2, float32 (the interpreter ignores num_warps; the blocks differ)."""
@@ -826,6 +842,7 @@ def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
 @pytest.mark.parametrize("edge", [False, True], ids=["no_edges", "edge_scores"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("one_gather", [True, False], ids=["fold_kernel", "fold_gemm"])
+@pytest.mark.slow
 def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edge, dtype, one_gather, launched,
                                                                    monkeypatch):
     """GAT's op computes its node scores itself (one ``_node_scores_kernel`` launch, ``SCORE_TILE`` moved down so
@@ -953,6 +970,7 @@ def _raw_edges(e: int, heads: int, c: int, de: int, dtype: torch.dtype = torch.f
 
 @pytest.mark.parametrize("tiny_chunks", [False, True], ids=["rows", "chunks_of_3"])
 @pytest.mark.parametrize("name", sorted(GRAPHS))
+@pytest.mark.slow
 def test_fused_edge_projection_catalogue_matches_reference(name, tiny_chunks, fused, chunk):
     """Every catalogue graph with raw edge features (De = 3) and lin_edge.weight: outputs, attention and the
     gradients of x_src, x_dst, attn_weights, edge_attr and the weight equal the reference (which projects in torch);
@@ -985,6 +1003,7 @@ def test_fused_edge_projection_every_activation(act, fused):
 
 
 @pytest.mark.parametrize("max_tile_d", [1024, 8], ids=["all_heads", "one_head"])
+@pytest.mark.slow
 def test_fused_edge_projection_padded_heads_head_groups_and_long_rows(max_tile_d, fused, monkeypatch):
     """H = 3, C = 5 (padded to 4 x 8), De = 5 (padded to 8 in the edge backward): all heads in one program, or one
     head a program (the projection is computed per head group; the edge backward still takes all heads); a row of
@@ -1005,6 +1024,7 @@ def test_fused_edge_projection_padded_heads_head_groups_and_long_rows(max_tile_d
 
 
 @pytest.mark.parametrize("b", [7, 80])
+@pytest.mark.slow
 def test_fused_edge_projection_hubs_in_chunks_repeat_bitwise(b, fused, chunk, monkeypatch):
     """A 180-edge hub destination and a 166-edge hub source in chunks of 7 or 80, H = 3, C = 5, De = 4, the edge
     backward in 5 programs (spans of 64 edges): against the reference, then bitwise equal on a second run."""
@@ -1025,6 +1045,7 @@ def test_fused_edge_projection_hubs_in_chunks_repeat_bitwise(b, fused, chunk, mo
     assert all(torch.equal(a, b) for a, b in zip(first[2], second[2])) and all(fused)
 
 
+@pytest.mark.slow
 def test_fused_edge_projection_bfloat16_in_chunks(fused, chunk):
     chunk.set(4)
     ei, ns, nd = GRAPHS["power_law"]()
@@ -1050,6 +1071,7 @@ def test_fused_edge_gradients_only_where_asked(fused):
         _compare(graph, xs, xd, w, e_leaf, m, v2=True, heads=2, concat=True, ew=w_leaf)
 
 
+@pytest.mark.slow
 def test_no_edge_by_channel_tensor_on_the_fused_path(fused):
     """Forward and backward of the fused call create no tensor with ``E * H*C`` elements or more (every aten
     op's outputs recorded), where the projected call does (the projection and its gradient)."""
@@ -1153,6 +1175,7 @@ def test_compile_fullgraph_fused_edge_projection(fused):
     assert fused and all(fused)
 
 
+@pytest.mark.slow
 def test_public_gatv2_with_lin_edge_weight_on_triton_and_through_a_hub_split(fused):
     """``cudnn_gnn.gatv2(..., edge_attr=raw, lin_edge_weight=W)``: Triton (drawn dropout, same RNG state) against the
     reference; and an explicit ``max_degree`` split (the merge projects the hub edges' rows itself) on both."""
@@ -1208,6 +1231,7 @@ def test_gatv2conv_with_edge_dim_on_triton_matches_pyg(fused):
     assert fused == [True, True]
 
 
+@pytest.mark.slow
 def test_compiled_sampled_layers_take_one_graph_for_every_batch():
     """Two of our ``GATConv`` layers on :func:`~cudnn_gnn.sampled_blocks` of three batches of different sizes,
     under ``torch.compile(dynamic=True)``: one graph serves every batch (the blocks' sizes stay symbolic: no
@@ -1248,6 +1272,7 @@ def test_compiled_sampled_layers_take_one_graph_for_every_batch():
 
 
 @pytest.mark.parametrize("one_gather", [False, True], ids=["two_gather", "one_gather"])
+@pytest.mark.slow
 def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather, chunk, monkeypatch):
     """A static graph's source pass reads each out-edge's destination from ``rev_dst`` (``CscGraph.reverse_dst``,
     cached on the graph); the same graph marked rebuilt every call reads them through the edge's CSC position
@@ -1277,6 +1302,7 @@ def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather
     (2, 3, True, False),  # a graph rebuilt every call (sampled blocks): two
     (8, 40, False, False),  # a tile wider than 256 (8 x 64 padded): two
 ], ids=["static", "rebuilt_every_call", "wide_tile"])
+@pytest.mark.slow
 def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, rebuilt, one_gather, launched):
     """With ``TritonOptions.gat_backward`` at its default (``"auto"``), ``gat_one_gather`` decides: the one-gather backward
     on a static graph with a tile at most 256 wide, the two-gather one on a graph rebuilt every call and on wider
@@ -1298,6 +1324,7 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+@pytest.mark.slow
 def test_long_rows_in_many_small_blocks(v2, monkeypatch):
     """Rows and sources longer than many blocks (``BLOCK_E = 2`` forced for every kernel), with edge features and a
     dropout mask, match the reference: one block size walks a row from its first edge to its last."""
@@ -1318,6 +1345,7 @@ def test_long_rows_in_many_small_blocks(v2, monkeypatch):
     _compare(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=True)
 
 
+@pytest.mark.slow
 def test_two_edge_blocks_on_full_tiles_match_the_reference(monkeypatch):
     """The shapes of full 256-wide tiles, unpatched: at 8 heads x 32 in float32, GAT's one-gather source pass
     (``TUNED_SHAPES``' full_256) and GATv2's forward (``TUNED_SHAPES``) walk blocks of two edges, here over a 40-edge row

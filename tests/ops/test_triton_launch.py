@@ -131,6 +131,7 @@ def test_interpreted_and_untested_tritons_keep_the_kernel(monkeypatch):
     assert tl_launch.fast_path_supported()
 
 
+@pytest.mark.slow
 def test_every_launched_kernel_takes_the_cached_launch():
     """Outside the interpreter (a fresh process: Triton decides when it decorates), every kernel that the kernel
     module launches as ``name[grid](...)`` is a CachedLaunch, and the helpers it calls from inside kernels stay
