@@ -345,7 +345,7 @@ class CapturedStep:
         self._warm = 0
 
     # ------------------------------------------------------------------ internals
-    def _update(self, name: str, value: Tensor) -> None:
+    def _update(self, name: str, value: Tensor | CscGraph) -> None:
         static = self.inputs.get(name)
         if static is None:
             raise ValueError(f"{name} must be one of the step's inputs ({', '.join(self.inputs) or 'none'}), got "
