@@ -99,11 +99,11 @@ def test_uniform_draws_above_floyds_range_on_cuda(fanout: list[int]) -> None:
 
 
 def test_fanout_far_above_the_degrees_on_cuda_is_fanout_all() -> None:
-    """Fan-outs 10**9 and 2000 over a graph whose largest in-degree is far below: the batches of fan-out -1."""
+    """Fan-outs 10**9 and 5000 over a graph whose largest in-degree is below both: the batches of fan-out -1."""
     colptr, row = _graph(e=20_000)
-    assert int(colptr.diff().max()) < 2000
+    assert int(colptr.diff().max()) < 5000
     kw = {"input_nodes": torch.arange(0, 5000, 9), "batch_size": 128, "device": "cuda", "seed": 0}
-    wide = DeviceNeighborLoader(colptr, row, fanout=[10**9, 2000], **kw)
+    wide = DeviceNeighborLoader(colptr, row, fanout=[10**9, 5000], **kw)
     full = DeviceNeighborLoader(colptr, row, fanout=[-1, -1], **kw)
     for a, b in zip(wide, full, strict=True):
         assert torch.equal(a.n_id, b.n_id) and torch.equal(a.e_id, b.e_id) and torch.equal(a.edge_index, b.edge_index)

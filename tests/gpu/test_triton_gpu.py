@@ -343,7 +343,7 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
         return [out, att, x.grad, a.grad, f.grad, wt.grad], extra
 
     got, extra = run("triton", dtype)
-    monkeypatch.setattr(tb, "FUSED_EXTRA_SHARE", 0.0)  # the rule now refuses: torch projects first
+    monkeypatch.setattr(tuning, "FUSED_EXTRA_SHARE", 0.0)  # the rule now refuses: torch projects first
     projected, extra_projected = run("triton", dtype)
     monkeypatch.undo()
     ref, _ = run("reference", torch.float64)
