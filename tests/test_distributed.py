@@ -523,3 +523,34 @@ def test_papers100m_full_evaluation_on_a_rank_without_seeds(papers, tmp_path: Pa
     res = papers.evaluate_full(model, args, DistContext(rank=5, world_size=6), g, None)  # valid has 4 seeds
     assert res["valid_seeds"] == 0 and res["valid_acc"] == 0.0 and res["eval_fields"][0] == []
     assert res["test_seeds"] == 1 and len(res["eval_fields"][1]) == 3
+
+
+def test_all_reduce_counts_refuses_float_counts() -> None:
+    """Float counts were truncated to int64 silently (0.9 correct -> 0)."""
+    ctx = DistContext()
+    with pytest.raises(TypeError, match=r"counts must be integers, got 0.9 \(float\)"):
+        all_reduce_counts([0.9, 4], ctx)
+    with pytest.raises(TypeError, match="counts must be integers, got a tensor of dtype torch.float32"):
+        all_reduce_counts(torch.tensor([1.0, 2.0]), ctx)
+    assert all_reduce_counts(torch.tensor([1, 2]), ctx) == [1, 2]
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"batch_size": -5}, "batch_size must be >= 1, got -5"),
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    ({"num_nodes": -1}, "num_nodes must be >= 1"),
+    ({"heads": 0}, "heads must be >= 1"),
+    ({"ranks": 0}, "ranks must be >= 1"),
+    ({"num_workers": -2}, "num_workers must be >= 0"),
+    ({"fanout": [10, 0]}, "fanout must be one int >= 1"),
+    ({"fanout": []}, "fanout must be one int >= 1"),
+    ({"hop_nodes": [4, -1, 3], "hop_edges": [3, 3]}, "hop_nodes must be counts >= 0"),
+])
+def test_estimate_memory_refuses_out_of_range(change: dict, match: str) -> None:
+    """A negative batch gave negative bytes (a 'prediction' of -7536 bytes) instead of an error."""
+    kw = {"num_nodes": 100, "num_edges": 1000, "num_features": 8, "num_classes": 3, "batch_size": 16,
+          "fanout": [2, 2], "hidden": 4, "heads": 2}
+    with pytest.raises(ValueError, match=match):
+        estimate_memory(**{**kw, **change})
+    with pytest.raises(TypeError, match="batch_size must be an int, got float"):
+        estimate_memory(**{**kw, "batch_size": 16.0})
