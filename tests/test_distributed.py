@@ -342,16 +342,35 @@ def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: st
     assert torch.equal(torch.get_rng_state(), rng)
 
 
-def test_papers100m_warm_up_does_not_change_training(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two epochs with and without the warm-up step give the same losses; the record says how long it took."""
+def test_papers100m_no_warm_up_on_a_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager on a CPU builds no kernels: the warm-up step would only cost time (66 s of a 73 s run), so it is skipped
+    there (with --compile it runs: test_papers100m_compiled_trains_like_eager_on_cpu); the losses are those of
+    --no-warm-up. (That the step leaves the model and random state unchanged where it runs:
+    test_warm_up_leaves_the_model_and_random_state_unchanged.)"""
     monkeypatch.setattr(papers, "sampler_available", lambda: True)
     monkeypatch.setattr(papers, "mapped_neighbor_loader", _full_neighbourhood_loader)
+    called: list[int] = []
+    monkeypatch.setattr(papers, "warm_up", lambda *a, **k: called.append(1) or 0.0)
     args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "1", "--backend", "reference",
             "--fanout", "2,2,2"]
     warm = papers.main(args)
     cold = papers.main([*args, "--no-warm-up"])
-    assert warm["warm_up_seconds"] > 0 and "warm_up_seconds" not in cold
+    assert not called and "warm_up_seconds" not in warm and "warm_up_seconds" not in cold
     assert [e["loss"] for e in warm["epochs"]] == [e["loss"] for e in cold["epochs"]]
+
+
+def test_papers100m_refuses_a_run_beyond_host_memory_on_a_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """On a CPU the memory model's bound is compared with the machine's memory before any training."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: True)
+    monkeypatch.setattr(papers, "worker", lambda *a, **k: pytest.fail("trained although it cannot fit"))
+    real = papers.os.sysconf
+    monkeypatch.setattr(papers.os, "sysconf", lambda name: 1 if name == "SC_PHYS_PAGES" else real(name))
+    with pytest.raises(SystemExit) as exc:
+        papers.main([*TINY, "--root", str(tmp_path / "d"), "--fanout", "2,2,2"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "memory model" in err and "--scale" in err
 
 
 def test_papers100m_builds_each_loader_once(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
