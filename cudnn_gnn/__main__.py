@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Callable
 
@@ -78,9 +77,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = _dispatch(list(sys.argv[1:] if argv is None else argv))
         sys.stdout.flush()
-    except BrokenPipeError:
-        # the reader is gone: send what is left to /dev/null, so that Python's exit flush does not complain
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except BrokenPipeError:  # the reader is gone: what is left goes to /dev/null
+        from cudnn_gnn.apps._cli import silence_stdout
+
+        silence_stdout()
         return 0
     return code
 

@@ -459,3 +459,16 @@ def test_output_files_get_the_umask_permissions(tmp_path):
     for name in ("a.json", "m.pt", "c.png"):
         assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_run_main_reader_gone_is_quiet(capsys, monkeypatch):
+    """``python examples/x.py | head``: a BrokenPipeError ends the run quietly (status 0), not as a bug."""
+    from cudnn_gnn.apps import _cli
+
+    def writes_into_a_closed_pipe(argv):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    silenced = []
+    monkeypatch.setattr(_cli, "silence_stdout", lambda: silenced.append(1))
+    assert _cli.run_main(writes_into_a_closed_pipe, [], prog="prog") == 0
+    assert silenced == [1] and capsys.readouterr().err == ""

@@ -8,6 +8,7 @@ hint to report it (:func:`run_main`, exit status 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
@@ -21,7 +22,8 @@ import torch
 __all__ = [
     "ArgumentParser", "HelpFormatter", "plain_text", "positive_int", "nonnegative_int", "positive_float",
     "nonnegative_float", "probability", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
-    "check_output_path", "check_distinct_outputs", "check_data_root", "check_matplotlib", "run_main", "BUG_HINT",
+    "check_output_path", "check_distinct_outputs", "check_data_root", "check_matplotlib", "run_main", "silence_stdout",
+    "BUG_HINT",
 ]
 
 BUG_HINT = ("this is a bug in cudnn-gnn, not a mistake in your command: please report it with the command line "
@@ -266,10 +268,18 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+def silence_stdout() -> None:
+    """Point stdout at ``/dev/null``, so that Python's flush at exit does not complain about a reader that went away
+    (``python -m cudnn_gnn info | head -2``)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Run a script's ``main(argv)`` as a program: 0 on success, argparse's status on a user mistake, 130 on
-    Ctrl-C, 1 with one line on running out of memory (host or GPU: a setting too large for this machine, not a
-    bug), and on any other unexpected exception its traceback plus :data:`BUG_HINT` and status 1."""
+    Ctrl-C, 0 quietly when the reader of stdout goes away, 1 with one line on running out of memory (host or GPU:
+    a setting too large for this machine, not a bug), and on any other unexpected exception its traceback plus
+    :data:`BUG_HINT` and status 1."""
     from cudnn_gnn.apps._util import is_oom
 
     prog = prog or os.path.basename(sys.argv[0])
@@ -278,6 +288,9 @@ def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None, *,
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (``... | head``): end quietly
+        silence_stdout()
+        return 0
     except Exception as exc:  # noqa: BLE001 - out of memory, or a bug: show it, and say so
         if is_oom(exc):
             print(f"{prog}: out of memory: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; this "
