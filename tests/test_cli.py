@@ -472,3 +472,14 @@ def test_run_main_reader_gone_is_quiet(capsys, monkeypatch):
     monkeypatch.setattr(_cli, "silence_stdout", lambda: silenced.append(1))
     assert _cli.run_main(writes_into_a_closed_pipe, [], prog="prog") == 0
     assert silenced == [1] and capsys.readouterr().err == ""
+
+
+def test_ogb_script_on_a_cpu_defaults_to_a_small_graph_and_logs_progress_lines(script, capsys):
+    """On a CPU the synthetic graph defaults to --scale 0.01 (the real size would run for hours), and off a terminal
+    each epoch (--log-every 1) gets one progress line with its loss and the last scores."""
+    summary = script("ogbn_arxiv")(["--device", "cpu", "--epochs", "2", "--hidden", "4", "--heads", "1",
+                                    "--log-every", "1"])
+    assert summary["scale"] == 0.01
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [ln.split(": ")[1].split()[0] for ln in lines] == ["1/2", "2/2"], lines
+    assert all("loss=" in ln and "valid=" in ln for ln in lines)
