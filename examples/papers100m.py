@@ -211,9 +211,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.root is not None and os.path.exists(os.path.expanduser(args.root)) and \
             not os.path.isdir(os.path.expanduser(args.root)):
         ap.error(f"--root must be a folder (existing, or to be created), got the file {args.root!r}")
-    if not args.plan_only and args.sampler == "pyg" and not sampler_available():
-        ap.error("--sampler pyg needs pyg-lib or torch-sparse for PyG's NeighborLoader; install one with: pip install "
-                 "pyg-lib -f https://data.pyg.org/whl/torch-<version>+<cpu|cuXYZ>.html (or use --sampler device)")
     if args.global_batch_size:
         world = int(os.environ["WORLD_SIZE"]) if launched_by_torchrun() else args.gpus
         if args.global_batch_size % world:
@@ -575,6 +572,11 @@ def refuse_beyond_host_memory(bound: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
+    if not args.plan_only and args.sampler == "pyg" and not sampler_available():
+        print("papers100m.py: error: --sampler pyg needs pyg-lib or torch-sparse for PyG's NeighborLoader; install one "
+              "with: pip install pyg-lib -f https://data.pyg.org/whl/torch-<version>+<cpu|cuXYZ>.html (or use "
+              "--sampler device)", file=sys.stderr)
+        raise SystemExit(2)
     torchrun = launched_by_torchrun()
     if not torchrun:
         g = prepare(args)  # once per host, before the ranks start

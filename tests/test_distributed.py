@@ -476,9 +476,12 @@ def test_papers100m_samples_ahead_in_a_thread_like_inline(papers, tmp_path: Path
 
 
 @pytest.mark.skipif(sampler_available(), reason="checks the message given when no sampler is installed")
-def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="pip install pyg-lib"):
+def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
         papers.main([*TINY, "--root", str(tmp_path / "d")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and "--sampler pyg" in err and "pip install pyg-lib" in err
 
 
 def test_papers100m_two_gloo_ranks_split_a_global_batch(tmp_path: Path) -> None:
