@@ -395,6 +395,7 @@ def test_train_help_shows_defaults(capsys):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: 1000)" in text and "(default: Cora)" in text and "--json PATH also write the result as JSON" in text
+    assert "torch's default) (default: 0)" in text  # a default of 0 is a default too
 
 
 def test_plain_text_removes_rst_markup():

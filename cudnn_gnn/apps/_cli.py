@@ -61,7 +61,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if ("%(default)" in text or "default:" in text or action.default in (None, False)
+        if ("%(default)" in text or "default:" in text or action.default is None or action.default is False
                 or action.default is argparse.SUPPRESS or not action.option_strings):
             return text
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
