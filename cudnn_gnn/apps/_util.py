@@ -52,6 +52,19 @@ def json_safe(obj: Any) -> Any:
     return str(obj)
 
 
+def _umask() -> int:
+    """The process's umask: read from ``/proc/self/status`` where there is one (setting it to read it, the portable
+    way, briefly gives other threads' new files a umask of 0)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temporary path in ``path``'s folder (created if missing) to write to; on success it is renamed over
@@ -64,9 +77,7 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     os.close(fd)
     try:
         yield tmp
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
