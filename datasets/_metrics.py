@@ -21,9 +21,16 @@ def roc_auc(y_true: np.ndarray, y_score: np.ndarray) -> float:
     Args:
         y_true: ``[n]`` labels in {0, 1}, both present.
         y_score: ``[n]`` scores; higher means more likely positive.
+
+    Raises:
+        ValueError: a score is NaN or infinite (OGB's evaluator, through scikit-learn, refuses them; ranking NaN
+            would silently count it as the highest score).
     """
     y_true = np.asarray(y_true).astype(bool)
     y_score = np.asarray(y_score, dtype=np.float64)
+    if not np.isfinite(y_score).all():
+        raise ValueError(f"y_score must be finite, got {int(np.isnan(y_score).sum())} NaN and "
+                         f"{int(np.isinf(y_score).sum())} infinite scores (as OGB's evaluator, which refuses them)")
     order = np.argsort(y_score, kind="mergesort")
     _, inverse, counts = np.unique(y_score[order], return_inverse=True, return_counts=True)
     ends = np.cumsum(counts)
@@ -96,7 +103,7 @@ class BuiltinEvaluator:
         Raises:
             TypeError: ``input_dict`` is not a dict or holds other types.
             ValueError: Missing keys, shapes differ, wrong number of tasks, or (ROC-AUC) no task has both
-                classes.
+                classes, or a labelled row of a scored task has a NaN or infinite score (as OGB's evaluator).
         """
         if not isinstance(input_dict, dict):
             raise TypeError(f"`input_dict` must be a dict, got {type(input_dict).__name__}")
@@ -117,6 +124,10 @@ class BuiltinEvaluator:
             yt, yp = y_true[labelled, t], y_pred[labelled, t]
             if self.eval_metric == "rocauc":
                 if (yt == 1).any() and (yt == 0).any():
+                    if not np.isfinite(yp).all():
+                        raise ValueError(f"`y_pred` must be finite on labelled rows (OGB's evaluator refuses NaN and "
+                                         f"inf scores), got {int(np.isnan(yp).sum())} NaN and "
+                                         f"{int(np.isinf(yp).sum())} infinite in task {t}")
                     scores.append(roc_auc(yt, yp))
             elif len(yt) == 0:
                 raise ValueError(f"`y_true` must have a labelled row in every task, got none in task {t}")

@@ -1,8 +1,8 @@
 """Helpers shared by the example scripts (not part of the package; the scripts import it from their folder).
 
 Seeds and reporting (OGB's rule: mean and standard deviation over runs with different seeds, plus the number of
-parameters), JSON-lines logs of per-epoch time and peak memory, the GAT used by the OGB scripts, the choice
-between our layers and PyG's, full-batch and neighbour-sampled training loops.
+parameters), JSON-lines logs of per-epoch time and peak memory, full-batch and neighbour-sampled training loops.
+The model the OGB scripts train is :class:`cudnn_gnn.apps.models.OgbGAT` (re-exported here).
 """
 
 from __future__ import annotations
@@ -17,14 +17,15 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cudnn_gnn.apps._cli import (  # noqa: F401
+    SEED_MAX,
     ArgumentParser,
     check_backend,
     check_data_root,
     check_device,
+    check_distinct_outputs,
     check_matplotlib,
     check_output_path,
     int_list,
@@ -35,9 +36,19 @@ from cudnn_gnn.apps._cli import (  # noqa: F401
     positive_int,
     probability,
     run_main,
+    seed_int,
 )
-from cudnn_gnn.apps._progress import progress  # noqa: F401
-from cudnn_gnn.apps._util import conv_class, is_oom, plot_curves, save_checkpoint, write_json  # noqa: F401
+from cudnn_gnn.apps._progress import default_log_every, progress
+from cudnn_gnn.apps._util import (  # noqa: F401
+    conv_class,
+    is_oom,
+    plot_curves,
+    save_checkpoint,
+    state_copy,
+    write_json,
+)
+from cudnn_gnn.apps.models import OGB_MODELS as MODELS
+from cudnn_gnn.apps.models import OgbGAT  # noqa: F401 - the scripts' model, re-exported for them
 from cudnn_gnn.apps.train import (  # noqa: F401
     autocast,
     grad_scaler,
@@ -48,32 +59,37 @@ from cudnn_gnn.apps.train import (  # noqa: F401
 
 # One implementation for the CLI and the scripts.
 from cudnn_gnn.backends import GAT_BACKENDS
-from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.sampled import block_sizes, sampled_blocks
 
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-MODELS = ("gat", "pyg-gat")
+#: ``--scale`` of the synthetic graphs on a CPU unless given (the real sizes are for a GPU).
+CPU_SCALE = 0.01
 
 
 # ----------------------------------------------------------------------------------------------- arguments
 
 
 def parse_seeds(text: str) -> list[int]:
-    """``"0-9"`` -> 0..9, ``"0,3,7"`` -> [0, 3, 7], ``"4"`` -> [4] (ranges and lists may be mixed)."""
+    """``"0-9"`` -> 0..9, ``"0,3,7"`` -> [0, 3, 7], ``"4"`` -> [4] (ranges and lists may be mixed); each seed in
+    ``[0, 2**32 - 1]`` and named once (two runs of one seed would write the same outputs)."""
     seeds: list[int] = []
     for part in str(text).split(","):
         part = part.strip()
         if not part:
             continue
-        if "-" in part[1:]:
-            lo, hi = part.split("-", 1) if not part.startswith("-") else (part, part)
-            if int(hi) < int(lo):
-                raise argparse.ArgumentTypeError(f"seed range must be increasing, got {part!r}")
-            seeds.extend(range(int(lo), int(hi) + 1))
-        else:
-            seeds.append(int(part))
+        lo, sep, hi = part.partition("-")
+        try:
+            first, last = (int(lo), int(hi)) if sep and lo else (int(part), int(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be seeds like 0-9 or 0,3,7, got {text!r}") from None
+        if not 0 <= first <= SEED_MAX or not 0 <= last <= SEED_MAX:
+            raise argparse.ArgumentTypeError(f"must be seeds in [0, {SEED_MAX}], got {part!r}")
+        if last < first:
+            raise argparse.ArgumentTypeError(f"must be increasing ranges, got {part!r}")
+        seeds.extend(range(first, last + 1))
     if not seeds:
-        raise argparse.ArgumentTypeError(f"seeds must name at least one seed, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must name at least one seed, got {text!r}")
+    if len(set(seeds)) < len(seeds):
+        raise argparse.ArgumentTypeError(f"must name each seed once, got {text!r}")
     return seeds
 
 
@@ -83,23 +99,28 @@ def add_common_arguments(ap: argparse.ArgumentParser, *, epochs: int | None, run
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--data-root", default=None, help="folder with the OGB download (<root>/ogbn_<name>/raw, split)")
     src.add_argument("--synthetic", action="store_true", help="an OGB-shaped seeded power-law graph (the default)")
-    ap.add_argument("--scale", type=positive_float, default=1.0, help="--synthetic: fraction of the real node and edge counts")
+    ap.add_argument("--scale", type=positive_float, default=None,
+                    help=f"--synthetic: fraction of the real node and edge counts (default: 1, the real size, on CUDA; "
+                         f"{CPU_SCALE:g} on a CPU, which the real size would keep for hours)")
     ap.add_argument("--model", choices=MODELS, default="gat", help="gat: cudnn_gnn.layers.GATConv; pyg-gat: PyG's")
     ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto",
                     help="attention backend of our layers (ignored by pyg-gat)")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
     ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
     ap.add_argument("--epochs", type=positive_int, default=epochs,
-                    help="epochs per run (default: the mode's)" if epochs is None else None)
+                    help="epochs per run (default: the mode's)" if epochs is None else "epochs per run")
     ap.add_argument("--eval-every", type=positive_int, default=eval_every,
                     help="evaluate every N epochs (and after the last)")
-    ap.add_argument("--seeds", type=parse_seeds, default=None, help="e.g. 0-9; default: 0..runs-1")
+    ap.add_argument("--seeds", type=parse_seeds, default=None, help="e.g. 0-9, each at most once (default: 0..runs-1)")
     ap.add_argument("--runs", type=positive_int, default=runs, help="number of seeds when --seeds is not given")
     ap.add_argument("--log", metavar="PATH", default=None, help="JSON lines: one per epoch (time, memory, metrics)")
     ap.add_argument("--json", metavar="PATH", default=None, help="the summary as JSON")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars, and no progress lines")
+    ap.add_argument("--log-every", type=nonnegative_int, default=None, metavar="N",
+                    help="when not on a terminal: one progress line every N epochs (default: about 20 a run; 0: none)")
     ap.add_argument("--save", metavar="PATH", default=None,
-                    help="save each run's model: torch.save({'state_dict', 'config'}); several seeds: PATH gets -seedN")
+                    help="save each run's model at its best valid score (the reported one): torch.save({'state_dict', "
+                         "'config'}); several seeds: PATH gets -seedN")
     ap.add_argument("--plot", metavar="PATH", default=None, help="the loss and score curves of every run as a PNG")
 
 
@@ -107,10 +128,15 @@ def check_common_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
     """Every user mistake in the common flags, as one ``ap.error`` line before any data is read; the device."""
     check_data_root(ap, args.data_root)
     device = check_device(ap, args.device)
+    if args.scale is None:
+        args.scale = 1.0 if device.type == "cuda" else CPU_SCALE
     check_backend(ap, args.backend, device, ours=not args.model.startswith("pyg-"))
     for flag in ("--json", "--log", "--save"):
         check_output_path(ap, flag, getattr(args, flag[2:]))
     check_matplotlib(ap, args.plot)
+    seeds = seeds_of(args)
+    check_distinct_outputs(ap, {"--json": args.json, "--log": args.log, "--plot": args.plot,
+                                "--save": [save_path(args.save, s, seeds) for s in seeds] if args.save else None})
     return device
 
 
@@ -206,84 +232,6 @@ def describe(data: Any, name: str, args: argparse.Namespace) -> str:
 
 
 # ----------------------------------------------------------------------------------------------- model
-
-
-class OgbGAT(nn.Module):
-    """The GAT of the DGL/PyG OGB examples: ``layers`` GATConv with a residual linear map, batch norm
-    (optional), activation and dropout between layers; the last layer averages ``out_heads`` heads.
-
-    Every conv is ``GATConv(in, hidden, heads, residual=True, dropout=attn_drop, edge_dim=edge_dim)`` of the
-    class ``--model`` picks, so our model and PyG's have the same parameters and initialisation.
-    ``forward`` also takes the per-hop node/edge counts of a ``NeighborLoader`` batch and then runs layer
-    ``l`` on the bipartite block it needs (sources: nodes within ``L - l`` hops; targets: within ``L - l - 1``),
-    which is PyG's ``trim_to_layer`` written out. Our layers get the blocks as CSC graphs built once per batch by
-    :func:`cudnn_gnn.sampled_blocks` (one sort, no host sync); PyG's get the raw ``edge_index`` slices.
-    """
-
-    def __init__(self, model: str, in_channels: int, hidden: int, out_channels: int, *, layers: int, heads: int,
-                 out_heads: int = 1, dropout: float = 0.5, input_drop: float = 0.0, attn_drop: float = 0.0,
-                 norm: bool = True, activation: str = "relu", edge_dim: int | None = None, backend: str = "auto") -> None:
-        super().__init__()
-        #: The constructor arguments (saved with the weights by ``--save``).
-        self.config = {"model": model, "in_channels": in_channels, "hidden": hidden, "out_channels": out_channels,
-                       "layers": layers, "heads": heads, "out_heads": out_heads, "dropout": dropout,
-                       "input_drop": input_drop, "attn_drop": attn_drop, "norm": norm, "activation": activation,
-                       "edge_dim": edge_dim, "backend": backend}
-        if model not in MODELS:
-            raise ValueError(f"model must be one of {MODELS}, got {model!r}")
-        conv, extra = conv_class(model)
-        kw: dict[str, Any] = {"backend": backend} if extra.get("backend_kw") else {}
-        self.convs = nn.ModuleList()
-        self.norms = nn.ModuleList()
-        for i in range(layers):
-            last = i == layers - 1
-            c_in = in_channels if i == 0 else hidden * heads
-            self.convs.append(conv(c_in, out_channels if last else hidden, heads=out_heads if last else heads,
-                                   concat=not last, dropout=attn_drop, edge_dim=edge_dim, residual=True, **kw))
-            if not last:
-                self.norms.append(nn.BatchNorm1d(hidden * heads) if norm else nn.Identity())
-        self.dropout, self.input_drop = dropout, input_drop
-        self.act = {"relu": F.relu, "elu": F.elu}[activation]
-        self.ours = not model.startswith("pyg-")
-
-    def layer(self, i: int, x: Any, edge_index: Any, edge_attr: Tensor | None = None,
-              size: tuple[int, int] | None = None) -> Tensor:
-        """Layer ``i`` alone (conv, then norm, activation and dropout unless it is the last)."""
-        h = self.convs[i](x, edge_index, edge_attr, size=size)
-        if i < len(self.convs) - 1:
-            h = self.act(self.norms[i](h))
-            h = F.dropout(h, p=self.dropout, training=self.training)
-        return h
-
-    def forward(self, x: Tensor, edge_index: Any, edge_attr: Tensor | None = None,
-                num_sampled_nodes: list[int] | None = None, num_sampled_edges: list[int] | None = None,
-                sampled: bool = False) -> Tensor:
-        """``sampled``: ``edge_index`` is a sampled batch's, new every call. With its per-hop counts each layer runs
-        on its trimmed block; without them (torch-sparse's sampler reports none) every layer runs on the whole
-        batch, which our layers get as one ``CscGraph`` built on the batch's device without a host sync (instead of
-        a raw tensor, whose plan cache would compare it with the last batch's and sync)."""
-        x = F.dropout(x, p=self.input_drop, training=self.training)
-        L = len(self.convs)
-        if num_sampled_nodes is None:
-            if sampled and self.ours and isinstance(edge_index, Tensor):
-                edge_index = CscGraph.from_edge_index(edge_index, num_nodes=x.size(0),
-                                                      validate=False).mark_rebuilt_every_call()
-            for i in range(L):
-                x = self.layer(i, x, edge_index, edge_attr)
-            return x
-        # layer i feeds the nodes within L-i-1 hops of the seeds from the nodes within L-i hops
-        edges_per_hop = [] if num_sampled_edges is None else num_sampled_edges
-        sizes = block_sizes(num_sampled_nodes, edges_per_hop, L)
-        blocks: list[Any]
-        if self.ours:  # one sort for the whole batch, no host sync (PyG's sampler output is in range)
-            blocks = sampled_blocks(edge_index, num_sampled_nodes, edges_per_hop, L, validate=False)
-        else:
-            blocks = [edge_index[:, : s.num_edges] for s in sizes]
-        for i, (s, block) in enumerate(zip(sizes, blocks)):
-            ea = None if edge_attr is None else edge_attr[: s.num_edges]
-            x = x[: s.num_src]
-            x = self.layer(i, (x, x[: s.num_dst]), block, ea, size=(s.num_src, s.num_dst))
-        return x
 
 
 def hop_batch(seeds: int, fanout: list[int], gen: torch.Generator, new_share: float = 1.0
@@ -387,9 +335,10 @@ def neighbor_loader(graph: Any, input_nodes: Tensor | None, fanout: list[int], b
 
 
 @torch.no_grad()
-def layerwise_inference(model: OgbGAT, x: Tensor, loader: Any, device: torch.device, precision: str,
-                        show: bool) -> Tensor:
-    """All nodes' outputs, one layer at a time over full 1-hop neighbourhoods (PyG's ``inference``)."""
+def loader_inference(model: OgbGAT, x: Tensor, loader: Any, device: torch.device, precision: str,
+                     show: bool) -> Tensor:
+    """All nodes' outputs, one layer at a time over full 1-hop neighbourhoods from a ``NeighborLoader`` (PyG's
+    ``inference``; the chunked one over a CSC is :func:`cudnn_gnn.apps.inference.layerwise_inference`)."""
     model.eval()
     h = x
     for i in range(len(model.convs)):
@@ -462,15 +411,24 @@ def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, l
     """The epoch loop every OGB script shares: time and peak memory per epoch (JSON lines), evaluation every
     ``--eval-every`` epochs, the test score at the best valid score. A CUDA out-of-memory error ends the run
     and is reported (``{"oom": True, "error": ...}``) instead of raised, so a baseline that does not fit is a
-    result, not a crash. With ``--save`` the trained ``model`` is saved with ``vars(args)`` and its constructor
-    arguments (``model.config``); the curves for ``--plot`` come back under ``"_curves"``."""
+    result, not a crash. With ``--save`` the ``model`` of the reported (best valid) evaluation is saved with
+    ``vars(args)``, its epoch and its constructor arguments (``model.config``); the curves for ``--plot`` come back
+    under ``"_curves"``."""
     best = {"epoch": 0, "train": float("nan"), "valid": -math.inf if higher_better else math.inf, "test": float("nan")}
     times: list[float] = []
     peaks: list[int] = []
     curves: dict[str, list[tuple[int, float]]] = {"loss": [], "train": [], "valid": [], "test": []}
-    bar = progress(total=args.epochs, desc=f"{label} seed {seed}", enabled=not args.no_progress)
+    log_every = default_log_every(args.epochs) if args.log_every is None else args.log_every
+    bar = progress(total=args.epochs, desc=f"{label} seed {seed}", enabled=not args.no_progress, log_every=log_every)
+    kept: dict[str, Any] = {}
+
+    def keep_best() -> None:  # the weights whose scores are reported, for --save
+        if args.save and model is not None:
+            kept["state"] = state_copy(model)
+
     try:
-        _epoch_loop(args, device, seed, step, evaluate, log, higher_better, best, times, peaks, bar, curves)
+        _epoch_loop(args, device, seed, step, evaluate, log, higher_better, best, times, peaks, bar, curves,
+                    keep_best)
     except RuntimeError as err:  # torch.OutOfMemoryError is one
         if not is_oom(err):
             raise
@@ -483,8 +441,9 @@ def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, l
                 "sec_per_epoch": None, "peak_memory_bytes": None}
     bar.close()
     if args.save and model is not None:
-        config = {**vars(args), "seed": seed, "model_config": getattr(model, "config", None)}
-        save_checkpoint(save_path(args.save, seed, seeds_of(args)), model, config)
+        config = {**vars(args), "seed": seed, "model_config": getattr(model, "config", None), "epoch": best["epoch"],
+                  "valid": best["valid"], "test": best["test"]}
+        save_checkpoint(save_path(args.save, seed, seeds_of(args)), kept.get("state", model), config)
     # Epoch 1 carries one-off costs (cuDNN plan building, allocator warm-up): leave it out when there are more.
     steady = times[1:] if len(times) > 1 else times
     return {"seed": seed, **best, "sec_per_epoch": statistics.fmean(steady), "peak_memory_bytes": max(peaks, default=None),
@@ -494,7 +453,8 @@ def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, l
 def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step: Callable[[int], float],
                 evaluate: Callable[[], tuple[float, float, float]], log: JsonLines, higher_better: bool,
                 best: dict[str, Any], times: list[float], peaks: list[int], bar: Any,
-                curves: dict[str, list[tuple[int, float]]]) -> None:
+                curves: dict[str, list[tuple[int, float]]], on_best: Callable[[], None]) -> None:
+    shown: dict[str, str] = {}  # the progress line: this epoch's loss, the last evaluation's scores
     for epoch in range(1, args.epochs + 1):
         reset_peak(device)
         sync(device)
@@ -516,7 +476,10 @@ def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step:
                 curves[key].append((epoch, value))
             if (valid_s > best["valid"]) if higher_better else (valid_s < best["valid"]):
                 best.update(epoch=epoch, train=train_s, valid=valid_s, test=test_s)
-            bar.set_postfix(loss=f"{loss:.4f}", valid=f"{valid_s:.4f}", test=f"{test_s:.4f}")
+                on_best()
+            shown.update(valid=f"{valid_s:.4f}", test=f"{test_s:.4f}")
+        shown["loss"] = f"{loss:.4f}"
+        bar.set_postfix(**shown)
         log.write(record)
         bar.update(1)
 

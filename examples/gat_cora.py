@@ -16,31 +16,29 @@ this small). On a GPU runs go one after the other.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures as cf
 import multiprocessing as mp
-import os
 import sys
 import time
 from typing import Any
 
 from _common import ArgumentParser, mean_std, parse_seeds, positive_int, run_main, write_json
 
-from cudnn_gnn.apps.train import MODELS, TrainConfig, add_arguments, check_arguments, format_result, run_config
-
-
-def run_path(path: str | None, model: str, seed: int, single: bool) -> str | None:
-    """``--save``/``--plot`` PATH for one run: PATH itself when there is one run, else ``<stem>-<model>-seed<N><ext>``."""
-    if not path or single:
-        return path
-    root, ext = os.path.splitext(path)
-    return f"{root}-{model}-seed{seed}{ext}"
+from cudnn_gnn.apps.train import (
+    MODELS,
+    TrainConfig,
+    add_arguments,
+    check_arguments,
+    format_result,
+    run_config,
+    save_paths,
+)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__)
     ap.add_argument("--models", default="gat,pyg-gat", help=f"comma-separated, from {', '.join(MODELS)}")
-    ap.add_argument("--seeds", type=parse_seeds, default=parse_seeds("0-9"), help="e.g. 0-9 or 0,1,5")
+    ap.add_argument("--seeds", type=parse_seeds, default="0-9", help="e.g. 0-9 or 0,1,5 (each at most once)")
     ap.add_argument("--jobs", type=positive_int, default=1, help="parallel single-threaded runs (CPU only)")
     add_arguments(ap)
     ap.add_argument("--json", metavar="PATH", default=None, help="write every run and the summary as JSON")
@@ -49,17 +47,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for m in models:
         if m not in MODELS:
             ap.error(f"--models must be drawn from {MODELS}, got {m!r}")
+    if not models or len(set(models)) < len(models):
+        ap.error(f"--models must name each model once, got {args.models!r}")
     device = check_arguments(ap, args, models)
     jobs = args.jobs if device.type == "cpu" else 1
 
-    single = len(models) * len(args.seeds) == 1
+    runs = [(m, s) for m in models for s in args.seeds]
+    saves, plots = save_paths(args.save, models, args.seeds), save_paths(args.plot, models, args.seeds)
     configs = [
         TrainConfig(dataset=args.dataset, model=m, backend=args.backend, device=str(device), precision=args.precision,
                     seed=s, epochs=args.epochs, patience=args.patience, data_root=args.data_root,
                     threads=1 if jobs > 1 else args.threads, progress=not args.no_progress and jobs == 1,
-                    save=run_path(args.save, m, s, single), plot=run_path(args.plot, m, s, single)).__dict__
-        for m in models
-        for s in args.seeds
+                    log_every=args.log_every, save=saves[i] if saves else None,
+                    plot=plots[i] if plots else None).__dict__
+        for i, (m, s) in enumerate(runs)
     ]
     print(f"{args.dataset}: models {', '.join(models)}, seeds {args.seeds}, device {device}, backend {args.backend}, "
           f"precision {args.precision}, {jobs} job(s)")

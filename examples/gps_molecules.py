@@ -13,7 +13,6 @@ The datasets ship with the package (``cudnn_gnn.datasets.load_ogbg``); nothing i
 
 from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
 
-import argparse
 import random
 import sys
 import time
@@ -37,9 +36,11 @@ from cudnn_gnn.apps._cli import (
     probability,
     run_main,
     check_matplotlib,
+    check_distinct_outputs,
+    seed_int,
 )
 from cudnn_gnn.apps._progress import progress
-from cudnn_gnn.apps._util import plot_curves, save_checkpoint, write_json
+from cudnn_gnn.apps._util import plot_curves, save_checkpoint, state_copy, write_json
 from cudnn_gnn.layers.gps_conv import GPSConv
 
 DATASETS = ("ogbg-molbace", "ogbg-molbbbp", "ogbg-molesol", "ogbg-molfreesolv")
@@ -118,29 +119,31 @@ def evaluate(model: nn.Module, loader: DataLoader, evaluator: Any, device: torch
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dataset", choices=DATASETS, default="ogbg-molbace")
-    ap.add_argument("--epochs", type=positive_int, default=50)
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap = ArgumentParser(description=__doc__)
+    ap.add_argument("--dataset", choices=DATASETS, default="ogbg-molbace", help="bundled OGB molecule set")
+    ap.add_argument("--epochs", type=positive_int, default=50, help="training epochs")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="'cpu', 'cuda' or 'cuda:N'")
     ap.add_argument("--backend", choices=ATTENTION_BACKENDS, default="auto", help="global attention")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--batch-size", type=positive_int, default=128)
-    ap.add_argument("--channels", type=positive_int, default=64)
-    ap.add_argument("--layers", type=positive_int, default=3)
-    ap.add_argument("--heads", type=positive_int, default=4)
-    ap.add_argument("--dropout", type=probability, default=0.1)
-    ap.add_argument("--lr", type=positive_float, default=1e-3)
+    ap.add_argument("--seed", type=seed_int, default=0, help="random seed (weights, batches, --limit subsets)")
+    ap.add_argument("--batch-size", type=positive_int, default=128, help="molecules per batch")
+    ap.add_argument("--channels", type=positive_int, default=64, help="hidden channels (divisible by --heads)")
+    ap.add_argument("--layers", type=positive_int, default=3, help="GPS layers")
+    ap.add_argument("--heads", type=positive_int, default=4, help="attention heads")
+    ap.add_argument("--dropout", type=probability, default=0.1, help="dropout in every GPS layer")
+    ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     ap.add_argument("--limit", type=nonnegative_int, default=0, help="use N random graphs of each split (smoke tests)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     ap.add_argument("--json", metavar="PATH", default=None, help="the result as JSON")
     ap.add_argument("--save", metavar="PATH", default=None,
-                    help="save the trained model: torch.save({'state_dict', 'config'}); GPS(**config['model'])")
+                    help="save the model of the reported (best valid) epoch: torch.save({'state_dict', 'config'}); "
+                         "GPS(**config['model'])")
     ap.add_argument("--plot", metavar="PATH", default=None, help="the loss and score curves as a PNG")
     args = ap.parse_args(argv)
     device = check_device(ap, args.device)
     for flag in ("--json", "--save", "--plot"):
         check_output_path(ap, flag, getattr(args, flag[2:]))
     check_matplotlib(ap, args.plot)
+    check_distinct_outputs(ap, {"--json": args.json, "--save": args.save, "--plot": args.plot})
     if args.channels % args.heads:
         ap.error(f"--channels must be divisible by --heads ({args.heads}), got {args.channels}")
 
@@ -172,6 +175,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     higher_better = ds.eval_metric == "rocauc"
     best: dict[str, float] = {}
+    best_state: dict[str, Tensor] = {}
     curves: dict[str, list[tuple[int, float]]] = {"train loss": [], f"valid {ds.eval_metric}": [],
                                                   f"test {ds.eval_metric}": []}
     t0 = time.perf_counter()
@@ -189,6 +193,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         test = evaluate(model, loaders["test"], evaluator, device)
         if not best or (valid > best["valid"] if higher_better else valid < best["valid"]):
             best = {"epoch": epoch, "valid": valid, "test": test}
+            if args.save:  # the weights whose scores are reported, not the last epoch's
+                best_state = state_copy(model)
         train_loss = float(total) / max(count, 1)
         for name, value in zip(curves, (train_loss, valid, test)):
             curves[name].append((epoch, value))
@@ -199,8 +205,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"(best valid at epoch {best['epoch']}, {result['seconds']:.1f} s)"
     )
     write_json(args.json, result)
-    if args.save:  # the weights after the last epoch, with what rebuilds the model
-        save_checkpoint(args.save, model, {"model": model_config, "args": vars(args)})
+    if args.save:  # the weights of the reported (best valid) epoch, with what rebuilds the model
+        save_checkpoint(args.save, best_state, {"model": model_config, "args": vars(args), **best})
     if args.plot:
         plot_curves(args.plot, curves, title=f"{args.dataset} GPS")
     return result

@@ -17,7 +17,6 @@ GATConv), so expect a little under DGL's number. Model selection: test accuracy 
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 from typing import Any
@@ -66,16 +65,16 @@ def log_ce(logits: Tensor, y: Tensor) -> Tensor:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__)
     add_common_arguments(ap, epochs=2000)
-    ap.add_argument("--layers", type=positive_int, default=3)
-    ap.add_argument("--heads", type=positive_int, default=3)
-    ap.add_argument("--hidden", type=positive_int, default=250)
-    ap.add_argument("--dropout", type=probability, default=0.75)
-    ap.add_argument("--input-drop", type=probability, default=0.1)
-    ap.add_argument("--attn-drop", type=probability, default=0.0)
-    ap.add_argument("--lr", type=positive_float, default=0.002)
-    ap.add_argument("--wd", type=nonnegative_float, default=0.0)
+    ap.add_argument("--layers", type=positive_int, default=3, help="GAT layers")
+    ap.add_argument("--heads", type=positive_int, default=3, help="attention heads per hidden layer")
+    ap.add_argument("--hidden", type=positive_int, default=250, help="channels per head")
+    ap.add_argument("--dropout", type=probability, default=0.75, help="dropout after each hidden layer")
+    ap.add_argument("--input-drop", type=probability, default=0.1, help="dropout on the input features")
+    ap.add_argument("--attn-drop", type=probability, default=0.0, help="dropout on the attention coefficients")
+    ap.add_argument("--lr", type=positive_float, default=0.002, help="RMSprop learning rate")
+    ap.add_argument("--wd", type=nonnegative_float, default=0.0, help="weight decay")
     ap.add_argument("--warmup", type=nonnegative_int, default=50, help="epochs of linear learning-rate warm-up")
     ap.add_argument("--use-labels", action="store_true", help="label reuse as input features (DGL's --use-labels)")
     ap.add_argument("--mask-rate", type=probability, default=0.5, help="--use-labels: share of train nodes used as labels")

@@ -22,7 +22,6 @@ halves it). Pass ``--layers 6 --heads 6 --hidden 80`` for DGL's width where memo
 
 from __future__ import annotations
 
-import argparse
 import sys
 from typing import Any
 
@@ -69,16 +68,16 @@ def mean_incoming(edge_index: Tensor, edge_attr: Tensor, num_nodes: int) -> Tens
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(description=__doc__)
     add_common_arguments(ap, epochs=1200, eval_every=5)
-    ap.add_argument("--layers", type=positive_int, default=3)
-    ap.add_argument("--heads", type=positive_int, default=4)
-    ap.add_argument("--hidden", type=positive_int, default=16)
-    ap.add_argument("--dropout", type=probability, default=0.25)
-    ap.add_argument("--input-drop", type=probability, default=0.1)
-    ap.add_argument("--attn-drop", type=probability, default=0.0)
-    ap.add_argument("--lr", type=positive_float, default=0.01)
-    ap.add_argument("--wd", type=nonnegative_float, default=0.0)
+    ap.add_argument("--layers", type=positive_int, default=3, help="GAT layers")
+    ap.add_argument("--heads", type=positive_int, default=4, help="attention heads per layer (the last averages them)")
+    ap.add_argument("--hidden", type=positive_int, default=16, help="channels per head")
+    ap.add_argument("--dropout", type=probability, default=0.25, help="dropout after each hidden layer")
+    ap.add_argument("--input-drop", type=probability, default=0.1, help="dropout on the input features")
+    ap.add_argument("--attn-drop", type=probability, default=0.0, help="dropout on the attention coefficients")
+    ap.add_argument("--lr", type=positive_float, default=0.01, help="AdamW learning rate")
+    ap.add_argument("--wd", type=nonnegative_float, default=0.0, help="AdamW weight decay")
     add_capture_argument(ap)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     device = check_common_arguments(ap, args)

@@ -57,11 +57,12 @@ self-loop plans, projections, activations and their backward) runs as a few fuse
 small ops, which a host-bound sampled step needs most. Both models take it; PyG's ``GATConv`` fails to compile
 this way on torch 2.11 (docs/scale.md).
 
-Before epoch 1, one warm-up step (``_common.warm_up``; ``--no-warm-up`` skips it) on a random batch laid out hop by
-hop as the sampler lays one out (``_common.hop_batch`` of ``--batch-size`` seeds and ``--fanout``; where the sampler
-reports no per-hop counts, torch-sparse's, a flat one) builds the kernels and compiled graphs training and
-evaluation need, so that epoch 1 does not carry them; the model's state and the random streams are left as they
-were.
+Before epoch 1 (on CUDA, or with ``--compile``), one warm-up step (``_common.warm_up``; ``--no-warm-up`` skips
+it) on a random batch laid out hop by hop as the sampler lays one out (``_common.hop_batch`` of ``--batch-size``
+seeds and ``--fanout``; where the sampler reports no per-hop counts, torch-sparse's, a flat one) builds the kernels
+and compiled graphs training and evaluation need, so that epoch 1 does not carry them; the model's state and the
+random streams are left as they were. On a CPU the memory model's bound is compared with the machine's memory
+before training, and a run that cannot fit is refused.
 
 Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction of the model's step alone (``gpu_busy_fraction``: CUDA
 events around forward, backward and optimizer over wall time; None on a CPU), with ``--sampler device`` also the
@@ -93,7 +94,26 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from _common import OgbGAT, count_params, grad_scaler, optimizer_step, seed_everything, warm_up, write_json
+from _common import (
+    ArgumentParser,
+    OgbGAT,
+    check_backend,
+    check_device,
+    check_output_path,
+    count_params,
+    grad_scaler,
+    int_list,
+    nonnegative_int,
+    optimizer_step,
+    positive_float,
+    positive_int,
+    probability,
+    run_main,
+    seed_everything,
+    seed_int,
+    warm_up,
+    write_json,
+)
 
 from cudnn_gnn.apps.distributed import (
     BackgroundLoader,
@@ -120,75 +140,83 @@ DATASETS = ("ogbn-papers100M", "ogbn-products", "ogbn-arxiv")
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """The command line, every user mistake refused here in one line naming the flag (exit status 2)."""
+    ap = ArgumentParser(description=__doc__)
     ap.add_argument("--dataset", choices=DATASETS, default="ogbn-papers100M", help="synthetic preset")
-    ap.add_argument("--scale", type=float, default=0.01, help="fraction of the real node and edge counts")
-    ap.add_argument("--root", default=None, help="folder of the memory-mapped dataset (generated if missing)")
-    ap.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32")
+    ap.add_argument("--scale", type=positive_float, default=0.01, help="fraction of the real node and edge counts")
+    ap.add_argument("--root", default=None,
+                    help="folder of the memory-mapped dataset (generated if missing; default: a folder under "
+                         "~/.cache/cudnn_gnn/synthetic named by the dataset's settings)")
+    ap.add_argument("--feature-dtype", choices=("float32", "float16"), default="float32",
+                    help="dtype of the stored node features")
     ap.add_argument("--generate-on", choices=("auto", "cpu", "cuda"), default="auto",
                     help="where a missing dataset folder is generated ('auto': cuda if available; another graph of "
                          "the same laws as cpu's; the CPU's passes are single-threaded, docs/scale.md has the times)")
-    ap.add_argument("--model", choices=("gat", "pyg-gat"), default="gat")
-    ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto")
+    ap.add_argument("--model", choices=("gat", "pyg-gat"), default="gat",
+                    help="gat: cudnn_gnn.layers.GATConv; pyg-gat: PyG's")
+    ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto",
+                    help="attention backend of our layers (ignored by pyg-gat)")
     ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cuda' or 'cpu'")
-    ap.add_argument("--gpus", type=int, default=1, help="processes to spawn when not under torchrun (one per GPU; "
-                    "with --device cpu, gloo processes)")
-    ap.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--layers", type=int, default=3)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--hidden", type=int, default=128)
-    ap.add_argument("--dropout", type=float, default=0.5)
-    ap.add_argument("--lr", type=float, default=0.001)
-    ap.add_argument("--fanout", default="10,10,5", help="neighbours per layer, input side first")
-    ap.add_argument("--batch-size", type=int, default=1024, help="seed nodes per batch per rank")
-    ap.add_argument("--global-batch-size", type=int, default=0,
+    ap.add_argument("--gpus", type=positive_int, default=1,
+                    help="processes to spawn when not under torchrun (one per GPU; with --device cpu, gloo processes)")
+    ap.add_argument("--precision", choices=("fp32", "bf16", "fp16"), default="fp32",
+                    help="autocast dtype (fp32: none)")
+    ap.add_argument("--epochs", type=positive_int, default=3, help="training epochs")
+    ap.add_argument("--seed", type=seed_int, default=0, help="random seed (graph, weights, sampling)")
+    ap.add_argument("--layers", type=positive_int, default=3, help="GAT layers (one --fanout entry each)")
+    ap.add_argument("--heads", type=positive_int, default=4, help="attention heads per layer (the last averages them)")
+    ap.add_argument("--hidden", type=positive_int, default=128, help="channels per head")
+    ap.add_argument("--dropout", type=probability, default=0.5, help="dropout after each hidden layer")
+    ap.add_argument("--lr", type=positive_float, default=0.001, help="Adam learning rate")
+    ap.add_argument("--fanout", type=int_list, default="10,10,5",
+                    help="neighbours per layer, input side first (-1: all)")
+    ap.add_argument("--batch-size", type=positive_int, default=1024, help="seed nodes per batch per rank")
+    ap.add_argument("--global-batch-size", type=nonnegative_int, default=0,
                     help="seed nodes per optimizer step over all ranks, split evenly (overrides --batch-size): the "
-                         "same global batch and step count on any number of GPUs, so loss curves compare")
+                         "same global batch and step count on any number of GPUs, so loss curves compare (0: off)")
     ap.add_argument("--sampler", choices=("pyg", "device"), default="pyg",
                     help="pyg: PyG's NeighborLoader on the host, in --num-workers processes per rank; device: "
                          "DeviceNeighborLoader, the graph on every GPU and sampled there (no workers, no copies)")
-    ap.add_argument("--num-workers", type=int, default=4, help="NeighborLoader workers per rank (--sampler pyg)")
-    ap.add_argument("--sample-ahead", type=int, default=1,
+    ap.add_argument("--num-workers", type=nonnegative_int, default=4,
+                    help="NeighborLoader workers per rank (--sampler pyg)")
+    ap.add_argument("--sample-ahead", type=nonnegative_int, default=1,
                     help="--sampler device: batches sampled in a background thread on a side stream, ahead of the "
                          "step (0: inline, on the training stream, between the steps)")
-    ap.add_argument("--profile-batches", type=int, default=0,
+    ap.add_argument("--profile-batches", type=nonnegative_int, default=0,
                     help="in the last epoch, profile N batches' kernels (torch.profiler) for the GPU-busy fraction "
                          "from the kernels themselves (gpu_kernel_busy_fraction)")
-    ap.add_argument("--eval-every", type=int, default=0, help="evaluate every N epochs (0: after the last only)")
+    ap.add_argument("--eval-every", type=nonnegative_int, default=0,
+                    help="evaluate every N epochs (0: after the last only)")
     ap.add_argument("--eval", choices=("sampled", "full"), default="sampled",
                     help="sampled: on sampled neighbourhoods, as training; full: exact, every layer over full "
                          "in-neighbourhoods of the targets' receptive field, in chunks of destinations")
-    ap.add_argument("--eval-max-edges", type=int, default=1 << 22,
+    ap.add_argument("--eval-max-edges", type=positive_int, default=1 << 22,
                     help="--eval full: in-edges per chunk (a node with more is a chunk of its own)")
-    ap.add_argument("--max-batches", type=int, default=0,
+    ap.add_argument("--max-batches", type=nonnegative_int, default=0,
                     help="stop each epoch, and each evaluation split, after N batches per rank (0: all)")
     ap.add_argument("--plan-only", action="store_true", help="prepare the data, print the memory model, exit")
     ap.add_argument("--json", metavar="PATH", default=None, help="the run's record as JSON (rank 0)")
-    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     ap.add_argument("--compile", action="store_true",
                     help="the model under torch.compile(dynamic=True): one graph for every batch size")
     ap.add_argument("--no-warm-up", action="store_true",
-                    help="skip the warm-up step that builds the kernels before epoch 1 (they are then built in it)")
+                    help="skip the warm-up step that builds the kernels before epoch 1 (they are then built in it; "
+                         "not run on a CPU without --compile, where there is nothing to build)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
-    args.fanout = [int(f) for f in str(args.fanout).split(",")]
     if len(args.fanout) != args.layers:
-        ap.error(f"--fanout must have one entry per layer ({args.layers}), got {args.fanout}")
-    if args.gpus < 1:
-        ap.error(f"--gpus must be >= 1, got {args.gpus}")
+        ap.error(f"--fanout must have one entry per layer ({args.layers}), got {','.join(map(str, args.fanout))!r}")
+    device = check_device(ap, args.device)
+    check_backend(ap, args.backend, device, ours=args.model == "gat")
+    check_output_path(ap, "--json", args.json)
+    if args.root is not None and os.path.exists(os.path.expanduser(args.root)) and \
+            not os.path.isdir(os.path.expanduser(args.root)):
+        ap.error(f"--root must be a folder (existing, or to be created), got the file {args.root!r}")
     if args.global_batch_size:
         world = int(os.environ["WORLD_SIZE"]) if launched_by_torchrun() else args.gpus
-        if args.global_batch_size < 0 or args.global_batch_size % world:
+        if args.global_batch_size % world:
             ap.error(f"--global-batch-size must be a positive multiple of the {world} ranks, got "
                      f"{args.global_batch_size}")
         args.batch_size = args.global_batch_size // world
-    if args.batch_size < 1:
-        ap.error(f"--batch-size must be >= 1, got {args.batch_size}")
-    if args.eval_max_edges < 1:
-        ap.error(f"--eval-max-edges must be >= 1, got {args.eval_max_edges}")
-    if args.sample_ahead < 0 or args.profile_batches < 0:
-        ap.error(f"--sample-ahead and --profile-batches must be >= 0, got {args.sample_ahead}, {args.profile_batches}")
     if args.sampler == "device":
         args.num_workers = 0  # nothing runs in worker processes
     else:
@@ -357,7 +385,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         if ctx.is_main:
             print(f"device sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
                   f"{record['sampler_setup_seconds']:.1f} s", flush=True)
-    if not args.no_warm_up:  # kernel builds (Triton's, cuDNN's) here, not in epoch 1; model state left unchanged
+    if not args.no_warm_up and (device.type == "cuda" or args.compile):  # kernel and compiled-graph builds here,
+        # not in epoch 1; model state left unchanged. Eager on a CPU builds nothing: the step would only cost time.
         if ctx.is_main:
             print("building kernels: one warm-up step on a random batch ...", end=" ", flush=True)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=args.batch_size,
@@ -527,25 +556,43 @@ def evaluate_full(model: OgbGAT, args: argparse.Namespace, ctx: DistContext, g: 
             "test_seeds": c[3], "eval_fields": fields, "eval_store_bytes": store}
 
 
+def refuse_beyond_host_memory(bound: dict[str, Any]) -> None:
+    """On a CPU the model's activations live in host memory too: refuse a run whose memory model (host part plus
+    the per-rank part, at the sampler's upper bounds) exceeds this machine's memory, before any training."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # not POSIX: nothing to compare with
+        return
+    need = bound["host_total"] + bound["gpu_total"]
+    if need > total:
+        print(f"papers100m.py: error: the memory model bounds this run at {need / 2**30:.1f} GiB and this machine has "
+              f"{total / 2**30:.1f} GiB; use a smaller --scale, --batch-size or --gpus", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     if not args.plan_only and args.sampler == "pyg" and not sampler_available():
-        raise SystemExit("papers100m.py needs pyg-lib or torch-sparse for PyG's NeighborLoader; install one with: "
-                         "pip install pyg-lib -f https://data.pyg.org/whl/torch-<version>+<cpu|cuXYZ>.html")
+        print("papers100m.py: error: --sampler pyg needs pyg-lib or torch-sparse for PyG's NeighborLoader; install one "
+              "with: pip install pyg-lib -f https://data.pyg.org/whl/torch-<version>+<cpu|cuXYZ>.html (or use "
+              "--sampler device)", file=sys.stderr)
+        raise SystemExit(2)
     torchrun = launched_by_torchrun()
     if not torchrun:
         g = prepare(args)  # once per host, before the ranks start
-    if args.plan_only:
-        device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
-                              ("cpu" if args.device == "auto" else args.device))
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else
+                          ("cpu" if args.device == "auto" else args.device))
+    if args.plan_only or (not torchrun and device.type == "cpu"):
         seed_everything(args.seed)
         params = count_params(OgbGAT(args.model, g.x.size(1), args.hidden, g.num_classes, layers=args.layers,
                                      heads=args.heads, out_heads=args.heads, norm=False))
         plan = {"dataset": args.dataset, "scale": args.scale, "model": args.model, "params": params,
                 "num_nodes": g.num_nodes, "num_edges": g.num_edges,
                 "memory_model_bound": memory_plan(args, g, args.gpus, params, None, device)}
-        write_json(args.json, plan)
-        return plan
+        if args.plan_only:
+            write_json(args.json, plan)
+            return plan
+        refuse_beyond_host_memory(plan["memory_model_bound"])
     with tempfile.TemporaryDirectory() as tmp:
         result = os.path.join(tmp, "result.json")
         out = launch(worker, nprocs=1 if torchrun else args.gpus, args=(args, result), device=args.device)
@@ -555,4 +602,4 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    sys.exit(run_main(main))

@@ -5,6 +5,7 @@ from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as
 import inspect
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn import Dropout, Linear, Module, MultiheadAttention, Sequential
@@ -16,6 +17,24 @@ from cudnn_gnn.layers.graph_transformer import check_packed_mha, packed_mha
 from cudnn_gnn.backends import ATTENTION_BACKENDS
 
 __all__ = ["GPSConv"]
+
+
+def _check_ptr_matches_batch(ptr: Tensor, batch: Tensor, n: int, values: bool) -> None:
+    """``ptr`` ``[B + 1]`` and ``batch`` ``[N]`` describe the same graphs (``batch`` is ``i`` on ``ptr[i]:ptr[i+1]``):
+    shapes always, values when ``values`` (one host sync)."""
+    if batch.dim() != 1 or batch.numel() != n:
+        raise ValueError(f"batch must have shape [N={n}] (one graph index per node), got {tuple(batch.shape)}")
+    if ptr.dim() != 1 or ptr.numel() < 1:
+        raise ValueError(f"ptr must have shape [B+1] with B >= 0, got {tuple(ptr.shape)}")
+    if not values or n == 0:
+        return
+    counts = ptr[1:] - ptr[:-1]
+    if bool((counts < 0).any()) or int(counts.sum()) != n:
+        return  # not offsets: packed_mha's own check names what is wrong with ptr
+    expected = torch.repeat_interleave(torch.arange(counts.numel(), device=ptr.device), counts.long(), output_size=n)
+    if not torch.equal(expected.to(batch.device), batch.long()):
+        raise ValueError(f"ptr and batch must describe the same graphs, got graph sizes {counts.tolist()[:8]} from ptr "
+                         f"and {torch.bincount(batch.long().clamp(min=0)).tolist()[:8]} from batch")
 
 
 class GPSConv(Module):
@@ -133,7 +152,11 @@ class GPSConv(Module):
     ) -> Tensor:
         """Runs the layer. ``kwargs`` go to ``conv`` (e.g. ``edge_attr``). ``ptr`` (PyG's ``data.ptr``) and
         ``max_num_nodes``, given once per batch, spare the attention its host syncs; ``batch`` still feeds
-        normalizations that take it."""
+        normalizations that take it. Given both, ``ptr`` and ``batch`` must describe the same graphs: checked
+        (``ValueError``) wherever the forward syncs anyway (on a CPU, or without ``max_num_nodes``); on CUDA with
+        ``max_num_nodes`` only their shapes are, since comparing the values would cost a host sync."""
+        if ptr is not None and batch is not None:
+            _check_ptr_matches_batch(ptr, batch, x.size(0), max_num_nodes is None or x.device.type != "cuda")
         hs = []
         if self.conv is not None:  # local message passing
             h = self.conv(x, edge_index, **kwargs)

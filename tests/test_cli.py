@@ -251,13 +251,238 @@ def test_main_job_save_round_trip_and_plot(script, tmp_path, capsys):
 
 @pytest.mark.slow
 def test_ogb_example_save_and_plot(script, tmp_path):
+    """``--save`` stores each seed's model at its reported (best valid) evaluation, not the last epoch's: loaded, it
+    gives the reported test accuracy exactly. (A large learning rate, so that seed 0 peaks before the end.)"""
+    from torch_geometric.data import Data
+    from torch_geometric.utils import to_undirected
+
+    from cudnn_gnn.apps.models import OgbGAT
+    from cudnn_gnn.datasets import synthetic_ogbn
+    from cudnn_gnn.layers import ToCscGraph
+
     ckpt, png = tmp_path / "arxiv.pt", tmp_path / "arxiv.png"
-    script("ogbn_arxiv")(["--synthetic", "--scale", "0.002", "--device", "cpu", "--no-progress", "--epochs", "2",
-                          "--hidden", "8", "--heads", "2", "--seeds", "0,1", "--save", str(ckpt), "--plot", str(png)])
-    common = sys.modules["_common"]
-    for seed in (0, 1):
+    summary = script("ogbn_arxiv")(["--synthetic", "--scale", "0.002", "--device", "cpu", "--no-progress", "--epochs",
+                                    "6", "--lr", "0.2", "--warmup", "0", "--hidden", "8", "--heads", "2", "--seeds",
+                                    "0,1", "--save", str(ckpt), "--plot", str(png)])
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.002, seed=0)
+    n = data.num_nodes
+    graph = ToCscGraph()(Data(edge_index=to_undirected(data.edge_index, num_nodes=n), num_nodes=n)).csc_graph
+    y, test = data.y.view(-1), data.test_idx
+    assert min(r["epoch"] for r in summary["per_run"]) < 6, "a seed must peak before the last epoch"
+    for seed, run in zip((0, 1), summary["per_run"]):
         saved = torch.load(tmp_path / f"arxiv-seed{seed}.pt", weights_only=True)
-        assert saved["config"]["seed"] == seed and saved["config"]["epochs"] == 2
-        model = common.OgbGAT(**{k: v for k, v in saved["config"]["model_config"].items()})
+        assert saved["config"]["seed"] == seed and saved["config"]["epochs"] == 6
+        model = OgbGAT(**saved["config"]["model_config"])
         model.load_state_dict(saved["state_dict"])  # strict: the same model comes back
+        model.eval()
+        with torch.no_grad():
+            pred = model(data.x.float(), graph).argmax(-1)
+        assert int((pred[test] == y[test]).sum()) / test.numel() == run["test"], seed
+        assert saved["config"]["epoch"] == run["epoch"]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+# --------------------------------------------------------------------------------------------- out of range, clashes
+
+PAPERS_BAD = {"--epochs": ["0"], "--max-batches": ["-1"], "--eval-every": ["-1"], "--fanout": ["5,a"],
+              "--heads": ["0"], "--dropout": ["2"], "--lr": ["-1"], "--seed": ["-1", str(2**64)], "--scale": ["0"],
+              "--gpus": ["0"], "--batch-size": ["0"], "--num-workers": ["-1"], "--eval-max-edges": ["0"]}
+SEED_CASES = [("train", "--seed"), ("gps_molecules", "--seed"), ("gat_cora", "--seeds"), ("ogbn_arxiv", "--seeds")]
+
+
+@pytest.mark.parametrize(("flag", "value"), [(f, v) for f, vs in PAPERS_BAD.items() for v in vs])
+def test_papers100m_refuses_out_of_range(capsys, script, flag, value):
+    refused(capsys, script("papers100m"), ["--device", "cpu", flag, value], flag, value)
+
+
+@pytest.mark.parametrize(("name", "flag"), SEED_CASES)
+@pytest.mark.parametrize("value", ["-1", str(2**64)])
+def test_seeds_out_of_range(capsys, script, name, flag, value):
+    refused(capsys, script(name), ["--device", "cpu", flag, value], flag, value)
+
+
+@pytest.mark.parametrize("name", ["gat_cora", "ogbn_arxiv"])
+def test_repeated_seed_refused(capsys, script, name):
+    refused(capsys, script(name), ["--device", "cpu", "--seeds", "0,0", "--save", "p.pt"], "--seeds", "once")
+
+
+def test_papers100m_root_that_is_a_file(capsys, script, tmp_path):
+    f = tmp_path / "f"
+    f.write_text("")
+    refused(capsys, script("papers100m"), ["--device", "cpu", "--root", str(f)], "--root", "file")
+
+
+@pytest.mark.parametrize("name", ("train", "gat_cora", *OGB_SCRIPTS, "papers100m"))
+def test_triton_backend_on_cpu_says_cuda_or_interpreter(capsys, script, name, monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    refused(capsys, script(name), ["--device", "cpu", "--backend", "triton"], "--backend triton", "CUDA",
+            "TRITON_INTERPRET=1")
+
+
+CLASHES = [
+    ("train", ["--save", "{d}/f", "--json", "{d}/f"], "--json"),
+    ("train", ["--save", "{d}/f", "--plot", "{d}/f"], "--plot"),
+    ("gat_cora", ["--seeds", "0", "--save", "{d}/f", "--plot", "{d}/f"], "--plot"),
+    ("ogbn_arxiv", ["--log", "{d}/f", "--json", "{d}/f"], "--log"),
+    ("ogbn_arxiv", ["--save", "{d}/f", "--plot", "{d}/./f"], "--plot"),
+    ("gps_molecules", ["--json", "{d}/f", "--save", "{d}/f"], "--save"),
+]
+
+
+@pytest.mark.parametrize(("name", "argv", "flag"), CLASHES, ids=[f"{n}-{'-'.join(a[::2])}" for n, a, _ in CLASHES])
+def test_outputs_that_are_one_file_refused(capsys, script, tmp_path, name, argv, flag):
+    argv = [a.format(d=tmp_path) for a in argv]
+    refused(capsys, script(name), ["--device", "cpu", *argv], flag, "own path")
+    assert not (tmp_path / "f").exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where nothing can be created")
+@pytest.mark.parametrize("name", ("train", "ogbn_arxiv", "gps_molecules", "papers100m"))
+def test_output_folder_where_nothing_can_be_created(capsys, script, name):
+    """Permission bits do not tell (root may write anywhere they say no): the check creates a file there."""
+    refused(capsys, script(name), ["--device", "cpu", "--json", "/proc/self/out.json"], "--json", "cannot be written")
+
+
+def test_out_of_memory_is_one_line_not_a_bug(capsys):
+    from cudnn_gnn.apps._cli import BUG_HINT, run_main
+
+    def host_oom(argv):
+        raise RuntimeError("[enforce fail at alloc_cpu.cpp:121] DefaultCPUAllocator: can't allocate memory: you "
+                           "tried to allocate 1099511627776 bytes.\nmore")
+
+    assert run_main(host_oom, [], prog="prog") == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "out of memory" in err and "Traceback" not in err
+    assert BUG_HINT not in err and "--scale" in err
+
+    def gpu_oom(argv):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    assert run_main(gpu_oom, [], prog="prog") == 1
+    assert "out of memory" in capsys.readouterr().err
+
+
+# --------------------------------------------------------------------------------------------- --help
+
+
+@pytest.mark.parametrize("name", (*ALL_SCRIPTS, "papers100m"))
+def test_help_is_plain_text_with_defaults_and_every_option_explained(capsys, script, name, monkeypatch):
+    from cudnn_gnn.apps import _cli
+
+    parsers = []
+    parse_args = _cli.ArgumentParser.parse_args
+
+    def capture(self, *args, **kwargs):
+        parsers.append(self)
+        return parse_args(self, *args, **kwargs)
+
+    monkeypatch.setattr(_cli.ArgumentParser, "parse_args", capture)
+    with pytest.raises(SystemExit) as exc:
+        script(name)(["--help"])
+    assert exc.value.code == 0
+    text = capsys.readouterr().out
+    for markup in ("``", ":func:", ":class:", ":mod:", ":meth:", ":data:", "`_"):
+        assert markup not in text, markup
+    (ap,) = parsers
+    for action in ap._actions:
+        if action.option_strings and action.help != "show this help message and exit":
+            assert action.help, f"{name} {action.option_strings[0]} has no help line"
+    assert "(default: " in text
+
+
+def test_train_help_shows_defaults(capsys):
+    from cudnn_gnn.apps.train import main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "(default: 1000)" in text and "(default: Cora)" in text and "--json PATH also write the result as JSON" in text
+    assert "torch's default) (default: 0)" in text  # a default of 0 is a default too
+
+
+def test_plain_text_removes_rst_markup():
+    from cudnn_gnn.apps._cli import plain_text
+
+    doc = ("Uses :func:`cudnn_gnn.apps.inference.layerwise_inference` and :class:`~cudnn_gnn.apps.sampler.X`, "
+           "``--eval full``, `the paper <https://arxiv.org/abs/1>`_.")
+    assert plain_text(doc) == ("Uses cudnn_gnn.apps.inference.layerwise_inference and X, --eval full, the paper "
+                               "(https://arxiv.org/abs/1).")
+
+
+# --------------------------------------------------------------------------------------------- python -m cudnn_gnn
+
+
+def _module(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cudnn_gnn", *argv], capture_output=True, text=True, timeout=120)
+
+
+def test_version_and_info_versions():
+    import torch_geometric
+
+    import cudnn_gnn
+
+    proc = _module("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"cudnn-gnn {cudnn_gnn.__version__}"
+    proc = _module("info")
+    assert proc.returncode == 0
+    assert cudnn_gnn.__version__ in proc.stdout and torch.__version__ in proc.stdout
+    assert torch_geometric.__version__ in proc.stdout
+
+
+def test_unknown_command_is_named():
+    proc = _module("trian")
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.strip().splitlines() == [
+        "python -m cudnn_gnn: error: unknown command 'trian'; choose from info, train or --version (--help: usage)"]
+
+
+def test_info_into_a_closed_pipe_ends_quietly():
+    """``python -m cudnn_gnn info | head -2``: the reader goes away; no BrokenPipeError traceback."""
+    proc = subprocess.Popen([sys.executable, "-m", "cudnn_gnn", "info"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child writes anything
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0
+    assert "BrokenPipe" not in err and "Traceback" not in err and "Exception ignored" not in err, err
+
+
+def test_output_files_get_the_umask_permissions(tmp_path):
+    import os
+
+    from cudnn_gnn.apps._util import plot_curves, save_checkpoint, write_json
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "a.json", {"x": 1})
+        save_checkpoint(tmp_path / "m.pt", torch.nn.Linear(2, 2), {"k": 1})
+        pytest.importorskip("matplotlib")
+        plot_curves(tmp_path / "c.png", {"loss": [(1, 1.0), (2, 0.5)]})
+    finally:
+        os.umask(old)
+    for name in ("a.json", "m.pt", "c.png"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary files left
+
+
+def test_run_main_reader_gone_is_quiet(capsys, monkeypatch):
+    """``python examples/x.py | head``: a BrokenPipeError ends the run quietly (status 0), not as a bug."""
+    from cudnn_gnn.apps import _cli
+
+    def writes_into_a_closed_pipe(argv):
+        raise BrokenPipeError(32, "Broken pipe")
+
+    silenced = []
+    monkeypatch.setattr(_cli, "silence_stdout", lambda: silenced.append(1))
+    assert _cli.run_main(writes_into_a_closed_pipe, [], prog="prog") == 0
+    assert silenced == [1] and capsys.readouterr().err == ""
+
+
+def test_ogb_script_on_a_cpu_defaults_to_a_small_graph_and_logs_progress_lines(script, capsys):
+    """On a CPU the synthetic graph defaults to --scale 0.01 (the real size would run for hours), and off a terminal
+    each epoch (--log-every 1) gets one progress line with its loss and the last scores."""
+    summary = script("ogbn_arxiv")(["--device", "cpu", "--epochs", "2", "--hidden", "4", "--heads", "1",
+                                    "--log-every", "1"])
+    assert summary["scale"] == 0.01
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert [ln.split(": ")[1].split()[0] for ln in lines] == ["1/2", "2/2"], lines
+    assert all("loss=" in ln and "valid=" in ln for ln in lines)

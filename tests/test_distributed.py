@@ -343,16 +343,35 @@ def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: st
     assert torch.equal(torch.get_rng_state(), rng)
 
 
-def test_papers100m_warm_up_does_not_change_training(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two epochs with and without the warm-up step give the same losses; the record says how long it took."""
+def test_papers100m_no_warm_up_on_a_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Eager on a CPU builds no kernels: the warm-up step would only cost time (66 s of a 73 s run), so it is skipped
+    there (with --compile it runs: test_papers100m_compiled_trains_like_eager_on_cpu); the losses are those of
+    --no-warm-up. (That the step leaves the model and random state unchanged where it runs:
+    test_warm_up_leaves_the_model_and_random_state_unchanged.)"""
     monkeypatch.setattr(papers, "sampler_available", lambda: True)
     monkeypatch.setattr(papers, "mapped_neighbor_loader", _full_neighbourhood_loader)
+    called: list[int] = []
+    monkeypatch.setattr(papers, "warm_up", lambda *a, **k: called.append(1) or 0.0)
     args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "1", "--backend", "reference",
             "--fanout", "2,2,2"]
     warm = papers.main(args)
     cold = papers.main([*args, "--no-warm-up"])
-    assert warm["warm_up_seconds"] > 0 and "warm_up_seconds" not in cold
+    assert not called and "warm_up_seconds" not in warm and "warm_up_seconds" not in cold
     assert [e["loss"] for e in warm["epochs"]] == [e["loss"] for e in cold["epochs"]]
+
+
+def test_papers100m_refuses_a_run_beyond_host_memory_on_a_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """On a CPU the memory model's bound is compared with the machine's memory before any training."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: True)
+    monkeypatch.setattr(papers, "worker", lambda *a, **k: pytest.fail("trained although it cannot fit"))
+    real = papers.os.sysconf
+    monkeypatch.setattr(papers.os, "sysconf", lambda name: 1 if name == "SC_PHYS_PAGES" else real(name))
+    with pytest.raises(SystemExit) as exc:
+        papers.main([*TINY, "--root", str(tmp_path / "d"), "--fanout", "2,2,2"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "memory model" in err and "--scale" in err
 
 
 def test_papers100m_builds_each_loader_once(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -459,9 +478,12 @@ def test_papers100m_samples_ahead_in_a_thread_like_inline(papers, tmp_path: Path
 
 
 @pytest.mark.skipif(sampler_available(), reason="checks the message given when no sampler is installed")
-def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match="pip install pyg-lib"):
+def test_papers100m_without_sampler_names_the_install_command(papers, tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
         papers.main([*TINY, "--root", str(tmp_path / "d")])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and len(err.splitlines()) == 1 and "--sampler pyg" in err and "pip install pyg-lib" in err
 
 
 @pytest.mark.slow
@@ -526,3 +548,34 @@ def test_papers100m_full_evaluation_on_a_rank_without_seeds(papers, tmp_path: Pa
     res = papers.evaluate_full(model, args, DistContext(rank=5, world_size=6), g, None)  # valid has 4 seeds
     assert res["valid_seeds"] == 0 and res["valid_acc"] == 0.0 and res["eval_fields"][0] == []
     assert res["test_seeds"] == 1 and len(res["eval_fields"][1]) == 3
+
+
+def test_all_reduce_counts_refuses_float_counts() -> None:
+    """Float counts were truncated to int64 silently (0.9 correct -> 0)."""
+    ctx = DistContext()
+    with pytest.raises(TypeError, match=r"counts must be integers, got 0.9 \(float\)"):
+        all_reduce_counts([0.9, 4], ctx)
+    with pytest.raises(TypeError, match="counts must be integers, got a tensor of dtype torch.float32"):
+        all_reduce_counts(torch.tensor([1.0, 2.0]), ctx)
+    assert all_reduce_counts(torch.tensor([1, 2]), ctx) == [1, 2]
+
+
+@pytest.mark.parametrize(("change", "match"), [
+    ({"batch_size": -5}, "batch_size must be >= 1, got -5"),
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    ({"num_nodes": -1}, "num_nodes must be >= 1"),
+    ({"heads": 0}, "heads must be >= 1"),
+    ({"ranks": 0}, "ranks must be >= 1"),
+    ({"num_workers": -2}, "num_workers must be >= 0"),
+    ({"fanout": [10, 0]}, "fanout must be one int >= 1"),
+    ({"fanout": []}, "fanout must be one int >= 1"),
+    ({"hop_nodes": [4, -1, 3], "hop_edges": [3, 3]}, "hop_nodes must be counts >= 0"),
+])
+def test_estimate_memory_refuses_out_of_range(change: dict, match: str) -> None:
+    """A negative batch gave negative bytes (a 'prediction' of -7536 bytes) instead of an error."""
+    kw = {"num_nodes": 100, "num_edges": 1000, "num_features": 8, "num_classes": 3, "batch_size": 16,
+          "fanout": [2, 2], "hidden": 4, "heads": 2}
+    with pytest.raises(ValueError, match=match):
+        estimate_memory(**{**kw, **change})
+    with pytest.raises(TypeError, match="batch_size must be an int, got float"):
+        estimate_memory(**{**kw, "batch_size": 16.0})

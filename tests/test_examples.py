@@ -277,12 +277,14 @@ def test_ogbgat_blocks_equal_raw_slices(load, monkeypatch, edge_dim):
     common, batch, model, x, ea = _sampled_gat_case(load, edge_dim, seed=1)
     nsn, nse = batch.num_sampled_nodes, batch.num_sampled_edges
     calls = []
-    real = common.sampled_blocks
-    monkeypatch.setattr(common, "sampled_blocks", lambda *a, **k: calls.append(k) or real(*a, **k))
+    from cudnn_gnn.apps import models  # where OgbGAT lives
+
+    real = models.sampled_blocks
+    monkeypatch.setattr(models, "sampled_blocks", lambda *a, **k: calls.append(k) or real(*a, **k))
 
     def raw_slices() -> torch.Tensor:
         h = x
-        for i, s in enumerate(common.block_sizes(nsn, nse, 3)):
+        for i, s in enumerate(models.block_sizes(nsn, nse, 3)):
             h = h[: s.num_src]
             e = None if ea is None else ea[: s.num_edges]
             h = model.layer(i, (h, h[: s.num_dst]), batch.edge_index[:, : s.num_edges], e, size=(s.num_src, s.num_dst))

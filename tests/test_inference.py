@@ -102,6 +102,7 @@ def test_rows_kept_in_16_bits_on_another_device_stay_close() -> None:
     ({"targets": torch.tensor([0.5])}, TypeError, "targets must"),
     ({"colptr": torch.zeros(3, 2, dtype=torch.long)}, ValueError, "colptr and row must have shapes"),
     ({"store_dtype": "bf16"}, TypeError, "store_dtype must be a torch.dtype or None, got str"),
+    ({"store_dtype": torch.int64}, TypeError, "store_dtype must be a floating-point dtype .*, got torch.int64"),
     ({"layer": "conv"}, TypeError, "layer must be callable"),
 ])
 def test_argument_errors(kwargs, exc, match) -> None:

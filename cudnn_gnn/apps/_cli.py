@@ -8,17 +8,21 @@ hint to report it (:func:`run_main`, exit status 1).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import re
 import sys
+import tempfile
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, NoReturn
 
 import torch
 
 __all__ = [
-    "ArgumentParser", "positive_int", "nonnegative_int", "positive_float", "nonnegative_float", "probability", "int_list",
-    "check_device", "check_backend", "check_output_path", "check_data_root", "check_matplotlib", "run_main",
+    "ArgumentParser", "HelpFormatter", "plain_text", "positive_int", "nonnegative_int", "positive_float",
+    "nonnegative_float", "probability", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
+    "check_output_path", "check_distinct_outputs", "check_data_root", "check_matplotlib", "run_main", "silence_stdout",
     "BUG_HINT",
 ]
 
@@ -26,8 +30,52 @@ BUG_HINT = ("this is a bug in cudnn-gnn, not a mistake in your command: please r
             "and the traceback above")
 
 
+#: The largest seed every generator takes (numpy's ``np.random.seed`` stops at 2**32 - 1).
+SEED_MAX = 2**32 - 1
+
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`<]*?)\s*(?:<[^`>]*>)?`")  # :func:`~a.b` -> a.b (then its last part)
+_LINK = re.compile(r"`([^`<]+?)\s*<([^`>]+)>`_+")  # `text <url>`_ -> text (url)
+
+
+def plain_text(doc: str | None) -> str | None:
+    """A docstring as plain text for ``--help``: reStructuredText markup (````code````, ``:func:`x```, links) removed.
+
+    ``:role:`~pkg.mod.name``` becomes ``name``, ``:role:`pkg.mod.name``` stays ``pkg.mod.name``, a link
+    ```text <url>`_`` becomes ``text (url)`` and ````code```` becomes ``code``.
+    """
+    if doc is None:
+        return None
+
+    def role(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return name.rsplit(".", 1)[-1] if m.group(0).split("`", 1)[1].startswith("~") else name
+
+    doc = _ROLE.sub(role, doc)
+    doc = _LINK.sub(r"\1 (\2)", doc)
+    return doc.replace("``", "")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """The description as written (examples keep their lines), and every option's default after its help, unless
+    the default is nothing (``None``/``False``) or the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if ("%(default)" in text or "default:" in text or action.default is None or action.default is False
+                or action.default is argparse.SUPPRESS or not action.option_strings):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are one line, ``<prog>: error: <message> (--help: usage)``, exit 2."""
+    """``argparse.ArgumentParser`` whose errors are one line, ``<prog>: error: <message> (--help: usage)``, exit 2;
+    ``--help`` shows the description as plain text (:func:`plain_text`) and every option's default."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        if "description" in kwargs:
+            kwargs["description"] = plain_text(kwargs["description"])
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (--help: usage)\n")
@@ -80,6 +128,14 @@ def probability(text: str) -> float:
     return float(value)
 
 
+def seed_int(text: str) -> int:
+    """argparse type: a random seed, an int in ``[0, 2**32 - 1]`` (what numpy, Python and torch all accept)."""
+    value = _number(text, int, f"an integer in [0, {SEED_MAX}]")
+    if not 0 <= value <= SEED_MAX:
+        raise argparse.ArgumentTypeError(f"must be an integer in [0, {SEED_MAX}], got {text!r}")
+    return int(value)
+
+
 def int_list(text: str) -> list[int]:
     """argparse type: comma-separated ints, each >= 1 or -1 (all neighbours), e.g. ``10,10,5``."""
     try:
@@ -124,9 +180,14 @@ def check_backend(ap: argparse.ArgumentParser, backend: str, device: torch.devic
     fix, through the backend's own check (:meth:`cudnn_gnn.backends.GatBackend.unavailable`)."""
     if backend in ("auto", "reference") or not ours:
         return
-    if device.type != "cuda":
-        ap.error(f"{flag} {backend} runs on a GPU, got --device {device}; use {flag} reference (or auto) on the CPU")
     from cudnn_gnn.backends import gat_backend
+
+    if device.type != "cuda":
+        if backend == "triton" and gat_backend(backend).unavailable(device) is None:
+            return  # TRITON_INTERPRET=1: Triton's interpreter runs the kernels on the CPU (slowly)
+        needs = "needs CUDA (or TRITON_INTERPRET=1, Triton's slow interpreter)" if backend == "triton" else \
+            "runs on a GPU"
+        ap.error(f"{flag} {backend} {needs}, got --device {device}; use {flag} reference (or auto) on the CPU")
 
     missing = gat_backend(backend).unavailable(device)
     if missing is not None:
@@ -135,7 +196,12 @@ def check_backend(ap: argparse.ArgumentParser, backend: str, device: torch.devic
 
 def check_output_path(ap: argparse.ArgumentParser, flag: str, path: str | None) -> None:
     """Refuse an output path that cannot be written, before any work: a folder, a file under a file, a folder
-    without write permission."""
+    where no file can be created (outputs are written to a temporary file there and renamed), an existing file
+    without write permission.
+
+    The folder is probed by creating (and removing) a temporary file in it, or in the first existing folder above
+    it when it is still to be created: permission bits alone do not tell (root, read-only mounts).
+    """
     if not path:
         return
     full = os.path.abspath(os.path.expanduser(path))
@@ -146,9 +212,34 @@ def check_output_path(ap: argparse.ArgumentParser, flag: str, path: str | None) 
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
         ap.error(f"{flag} {path!r} cannot be written: {parent!r} is a file, not a folder; choose another path")
-    target = full if os.path.exists(full) else parent
-    if not os.access(target, os.W_OK):
-        ap.error(f"{flag} {path!r} cannot be written: no write permission on {target!r}; choose another path")
+    try:
+        with tempfile.TemporaryFile(dir=parent, prefix=".cudnn_gnn-probe-"):
+            pass
+    except OSError as exc:
+        ap.error(f"{flag} {path!r} cannot be written: no file can be created in {parent!r} ({exc.strerror}); "
+                 "choose another path")
+    if os.path.exists(full) and not os.access(full, os.W_OK):
+        ap.error(f"{flag} {path!r} cannot be written: no write permission on the existing file; choose another path")
+
+
+def check_distinct_outputs(ap: argparse.ArgumentParser, outputs: dict[str, str | Iterable[str] | None]) -> None:
+    """Refuse two outputs that are one file (``--save f --json f``; two runs' ``--save`` paths), before any work.
+
+    Args:
+        ap: The parser whose ``error`` reports the clash.
+        outputs: ``{flag: path, several paths (one per run) or None}``.
+    """
+    seen: dict[str, str] = {}
+    for flag, paths in outputs.items():
+        if not paths:
+            continue
+        for path in [paths] if isinstance(paths, str) else paths:
+            key = os.path.realpath(os.path.expanduser(path))
+            if key in seen:
+                other = seen[key]
+                what = f"{flag} writes {path!r} twice" if other == flag else f"{flag} and {other} both write {path!r}"
+                ap.error(f"{what}; give each output its own path")
+            seen[key] = flag
 
 
 def check_data_root(ap: argparse.ArgumentParser, root: str | None, flag: str = "--data-root") -> None:
@@ -177,16 +268,35 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+def silence_stdout() -> None:
+    """Point stdout at ``/dev/null``, so that Python's flush at exit does not complain about a reader that went away
+    (``python -m cudnn_gnn info | head -2``)."""
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
 def run_main(main: Callable[[list[str]], Any], argv: list[str] | None = None, *, prog: str | None = None) -> int:
     """Run a script's ``main(argv)`` as a program: 0 on success, argparse's status on a user mistake, 130 on
-    Ctrl-C, and on an unexpected exception its traceback plus :data:`BUG_HINT` and status 1."""
+    Ctrl-C, 0 quietly when the reader of stdout goes away, 1 with one line on running out of memory (host or GPU:
+    a setting too large for this machine, not a bug), and on any other unexpected exception its traceback plus
+    :data:`BUG_HINT` and status 1."""
+    from cudnn_gnn.apps._util import is_oom
+
     prog = prog or os.path.basename(sys.argv[0])
     try:
         res = main(sys.argv[1:] if argv is None else argv)
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    except Exception:  # noqa: BLE001 - a bug: show it, and say so
+    except BrokenPipeError:  # the reader went away (``... | head``): end quietly
+        silence_stdout()
+        return 0
+    except Exception as exc:  # noqa: BLE001 - out of memory, or a bug: show it, and say so
+        if is_oom(exc):
+            print(f"{prog}: out of memory: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}; this "
+                  "machine cannot hold the run at these settings: use a smaller --scale, batch or model",
+                  file=sys.stderr)
+            return 1
         traceback.print_exc()
         print(f"{prog}: {BUG_HINT}", file=sys.stderr)
         return 1

@@ -2,7 +2,8 @@
 
 - :func:`is_oom`: is this exception an out-of-memory error (torch's, or an allocator failure a library reports
   as a plain ``RuntimeError``)?
-- :func:`write_json`: strict JSON (NaN/inf become ``null``), written atomically (temporary file, then rename).
+- :func:`write_json`, :func:`save_checkpoint`: strict JSON (NaN/inf become ``null``), a model's weights and
+  config; written atomically (:func:`atomic_path`: temporary file, then rename) with the umask's permissions.
 - :func:`conv_class`: the layer class behind ``--model`` (our GATConv/GATv2Conv or PyG's).
 """
 
@@ -12,24 +13,30 @@ import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-__all__ = ["CONV_MODELS", "conv_class", "is_oom", "json_safe", "plot_curves", "save_checkpoint", "write_json"]
+__all__ = ["CONV_MODELS", "atomic_path", "conv_class", "is_oom", "json_safe", "plot_curves", "save_checkpoint",
+           "state_copy", "write_json"]
 
 #: ``--model`` names: ours and PyG's, GAT and GATv2.
 CONV_MODELS = ("gat", "gatv2", "pyg-gat", "pyg-gatv2")
 
 
+#: What allocator failures say when they come as plain RuntimeErrors: CUDA's, cuDNN's, cuBLAS's, torch's CPU
+#: allocator's ("DefaultCPUAllocator: can't allocate memory").
+_OOM_TEXTS = ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED", "can't allocate memory")
+
+
 def is_oom(exc: BaseException) -> bool:
-    """True for torch's OOM error and for allocator failures reported as plain RuntimeErrors (cuDNN, cuBLAS)."""
-    if isinstance(exc, torch.OutOfMemoryError):
+    """True for torch's and Python's out-of-memory errors and for allocator failures reported as plain
+    RuntimeErrors (cuDNN, cuBLAS, torch's CPU allocator)."""
+    if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
     text = str(exc)
-    return isinstance(exc, RuntimeError) and any(
-        s in text for s in ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC_FAILED")
-    )
+    return isinstance(exc, RuntimeError) and any(s in text for s in _OOM_TEXTS)
 
 
 def json_safe(obj: Any) -> Any:
@@ -45,27 +52,49 @@ def json_safe(obj: Any) -> Any:
     return str(obj)
 
 
-def write_json(path: str | os.PathLike[str] | None, obj: Any) -> None:
-    """Write ``obj`` as indented strict JSON to ``path``, creating its folder; nothing when ``path`` is empty.
+def _umask() -> int:
+    """The process's umask: read from ``/proc/self/status`` where there is one (setting it to read it, the portable
+    way, briefly gives other threads' new files a umask of 0)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
-    Written to a temporary file in the same folder and renamed over ``path``, so an interrupted run never
-    leaves half a file.
-    """
-    if not path:
-        return
+
+@contextlib.contextmanager
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
+    """Yield a temporary path in ``path``'s folder (created if missing) to write to; on success it is renamed over
+    ``path``, so an interrupted run never leaves half a file, and on failure removed. The file gets the usual
+    permissions (``0666`` less the umask, e.g. ``0644``), not the ``0600`` of ``mkstemp``."""
     path = os.fspath(path)
     folder = os.path.dirname(os.path.abspath(path))
     os.makedirs(folder, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(json_safe(obj), f, indent=1, allow_nan=False)
-            f.write("\n")
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_json(path: str | os.PathLike[str] | None, obj: Any) -> None:
+    """Write ``obj`` as indented strict JSON to ``path``, creating its folder; nothing when ``path`` is empty.
+
+    Written through :func:`atomic_path` (a temporary file in the same folder, renamed over ``path``).
+    """
+    if not path:
+        return
+    with atomic_path(path) as tmp, open(tmp, "w") as f:
+        json.dump(json_safe(obj), f, indent=1, allow_nan=False)
+        f.write("\n")
 
 
 def conv_class(model: str) -> tuple[type, dict[str, Any]]:
@@ -86,22 +115,20 @@ def conv_class(model: str) -> tuple[type, dict[str, Any]]:
     raise ValueError(f"model must be one of {CONV_MODELS}, got {model!r}")
 
 
-def save_checkpoint(path: str | os.PathLike[str], model: torch.nn.Module, config: dict[str, Any]) -> None:
-    """``torch.save({"state_dict": model.state_dict(), "config": config}, path)``, atomically (temporary file in
-    the same folder, then rename). ``config`` holds plain values only (it loads with ``weights_only=True``)."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
+def save_checkpoint(path: str | os.PathLike[str], model: torch.nn.Module | dict[str, Any],
+                    config: dict[str, Any]) -> None:
+    """``torch.save({"state_dict": model.state_dict(), "config": config}, path)`` through :func:`atomic_path`.
+    ``model`` may be a state dict already (e.g. a copy taken at the reported epoch). ``config`` holds plain values
+    only (it loads with ``weights_only=True``)."""
+    state = model.state_dict() if isinstance(model, torch.nn.Module) else model
+    state = {k: v.detach().cpu() for k, v in state.items()}
+    with atomic_path(path) as tmp:
         torch.save({"state_dict": state, "config": json_safe(config)}, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+
+
+def state_copy(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """A detached copy of ``model``'s state dict, on its device (the weights at an epoch worth saving)."""
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
 def plot_curves(path: str | os.PathLike[str], curves: dict[str, list[tuple[int, float]]], *, title: str = "",
@@ -127,7 +154,8 @@ def plot_curves(path: str | os.PathLike[str], curves: dict[str, list[tuple[int, 
             ax.legend()
     if title:
         fig.suptitle(title)
-    path = os.fspath(path)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    fig.savefig(path, format="png", dpi=100)
-    plt.close(fig)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=100)
+    finally:
+        plt.close(fig)

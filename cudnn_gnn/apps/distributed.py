@@ -34,6 +34,7 @@ Our layers need nothing special under DDP: every parameter of ``GATConv`` takes 
 from __future__ import annotations
 
 import math
+import numbers
 import os
 import socket
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -213,7 +214,18 @@ def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
 
 
 def all_reduce_counts(counts: Sequence[int] | Tensor, ctx: DistContext) -> list[int]:
-    """Sum integer counts (e.g. ``[correct, total]`` of each split) over ranks; unchanged for one process."""
+    """Sum integer counts (e.g. ``[correct, total]`` of each split) over ranks; unchanged for one process.
+
+    Raises:
+        TypeError: a count is not an integer (a float would be truncated silently).
+    """
+    if isinstance(counts, Tensor):
+        if counts.is_floating_point() or counts.is_complex() or counts.dtype == torch.bool:
+            raise TypeError(f"counts must be integers, got a tensor of dtype {counts.dtype}")
+    else:
+        bad = [c for c in counts if not _is_int(c)]
+        if bad:
+            raise TypeError(f"counts must be integers, got {bad[0]!r} ({type(bad[0]).__name__})")
     t = torch.as_tensor(counts, dtype=torch.int64).to(ctx.device)
     if ctx.distributed:
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
@@ -683,6 +695,18 @@ class MemoryEstimate:
                 f"{self.batch_nodes:,} nodes, {self.batch_edges:,} edges per batch)")
 
 
+def _is_int(value: object) -> bool:
+    """An integer (Python's, numpy's), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_count(name: str, value: object, low: int) -> None:
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < low:  # type: ignore[operator]
+        raise ValueError(f"{name} must be >= {low}, got {value}")
+
+
 def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_classes: int, batch_size: int,
                     fanout: Sequence[int], hidden: int, heads: int, model: str = "gat", feature_bytes: int = 4,
                     act_bytes: int = 4, ranks: int = 1, num_workers: int = 0, params: int | None = None,
@@ -723,11 +747,30 @@ def estimate_memory(*, num_nodes: int, num_edges: int, num_features: int, num_cl
     :class:`BackgroundLoader`), and there are no loader workers or pinned batches on the host (``host_per_rank =
     0``; the host still holds the mapped files it copied from). ``"pyg"``: PyG's ``NeighborLoader`` on the host, as
     above.
+
+    Raises:
+        TypeError: a count or size is not an int.
+        ValueError: a count or size out of range (a batch size < 1, a negative hop count ...), an unknown model or
+            sampler.
     """
     if model not in ("gat", "pyg-gat"):
         raise ValueError(f"model must be 'gat' or 'pyg-gat', got {model!r}")
     if sampler not in ("pyg", "device"):
         raise ValueError(f"sampler must be 'pyg' or 'device', got {sampler!r}")
+    for name, value, low in (("num_nodes", num_nodes, 1), ("num_edges", num_edges, 0),
+                             ("num_features", num_features, 1), ("num_classes", num_classes, 1),
+                             ("batch_size", batch_size, 1), ("hidden", hidden, 1), ("heads", heads, 1),
+                             ("feature_bytes", feature_bytes, 1), ("act_bytes", act_bytes, 1), ("ranks", ranks, 1),
+                             ("num_workers", num_workers, 0), ("label_bytes", label_bytes, 1),
+                             ("sample_ahead", sample_ahead, 0)):
+        _check_count(name, value, low)
+    if params is not None:
+        _check_count("params", params, 0)
+    if len(fanout) == 0 or any(not _is_int(f) or (f < 1 and f != -1) for f in fanout):
+        raise ValueError(f"fanout must be one int >= 1 (or -1: all) per layer, got {list(fanout)}")
+    for name, measured in (("hop_nodes", hop_nodes), ("hop_edges", hop_edges)):
+        if measured is not None and any(not _is_int(h) or h < 0 for h in measured):
+            raise ValueError(f"{name} must be counts >= 0, got {list(measured)}")
     L = len(fanout)
     if hop_nodes is None or hop_edges is None:
         hop_nodes, hop_edges = sampled_hop_sizes(batch_size, fanout, num_nodes, num_edges)

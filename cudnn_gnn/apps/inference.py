@@ -160,6 +160,8 @@ def layerwise_inference(layer: Layer, num_layers: int, x: Tensor, colptr: Tensor
                         f"{type(layer).__name__}")
     if store_dtype is not None and not isinstance(store_dtype, torch.dtype):
         raise TypeError(f"store_dtype must be a torch.dtype or None, got {type(store_dtype).__name__}")
+    if store_dtype is not None and not store_dtype.is_floating_point:
+        raise TypeError(f"store_dtype must be a floating-point dtype (a layer's rows), got {store_dtype}")
     colptr, row, wanted = _checked(colptr, row, targets, num_layers, max_edges)
     x = check_tensor("x", x)
     n = colptr.numel() - 1

@@ -34,19 +34,22 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from cudnn_gnn.apps._cli import (
+    SEED_MAX,
     ArgumentParser,
     check_backend,
     check_data_root,
     check_device,
+    check_distinct_outputs,
     check_matplotlib,
     check_output_path,
     nonnegative_int,
     one_line,
     positive_int,
     run_main,
+    seed_int,
 )
-from cudnn_gnn.apps._progress import progress
-from cudnn_gnn.apps._util import CONV_MODELS, conv_class, plot_curves, save_checkpoint, write_json
+from cudnn_gnn.apps._progress import default_log_every, progress
+from cudnn_gnn.apps._util import CONV_MODELS, conv_class, plot_curves, save_checkpoint, state_copy, write_json
 from cudnn_gnn.backends import GAT_BACKENDS
 
 __all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "build_gat", "load_gat", "main", "run_config", "train_planetoid"]
@@ -83,7 +86,8 @@ class TrainConfig:
     data_root: str | None = None
     threads: int = 0  # torch.set_num_threads (0: leave as is)
     progress: bool = True
-    save: str | None = None  # torch.save({"state_dict", "config"}) of the trained model to this path
+    log_every: int | None = None  # off a terminal: a progress line every N epochs (None: about 20 a run; 0: none)
+    save: str | None = None  # torch.save({"state_dict", "config"}) of the model at the reported epoch to this path
     plot: str | None = None  # the loss/accuracy curves as a PNG at this path
     capture: bool = True  # on CUDA, our models' training step captured in one CUDA graph (apps/capture.py)
 
@@ -105,13 +109,15 @@ class GAT(nn.Module):
 
         Bag-of-words features (Cora: 1.3% non-zero) stay zero under any mask, so dropping out the non-zeros alone
         has exactly ``F.dropout``'s distribution, at a fiftieth of the random draws: on a 2-core CPU the main
-        job's training step goes from ~75 to ~30 ms. Non-zero positions are found once per input tensor (and again
-        if it is modified); on CUDA, for inputs that need gradients, or for dense inputs plain dropout is used.
+        job's training step goes from ~75 to ~30 ms. Non-zero positions are found once per input tensor and checked
+        on every call (:func:`_still_nonzero`: one pass over ``x``, no copy), so writes the version counter misses
+        (through numpy, ``.data``) find them again; on CUDA, for inputs that need gradients, or for dense inputs
+        plain dropout is used.
         """
         if not self.training or self.dropout == 0.0 or x.is_cuda or x.requires_grad or x.dim() != 2:
             return F.dropout(x, p=self.dropout, training=self.training)
         key = (id(x), x.data_ptr(), x._version, tuple(x.shape))
-        if self._nonzero is None or self._nonzero[0] != key:
+        if self._nonzero is None or self._nonzero[0] != key or not _still_nonzero(x, self._nonzero[1]):
             nz = x.nonzero(as_tuple=True)
             self._nonzero = (key, (nz[0], nz[1]) if nz[0].numel() * 4 < x.numel() else None)
         where = self._nonzero[1]
@@ -126,6 +132,15 @@ class GAT(nn.Module):
         x = F.elu(self.conv1(x, edge_index))
         x = F.dropout(x, p=self.dropout, training=self.training)
         return self.conv2(x, edge_index)
+
+
+def _still_nonzero(x: Tensor, where: tuple[Tensor, Tensor] | None) -> bool:
+    """Whether the kept non-zero positions ``where`` of ``x`` ``[N, F]`` are still exactly its non-zeros: as many
+    non-zeros as positions, and none of those positions zero (a set of that size inside the non-zeros is all of
+    them). ``None`` (dense input, plain dropout) is right whatever ``x`` holds now."""
+    if where is None:
+        return True
+    return int(torch.count_nonzero(x)) == where[0].numel() and bool((x[where] != 0).all())
 
 
 def build_gat(model: str, in_channels: int, num_classes: int, *, hidden: int = 8, heads: int = 8, out_heads: int = 1,
@@ -195,6 +210,8 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         value = getattr(cfg, name)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    if isinstance(cfg.seed, bool) or not isinstance(cfg.seed, int) or not 0 <= cfg.seed <= SEED_MAX:
+        raise ValueError(f"seed must be an int in [0, {SEED_MAX}], got {cfg.seed!r}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     preset = DATASET_PRESETS[cfg.dataset]
@@ -244,8 +261,10 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
     best_acc, best_loss = -1.0, float("inf")  # running maxima/minima (the authors' vacc_mx / vlss_mn)
     chosen = {"best_epoch": 0, "val_acc": 0.0, "val_loss": float("inf"), "test_acc": 0.0}
     bad, epoch = 0, 0
+    best_state = state_copy(model) if cfg.save else None
     curves: dict[str, list[tuple[int, float]]] = {"train loss": [], "val loss": [], "val acc": [], "test acc": []}
-    bar = progress(total=cfg.epochs, desc=f"{cfg.dataset} {cfg.model} seed {cfg.seed}", enabled=cfg.progress)
+    bar = progress(total=cfg.epochs, desc=f"{cfg.dataset} {cfg.model} seed {cfg.seed}", enabled=cfg.progress,
+                   log_every=default_log_every(cfg.epochs) if cfg.log_every is None else cfg.log_every)
     t0 = time.perf_counter()
     for epoch in range(1, cfg.epochs + 1):
         model.train()
@@ -269,6 +288,8 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         if val_acc >= best_acc or val_loss <= best_loss:
             if val_acc >= best_acc and val_loss <= best_loss:
                 chosen = {"best_epoch": epoch, "val_acc": val_acc, "val_loss": val_loss, "test_acc": test_acc}
+                if cfg.save:  # the weights whose test accuracy is reported, not the last epoch's
+                    best_state = state_copy(model)
             best_acc, best_loss = max(val_acc, best_acc), min(val_loss, best_loss)
             bad = 0
         else:
@@ -276,17 +297,17 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         if cfg.plot:
             for name, value in zip(curves, (loss.item(), val_loss, val_acc, test_acc)):
                 curves[name].append((epoch, value))
-        bar.update(1)
         if bar.active:
             bar.set_postfix(loss=f"{loss.item():.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
+        bar.update(1)
         if bad >= cfg.patience:
             break
     seconds = time.perf_counter() - t0
     bar.close()  # an early stop shows as complete
     if cfg.save:
         config = {**asdict(cfg), "in_channels": data.num_features, "num_classes": num_classes, "out_heads": out_heads,
-                  "lr": lr, "weight_decay": weight_decay}
-        save_checkpoint(cfg.save, model, config)
+                  "lr": lr, "weight_decay": weight_decay, "epoch": chosen["best_epoch"], "test_acc": chosen["test_acc"]}
+        save_checkpoint(cfg.save, best_state if best_state is not None else model, config)
     if cfg.plot:
         plot_curves(cfg.plot, curves, title=f"{cfg.dataset} {cfg.model} seed {cfg.seed}")
     return {
@@ -306,7 +327,9 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
 
 
 def load_gat(path: str | os.PathLike[str], *, map_location: Any = "cpu") -> tuple[GAT, dict[str, Any]]:
-    """The model a ``--save PATH`` run wrote, rebuilt from its config, with its trained weights; and the config."""
+    """The model a ``--save PATH`` run wrote, rebuilt from its config, with the weights of the reported epoch (the
+    last at which validation loss and accuracy both improved: ``config["epoch"]``, test accuracy
+    ``config["test_acc"]``); and the config."""
     ckpt = torch.load(path, map_location=map_location, weights_only=True)
     cfg = ckpt["config"]
     model = build_gat(cfg["model"], cfg["in_channels"], cfg["num_classes"], hidden=cfg["hidden"], heads=cfg["heads"],
@@ -336,9 +359,12 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
                     help="at most this many epochs (early stopping ends sooner)")
     ap.add_argument("--patience", type=positive_int, default=100, help="early-stopping patience (val loss and val acc)")
     ap.add_argument("--threads", type=nonnegative_int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bar, and no progress lines")
+    ap.add_argument("--log-every", type=nonnegative_int, default=None, metavar="N",
+                    help="when not on a terminal: one progress line every N epochs (default: about 20 a run; 0: none)")
     ap.add_argument("--save", metavar="PATH", default=None,
-                    help="save the trained model: torch.save({'state_dict', 'config'}) (load with load_gat)")
+                    help="save the model of the reported epoch: torch.save({'state_dict', 'config'}) (load with "
+                         "load_gat)")
     ap.add_argument("--plot", metavar="PATH", default=None, help="draw the loss/accuracy curves to a PNG")
 
 
@@ -352,6 +378,8 @@ def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace, model
     check_output_path(ap, "--json", args.json)
     check_output_path(ap, "--save", args.save)
     check_matplotlib(ap, args.plot)
+    check_distinct_outputs(ap, {"--json": args.json, "--save": save_paths(args.save, models, args.seeds),
+                                "--plot": save_paths(args.plot, models, args.seeds)})
     if args.data_root is not None:  # a folder without the files: the loader names every missing one
         from cudnn_gnn.datasets import load_planetoid
 
@@ -362,6 +390,16 @@ def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace, model
     return device
 
 
+def save_paths(path: str | None, models: list[str], seeds: list[int]) -> list[str]:
+    """``--save``/``--plot`` PATH of every run: PATH itself for one run, else ``<stem>-<model>-seed<N><ext>``."""
+    if not path:
+        return []
+    if len(models) * len(seeds) == 1:
+        return [path]
+    root, ext = os.path.splitext(path)
+    return [f"{root}-{m}-seed{s}{ext}" for m in models for s in seeds]
+
+
 def format_result(res: dict[str, Any]) -> str:
     return (f"{res['dataset']} {res['model']} seed {res['seed']}: test accuracy {100 * res['test_acc']:.2f}% "
             f"(val acc {100 * res['val_acc']:.2f}% at epoch {res['best_epoch']}, {res['epochs_run']} epochs, "
@@ -370,23 +408,23 @@ def format_result(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m cudnn_gnn train [options]``; prints a final ``test accuracy`` line and returns 0."""
-    ap = ArgumentParser(prog="python -m cudnn_gnn train", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="python -m cudnn_gnn train", description=__doc__)
     ap.add_argument("--model", choices=MODELS, default="gat",
                     help="gat/gatv2: cudnn_gnn's layers; pyg-gat/pyg-gatv2: PyG's, same training")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_int, default=0, help="random seed (weights, dropout)")
     add_arguments(ap)
     ap.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
     ap.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
                     help="on CUDA, capture our model's training step in one CUDA graph and replay it (default: on; "
                          "eager on CPU, for pyg-* models and with --precision fp16)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    args.seeds = [args.seed]
     device = check_arguments(ap, args, [args.model])
 
     cfg = TrainConfig(dataset=args.dataset, model=args.model, backend=args.backend, device=str(device),
                       precision=args.precision, seed=args.seed, epochs=args.epochs, patience=args.patience,
                       data_root=args.data_root, threads=args.threads, progress=not args.no_progress,
-                      save=args.save, plot=args.plot, capture=args.capture)
+                      log_every=args.log_every, save=args.save, plot=args.plot, capture=args.capture)
     backend = args.backend if not args.model.startswith("pyg-") else "PyG's message passing"
     print(f"GAT paper setup on {cfg.dataset}: model {cfg.model} ({backend}), device {device}, precision {cfg.precision}, "
           f"seed {cfg.seed}, up to {cfg.epochs} epochs, patience {cfg.patience}")

@@ -487,3 +487,19 @@ def test_a_dead_writers_temporary_is_removed_on_rebuild(tmp_path: Path) -> None:
         path.write_bytes(b"half")
     load_ogbn("ogbn-arxiv", tmp_path)
     assert not stale.exists() and other_host.exists() and alive.exists()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_builtin_rocauc_refuses_non_finite_scores_as_ogb(bad: float) -> None:
+    """A NaN score was ranked as the highest (argsort puts NaN last); OGB's evaluator (scikit-learn) refuses it."""
+    prot = ogb_evaluator("ogbn-proteins", backend="builtin")
+    y_true = np.zeros((4, 112))
+    y_true[:2] = 1
+    y_pred = np.tile(np.array([[0.9], [0.8], [0.1], [0.2]]), (1, 112))
+    y_pred[2, 5] = bad
+    with pytest.raises(ValueError, match="`y_pred` must be finite on labelled rows .* in task 5"):
+        prot.eval({"y_true": y_true, "y_pred": y_pred})
+    with pytest.raises(ValueError, match="y_score must be finite"):
+        roc_auc(np.array([0, 1, 0]), np.array([0.1, bad, 0.3]))
+    y_true[2, 5] = np.nan  # an unlabelled row's score is not read, as in OGB
+    assert prot.eval({"y_true": y_true, "y_pred": y_pred})["rocauc"] == pytest.approx(1.0)

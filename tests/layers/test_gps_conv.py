@@ -151,3 +151,17 @@ def test_block_errors_and_repr():
     with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\)"):
         GraphTransformerBlock(16, 2, dropout=1.5)
     assert "GraphTransformerBlock(16, heads=2" in repr(GraphTransformerBlock(16, 2))
+
+
+def test_gps_ptr_and_batch_that_disagree_refused():
+    """Given both, the attention used ``ptr`` and the norms ``batch``: graphs that disagree gave a silent mix."""
+    _, ours = _pair("gat")
+    ours.eval()
+    x, edge_index, batch, ptr, _ = _batch([4, 7, 2])
+    other = torch.tensor([0, 5, 11, 13])  # the same N, other graphs
+    for kw in ({}, {"max_num_nodes": 7}):  # on a CPU, checked with or without max_num_nodes
+        with pytest.raises(ValueError, match="ptr and batch must describe the same graphs"):
+            ours(x, edge_index, batch, ptr=other, **kw)
+    with pytest.raises(ValueError, match=r"batch must have shape \[N=13\]"):
+        ours(x, edge_index, batch[:-1], ptr=ptr)
+    ours(x, edge_index, batch, ptr=ptr)  # agreeing: fine
