@@ -141,6 +141,8 @@ def test_blocks_are_proper_cscs_with_self_loops_first_and_short_sink_rows() -> N
         assert bool((g.indices.long() < n_src).all()) and torch.equal(g.edge_index(), blk.edge_index)
         assert g.indices[off[:n_dst]].tolist() == list(range(n_dst))  # every real row starts with its self-loop
         assert int(off.diff()[n_dst:].max()) <= -(-(cap - n_dst) // (rows - n_dst))
+        # short source rows too (the backward walks them whole): self-loop, parent edge, at most two sink edges
+        assert int(torch.bincount(g.indices.long(), minlength=n_src).max()) <= 4
         # the real rows: each valid child slot exactly once, in the row of its parent slot
         src, dst = blk.edge_index[:, : int(off[n_dst])]
         children = src[src != dst]

@@ -21,7 +21,9 @@ CSC with fixed shapes and no padding inside any softmax:
   lengths, one scatter), so they fill positions ``0 .. T - 1`` of a buffer of the static capacity
   ``C = n_dst + (n_src - B)`` (every slot's self-loop plus every child slot), ``T`` known only on the device;
 - the ``C - T`` positions left over are edges of ``K`` *sink* rows after the real ones (rows ``n_dst .. n_dst + K
-  - 1``, at most ``W = ceil((C - n_dst) / K)`` edges each, from source slot 0), so the offsets are a proper CSC,
+  - 1``, at most ``W = ceil((C - n_dst) / K)`` edges each, the one at position ``p`` from source slot
+  ``p mod n_src``: as ``C < 2 n_src``, no source gets more than two of them, so the backward's source rows stay
+  short too), so the offsets are a proper CSC,
   ``[n_dst + K + 1]`` with ``offsets[-1] == C``, whatever ``T`` is. A layer computes the sink rows' outputs
   (``x_dst`` is ``x[:n_dst + K]``, real slots' features) and the caller drops them (``out[:n_dst]``, a static
   slice): they reach nothing, and their gradient is exactly zero. ``K`` is at most ``ceil((C - n_dst) / 32)`` and
@@ -354,7 +356,7 @@ class StaticNeighborSampler:
             sinks, width = rows - n_dst, math.ceil((cap - n_dst) / (rows - n_dst))
             pos = torch.arange(cap, device=dev)
             real = pos < total
-            b_src = torch.where(real, src[:cap], 0)
+            b_src = torch.where(real, src[:cap], pos % n_src)  # sink edges spread over the sources (C < 2 n_src)
             b_dst = torch.where(real, dst[:cap], n_dst + torch.div(pos - total, width, rounding_mode="floor"))
             sink_offsets = (total + width * torch.arange(1, sinks + 1, device=dev)).clamp(max=cap)
             offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), ends[:n_dst], sink_offsets])
