@@ -146,9 +146,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--global-batch-size", type=int, default=0,
                     help="seed nodes per optimizer step over all ranks, split evenly (overrides --batch-size): the "
                          "same global batch and step count on any number of GPUs, so loss curves compare")
-    ap.add_argument("--sampler", choices=("pyg", "device"), default="pyg",
-                    help="pyg: PyG's NeighborLoader on the host, in --num-workers processes per rank; device: "
-                         "DeviceNeighborLoader, the graph on every GPU and sampled there (no workers, no copies)")
+    ap.add_argument("--sampler", choices=("auto", "static", "pyg", "device"), default="auto",
+                    help="static: StaticNeighborSampler, tree sampling with fixed shapes on the GPU, sampling, gather "
+                         "and step captured in one CUDA graph (one GPU); pyg: PyG's NeighborLoader on the host, in "
+                         "--num-workers processes per rank; device: DeviceNeighborLoader, the graph on every GPU and "
+                         "sampled there (no workers, no copies); auto: static on one CUDA GPU, else pyg")
     ap.add_argument("--num-workers", type=int, default=4, help="NeighborLoader workers per rank (--sampler pyg)")
     ap.add_argument("--sample-ahead", type=int, default=1,
                     help="--sampler device: batches sampled in a background thread on a side stream, ahead of the "
@@ -189,7 +191,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         ap.error(f"--eval-max-edges must be >= 1, got {args.eval_max_edges}")
     if args.sample_ahead < 0 or args.profile_batches < 0:
         ap.error(f"--sample-ahead and --profile-batches must be >= 0, got {args.sample_ahead}, {args.profile_batches}")
-    if args.sampler == "device":
+    world = int(os.environ["WORLD_SIZE"]) if launched_by_torchrun() else args.gpus
+    if args.sampler == "auto":
+        cuda = torch.cuda.is_available() and args.device != "cpu"
+        args.sampler = "static" if cuda and world == 1 else "pyg"
+    if args.sampler == "static":
+        if world > 1:
+            ap.error(f"--sampler static must run on one GPU (its whole step is one CUDA graph, without DDP), got "
+                     f"{world} ranks; use --sampler device for several GPUs")
+        if min(args.fanout) < 1:
+            ap.error(f"--fanout must hold positive ints with --sampler static (fixed slots per node), got "
+                     f"{args.fanout}")
+        if args.precision == "fp16":
+            ap.error("--precision must be bf16 or fp32 with --sampler static (fp16 needs a GradScaler, whose step "
+                     "reads an overflow flag on the host), got fp16")
+    if args.sampler in ("device", "static"):
         args.num_workers = 0  # nothing runs in worker processes
     else:
         args.sample_ahead = 0  # PyG's loader makes batches in its workers; the Prefetcher copies them ahead
@@ -226,14 +242,15 @@ def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops:
         hops, label, trimmed = ([batch[0]], [batch[1]]), "measured batch: ", False
     else:
         label = "measured hops: " if hops else "upper bound: "
-        trimmed = hops is not None or args.sampler == "device" or sampler_reports_hops()
+        trimmed = hops is not None or args.sampler in ("device", "static") or sampler_reports_hops()
     est = estimate_memory(num_nodes=g.num_nodes, num_edges=g.num_edges, num_features=g.x.size(1),
                           num_classes=g.num_classes, batch_size=args.batch_size, fanout=args.fanout, hidden=args.hidden,
                           heads=args.heads, model=args.model, feature_bytes=g.x.element_size(),
                           label_bytes=g.y.element_size(), act_bytes=act_bytes, ranks=ranks,
                           num_workers=args.num_workers, params=params,
                           hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed,
-                          sampler=args.sampler, sample_ahead=args.sample_ahead)
+                          sampler="device" if args.sampler == "static" else args.sampler,
+                          sample_ahead=args.sample_ahead)
     print(label + est.summary(), flush=True)
     return est.as_dict()
 
@@ -306,7 +323,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                    out_heads=args.heads, dropout=args.dropout, norm=False, activation="elu",
                    backend=args.backend).to(device)
     params = count_params(model)
-    if args.compile:
+    if args.compile and args.sampler != "static":  # the static step compiles its loss function (train_static)
         model.compile(dynamic=True)  # in place: DDP (and warm_up, evaluate) call the compiled forward
     ddp = wrap_ddp(model, ctx)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
@@ -320,6 +337,8 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                               "num_nodes": g.num_nodes, "num_edges": g.num_edges, "epochs": []}
     if ctx.is_main:
         record["memory_model_bound"] = memory_plan(args, g, ctx.world_size, params, None, device)
+    if args.sampler == "static":
+        return train_static(args, ctx, g, model, opt, record, result_path)
     pin = device.type == "cuda"
     node_attrs = {"x": g.x, "y": g.y}
 
@@ -456,6 +475,121 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         write_json(args.json, record)
         write_json(result_path, record)
     return record
+
+
+def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbGAT, opt: torch.optim.Optimizer,
+                 record: dict[str, Any], result_path: str) -> dict[str, Any]:
+    """``--sampler static``: the graph on the GPU once (:class:`StaticNeighborSampler`), each epoch's seeds permuted
+    there and cut into batches of ``--batch-size`` (the last one padded, its padding masked out of the loss), and
+    every step (tree sampling, feature and label gather, forward, loss, backward, Adam) one :class:`CapturedStep`:
+    after three eager warm-up steps in epoch 1 it replays one CUDA graph per batch, with two small copies (the
+    batch's seeds and mask) before it. ``--compile``: the loss function under ``torch.compile`` (static shapes)
+    before capture. On a CPU the same step runs eagerly."""
+    from cudnn_gnn.apps.capture import CapturedStep
+    from cudnn_gnn.apps.static_sampler import StaticNeighborSampler, sampled_loss
+
+    device, B = ctx.device, args.batch_size
+    t_setup = time.perf_counter()
+    sampler = StaticNeighborSampler(g.colptr, g.row, fanout=args.fanout, batch_size=B,
+                                    node_attrs={"x": g.x, "y": g.y}, device=device)
+    train_idx = g.train_idx.to(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    resident = [sampler.colptr, sampler.row, *sampler.node_attrs.values()]
+    record.update(sampler_setup_seconds=time.perf_counter() - t_setup,
+                  gpu_resident_graph_bytes=sum(t.numel() * t.element_size() for t in resident),
+                  static_slots_per_batch=sampler.num_slots,
+                  static_batch_bytes=sampler.batch_bytes(feature_bytes=4 * g.x.size(1)))
+    print(f"static sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
+          f"{record['sampler_setup_seconds']:.1f} s; {sampler.num_slots:,} slots a batch "
+          f"({record['static_batch_bytes'] / 2**20:.0f} MiB of batch tensors)", flush=True)
+    if not args.no_warm_up:  # Triton's kernel builds before epoch 1 (the captured step's own warm-up is in it)
+        record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=B, fanout=args.fanout)
+        print(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s", flush=True)
+    loss_fn = sampled_loss(model, sampler, pyg=args.model == "pyg-gat")
+    if args.compile:
+        loss_fn = torch.compile(loss_fn, dynamic=False)
+    inputs = {"seeds": torch.zeros(B, dtype=torch.int64, device=device),
+              "seed_valid": torch.ones(B, dtype=torch.bool, device=device)}
+    step = CapturedStep(loss_fn, optimizer=opt, inputs=inputs, model=model, capture=device.type == "cuda",
+                        autocast_dtype=torch.bfloat16 if args.precision == "bf16" and device.type == "cuda" else None)
+    for epoch in range(1, args.epochs + 1):
+        model.train()
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        first = 2 if not args.max_batches else max(0, min(2, args.max_batches - args.profile_batches))
+        window = KernelBusyWindow(device, start=first, count=args.profile_batches if epoch == args.epochs else 0)
+        n_batches = seeds_seen = 0
+        for seeds, valid in sampler.epoch(train_idx):
+            window.before(n_batches)
+            step(seeds=seeds, seed_valid=valid)
+            window.after(n_batches)
+            n_batches += 1
+            seeds_seen += min(B, train_idx.numel() - (n_batches - 1) * B)
+            if args.max_batches and n_batches >= args.max_batches:
+                break
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        wall = time.perf_counter() - t0
+        rec = {"epoch": epoch, "seconds": wall, "loss": step.mean_loss(), "batches": n_batches,
+               "seeds_per_second": seeds_seen / wall, "captured": step.captured, "replays": step.replays,
+               "gpu_kernel_busy_fraction": window.fraction,
+               "profiled_batches": window.count if window.fraction is not None else 0,
+               "profiled_kernels": window.kernels,
+               "gpu_kernel_seconds_per_batch": (None if window.busy_seconds is None
+                                                else window.busy_seconds / window.count),
+               "gpu_kernel_busy_estimate": window.busy_estimate(wall, n_batches),
+               "seconds_outside_profile": wall - window.cost_seconds,
+               "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+               "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+        if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
+            t_eval = time.perf_counter()
+            rec.update(evaluate_static(model, args, sampler, (g.valid_idx, g.test_idx)) if args.eval == "sampled"
+                       else evaluate_full(model, args, ctx, g, sampler))
+            rec["eval_seconds"] = time.perf_counter() - t_eval
+        record["epochs"].append(rec)
+        busy = ""
+        if rec["gpu_kernel_busy_fraction"] is not None:
+            busy = (f", kernels {100 * rec['gpu_kernel_busy_fraction']:.0f}% of {rec['profiled_batches']} profiled "
+                    f"batches ({1e3 * rec['gpu_kernel_seconds_per_batch']:.2f} ms a batch)")
+        peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
+        acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
+        mode = "captured" if step.captured else f"eager ({step.eager_reason or 'warming up'})"
+        print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), step "
+              f"{mode}{busy}{peak}{acc}", flush=True)
+    record["measured_hops"] = {"nodes": sampler.hop_sizes, "edges": sampler.hop_sizes[1:]}
+    steady = [e["seconds"] for e in record["epochs"][1:]] or [e["seconds"] for e in record["epochs"]]
+    record["sec_per_epoch"] = sum(steady) / len(steady)
+    write_json(args.json, record)
+    write_json(result_path, record)
+    return record
+
+
+@torch.no_grad()
+def evaluate_static(model: OgbGAT, args: argparse.Namespace, sampler: Any, splits: tuple[Any, ...]) -> dict[str, Any]:
+    """Accuracy on valid and test over tree-sampled neighbourhoods (``--sampler static``, ``--eval sampled``): the
+    same sampler and blocks as training, in eval mode, the padded seeds of each split's last batch not counted."""
+    from cudnn_gnn.apps.static_sampler import forward_blocks
+
+    model.eval()
+    out: list[int] = []
+    for split in splits:
+        correct = torch.zeros((), dtype=torch.int64, device=sampler.device)
+        seen = 0
+        for k, (seeds, valid) in enumerate(sampler.epoch(split.to(sampler.device), shuffle=False), 1):
+            batch = sampler.sample(seeds, valid)
+            with autocast(sampler.device, args.precision):
+                logits = forward_blocks(model, batch.attrs["x"].float(), batch.blocks, pyg=args.model == "pyg-gat")
+            y = batch.attrs["y"][: sampler.batch_size].view(-1).long()
+            correct += ((logits.argmax(-1) == y) & valid).sum()
+            seen += min(sampler.batch_size, split.numel() - (k - 1) * sampler.batch_size)
+            if args.max_batches and k >= args.max_batches:
+                break
+        out += [int(correct), seen]
+    return {"valid_acc": out[0] / max(out[1], 1), "test_acc": out[2] / max(out[3], 1), "valid_seeds": out[1],
+            "test_seeds": out[3]}
 
 
 @torch.no_grad()
