@@ -205,16 +205,20 @@ def test_ours_and_pygs_gat_see_the_same_blocks() -> None:
         assert not any(c.add_self_loops for c in ours.convs)
 
 
-def test_a_warm_sampled_step_issues_no_host_sync() -> None:
+@pytest.mark.parametrize("model_name", ["gat", "pyg-gat"])
+def test_a_warm_sampled_step_issues_no_host_sync(model_name: str) -> None:
+    """Sampling, gather, forward, loss, backward and Adam: no op that syncs on CUDA, ours and PyG's layer (fed the
+    blocks' edge_index with add_self_loops=False), the padded last batch included."""
     from _common import OgbGAT
 
     colptr, row = _simple_graph()
     x, y = torch.randn(300, 6), torch.randint(0, 3, (300,))
     sampler = StaticNeighborSampler(colptr, row, fanout=[4, 3], batch_size=8, node_attrs={"x": x, "y": y})
     torch.manual_seed(0)
-    model = OgbGAT("gat", 6, 4, 3, layers=2, heads=2, norm=False, backend="reference")
+    model = OgbGAT(model_name, 6, 4, 3, layers=2, heads=2, norm=False, backend="reference")
     opt = torch.optim.Adam(model.parameters(), lr=0.01, fused=True)
-    step = CapturedStep(sampled_loss(model, sampler), optimizer=opt, model=model, capture=False,
+    step = CapturedStep(sampled_loss(model, sampler, pyg=model_name == "pyg-gat"), optimizer=opt, model=model,
+                        capture=False,
                         inputs={"seeds": torch.zeros(8, dtype=torch.long), "seed_valid": torch.ones(8, dtype=torch.bool)})
     epoch = list(sampler.epoch(torch.arange(0, 300, 13)))
     step(seeds=epoch[0][0], seed_valid=epoch[0][1])  # warm-up
@@ -268,6 +272,9 @@ def test_malformed_csc_and_batch_shape_errors() -> None:
     with pytest.raises(ValueError, match=r"colptr must start at 0"):
         StaticNeighborSampler(colptr + 1, row, fanout=[2], batch_size=4)
     sampler = StaticNeighborSampler(colptr, row, fanout=[2], batch_size=4)
+    with pytest.raises(ValueError, match=r"input_nodes must be node ids in \[0, num_nodes=300\), got values in "
+                                         r"\[0, 300\]"):
+        next(sampler.epoch(torch.arange(301)))
     with pytest.raises(ValueError, match=r"seeds must have the sampler's shape \(batch_size=4,\), got \(5,\)"):
         sampler.sample(torch.arange(5))
     with pytest.raises(TypeError, match=r"seeds must"):

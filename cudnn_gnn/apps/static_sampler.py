@@ -250,16 +250,27 @@ class StaticNeighborSampler:
 
     # ------------------------------------------------------------------------------------------ batches
 
-    def epoch(self, input_nodes: Tensor, *, shuffle: bool = True, generator: torch.Generator | None = None
-              ) -> Iterator[tuple[Tensor, Tensor]]:
+    def epoch(self, input_nodes: Tensor, *, shuffle: bool = True, generator: torch.Generator | None = None,
+              validate: bool = True) -> Iterator[tuple[Tensor, Tensor]]:
         """An epoch's seeds: ``(seeds [B] int64, seed_valid [B] bool)`` per batch, ``ceil(n / B)`` batches (every
         seed once, as ``NeighborLoader`` with ``drop_last=False``); the last one is filled up to ``B`` with node 0,
-        masked. ``shuffle`` permutes ``input_nodes`` on the device (``generator``: the sampler's by default)."""
+        masked. ``shuffle`` permutes ``input_nodes`` on the device (``generator``: the sampler's by default).
+        ``validate``: check that the seeds are node ids of the graph (one host read per epoch, before its first
+        batch; :meth:`sample` does not check them).
+
+        Raises:
+            TypeError / ValueError: ``input_nodes`` not a 1-D int tensor, or (``validate``) an id out of range.
+        """
         nodes = check_index("input_nodes", input_nodes)
         if nodes.dim() != 1:
             raise ValueError(f"input_nodes must have shape (num_seeds,), got {tuple(nodes.shape)}")
         nodes = nodes.to(self.device).long()
         n, B = nodes.numel(), self.batch_size
+        if check_bool("validate", validate) and n:
+            lo, hi = torch.stack([nodes.min(), nodes.max()]).tolist()
+            if lo < 0 or hi >= self.num_nodes:
+                raise ValueError(f"input_nodes must be node ids in [0, num_nodes={self.num_nodes}), got values in "
+                                 f"[{lo}, {hi}]")
         if shuffle:
             nodes = nodes[torch.randperm(n, device=self.device, generator=generator or self.generator)]
         batches = math.ceil(n / B)
