@@ -172,13 +172,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         static_step = None
         if static is not None:
             from cudnn_gnn.apps.capture import CapturedStep
-            from cudnn_gnn.apps.static_sampler import sampled_loss
+            from cudnn_gnn.apps.static_sampler import capture_ahead, sampled_loss
 
             static_step = CapturedStep(
                 sampled_loss(model, static, pyg=args.model == "pyg-gat"), optimizer=opt, model=model, capture=capture,
                 inputs={"seeds": torch.zeros(args.batch_size, dtype=torch.int64, device=device),
                         "seed_valid": torch.ones(args.batch_size, dtype=torch.bool, device=device)},
                 autocast_dtype=torch.bfloat16 if args.precision == "bf16" and device.type == "cuda" else None)
+            capture_ahead(static_step, static.epoch(split["train"]))  # before epoch 1; model state put back
         captured = None if not capture or args.sampled else captured_step(
             args, lambda x, graph, model=model: F.cross_entropy(model(x, graph)[split["train"]].float(),
                                                                  y[split["train"]]),

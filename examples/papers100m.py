@@ -481,12 +481,13 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
                  record: dict[str, Any], result_path: str) -> dict[str, Any]:
     """``--sampler static``: the graph on the GPU once (:class:`StaticNeighborSampler`), each epoch's seeds permuted
     there and cut into batches of ``--batch-size`` (the last one padded, its padding masked out of the loss), and
-    every step (tree sampling, feature and label gather, forward, loss, backward, Adam) one :class:`CapturedStep`:
-    after three eager warm-up steps in epoch 1 it replays one CUDA graph per batch, with two small copies (the
+    every step (tree sampling, feature and label gather, forward, loss, backward, Adam) one :class:`CapturedStep`,
+    warmed up and captured before epoch 1 (:func:`capture_ahead`: model and optimizer state put back after its
+    steps; ``--no-warm-up``: in epoch 1 instead), then replayed, one CUDA graph per batch with two small copies (the
     batch's seeds and mask) before it. ``--compile``: the loss function under ``torch.compile`` (static shapes)
     before capture. On a CPU the same step runs eagerly."""
     from cudnn_gnn.apps.capture import CapturedStep
-    from cudnn_gnn.apps.static_sampler import StaticNeighborSampler, sampled_loss
+    from cudnn_gnn.apps.static_sampler import StaticNeighborSampler, capture_ahead, sampled_loss
 
     device, B = ctx.device, args.batch_size
     t_setup = time.perf_counter()
@@ -513,6 +514,13 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
               "seed_valid": torch.ones(B, dtype=torch.bool, device=device)}
     step = CapturedStep(loss_fn, optimizer=opt, inputs=inputs, model=model, capture=device.type == "cuda",
                         autocast_dtype=torch.bfloat16 if args.precision == "bf16" and device.type == "cuda" else None)
+    if not args.no_warm_up and device.type == "cuda":  # warm-up steps and capture before epoch 1, state put back
+        t_capture = time.perf_counter()
+        capture_ahead(step, sampler.epoch(train_idx))
+        torch.cuda.synchronize(device)
+        record["capture_seconds"] = time.perf_counter() - t_capture
+        print(f"captured the step before epoch 1 ({'replaying' if step.captured else step.eager_reason}): "
+              f"{record['capture_seconds']:.1f} s", flush=True)
     for epoch in range(1, args.epochs + 1):
         model.train()
         if device.type == "cuda":

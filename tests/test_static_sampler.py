@@ -16,6 +16,7 @@ import torch
 from cudnn_gnn.apps.capture import CapturedStep, host_syncs
 from cudnn_gnn.apps.static_sampler import (
     StaticNeighborSampler,
+    capture_ahead,
     forward_blocks,
     sampled_loss,
     self_loops_in_blocks,
@@ -290,3 +291,44 @@ def test_malformed_csc_and_batch_shape_errors() -> None:
     step = CapturedStep(lambda seeds: seeds.float().sum(), optimizer=opt, inputs=step_inputs, capture=False)
     with pytest.raises(ValueError, match=r"seeds must have the captured shape \(4,\), got \(8,\)"):
         step(seeds=torch.zeros(8, dtype=torch.long))
+
+
+class _EagerStep:
+    """What capture_ahead reads of a CapturedStep (steps, eager_reason, warmup, modules, optimizer, mean_loss), its
+    calls real eager Adam steps: the capture itself needs CUDA (tests/gpu/test_static_sampler_gpu.py)."""
+
+    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+        self.steps, self.eager_reason, self.warmup, self.modules, self.optimizer = 0, None, 2, [model], opt
+        self.reset = False
+
+    def __call__(self, seeds: torch.Tensor, seed_valid: torch.Tensor) -> None:
+        self.optimizer.zero_grad()
+        self.modules[0](seeds.float()[:, None]).pow(2).sum().backward()
+        self.optimizer.step()
+        self.steps += 1
+
+    def mean_loss(self, reset: bool = True) -> float:
+        self.reset = reset
+        return 0.0
+
+
+def test_capture_ahead_puts_parameters_buffers_and_fresh_adam_state_back() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 3), torch.nn.BatchNorm1d(3))
+    opt = torch.optim.Adam(model.parameters(), lr=0.1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    step = _EagerStep(model, opt)
+    batches = [(torch.arange(4) + k, torch.ones(4, dtype=torch.bool)) for k in range(5)]
+    assert capture_ahead(step, batches) == 3 and step.steps == 3 and step.reset
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k  # BatchNorm's running statistics and step count too
+    assert opt.state and all(not bool(t.any()) for st in opt.state.values() for t in st.values())
+    # the next step from the restored state is a fresh Adam's first step
+    fresh = torch.nn.Sequential(torch.nn.Linear(1, 3), torch.nn.BatchNorm1d(3))
+    fresh.load_state_dict(before)
+    fresh_opt = torch.optim.Adam(fresh.parameters(), lr=0.1)
+    _EagerStep(fresh, fresh_opt)(*batches[0])
+    step(*batches[0])
+    for a, b in zip(model.parameters(), fresh.parameters()):
+        torch.testing.assert_close(a, b)
+    assert capture_ahead(step, batches) == 0  # the step has run already: nothing to do

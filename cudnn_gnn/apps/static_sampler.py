@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -55,7 +55,7 @@ from cudnn_gnn._validation import check_bool, check_index, check_int, check_tens
 from cudnn_gnn.apps.sampler import _choose, _resolve_device
 from cudnn_gnn.graph import CscGraph, storage_index_dtype
 
-__all__ = ["SINK_ROW_EDGES", "StaticBatch", "StaticBlock", "StaticNeighborSampler", "forward_blocks",
+__all__ = ["SINK_ROW_EDGES", "StaticBatch", "StaticBlock", "StaticNeighborSampler", "capture_ahead", "forward_blocks",
            "masked_cross_entropy", "sampled_loss", "self_loops_in_blocks"]
 
 SINK_ROW_EDGES = 32
@@ -423,3 +423,43 @@ def sampled_loss(model: nn.Module, sampler: StaticNeighborSampler, *, features: 
         return masked_cross_entropy(out, batch.attrs[labels][: batch.batch_size].view(-1), batch.seed_valid)
 
     return loss_fn
+
+
+@torch.no_grad()
+def _restore(saved: dict[int, Tensor], tensors: list[Tensor]) -> None:
+    for t in tensors:
+        old = saved.get(id(t))
+        if old is None:
+            t.zero_()  # optimizer state created by the warm-up steps: Adam's starts at zero (moments, step count)
+        else:
+            t.copy_(old)
+
+
+def capture_ahead(step: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> int:
+    """Warm up and capture a sampled :class:`~cudnn_gnn.apps.capture.CapturedStep` before training, so that the
+    first epoch carries no warm-up or capture: run its ``warmup + 1`` first calls on ``batches`` (``(seeds,
+    seed_valid)`` pairs, e.g. the first ones of :meth:`StaticNeighborSampler.epoch`), then put back, in place (the
+    captured addresses stay valid), the parameters and buffers of ``step.modules`` and the optimizer's state as they
+    were before: state tensors that existed are restored, those the warm-up created are zeroed (Adam's and AdamW's
+    fresh state; an optimizer whose fresh state is not zeros would start from the wrong state). The loss sum is
+    reset; the random generators stay advanced. Returns the steps run (0 when the step already ran, or runs
+    eagerly: nothing to capture)."""
+    if step.steps or step.eager_reason is not None:
+        return 0
+    model_tensors = [t for m in step.modules for t in (*m.parameters(), *m.buffers())]
+    saved = {id(t): t.detach().clone() for t in model_tensors}
+    opt = step.optimizer
+    before = {id(t): t.detach().clone() for st in opt.state.values() for t in st.values() if isinstance(t, Tensor)}
+    it = iter(batches)
+    runs = 0
+    for _ in range(step.warmup + 1):
+        try:
+            seeds, valid = next(it)
+        except StopIteration:
+            break
+        step(seeds=seeds, seed_valid=valid)
+        runs += 1
+    _restore(saved, model_tensors)
+    _restore(before, [t for st in opt.state.values() for t in st.values() if isinstance(t, Tensor)])
+    step.mean_loss(reset=True)
+    return runs

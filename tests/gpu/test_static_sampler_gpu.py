@@ -24,7 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples
 from _common import OgbGAT  # noqa: E402
 
 from cudnn_gnn.apps.capture import CapturedStep  # noqa: E402
-from cudnn_gnn.apps.static_sampler import StaticNeighborSampler, sampled_loss  # noqa: E402
+from cudnn_gnn.apps.static_sampler import StaticNeighborSampler, capture_ahead, sampled_loss  # noqa: E402
 from cudnn_gnn.layers import GATConv  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -149,3 +149,22 @@ def test_triton_on_blocks_equals_reference_on_the_compact_subgraph() -> None:
         torch.testing.assert_close(xs.grad, xr.grad, rtol=1e-4, atol=1e-4)
         ours.zero_grad()
         ref.zero_grad()
+
+
+def test_capture_ahead_captures_and_puts_the_state_back() -> None:
+    """Before epoch 1: warm-up and capture on real batches, then parameters as initialised and Adam's state zero, in
+    place (the replays read the same addresses); the next call replays and trains."""
+    sampler, model = _sampler(), _model()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True, fused=True)
+    step = CapturedStep(sampled_loss(model, sampler), optimizer=opt, model=model, inputs=_inputs())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert capture_ahead(step, _seeds(sampler, 10)) == step.warmup + 1
+    assert step.captured
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert all(not bool(t.any()) for st in opt.state.values() for t in st.values())
+    seeds, valid = _seeds(sampler, 1)[0]
+    step(seeds=seeds, seed_valid=valid)
+    assert step.replays == 2 and not torch.equal(model.convs[0].lin.weight, before["convs.0.lin.weight"])
