@@ -29,7 +29,8 @@ model. PyG's layers get each block's ``edge_index`` with the self-loops in it an
 the whole step, sampling and gather included (``pyg-captured`` too: the static shapes make PyG's step capturable).
 A sampled row reports the per-batch times, the epoch extrapolated from the median (``batches_per_epoch`` x median:
 no whole epoch is run) and ``kernel_share``, the share of 5 steps' wall time in which the GPU ran kernels
-(``torch.profiler``).
+(``torch.profiler``), and ``kernel_share_of_median``, their kernel time per step over the unprofiled median step
+(the profiler adds host time to every launch).
 
 Each step is timed with CUDA events after warm-up (median, p10, p90 of ``--repeats`` steps); the peak memory is the
 variant's whole run above the shared input tensors (model, optimizer state, activations and, for the captured step,
@@ -274,6 +275,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                    fanout=sampler.fanout, slots_per_batch=sampler.num_slots,
                                    batches_per_epoch=w["batches_per_epoch"],
                                    epoch_seconds_extrapolated=rec["median_ms"] * w["batches_per_epoch"] / 1e3)
+                        if rec["kernel_ms_per_batch"] is not None:  # the profiler slows the host: also per timed step
+                            rec["kernel_share_of_median"] = min(1.0, rec["kernel_ms_per_batch"] / rec["median_ms"])
                 # the whole variant's peak: model, optimizer state, activations and, captured, the graph's pool
                 # (a replay allocates nothing, so one step's own peak would miss it)
                 rec["peak_memory_bytes"] = None if base is None else torch.cuda.max_memory_allocated(device) - base
