@@ -15,9 +15,18 @@ in-neighbourhoods of the targets' receptive field, in chunks of destinations
 (:func:`cudnn_gnn.apps.inference.layerwise_inference`). Persistent workers stay alive between uses:
 ``3 * --num-workers`` loader processes per rank, idle while another loader runs.
 
-Two samplers (``--sampler``), both with PyG's ``NeighborLoader`` batches (nodes and edges numbered hop by hop):
+Three samplers (``--sampler``; ``auto``, the default, is ``static`` on one CUDA GPU and ``pyg`` otherwise):
 
-- ``pyg`` (the default): PyG's ``NeighborLoader`` (pyg-lib or torch-sparse) over the memory-mapped CSC, in
+- ``static``: :class:`cudnn_gnn.apps.static_sampler.StaticNeighborSampler`, tree sampling with fixed shapes (each
+  node's slots take ``min(deg, fanout)`` neighbours uniformly without replacement, as ``NeighborLoader`` draws
+  them, but a node reached twice is two slots: no deduplication), the graph on the GPU once; every step (sampling,
+  feature and label gather, forward, loss, backward, Adam) is one :class:`cudnn_gnn.apps.capture.CapturedStep`,
+  captured before epoch 1 and replayed per batch; the last batch of an epoch is padded and masked. One GPU only
+  (no DDP); bf16 or fp32. Evaluation: sampled the same way, or ``--eval full``. docs/scale.md has the details.
+
+The other two give PyG's ``NeighborLoader`` batches (nodes and edges numbered hop by hop):
+
+- ``pyg``: PyG's ``NeighborLoader`` (pyg-lib or torch-sparse) over the memory-mapped CSC, in
   ``--num-workers`` processes per rank on the host, each batch copied to the GPU on a side stream (pinned memory)
   while the previous step runs. Needs ``pyg-lib`` or ``torch-sparse``; with torch-sparse (no per-hop counts) every
   layer runs on the whole batch.
@@ -205,6 +214,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         if args.precision == "fp16":
             ap.error("--precision must be bf16 or fp32 with --sampler static (fp16 needs a GradScaler, whose step "
                      "reads an overflow flag on the host), got fp16")
+    if args.sampler == "static":
+        args.sample_ahead = 0  # sampling is part of the captured step
     if args.sampler in ("device", "static"):
         args.num_workers = 0  # nothing runs in worker processes
     else:

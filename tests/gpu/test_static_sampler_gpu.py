@@ -168,3 +168,22 @@ def test_capture_ahead_captures_and_puts_the_state_back() -> None:
     seeds, valid = _seeds(sampler, 1)[0]
     step(seeds=seeds, seed_valid=valid)
     assert step.replays == 2 and not torch.equal(model.convs[0].lin.weight, before["convs.0.lin.weight"])
+
+
+def test_bench_training_sampled_rows_at_a_small_scale(tmp_path) -> None:
+    """benchmarks/bench_training.py's products-sampled workload at scale 0.002, every variant: no error, both
+    captured variants captured (PyG's step on the static blocks is capturable too), kernel shares in (0, 1]."""
+    import json
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import bench_training
+
+    out = tmp_path / "b.json"
+    bench_training.main(["--workloads", "products-sampled", "--scale", "0.002", "--warmup", "5", "--repeats", "3",
+                         "--out", str(out)])
+    records = json.loads(out.read_text())["records"]
+    assert [r["variant"] for r in records] == list(bench_training.VARIANTS)
+    for r in records:
+        assert "error" not in r, r
+        assert 0 < r["kernel_share"] <= 1 and r["epoch_seconds_extrapolated"] > 0
+        assert r["captured"] == r["variant"].endswith("captured"), r
