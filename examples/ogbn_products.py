@@ -200,8 +200,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         def step_static(epoch: int, model: OgbGAT = model, step: Any = static_step) -> float:
             """One epoch of tree-sampled batches, each step one replay (the last batch padded, masked)."""
             model.train()
-            for seeds, valid in progress(static.epoch(split["train"]), desc=f"epoch {epoch}",  # type: ignore[union-attr]
-                                         enabled=not args.no_progress):
+            for seeds, valid in progress(static.epoch(split["train"]), total=static.num_batches(split["train"].numel()),
+                                         desc=f"epoch {epoch}", enabled=not args.no_progress):
                 step(seeds=seeds, seed_valid=valid)
             return step.mean_loss()  # type: ignore[no-any-return]
 
