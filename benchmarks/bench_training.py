@@ -129,7 +129,7 @@ def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device) ->
     from _common import OgbGAT
 
     from cudnn_gnn.apps.capture import CapturedStep
-    from cudnn_gnn.apps.static_sampler import forward_blocks, masked_cross_entropy, sampled_loss
+    from cudnn_gnn.apps.static_sampler import sampled_loss
 
     sampler, cuda = w["sampler"], device.type == "cuda"
     pyg = variant.startswith("pyg")
@@ -158,16 +158,12 @@ def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device) ->
         replay.captured = lambda: cs.captured  # type: ignore[attr-defined]
         return replay
 
-    def model_loss(x: Tensor, blocks: Any, y: Tensor, valid: Tensor) -> Tensor:
-        return masked_cross_entropy(forward_blocks(model, x, blocks, pyg=pyg), y, valid)
-
-    loss_of = torch.compile(model_loss, dynamic=False) if variant.endswith("compiled") else model_loss
+    loss_fn = sampled_loss(model, sampler, pyg=pyg, compile=variant.endswith("compiled"))
 
     def step() -> Tensor:
         seeds, valid = next(it)
-        batch = sampler.sample(seeds, valid)
         opt.zero_grad(set_to_none=True)
-        loss = loss_of(batch.attrs["x"], batch.blocks, batch.attrs["y"][: sampler.batch_size], valid)
+        loss = loss_fn(seeds, valid)
         loss.backward()
         opt.step()
         return loss.detach()

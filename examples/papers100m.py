@@ -66,7 +66,8 @@ global batch over the ranks instead, so that 1 and N GPUs take the same steps an
 training and one for evaluation serve every batch size, and the glue between the attention kernels (the layers'
 self-loop plans, projections, activations and their backward) runs as a few fused kernels instead of hundreds of
 small ops, which a host-bound sampled step needs most. Both models take it; PyG's ``GATConv`` fails to compile
-this way on torch 2.11 (docs/scale.md).
+this way on torch 2.11 (docs/scale.md). With ``--sampler static`` the model's part of the step (blocks to loss) is
+compiled with static shapes instead (sampling stays eager), and the whole step is then captured as without it.
 
 Before epoch 1, one warm-up step (``_common.warm_up``; ``--no-warm-up`` skips it) on a random batch laid out hop by
 hop as the sampler lays one out (``_common.hop_batch`` of ``--batch-size`` seeds and ``--fanout``; where the sampler
@@ -497,8 +498,8 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
     every step (tree sampling, feature and label gather, forward, loss, backward, Adam) one :class:`CapturedStep`,
     warmed up and captured before epoch 1 (:func:`capture_ahead`: model and optimizer state put back after its
     steps; ``--no-warm-up``: in epoch 1 instead), then replayed, one CUDA graph per batch with two small copies (the
-    batch's seeds and mask) before it. ``--compile``: the loss function under ``torch.compile`` (static shapes)
-    before capture. On a CPU the same step runs eagerly."""
+    batch's seeds and mask) before it. ``--compile``: the model's part of the step under ``torch.compile`` (static
+    shapes; sampling eager), then captured. On a CPU the same step runs eagerly."""
     from cudnn_gnn.apps.capture import CapturedStep
     from cudnn_gnn.apps.static_sampler import StaticNeighborSampler, capture_ahead, sampled_loss
 
@@ -520,9 +521,7 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
     if not args.no_warm_up:  # Triton's kernel builds before epoch 1 (the captured step's own warm-up is in it)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=B, fanout=args.fanout)
         print(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s", flush=True)
-    loss_fn = sampled_loss(model, sampler, pyg=args.model == "pyg-gat")
-    if args.compile:
-        loss_fn = torch.compile(loss_fn, dynamic=False)
+    loss_fn = sampled_loss(model, sampler, pyg=args.model == "pyg-gat", compile=args.compile)
     inputs = {"seeds": torch.zeros(B, dtype=torch.int64, device=device),
               "seed_valid": torch.ones(B, dtype=torch.bool, device=device)}
     step = CapturedStep(loss_fn, optimizer=opt, inputs=inputs, model=model, capture=device.type == "cuda",

@@ -405,22 +405,32 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor
 
 
 def sampled_loss(model: nn.Module, sampler: StaticNeighborSampler, *, features: str = "x", labels: str = "y",
-                 pyg: bool = False) -> Any:
+                 pyg: bool = False, compile: bool = False) -> Any:
     """The loss function of one tree-sampled training step, ``loss_fn(seeds, seed_valid) -> Tensor``: sample
     around ``seeds`` (``[B]``), gather ``sampler.node_attrs[features]`` (as float32) and ``[labels]``, run
     ``model`` over the blocks (:func:`forward_blocks`) and return the masked cross-entropy of the seeds. Made of
     fixed-shape ops only: pass it to :class:`~cudnn_gnn.apps.capture.CapturedStep` with
     ``inputs={"seeds": ..., "seed_valid": ...}`` and sampling, gather, forward, backward and optimizer step replay
-    as one CUDA graph."""
+    as one CUDA graph.
+
+    ``pyg``: hand the layers the blocks' COO ``edge_index`` (PyG's layers) instead of their CSC graphs.
+    ``compile``: the model's part (features and blocks to loss) under ``torch.compile(dynamic=False)``, one graph
+    for every batch (the shapes are fixed); the sampling stays eager (its draws take an explicit generator)."""
     for name in (features, labels):
         if name not in sampler.node_attrs:
             raise ValueError(f"sampler.node_attrs must hold {name!r}, got {sorted(sampler.node_attrs)}")
+    check_bool("pyg", pyg)
+
+    def model_loss(x: Tensor, blocks: list[StaticBlock], y: Tensor, valid: Tensor) -> Tensor:
+        out = forward_blocks(model, x if x.dtype == torch.float32 else x.float(), blocks, pyg=pyg)
+        return masked_cross_entropy(out, y, valid)
+
+    run = torch.compile(model_loss, dynamic=False) if check_bool("compile", compile) else model_loss
 
     def loss_fn(seeds: Tensor, seed_valid: Tensor) -> Tensor:
         batch = sampler.sample(seeds, seed_valid)
-        x = batch.attrs[features]
-        out = forward_blocks(model, x if x.dtype == torch.float32 else x.float(), batch.blocks, pyg=pyg)
-        return masked_cross_entropy(out, batch.attrs[labels][: batch.batch_size].view(-1), batch.seed_valid)
+        return run(batch.attrs[features], batch.blocks, batch.attrs[labels][: batch.batch_size].view(-1),
+                   batch.seed_valid)
 
     return loss_fn
 
