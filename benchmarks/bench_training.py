@@ -177,6 +177,8 @@ def kernel_share(step: Callable[[], Any], device: torch.device, batches: int = 5
     per batch. None on a CPU."""
     from cudnn_gnn.apps.distributed import KernelBusyWindow
 
+    if device.type != "cuda":
+        return {"kernel_share": None, "kernel_ms_per_batch": None}
     window = KernelBusyWindow(device, start=0, count=batches)
     for i in range(batches):
         window.before(i)

@@ -228,6 +228,7 @@ def test_a_warm_sampled_step_issues_no_host_sync(model_name: str) -> None:
     assert torch.isfinite(step.last_loss)
 
 
+@pytest.mark.slow
 def test_the_sampled_step_learns() -> None:
     """Labels a function of the node's in-neighbours: the loss falls over a few epochs of sampled steps."""
     from _common import OgbGAT
