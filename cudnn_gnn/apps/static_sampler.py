@@ -21,10 +21,10 @@ CSC with fixed shapes and no padding inside any softmax:
   lengths, one scatter), so they fill positions ``0 .. T - 1`` of a buffer of the static capacity
   ``C = n_dst + (n_src - B)`` (every slot's self-loop plus every child slot), ``T`` known only on the device;
 - the ``C - T`` positions left over are edges of ``K`` *sink* rows after the real ones (rows ``n_dst .. n_dst + K
-  - 1``, at most ``W = ceil((C - n_dst) / K)`` edges each, the one at position ``p`` from source slot
-  ``p mod n_src``: as ``C < 2 n_src``, no source gets more than two of them, so the backward's source rows stay
-  short too), so the offsets are a proper CSC,
-  ``[n_dst + K + 1]`` with ``offsets[-1] == C``, whatever ``T`` is. A layer computes the sink rows' outputs
+  - 1``, at most ``W = ceil((C - n_dst) / K)`` edges each; the one at position ``p`` comes from source slot
+  ``p mod n_src``, and as ``C < 2 n_src`` no source gets more than two of them, so the backward's source rows stay
+  short too). The offsets are a proper CSC, ``[n_dst + K + 1]`` with ``offsets[-1] == C``, whatever ``T`` is.
+  A layer computes the sink rows' outputs
   (``x_dst`` is ``x[:n_dst + K]``, real slots' features) and the caller drops them (``out[:n_dst]``, a static
   slice): they reach nothing, and their gradient is exactly zero. ``K`` is at most ``ceil((C - n_dst) / 32)`` and
   at most ``n_src - n_dst``, so the sink rows are short (the Triton kernels walk rows whole) and few.
@@ -33,9 +33,10 @@ A padding slot is a destination with only its self-loop and no edge to its paren
 slot. A padded seed (the last, short batch of an epoch, filled up to ``B`` by :meth:`StaticNeighborSampler.epoch`)
 has no valid children; its loss is masked (``seed_valid``).
 
-Costs: device memory of a batch is ``S = offsets[L]`` slots (int64 ids, a bool mask, the gathered features
-``S x F``) and per layer ``C`` int32 (or int64) indices, destinations and COO rows; ``S = B (1 + f_0 + f_0 f_1 +
-...)``, the upper bound of a deduplicated batch's node count. Per batch the work is fixed: ``f_k`` random draws and
+Costs: device memory of a batch is ``S = offsets[L + 1] = B (1 + f_0 + f_0 f_1 + ...)`` slots (int64 ids, a bool
+mask, the gathered features ``S x F``; ``S`` is the upper bound of a deduplicated batch's node count) and per layer
+``C`` int32 (or int64) indices and destinations and ``2 C`` int64 COO entries (:meth:`StaticNeighborSampler.
+batch_bytes`). Per batch the work is fixed: ``f_k`` random draws and
 ``f_k^2 / 2`` comparisons per hop-``k`` slot (Floyd's algorithm), one gather per child slot, one scan and one
 scatter per layer.
 """
