@@ -35,8 +35,8 @@ has no valid children; its loss is masked (``seed_valid``).
 
 Costs: device memory of a batch is ``S = offsets[L + 1] = B (1 + f_0 + f_0 f_1 + ...)`` slots (int64 ids, a bool
 mask, the gathered features ``S x F``; ``S`` is the upper bound of a deduplicated batch's node count) and per layer
-``C`` int32 (or int64) indices and destinations and ``2 C`` int64 COO entries (:meth:`StaticNeighborSampler.
-batch_bytes`). Per batch the work is fixed: ``f_k`` random draws and
+``C`` int32 (or int64) indices and destinations and ``2 C`` int64 COO entries
+(:meth:`StaticNeighborSampler.batch_bytes`). Per batch the work is fixed: ``f_k`` random draws and
 ``f_k^2 / 2`` comparisons per hop-``k`` slot (Floyd's algorithm), one gather per child slot, one scan and one
 scatter per layer.
 """
