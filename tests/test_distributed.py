@@ -409,27 +409,6 @@ def test_papers100m_with_the_device_sampler_on_cpu(papers, tmp_path: Path, monke
         assert abs(ours["loss"] - theirs["loss"]) < 1e-4
 
 
-def test_papers100m_with_the_static_sampler_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """--sampler static end to end on CPU (the step runs eagerly there, the same step CUDA captures): training and
-    sampled evaluation on tree-sampled batches of fixed shape, the record naming the sampler and the slots; ours and
-    PyG's GATConv from the same weights see the same blocks and give the same losses; several ranks are refused."""
-    monkeypatch.setattr(papers, "sampler_available", lambda: False)
-    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "2", "--backend", "reference",
-            "--fanout", "4,3,2", "--batch-size", "8", "--sampler", "static", "--no-warm-up", "--dropout", "0"]
-    rec = papers.main(args)
-    pyg = papers.main([*args, "--model", "pyg-gat"])
-    assert rec["sampler"] == "static" and rec["num_workers"] == 0 and len(rec["epochs"]) == 2
-    assert rec["static_slots_per_batch"] == 8 * (1 + 4 + 12 + 24) and rec["measured_hops"]["nodes"] == [8, 32, 96, 192]
-    last = rec["epochs"][-1]
-    assert last["batches"] == 2 and last["loss"] > 0 and 0.0 <= last["valid_acc"] <= 1.0 and not last["captured"]
-    for ours, theirs in zip(rec["epochs"], pyg["epochs"]):
-        assert abs(ours["loss"] - theirs["loss"]) < 1e-4
-    with pytest.raises(SystemExit):
-        papers.main([*args, "--gpus", "2"])
-    with pytest.raises(SystemExit):
-        papers.main([*args, "--fanout", "4,-1,2"])
-
-
 def test_papers100m_compiled_trains_like_eager_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """--compile end to end on CPU (the device sampler, the reference backend): the warm-up builds the compiled
     graphs, every batch of training and evaluation runs them without recompiling per batch size (one graph for
@@ -544,3 +523,24 @@ def test_papers100m_full_evaluation_on_a_rank_without_seeds(papers, tmp_path: Pa
     res = papers.evaluate_full(model, args, DistContext(rank=5, world_size=6), g, None)  # valid has 4 seeds
     assert res["valid_seeds"] == 0 and res["valid_acc"] == 0.0 and res["eval_fields"][0] == []
     assert res["test_seeds"] == 1 and len(res["eval_fields"][1]) == 3
+
+
+def test_papers100m_with_the_static_sampler_on_cpu(papers, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """--sampler static end to end on CPU (the step runs eagerly there, the same step CUDA captures): training and
+    sampled evaluation on tree-sampled batches of fixed shape, the record naming the sampler and the slots; ours and
+    PyG's GATConv from the same weights see the same blocks and give the same losses; several ranks are refused."""
+    monkeypatch.setattr(papers, "sampler_available", lambda: False)
+    args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--max-batches", "2", "--backend", "reference",
+            "--fanout", "4,3,2", "--batch-size", "8", "--sampler", "static", "--no-warm-up", "--dropout", "0"]
+    rec = papers.main(args)
+    pyg = papers.main([*args, "--model", "pyg-gat"])
+    assert rec["sampler"] == "static" and rec["num_workers"] == 0 and len(rec["epochs"]) == 2
+    assert rec["static_slots_per_batch"] == 8 * (1 + 4 + 12 + 24) and rec["measured_hops"]["nodes"] == [8, 32, 96, 192]
+    last = rec["epochs"][-1]
+    assert last["batches"] == 2 and last["loss"] > 0 and 0.0 <= last["valid_acc"] <= 1.0 and not last["captured"]
+    for ours, theirs in zip(rec["epochs"], pyg["epochs"]):
+        assert abs(ours["loss"] - theirs["loss"]) < 1e-4
+    with pytest.raises(SystemExit):
+        papers.main([*args, "--gpus", "2"])
+    with pytest.raises(SystemExit):
+        papers.main([*args, "--fanout", "4,-1,2"])
