@@ -9,8 +9,12 @@ averaged heads; Adam lr 0.001. DGL's sampled GAT on products reports 78.26 +- 0.
   self-loops). Our GATConv never materialises per-edge ``[E, heads, channels]`` messages, so on one large GPU
   (H200) it fits where PyG's GATConv runs out of memory; the OOM is reported as a result. The full-batch
   schedule (lr 0.005, 300 epochs, evaluation every 10) is ours: there is no published full-batch GAT recipe.
-- ``--sampled``: PyG's recipe, ``NeighborLoader`` with fan-out 10, 10, 5 and batches of 512 seed nodes, 100
-  epochs, evaluation every 10 epochs by layer-wise inference over full neighbourhoods. Each layer runs on the
+- ``--sampled``: PyG's recipe, fan-out 10, 10, 5 and batches of 512 seed nodes, 100 epochs, evaluation every 10
+  epochs by layer-wise inference over full neighbourhoods. On CUDA (``--sampler static``, the default there) the
+  batches are tree-sampled with fixed shapes on the GPU (:class:`cudnn_gnn.apps.static_sampler.StaticNeighborSampler`:
+  each node's slots take ``min(deg, fanout)`` neighbours uniformly without replacement, as ``NeighborLoader`` draws
+  them, but a node reached twice is two slots) and every step, sampling and gather included, replays one CUDA
+  graph; ``--sampler pyg`` (the default on CPU) uses PyG's ``NeighborLoader``. Each layer runs on the
   bipartite block it needs (sources within ``L - l`` hops, targets within ``L - l - 1``), as PyG's
   ``trim_to_layer``: ``conv((x_src, x_dst), edge_index, size=(n_src, n_dst))``. Needs ``pyg-lib`` or
   ``torch-sparse`` (a clear error names the pip command if neither is installed).
@@ -79,6 +83,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--batch-size", type=positive_int, default=512, help="--sampled: seed nodes per batch")
     ap.add_argument("--eval-batch-size", type=positive_int, default=2048, help="--sampled: nodes per inference batch")
     ap.add_argument("--num-workers", type=nonnegative_int, default=0, help="--sampled: NeighborLoader workers")
+    ap.add_argument("--sampler", choices=("auto", "static", "pyg"), default="auto",
+                    help="--sampled: static: StaticNeighborSampler on the device (tree sampling with fixed shapes; "
+                         "sampling, gather and step captured in one CUDA graph; evaluation layer-wise over full "
+                         "neighbourhoods on the device CSC); pyg: PyG's NeighborLoader; auto: static on CUDA, else pyg")
     add_capture_argument(ap)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     device = check_common_arguments(ap, args)
@@ -86,11 +94,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.epochs = 100 if args.sampled else 300
     lr = args.lr if args.lr is not None else (0.001 if args.sampled else 0.005)
     fanout: list[int] = list(args.fanout)
+    if args.sampler == "auto":
+        args.sampler = "static" if device.type == "cuda" else "pyg"
     if args.sampled:
-        try:
-            require_sampler()  # fail before loading a large dataset
-        except RuntimeError as exc:
-            ap.error(one_line(exc))  # names --sampled and the pip command
+        if args.sampler == "pyg":
+            try:
+                require_sampler()  # fail before loading a large dataset
+            except RuntimeError as exc:
+                ap.error(one_line(exc))  # names --sampled and the pip command
+        elif min(fanout) < 1:
+            ap.error(f"--fanout must hold positive ints with --sampler static (fixed slots per node), got "
+                     f"{','.join(map(str, fanout))!r}")
+        elif args.precision == "fp16":
+            ap.error("--precision must be bf16 or fp32 with --sampler static (fp16 needs a GradScaler, whose step "
+                     "reads an overflow flag on the host), got fp16")
         if len(fanout) != args.layers:
             ap.error(f"--fanout must have one entry per layer ({args.layers}), got {','.join(map(str, fanout))!r}")
 
@@ -109,8 +126,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     evaluator = ogb_evaluator(NAME)
 
     graph: Any = None
-    train_loader = infer_loader = None
-    if args.sampled:  # samplers work on the CPU structure; features stay on the device and are gathered by n_id
+    train_loader = infer_loader = static = None
+    if args.sampled and args.sampler == "static":  # the CSC, features and labels on the device once
+        from cudnn_gnn import CscGraph
+        from cudnn_gnn.apps.static_sampler import StaticNeighborSampler
+
+        csc = CscGraph.from_edge_index(data.edge_index.to(device), num_nodes=n)
+        static = StaticNeighborSampler(csc.offsets, csc.indices, fanout=fanout, batch_size=args.batch_size,
+                                       node_attrs={"x": x, "y": y}, device=device)
+        del csc
+    elif args.sampled:  # samplers work on the CPU structure; features stay on the device and are gathered by n_id
         structure = Data(edge_index=data.edge_index.cpu(), num_nodes=n)
         train_loader = neighbor_loader(structure, split["train"].cpu(), fanout, args.batch_size, shuffle=True,
                                        num_workers=args.num_workers)
@@ -134,14 +159,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        out_heads=args.heads, dropout=args.dropout, norm=False, activation="elu",
                        backend=args.backend).to(device)
         params = count_params(model)
-        capture = capture_wanted(args, device) and not args.sampled  # a sampled batch has its own shapes
+        # a NeighborLoader batch has its own shapes; a static one has fixed shapes, PyG's model included
+        capture = (capture_wanted(args, device) and not args.sampled) or (
+            static is not None and device.type == "cuda" and bool(args.capture))
         opt = torch.optim.Adam(model.parameters(), lr=lr, capturable=capture, fused=capture or None)
         scaler = grad_scaler(args.precision, device)
 
         def backward(loss: Tensor, opt: torch.optim.Optimizer = opt, scaler: Any = scaler) -> None:
             optimizer_step(loss, opt, scaler)
 
-        captured = None if not capture else captured_step(
+        static_step = None
+        if static is not None:
+            from cudnn_gnn.apps.capture import CapturedStep
+            from cudnn_gnn.apps.static_sampler import capture_ahead, sampled_loss
+
+            static_step = CapturedStep(
+                sampled_loss(model, static, pyg=args.model == "pyg-gat"), optimizer=opt, model=model, capture=capture,
+                inputs={"seeds": torch.zeros(args.batch_size, dtype=torch.int64, device=device),
+                        "seed_valid": torch.ones(args.batch_size, dtype=torch.bool, device=device)},
+                autocast_dtype=torch.bfloat16 if args.precision == "bf16" and device.type == "cuda" else None)
+            capture_ahead(static_step, static.epoch(split["train"]))  # before epoch 1; model state put back
+        captured = None if not capture or args.sampled else captured_step(
             args, lambda x, graph, model=model: F.cross_entropy(model(x, graph)[split["train"]].float(),
                                                                  y[split["train"]]),
             optimizer=opt, inputs={"x": x, "graph": graph}, model=model)
@@ -157,6 +195,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             loss = F.cross_entropy(out[split["train"]].float(), y[split["train"]])
             backward(loss)
             return loss.item()
+
+        def step_static(epoch: int, model: OgbGAT = model, step: Any = static_step) -> float:
+            """One epoch of tree-sampled batches, each step one replay (the last batch padded, masked)."""
+            model.train()
+            for seeds, valid in progress(static.epoch(split["train"]), total=static.num_batches(split["train"].numel()),
+                                         desc=f"epoch {epoch}", enabled=not args.no_progress):
+                step(seeds=seeds, seed_valid=valid)
+            return step.mean_loss()  # type: ignore[no-any-return]
 
         def step_sampled(epoch: int, model: OgbGAT = model, opt: torch.optim.Optimizer = opt) -> float:
             model.train()
@@ -180,7 +226,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         @torch.no_grad()
         def evaluate(model: OgbGAT = model) -> tuple[float, float, float]:
             model.eval()
-            if args.sampled:
+            if static is not None:  # every layer over full in-neighbourhoods, on the sampler's device CSC
+                from cudnn_gnn.apps.inference import layerwise_inference as full_inference
+
+                def layer(i: int, xs: Any, edge_index: Any, size: tuple[int, int]) -> Tensor:
+                    with autocast(device, args.precision):
+                        return model.layer(i, xs, edge_index, None, size=size)
+
+                out = full_inference(layer, len(model.convs), x, static.colptr, static.row, device=device)
+            elif args.sampled:
                 out = loader_inference(model, x, infer_loader, device, args.precision, not args.no_progress)
             else:
                 with autocast(device, args.precision):
@@ -189,7 +243,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             return acc(pred, split["train"]), acc(pred, split["valid"]), acc(pred, split["test"])
 
         res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", model=model,
-                           step=step_sampled if args.sampled else step_full, evaluate=evaluate, log=log)
+                           step=step_static if static is not None else step_sampled if args.sampled else step_full,
+                           evaluate=evaluate, log=log)
         runs.append(res)
         del model, opt
         if report_seed(seed, res, "valid acc", "test acc"):

@@ -210,6 +210,25 @@ def test_ogbn_products_sampled_bipartite_blocks(load, monkeypatch, model):
     _check_summary(res, "acc")
 
 
+@pytest.mark.parametrize("model", ["gat", "pyg-gat"])
+def test_ogbn_products_sampled_static(load, model):
+    """--sampled --sampler static on CPU (the default on CUDA, where the step is captured): needs no pyg-lib or
+    torch-sparse, trains on tree-sampled batches and evaluates layer-wise over full neighbourhoods."""
+    res = load("ogbn_products").main(["--synthetic", "--scale", "0.0003", *TINY, "--sampled", "--sampler", "static",
+                                      "--model", model, "--hidden", "8", "--heads", "2", "--fanout", "3,2,2",
+                                      "--batch-size", "64"])
+    _check_summary(res, "acc")
+
+
+def test_ogbn_products_static_sampler_refuses_fanout_all(load, capsys):
+    with pytest.raises(SystemExit) as exc:
+        load("ogbn_products").main(["--synthetic", "--scale", "0.0003", *TINY, "--sampled", "--sampler", "static",
+                                    "--fanout", "3,-1,2"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "--fanout must hold positive ints with --sampler static" in err and "'3,-1,2'" in err
+
+
 def test_trimmed_forward_matches_full_subgraph(load):
     """Layer-by-layer bipartite blocks give the seeds the same outputs as running on the whole subgraph."""
     load("ogbn_products")

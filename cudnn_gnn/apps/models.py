@@ -88,9 +88,13 @@ class OgbGAT(nn.Module):
         self.ours = not model.startswith("pyg-")
 
     def layer(self, i: int, x: Any, edge_index: Any, edge_attr: Tensor | None = None,
-              size: tuple[int, int] | None = None) -> Tensor:
-        """Layer ``i`` alone (conv, then norm, activation and dropout unless it is the last)."""
+              size: tuple[int, int] | None = None, rows: int | None = None) -> Tensor:
+        """Layer ``i`` alone (conv, then norm, activation and dropout unless it is the last). ``rows``: keep the
+        conv's first ``rows`` outputs only, before the norm (a static-shape block's sink rows dropped,
+        :func:`cudnn_gnn.apps.static_sampler.forward_blocks`)."""
         h = self.convs[i](x, edge_index, edge_attr, size=size)
+        if rows is not None:
+            h = h[:rows]
         if i < len(self.convs) - 1:
             h = self.act(self.norms[i](h))
             h = F.dropout(h, p=self.dropout, training=self.training)
