@@ -7,7 +7,7 @@ OGB-shaped graph is generated on the device (``synthetic_ogbn``, seconds on a GP
 once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant trains on exactly those batches
 (same initial weights, Adam), each step timed with CUDA events after ``--warmup`` steps:
 
-* ``pyg``: PyG's ``GATConv`` (``examples/_common.OgbGAT("pyg-gat")``, trimmed ``edge_index`` slices);
+* ``pyg``: PyG's ``GATConv`` (``cudnn_gnn.apps.models.OgbGAT("pyg-gat", ...)``, trimmed ``edge_index`` slices);
 * ``ours``: our ``GATConv`` on ``--backend`` (blocks from ``cudnn_gnn.sampled_blocks``);
 * ``ours_chunked_rows``: ours with the blocks' ``short_rows`` hint ignored (chunked row work lists, the hub
   launches), as before ``a93a21c``;
@@ -17,7 +17,7 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 * ``ours_<kernel>_<BLOCK_E>x<warps>`` (``--sweep``, not in the defaults): ours with one Triton kernel's launch shape
   (``fwd``, ``dst`` or ``src``: the forward, the backward's destination or source pass) set to ``BLOCK_E`` edges a
   block and ``warps`` warps a program, every other kernel at its default: a launch-shape sweep on sampled blocks
-  (4 heads x 128, wider than the shapes ``TUNED_SHAPES`` covers).
+  (4 heads x 128, a tile 512 wide: the sweep behind ``TUNED_SHAPES``' ``"wide_512"`` entries).
 
 Per variant: median / mean step ms, total, the ratio to ``pyg``, peak memory; the host's share (``host_ms_median``:
 the Python call of a step without waiting for the GPU, so a step whose host time is close to its step time is

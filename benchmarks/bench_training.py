@@ -121,10 +121,10 @@ def load_sampled(name: str, device: torch.device, smoke: bool, scale: float) -> 
 def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device) -> Callable[[], Any]:
     """One training step of ``variant`` on a sampled workload: the next batch of a device permutation of the train
     seeds (cycled), tree-sampled with fixed shapes, the products GAT (3 layers, 4 heads x 128, ELU, dropout 0.5;
-    ``examples/_common.OgbGAT``), masked cross-entropy, fused Adam. PyG's layers get each block's ``edge_index`` with
-    its self-loops in it and ``add_self_loops=False``; ours the block's CSC graph. ``*-compiled``: the model's part
-    of the step (blocks to loss) through ``torch.compile`` with static shapes, sampling eager; ``*-captured``: the
-    whole step, sampling and gather included, one :class:`CapturedStep` replay."""
+    ``cudnn_gnn.apps.models.OgbGAT``), masked cross-entropy, fused Adam. PyG's layers get each block's ``edge_index``
+    with its self-loops in it and ``add_self_loops=False``; ours the block's CSC graph. ``*-compiled``: the model's
+    part of the step (blocks to loss) through ``torch.compile`` with static shapes, sampling eager; ``*-captured``:
+    the whole step, sampling and gather included, one :class:`CapturedStep` replay."""
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
     from _common import OgbGAT
 

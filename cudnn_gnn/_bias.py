@@ -26,7 +26,7 @@ COLUMN_SUM_MIN_ROWS = 1 << 14
 """Tensors with fewer rows take ``x.sum(0)`` (and :func:`bias_add` a plain add)."""
 
 SPLIT_ROWS = 128
-"""The rows one partial sum of ``"split"`` takes."""
+"""The rows one partial sum of :func:`column_sum`'s split sum takes."""
 
 
 def _tall_cuda(x: Tensor) -> bool:

@@ -19,4 +19,4 @@ AUTO_ORDER = ("triton", "cudnn")
 (the reference backend otherwise; the planner, :mod:`cudnn_gnn.ops.plan`, applies it per call, and
 :func:`~cudnn_gnn.backends.backend_info` prints it). Triton first: in ``bench_layers.py``'s table its layer was
 faster than cuDNN's on every graph but Cora-sized ones, where cuDNN's lead per step is smaller than one of its NVRTC
-kernel builds (docs/performance.md, "The Triton backend, and which backend auto takes")."""
+kernel builds (docs/performance.md, "Which backend auto takes")."""

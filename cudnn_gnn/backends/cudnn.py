@@ -40,7 +40,7 @@ def kernel_index_dtype(graph: CscGraph, dim_node: int, dim_edge: int) -> torch.d
 def _needs_map(spec: AttentionSpec) -> bool:
     """Whether the kernels need the CSC->COO map: only to order edge tensors (edge features, the dropout mask,
     returned attention) and for the deterministic backward (its reverse map is in COO ids). Without any, passing
-    it costs time (docs/performance.md, "edge map")."""
+    it costs time: a kernel with the map is a build of its own (docs/performance.md, "First-call kernel build")."""
     return (spec.edge_attr is not None or spec.dropout_mask is not None or spec.return_attention
             or spec.deterministic)
 

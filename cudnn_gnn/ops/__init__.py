@@ -1,5 +1,5 @@
 """Functional ops. A GAT / GATv2 call is three steps: :func:`cudnn_gnn.spec.attention_spec` validates it,
-:func:`cudnn_gnn.ops.plan.plan` decides how it runs, :func:`cudnn_gnn.ops.run.run` runs it (docs/design.md)."""
+:func:`cudnn_gnn.ops.plan.plan_call` decides how it runs, :func:`cudnn_gnn.ops.run.run` runs it (docs/design.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The second step of a GAT / GATv2 call: :func:`plan` decides how a validated spec runs.
+"""The second step of a GAT / GATv2 call: :func:`plan_call` decides how a validated spec runs.
 
 One place decides, in this order (``docs/design.md`` draws it):
 

@@ -186,7 +186,8 @@ def unpack(tensors: list[Tensor] | tuple[Tensor, ...], present: int, *scalars: A
 def _score_matrix(a: Tensor, heads: int) -> Tensor:
     """``[H*C, H]`` float32 block-diagonal matrix of the per-head vectors ``a [H*C]`` (column ``h`` holds head
     ``h``'s vector in rows ``h*C .. h*C+C-1``), by one broadcast multiply with the identity: cheaper on the host than
-    ``torch.block_diag`` over ``H`` pieces, which counts on small, host-bound graphs (docs/performance.md)."""
+    ``torch.block_diag`` over ``H`` pieces, which counts on small, host-bound graphs
+    (benchmarks/investigations/README.md, ``triton_tuning.py``)."""
     width = a.shape[0] // heads
     eye = torch.eye(heads, device=a.device, dtype=torch.float32)
     return (a.float().view(heads, width, 1) * eye.view(heads, 1, heads)).reshape(heads * width, heads)
