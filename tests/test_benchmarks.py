@@ -262,7 +262,7 @@ def test_host_timeline_on_the_reference_layer(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["timeline"]
     order = [(r["name"], r["event"]) for r in rows]
-    stages = [("gat_conv.gat", "enter"), ("gat.attention_spec", "enter"), ("gat.plan", "enter"), ("gat.run", "enter"),
+    stages = [("gat_conv.gat", "enter"), ("gat.attention_spec", "enter"), ("gat.plan_call", "enter"), ("gat.run", "enter"),
               ("gat.run", "exit"), ("gat_conv.gat", "exit"), ("step returns", "exit")]
     assert [o for o in order if o in stages] == stages, order
     for name in {n for n, _ in order} - {"step returns"}:

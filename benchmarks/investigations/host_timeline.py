@@ -38,7 +38,7 @@ WRAPPED = (
     "cudnn_gnn.layers.gat_conv:check_node_features", "cudnn_gnn.layers.gat_conv:graph_sizes",
     "cudnn_gnn.layers.gat_conv:resolve", "cudnn_gnn.layers.gat_conv:gat", "cudnn_gnn.layers.gat_conv:finish",
     "cudnn_gnn.layers.gatv2_conv:resolve", "cudnn_gnn.layers.gatv2_conv:gatv2", "cudnn_gnn.layers.gatv2_conv:finish",
-    "cudnn_gnn.ops.gat:attention_spec", "cudnn_gnn.ops.gat:plan", "cudnn_gnn.ops.gat:run",
+    "cudnn_gnn.ops.gat:attention_spec", "cudnn_gnn.ops.gat:plan_call", "cudnn_gnn.ops.gat:run",
     "cudnn_gnn.backends.triton.op:triton_gat", "cudnn_gnn.backends.triton.call:build_call", "cudnn_gnn.backends.triton.call:pack",
     "cudnn_gnn.backends.triton.op:_fwd_impl", "cudnn_gnn.backends.triton.op:_node_scores",
     "cudnn_gnn.backends.triton.op:_bwd_impl", "cudnn_gnn.backends.triton.op:_gat_backward",
@@ -66,17 +66,16 @@ def _wrap(name: str, fn: Any) -> Any:
 
 
 def install(model: Any) -> list[str]:
-    """Wraps :data:`WRAPPED` (those that exist) and the model's projections' forwards; returns what it wrapped."""
+    """Wraps :data:`WRAPPED` and the model's projections' forwards; returns what it wrapped. A name that no longer
+    exists is an error (a renamed stage would otherwise drop out of the timeline unnoticed)."""
     done = []
     for path in WRAPPED:
         mod_name, attr = path.split(":")
-        try:
-            mod = importlib.import_module(mod_name)
-        except ImportError:
-            continue
-        if hasattr(mod, attr):
-            setattr(mod, attr, _wrap(f"{mod_name.rsplit('.', 1)[-1]}.{attr}", getattr(mod, attr)))
-            done.append(path)
+        mod = importlib.import_module(mod_name)
+        if not hasattr(mod, attr):
+            raise AttributeError(f"WRAPPED names {path}, which does not exist: update the list")
+        setattr(mod, attr, _wrap(f"{mod_name.rsplit('.', 1)[-1]}.{attr}", getattr(mod, attr)))
+        done.append(path)
     for module in model.modules():
         for lin_name in ("lin", "lin_l", "lin_r", "lin_src"):
             lin = getattr(module, lin_name, None)
