@@ -1,0 +1,28 @@
+"""The installed package holds every subpackage of the source tree.
+
+``pyproject.toml`` lists the packages by hand (``layers/`` and ``datasets/`` are installed under ``cudnn_gnn``), so a
+new subpackage missing from the list installs nothing: an editable install still imports it from the tree, and only a
+plain ``pip install .`` fails (``.ci/run``'s second environment caught ``cudnn_gnn.backends.triton`` that way).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+tomllib = pytest.importorskip("tomllib", reason="tomllib needs Python >= 3.11")
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_every_subpackage_is_listed_in_pyproject() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    dirs = {name: ROOT / folder for name, folder in config["package-dir"].items()}
+    found = set()
+    for name, folder in dirs.items():
+        for init in folder.rglob("__init__.py"):
+            rel = init.parent.relative_to(folder).parts
+            found.add(".".join((name, *rel)))
+    assert found <= listed, f"packages missing from pyproject.toml's [tool.setuptools] packages: {sorted(found - listed)}"
