@@ -56,6 +56,22 @@ def _check_fanout(fanout: object) -> list[int]:
     return values
 
 
+def _check_csc(colptr: Tensor, row: Tensor, num_nodes: int) -> None:
+    """``colptr[0] == 0``, non-decreasing, ``colptr[N] == E``; sources in ``[0, N)``: one host read (the samplers'
+    ``validate=True``)."""
+    num_edges = row.numel()
+    zero = torch.zeros((), dtype=torch.int64, device=colptr.device)
+    drop = (colptr.diff() < 0).sum() if colptr.numel() > 1 else zero
+    lo = row.min().long() if num_edges else zero
+    hi = row.max().long() if num_edges else zero
+    first, last, drops, lo_v, hi_v = torch.stack([colptr[0].long(), colptr[-1].long(), drop, lo, hi]).tolist()
+    if first != 0 or last != num_edges or drops:
+        raise ValueError(f"colptr must start at 0, never decrease and end at row.numel()={num_edges}, got "
+                         f"colptr[0]={first}, colptr[-1]={last} and {drops} decreasing steps")
+    if num_edges and (lo_v < 0 or hi_v >= num_nodes):
+        raise ValueError(f"row must hold node ids in [0, num_nodes={num_nodes}), got values in [{lo_v}, {hi_v}]")
+
+
 def _choose(deg: Tensor, fanout: int, generator: torch.Generator) -> Tensor:
     """``fanout`` distinct offsets in ``[0, max(deg, fanout))`` per row, uniformly at random, sorted ascending.
 
@@ -207,25 +223,10 @@ class DeviceNeighborLoader:
         self.node_attrs = {name: t.to(self.device) for name, t in attrs.items()}
         self._map = torch.full((self.num_nodes + 1,), _UNSEEN, dtype=torch.int64, device=self.device)
         if validate:
-            self._validate_csc()
+            _check_csc(self.colptr, self.row, self.num_nodes)
         self._set_inputs(input_nodes, batch_size, shuffle, drop_last, seed, generator, validate)
 
     # ------------------------------------------------------------------------------------------ setup
-
-    def _validate_csc(self) -> None:
-        """``colptr[0] == 0``, non-decreasing, ``colptr[N] == E``; sources in ``[0, N)``: one host read."""
-        c, r = self.colptr, self.row
-        zero = torch.zeros((), dtype=torch.int64, device=self.device)
-        drop = (c.diff() < 0).sum() if c.numel() > 1 else zero
-        lo = r.min().long() if r.numel() else zero
-        hi = r.max().long() if r.numel() else zero
-        first, last, drops, lo_v, hi_v = torch.stack([c[0].long(), c[-1].long(), drop, lo, hi]).tolist()
-        if first != 0 or last != self.num_edges or drops:
-            raise ValueError(f"colptr must start at 0, never decrease and end at row.numel()={self.num_edges}, got "
-                             f"colptr[0]={first}, colptr[-1]={last} and {drops} decreasing steps")
-        if self.num_edges and (lo_v < 0 or hi_v >= self.num_nodes):
-            raise ValueError(f"row must hold node ids in [0, num_nodes={self.num_nodes}), got values in "
-                             f"[{lo_v}, {hi_v}]")
 
     def _set_inputs(self, input_nodes: Tensor | None, batch_size: int, shuffle: bool, drop_last: bool,
                     seed: int | None, generator: torch.Generator | None, validate: bool) -> None:

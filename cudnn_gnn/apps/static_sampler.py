@@ -53,7 +53,7 @@ import torch
 from torch import Tensor, nn
 
 from cudnn_gnn._validation import check_bool, check_index, check_int, check_tensor
-from cudnn_gnn.apps.sampler import _choose, _resolve_device
+from cudnn_gnn.apps.sampler import _check_csc, _choose, _resolve_device
 from cudnn_gnn.graph import CscGraph, storage_index_dtype
 
 __all__ = ["SINK_ROW_EDGES", "StaticBatch", "StaticBlock", "StaticNeighborSampler", "capture_ahead", "forward_blocks",
@@ -204,21 +204,7 @@ class StaticNeighborSampler:
         for n in self.hop_sizes:
             self.offsets.append(self.offsets[-1] + n)
         if validate:
-            self._validate_csc()
-
-    def _validate_csc(self) -> None:
-        c, r = self.colptr, self.row
-        zero = torch.zeros((), dtype=torch.int64, device=self.device)
-        drops = (c.diff() < 0).sum() if c.numel() > 1 else zero
-        lo = r.min().long() if r.numel() else zero
-        hi = r.max().long() if r.numel() else zero
-        first, last, drop, lo_v, hi_v = torch.stack([c[0].long(), c[-1].long(), drops, lo, hi]).tolist()
-        if first != 0 or last != self.num_edges or drop:
-            raise ValueError(f"colptr must start at 0, never decrease and end at row.numel()={self.num_edges}, got "
-                             f"colptr[0]={first}, colptr[-1]={last} and {drop} decreasing steps")
-        if self.num_edges and (lo_v < 0 or hi_v >= self.num_nodes):
-            raise ValueError(f"row must hold node ids in [0, num_nodes={self.num_nodes}), got values in "
-                             f"[{lo_v}, {hi_v}]")
+            _check_csc(self.colptr, self.row, self.num_nodes)
 
     @property
     def num_slots(self) -> int:
