@@ -256,6 +256,19 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def window_record(window: KernelBusyWindow, wall: float, n_batches: int, device: torch.device) -> dict[str, Any]:
+    """An epoch record's kernel-busy fields (from the profiled window of ``window``) and its peak memory."""
+    return {"gpu_kernel_busy_fraction": window.fraction,
+            "profiled_batches": window.count if window.fraction is not None else 0,
+            "profiled_kernels": window.kernels,
+            "gpu_kernel_seconds_per_batch": (None if window.busy_seconds is None
+                                             else window.busy_seconds / window.count),
+            "gpu_kernel_busy_estimate": window.busy_estimate(wall, n_batches),
+            "seconds_outside_profile": wall - window.cost_seconds,
+            "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
+            "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+
+
 def prepare(args: argparse.Namespace) -> Any:
     """Generate the dataset folder if it does not match (once per host), and memory-map it."""
     from cudnn_gnn.datasets.synthetic import synthetic_ogbn_mmap
@@ -474,14 +487,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                "gpu_busy_fraction": meter.fraction(wall), "gpu_step_seconds": step_s, "gpu_sampling_seconds": sample_s,
                "gpu_busy_fraction_step_and_sampling": (None if union_s is None or wall <= 0
                                                        else min(1.0, union_s / wall)),
-               "gpu_kernel_busy_fraction": window.fraction, "profiled_batches": window.count if window.fraction
-               is not None else 0, "profiled_kernels": window.kernels,
-               "gpu_kernel_seconds_per_batch": (None if window.busy_seconds is None
-                                                else window.busy_seconds / window.count),
-               "gpu_kernel_busy_estimate": window.busy_estimate(wall, n_batches),
-               "seconds_outside_profile": wall - window.cost_seconds,
-               "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
-               "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+               **window_record(window, wall, n_batches, device)}
         if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
             t_eval = time.perf_counter()
             rec.update(evaluate(model, args, ctx, eval_loaders) if args.eval == "sampled" else
@@ -581,15 +587,7 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
         wall = time.perf_counter() - t0
         rec = {"epoch": epoch, "seconds": wall, "loss": step.mean_loss(), "batches": n_batches,
                "seeds_per_second": seeds_seen / wall, "captured": step.captured, "replays": step.replays,
-               "gpu_kernel_busy_fraction": window.fraction,
-               "profiled_batches": window.count if window.fraction is not None else 0,
-               "profiled_kernels": window.kernels,
-               "gpu_kernel_seconds_per_batch": (None if window.busy_seconds is None
-                                                else window.busy_seconds / window.count),
-               "gpu_kernel_busy_estimate": window.busy_estimate(wall, n_batches),
-               "seconds_outside_profile": wall - window.cost_seconds,
-               "peak_gpu_bytes": int(torch.cuda.max_memory_allocated(device)) if device.type == "cuda" else None,
-               "peak_host_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+               **window_record(window, wall, n_batches, device)}
         if (args.eval_every and epoch % args.eval_every == 0) or epoch == args.epochs:
             t_eval = time.perf_counter()
             rec.update(evaluate_static(model, args, sampler, (g.valid_idx, g.test_idx)) if args.eval == "sampled"
