@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--preset", default="arxiv",
                     help="bench_layers preset whose graph and first layer's heads x width the sweep takes (arxiv, "
                          "proteins, products; edge features are not passed)")
+    ap.add_argument("--heads", type=int, default=None, help="heads of the swept layer (default: the preset's)")
+    ap.add_argument("--channels", type=int, default=None, help="a head's width (default: the preset's)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("triton_tuning.py needs a CUDA GPU (Triton kernels; the interpreter would time Python)")
@@ -226,8 +228,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         preset = PRESETS[args.preset]
         payload["preset"] = args.preset
         payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","),
-                                               grid=grid, dtypes=dtypes, graph=preset.graph, heads=preset.heads,
-                                               c=preset.channels,
+                                               grid=grid, dtypes=dtypes, graph=preset.graph,
+                                               heads=args.heads or preset.heads, c=args.channels or preset.channels,
                                                head_groups=None if args.head_groups is None else
                                                tuple(int(v) for v in args.head_groups.split(",")))
     write_json(args.out, payload)

@@ -759,7 +759,6 @@ def test_launch_shapes_tuned_for_narrow_tiles():
 
     assert launch_shape("fwd", 8, 32, False, 4) == (8, 8, 32, 1)
     assert launch_shape("fwd", 8, 32, False, 2) == (4, 8, 32, 1)
-    assert launch_shape("fwd", 8, 8, False, 4) == (32, 8, 8, 1)  # Cora: 8 x 8, clamped to 32 edges
     assert launch_shape("dst", 8, 32, False, 2) == (16, 8, 32, 1)
     assert launch_shape("src", 8, 32, False, 4) == (16, 8, 32, 1)
     assert launch_shape("src", 8, 32, False, 2) == (32, 8, 32, 1)
@@ -776,6 +775,13 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
         block_e, _, hg, block_c, warps = default_launch_shape(*args[1:4])
         assert launch_shape(*args) == (block_e, hg, block_c, warps)
+    # full 64-wide tiles (8 x 8: the GAT paper's hidden layer) in float32: TUNED_SHAPES' full_64, 8 edges a block and
+    # one warp for the forward and GAT's source pass; the delta pass, bfloat16 and padded heads keep "narrow"'s entries
+    assert launch_shape("fwd", 8, 8, False, 4) == (8, 8, 8, 1)
+    assert launch_shape("gat_src", 8, 8, False, 4) == (8, 8, 8, 1)
+    assert launch_shape("gat_src", 1, 40, False, 4) == (32, 1, 64, 1)
+    assert launch_shape("gat_delta", 8, 8, False, 4) == (8, 8, 8, 1)
+    assert launch_shape("fwd", 8, 8, False, 2) == (16, 8, 8, 1)
     # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): TUNED_SHAPES' wide_512, one warp, the forward
     # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
     assert launch_shape("fwd", 4, 128, False, 2) == (8, 4, 128, 1)

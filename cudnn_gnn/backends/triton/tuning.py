@@ -77,6 +77,9 @@ TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProx
     ("gat_delta", False, 4, "narrow"): (2, 1),
     # full tiles exactly 256 wide (no padded lanes: 8 x 32, where it was swept), before "narrow"
     ("gat_src", False, 4, "full_256"): (2, 2),
+    # full tiles exactly 64 wide (8 x 8: the GAT paper's hidden layer), before "narrow": the H200 sweep of
+    # triton_tuning.py --heads 8 --channels 8 on the arxiv shape
+    ("fwd", False, 4, "full_64"): (2, 1), ("gat_src", False, 4, "full_64"): (2, 1),
     # tiles 512 wide: the H200 sweep of bench_sampled.py --sweep on papers100M-shaped sampled blocks, 4 x 128
     ("fwd", False, 2, "wide_512"): (8, 1), ("src", False, 2, "wide_512"): (2, 1),
 })
@@ -87,7 +90,8 @@ BLOCK_C`` wide). Kernels: ``"fwd"`` (forward, gathers ``x_src``), ``"dst"`` (bac
 ``x_src``), ``"src"`` (backward source pass, the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the
 output gradient), ``"gat_delta"`` (its delta pass, keyed by the output gradient's element size). Tile classes
 (:func:`tile_classes`): ``"narrow"``, at most 256 wide; ``"full_256"``, exactly 256 wide with a head width a power of
-two, taking precedence over ``"narrow"`` there; ``"wide_512"``, 512 wide.
+two, and ``"full_64"``, the same at 64 wide, each taking precedence over ``"narrow"`` there; ``"wide_512"``, 512
+wide.
 
 Why these: the kernels with the most live tiles (GAT's one-gather source pass, GATv2's forward and its 16-bit
 backward) run two warps on blocks of two edges at 8 x 32: few registers a thread, so many programs resident, each
@@ -96,7 +100,11 @@ measured on products' last layer (4 heads x 47, padded to 4 x 64, sources of abo
 than the 16 KiB block of ``"narrow"``, which holds there (which of the two differences decides was not measured).
 At 512 wide (GAT in bfloat16) one warp a program; the source pass takes the smallest block because a sampled
 block's sources have one or two out-edges; a combination not listed (float32, GATv2, the destination pass: not swept
-at this width) keeps :func:`default_launch_shape`. Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what
+at this width) keeps :func:`default_launch_shape`. On full 64-wide tiles (8 x 8, float32) GAT's forward and one-gather
+source pass take 2 KiB blocks, 8 edges, one warp: ``"narrow"``'s 8 and 16 KiB are 32 edges there, most of them masked
+lanes on rows of 14 edges (on arxiv 0.36 -> 0.27 and 1.04 -> 0.39 ms). A padded head (1 x 40 or 1 x 47 in 64 lanes)
+keeps ``"narrow"``: on arxiv 1 x 40 gained less (0.47 -> 0.40 ms for both kernels), and products' sources of about 50
+out-edges were not swept at this width. Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what
 it derives from it."""
 
 
@@ -105,6 +113,8 @@ def tile_classes(width: int, c: int, block_c: int) -> tuple[str, ...]:
     to ``block_c``), most specific first."""
     if width == 256 and c == block_c:
         return ("full_256", "narrow")
+    if width == 64 and c == block_c:
+        return ("full_64", "narrow")
     if width <= 256:
         return ("narrow",)
     return ("wide_512",) if width <= 512 else ()
