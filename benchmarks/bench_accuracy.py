@@ -85,6 +85,7 @@ DEFAULTS = {"seeds": 10, "epochs": 1000, "patience": 100, "arxiv_epochs": 100, "
 SMOKE = {"seeds": 2, "epochs": 4, "patience": 100, "arxiv_epochs": 4, "arxiv_eval_every": 1, "arxiv_scale": 0.005}
 SMOKE_PLANETOID_MODEL = {"hidden": 4, "heads": 2}  # the paper's is 8 x 8: CiteSeer's 3,703 inputs make it slow on a CPU
 SMOKE_ARXIV_MODEL = ["--layers", "2", "--heads", "2", "--hidden", "8"]
+_SHOWN: set[str] = set()  # the other warnings already shown
 
 
 # ----------------------------------------------------------------------------------------------- runs
@@ -100,7 +101,8 @@ def _capture_warnings(fn: Callable[[], Any]) -> tuple[Any, list[str]]:
     for w in caught:
         if NOT_CAPTURED in str(w.message):
             notes.append(str(w.message))
-        else:
+        elif str(w.message) not in _SHOWN:  # once a benchmark, not once a run
+            _SHOWN.add(str(w.message))
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return result, list(dict.fromkeys(notes))
 
@@ -263,6 +265,10 @@ def summarize(runs: list[dict[str, Any]], workloads: list[str], device: torch.de
         for key in metrics:
             s[key] = compare([r[key] for r in by_mode["captured"].values()], [r[key] for r in by_mode["eager"].values()],
                              [(by_mode["captured"][i][key], by_mode["eager"][i][key]) for i in both])
+        for key in ("best_epoch", "epochs_run"):  # where early stopping chose and ended (Cora, CiteSeer)
+            s[key] = compare([r[key] for r in by_mode["captured"].values()], [r[key] for r in by_mode["eager"].values()],
+                             [(by_mode["captured"][i][key], by_mode["eager"][i][key]) for i in both])
+        s["seconds_mean"] = {m: mean_std([r["seconds"] for r in by_mode[m].values()])[0] for m in MODES}
         s["curve"] = curve(by_mode, both)
         caps = list(by_mode["captured"].values())
         s["captured_runs"] = sum(r["captured"] for r in caps)
@@ -317,7 +323,7 @@ def markdown(result: dict[str, Any]) -> str:
     where = env["gpu"] or env["device"]
     lines = [f"Captured against eager training steps on {where}: seeds 0..{st['seeds'] - 1} asked, "
              f"{len(result['seeds_run'])} run, {result['wall_seconds']:.0f} s "
-             f"(`python {' '.join(['benchmarks/bench_accuracy.py', *env['argv'][1:]])}`).", ""]
+             f"(`python {' '.join(['benchmarks/bench_accuracy.py', *st['argv']])}`).", ""]
     if result["stopped"]:
         lines += [f"Stopped early: {result['stopped']}.", ""]
     lines += ["| workload | metric | captured | eager | captured - eager | its standard error | \\|diff\\| / SE | "
@@ -336,8 +342,11 @@ def markdown(result: dict[str, Any]) -> str:
                          f"{100 * cv['within_noise_share']:.0f}% of epochs | | |")
     lines.append("")
     for s in result["summary"]:
-        caps = s["runs"]["captured"]
-        lines.append(f"- {s['label']}: {s['captured_runs']} of {caps} captured-mode runs replayed a CUDA graph"
+        caps, secs = s["runs"]["captured"], s["seconds_mean"]
+        lines.append(f"- {s['label']}: {s['captured_runs']} of {caps} captured-mode runs replayed a CUDA graph; a run "
+                     f"took {secs['captured']:.1f} s captured, {secs['eager']:.1f} s eager (mean wall time, first-call kernel "
+                     f"builds included); reported epoch {_pm(s['best_epoch'], 'captured', 1.0, 0)} captured, "
+                     f"{_pm(s['best_epoch'], 'eager', 1.0, 0)} eager"
                      + (f"; {'; '.join(s['capture_notes'])}" if s["capture_notes"] else ""))
         lines += [f"- {s['label']}: error: {e}" for e in s["errors"]]
     lines += ["", f"Settings: Cora/CiteSeer the train command's setup, at most {st['epochs']} epochs, patience "
@@ -438,6 +447,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     settings = {k: getattr(args, k) for k in (*DEFAULTS, "workloads", "time_budget", "smoke")}
+    settings["argv"] = list(sys.argv[1:] if argv is None else argv)
     print(f"captured against eager on {args.device}: {', '.join(LABELS[w] for w in args.workloads)}, seeds "
           f"0..{args.seeds - 1}, time budget {args.time_budget:.0f} s", flush=True)
     done = run_all(args)

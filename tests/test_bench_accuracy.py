@@ -65,6 +65,7 @@ def test_smoke_run_both_modes_on_cpu(tmp_path) -> None:
     table = md.read_text()
     assert "| Cora | test acc (%), reported epoch |" in table and "| arxiv-shaped | test acc (%), last evaluation |" in table
     assert "capture needs CUDA: on cpu both modes run the same eager step" in table
+    assert f"(`python benchmarks/bench_accuracy.py {' '.join(argv)}`)" in table  # the command, not pytest's
     if "--plot" in argv:
         assert (tmp_path / "a.png").stat().st_size > 0
 
