@@ -153,7 +153,7 @@ def run_arxiv(seed: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             "final_test_acc": evals[-1]["test"], "final_val_acc": evals[-1]["valid"], "epochs_run": len(epochs),
             "seconds": time.perf_counter() - t0, "sec_per_epoch": run["sec_per_epoch"],
             "peak_memory_bytes": run["peak_memory_bytes"], "captured": captured, "notes": notes,
-            "train_loss": [r["loss"] for r in epochs], "argv": argv}
+            "train_loss": [r["loss"] for r in epochs], "argv": [a if a != log else "LOG.jsonl" for a in argv]}
 
 
 def _capture_warmup() -> int:
