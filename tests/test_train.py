@@ -1,5 +1,5 @@
 """``python -m cudnn_gnn train`` (:mod:`cudnn_gnn.apps.train`): the input-dropout cache, ``--save`` at the reported
-epoch, progress lines off a terminal, argument checks of :func:`train_planetoid`."""
+epoch and the per-epoch curves, progress lines off a terminal, argument checks of :func:`train_planetoid`."""
 
 from __future__ import annotations
 
@@ -64,6 +64,14 @@ def test_save_reproduces_the_reported_test_accuracy(tmp_path):
     assert acc == res["test_acc"]
     assert cfg["epoch"] == res["best_epoch"] and cfg["test_acc"] == acc
     assert f"test accuracy {100 * acc:.2f}%" in format_result(res)
+    # the per-epoch curves: one value an epoch; the reported scores are those of the reported epoch
+    curves = res["curves"]
+    assert set(curves) == {"train_loss", "val_loss", "val_acc", "test_acc"}
+    assert all(len(v) == res["epochs_run"] for v in curves.values())
+    best = res["best_epoch"] - 1
+    assert (curves["test_acc"][best], curves["val_acc"][best], curves["val_loss"][best]) == (
+        res["test_acc"], res["val_acc"], res["val_loss"])
+    assert curves["train_loss"][0] == pytest.approx(torch.log(torch.tensor(7.0)).item(), abs=0.1)  # 7 classes
 
 
 def test_progress_lines_when_not_a_terminal(capsys):

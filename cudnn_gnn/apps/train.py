@@ -198,7 +198,9 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
 
     Returns:
         ``{"test_acc", "val_acc", "val_loss", "best_epoch", "epochs_run", "seconds", "sec_per_epoch", "params",
-        "peak_memory_bytes" (CUDA only, else None), **config}``.
+        "peak_memory_bytes" (CUDA only, else None), "captured", "curves", **config}``. ``captured``: whether the
+        training step replayed a CUDA graph; ``curves``: ``{"train_loss", "val_loss", "val_acc", "test_acc"}``,
+        each a list of ``epochs_run`` floats, epoch 1 first (the training loss is the step's, with dropout).
     """
     if cfg.model not in MODELS:
         raise ValueError(f"model must be one of {MODELS}, got {cfg.model!r}")
@@ -262,7 +264,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
     chosen = {"best_epoch": 0, "val_acc": 0.0, "val_loss": float("inf"), "test_acc": 0.0}
     bad, epoch = 0, 0
     best_state = state_copy(model) if cfg.save else None
-    curves: dict[str, list[tuple[int, float]]] = {"train loss": [], "val loss": [], "val acc": [], "test acc": []}
+    curves: dict[str, list[float]] = {"train_loss": [], "val_loss": [], "val_acc": [], "test_acc": []}  # per epoch
     bar = progress(total=cfg.epochs, desc=f"{cfg.dataset} {cfg.model} seed {cfg.seed}", enabled=cfg.progress,
                    log_every=default_log_every(cfg.epochs) if cfg.log_every is None else cfg.log_every)
     t0 = time.perf_counter()
@@ -281,9 +283,10 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         with torch.no_grad(), autocast(device, cfg.precision):
             logits = model(data.x, edge_index).float()
         pred = logits.argmax(dim=-1)
-        metrics = [F.cross_entropy(logits[val_idx], data.y[val_idx])]
+        metrics = [loss.detach().float(), F.cross_entropy(logits[val_idx], data.y[val_idx])]
         metrics += [(pred[i] == data.y[i]).float().mean() for i in (val_idx, test_idx)]
-        val_loss, val_acc, test_acc = torch.stack(metrics).tolist()  # kept on the device, read back once an epoch
+        # kept on the device, read back together once an epoch (the training loss too: no sync of its own)
+        train_loss, val_loss, val_acc, test_acc = torch.stack(metrics).tolist()
 
         if val_acc >= best_acc or val_loss <= best_loss:
             if val_acc >= best_acc and val_loss <= best_loss:
@@ -294,11 +297,10 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
             bad = 0
         else:
             bad += 1
-        if cfg.plot:
-            for name, value in zip(curves, (loss.item(), val_loss, val_acc, test_acc)):
-                curves[name].append((epoch, value))
+        for name, value in zip(curves, (train_loss, val_loss, val_acc, test_acc)):
+            curves[name].append(value)
         if bar.active:
-            bar.set_postfix(loss=f"{loss.item():.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
+            bar.set_postfix(loss=f"{train_loss:.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
         bar.update(1)
         if bad >= cfg.patience:
             break
@@ -309,7 +311,8 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
                   "lr": lr, "weight_decay": weight_decay, "epoch": chosen["best_epoch"], "test_acc": chosen["test_acc"]}
         save_checkpoint(cfg.save, best_state if best_state is not None else model, config)
     if cfg.plot:
-        plot_curves(cfg.plot, curves, title=f"{cfg.dataset} {cfg.model} seed {cfg.seed}")
+        plot_curves(cfg.plot, {name.replace("_", " "): list(enumerate(values, 1)) for name, values in curves.items()},
+                    title=f"{cfg.dataset} {cfg.model} seed {cfg.seed}")
     return {
         **asdict(cfg),
         "out_heads": out_heads,
@@ -323,6 +326,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         "params": sum(p.numel() for p in model.parameters()),
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if device.type == "cuda" else None,
         "captured": step is not None and step.captured,
+        "curves": curves,
     }
 
 

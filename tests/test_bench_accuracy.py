@@ -1,0 +1,111 @@
+"""The accuracy benchmark (``benchmarks/bench_accuracy.py``): its statistics, and its CPU smoke run, where both modes
+run the same eager step (capture is CUDA-only), so every seed's results must agree exactly between them."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
+
+import bench_accuracy  # noqa: E402
+
+
+def test_compare_against_the_standard_error_of_the_difference() -> None:
+    """Means 1 apart with stds 1 over 3 seeds: standard error sqrt(1/3 + 1/3), |z| 1.22, within noise; the same gap
+    with stds 0.1 is 12 standard errors, not within noise. Paired: the same-seed differences."""
+    c = bench_accuracy.compare([1.0, 2.0, 3.0], [2.0, 3.0, 4.0], [(1.0, 2.0), (2.0, 3.0), (3.0, 4.0)])
+    assert c["difference"] == pytest.approx(-1.0) and c["se_difference"] == pytest.approx(math.sqrt(2 / 3))
+    assert c["z"] == pytest.approx(-1 / math.sqrt(2 / 3)) and c["within_noise"] is True
+    assert c["pooled_std"] == pytest.approx(1.0) and (c["paired_mean"], c["paired_std"]) == (pytest.approx(-1.0), 0.0)
+    far = bench_accuracy.compare([0.9, 1.0, 1.1], [1.9, 2.0, 2.1], [])
+    assert far["z"] == pytest.approx(-1.0 / math.sqrt(2 * 0.01 / 3)) and far["within_noise"] is False
+    assert math.isnan(far["paired_mean"]) and far["n_paired"] == 0
+    # no spread at all (one seed each, or a CPU run): equal is within noise, any difference is not
+    assert bench_accuracy.compare([0.5], [0.5], [(0.5, 0.5)])["within_noise"] is True
+    one = bench_accuracy.compare([0.5], [0.4], [(0.5, 0.4)])
+    assert one["z"] == math.inf and one["within_noise"] is False
+
+
+def test_smoke_run_both_modes_on_cpu(tmp_path) -> None:
+    out, md = tmp_path / "a.json", tmp_path / "a.md"
+    argv = ["--smoke", "--out", str(out), "--md", str(md)]
+    try:
+        import matplotlib  # noqa: F401
+
+        argv += ["--plot", str(tmp_path / "a.png")]
+    except ImportError:
+        pass
+    bench_accuracy.main(argv)
+    result = json.loads(out.read_text())  # strict JSON
+    smoke = bench_accuracy.SMOKE
+    runs = result["runs"]
+    assert result["seeds_run"] == [0, 1] and result["stopped"] is None
+    assert [(r["workload"], r["mode"], r["seed"]) for r in runs] == [
+        (w, m, s) for s in (0, 1) for w in bench_accuracy.WORKLOADS for m in ("captured", "eager")]
+    assert not [r for r in runs if "error" in r]
+    for cap, eager in zip(runs[::2], runs[1::2]):  # one computation on a CPU: identical, seed by seed
+        assert cap["captured"] is False and eager["captured"] is False
+        assert cap["train_loss"] == eager["train_loss"] and cap["test_acc"] == eager["test_acc"]
+        epochs = smoke["arxiv_epochs"] if cap["workload"] == "arxiv" else smoke["epochs"]
+        assert len(cap["train_loss"]) == cap["epochs_run"] == epochs and all(map(math.isfinite, cap["train_loss"]))
+    arxiv = [r for r in runs if r["workload"] == "arxiv"]
+    assert "--no-capture" in arxiv[1]["argv"] and "--capture" in arxiv[0]["argv"]
+    seeds = {r["seed"]: r["train_loss"] for r in runs if r["workload"] == "cora" and r["mode"] == "eager"}
+    assert seeds[0] != seeds[1], "two seeds must be two trainings"
+    for s in result["summary"]:
+        assert s["test_acc"]["difference"] == 0.0 and s["test_acc"]["within_noise"] is True
+        assert s["curve"]["epochs"] == (smoke["arxiv_epochs"] if s["workload"] == "arxiv" else smoke["epochs"])
+        assert s["curve"]["within_noise_share"] == 1.0 and s["curve"]["captured_mean"] == s["curve"]["eager_mean"]
+        assert s["captured_runs"] == 0 and "capture needs CUDA" in s["capture_notes"][0]
+    table = md.read_text()
+    assert "| Cora | test acc (%), reported epoch |" in table and "| arxiv-shaped | test acc (%), last evaluation |" in table
+    assert "capture needs CUDA: on cpu both modes run the same eager step" in table
+    assert f"(`python benchmarks/bench_accuracy.py {' '.join(argv)}`)" in table  # the command, not pytest's
+    if "--plot" in argv:
+        assert (tmp_path / "a.png").stat().st_size > 0
+
+
+def test_time_budget_stops_between_rounds(tmp_path) -> None:
+    """The first round always runs; the next is not started when it would end past the budget, and it says so."""
+    result = bench_accuracy.main(["--smoke", "--workloads", "cora", "--epochs", "2", "--time-budget", "0.001",
+                                  "--out", str(tmp_path / "b.json")])
+    assert result["seeds_run"] == [0] and "seeds 1..1 not run" in result["stopped"]
+    assert [r["seed"] for r in result["runs"]] == [0, 0]
+    assert "Stopped early: time budget" in bench_accuracy.markdown(result)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--device", "cpu"], "--device must be a CUDA device for the full benchmark"),
+    (["--smoke", "--arxiv-scale", "2"], "--arxiv-scale must be in (0, 1], got 2"),
+    (["--smoke", "--seeds", "0"], "--seeds: must be an integer >= 1"),
+])
+def test_bad_flags_are_refused(argv, message, capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench_accuracy.parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_arxiv_workload_is_the_graph_of_the_benchmarks_arxiv_preset() -> None:
+    """What the docstring says: ``examples/ogbn_arxiv.py --synthetic`` trains on the graph that ``_graphs.make_graph``
+    builds for an ogbn-arxiv preset (same ``synthetic_ogbn`` call, made undirected), here at a small scale."""
+    import torch
+    from _graphs import GraphSpec, make_graph
+    from torch_geometric.utils import to_undirected
+
+    from cudnn_gnn.datasets import synthetic_ogbn
+
+    g = make_graph(GraphSpec(1, 1, ogbn="ogbn-arxiv", ogbn_scale=0.01), seed=0)
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.01, seed=0)  # what the example's load_node_data returns
+    assert torch.equal(g.edge_index, to_undirected(data.edge_index, num_nodes=data.num_nodes))
+
+
+def test_a_diverged_run_is_never_within_noise() -> None:
+    c = bench_accuracy.compare([0.5, float("nan")], [0.5, 0.6], [(0.5, 0.5), (float("nan"), 0.6)])
+    assert math.isnan(c["captured_mean"]) and math.isnan(c["z"]) and c["within_noise"] is False
+    assert math.isnan(bench_accuracy.compare([], [0.5], [])["z"])
