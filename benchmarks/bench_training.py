@@ -69,8 +69,9 @@ variant on our layers builds them and the later ones find them built; a build fo
 ``epoch1_startup_seconds`` (epoch 1's first 4 batches, one sync), the mean loss of each epoch. The per-batch timing
 then continues on the same warm step (its ``first_call_ms`` is then a warm step's).
 
-**Time budget** (``--time-budget``, seconds from the start of the run, after the imports; default 540 on CUDA, so
-that a 10-minute device call ends with its results): an epoch starts only where it is predicted to end within the
+**Time budget** (``--time-budget``, seconds from the start of the run, after the imports; default 510 on CUDA, so
+that a 10-minute device call ends with its results: the imports and a per-batch timing begun just before the budget
+ends fit in the 90 s left): an epoch starts only where it is predicted to end within the
 budget with 30 s left for each per-batch timing still to come on the workload, this variant's included (predicted:
 the variant's previous epoch, or for an epoch 1 the slowest epoch 1 so far on the workload, none for the first);
 a variant whose epochs do not fit records why (``epochs_skipped``), and a variant reached after the budget is spent
@@ -610,7 +611,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help="CUDA: the kernels with the most device time per batch to record per variant (0: no profile)")
     ap.add_argument("--time-budget", type=float, default=None,
                     help="seconds from the start: epochs that would end later are skipped and variants that would "
-                         "start later too, each saying so (default: 540 on CUDA, none on CPU; 0: none)")
+                         "start later too, each saying so (default: 510 on CUDA, none on CPU; 0: none)")
     ap.add_argument("--out", default="bench_training.json", help="JSON output path (rewritten after every variant)")
     ap.add_argument("--md", default=None, help="also write the markdown table here")
     ap.add_argument("--plot", default=None, help="also draw a bar chart here (needs matplotlib)")
@@ -625,7 +626,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             ap.error(f"{flag} must be in (0, 1], got {value}")
     args.warmup = args.warmup if args.warmup is not None else (10 if cuda else 4)  # > CapturedStep's warm-up + 1
     args.repeats = args.repeats if args.repeats is not None else (50 if cuda else 3)
-    args.time_budget = args.time_budget if args.time_budget is not None else (540.0 if cuda else 0.0)
+    args.time_budget = args.time_budget if args.time_budget is not None else (510.0 if cuda else 0.0)
     if args.warmup < 4:
         ap.error(f"--warmup must be >= 4 (the captured step warms up 3 steps and captures on the 4th), got {args.warmup}")
     if args.repeats < 1:
