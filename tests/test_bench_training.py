@@ -110,17 +110,20 @@ def test_time_budget_skips_epochs_and_variants_saying_why(tmp_path) -> None:
     assert all(r["median_ms"] > 0 for r in records)
     assert "epochs not run: epoch 1" in md.read_text()
 
-    bench_training.main(["--device", "cpu", "--workloads", "cora", "--time-budget", "1e-9", "--out", str(out),
-                         "--md", str(md)])
-    records = json.loads(out.read_text())["records"]
-    assert all("median_ms" not in r and "time-budget" in r["skipped"] for r in records)
-    assert "| cora | pyg-eager | fp32 | skipped: the --time-budget" in md.read_text()
+    bench_training.main(["--device", "cpu", "--workloads", "cora", "--time-budget", "1e-9", "--precision", "bf16",
+                         "--out", str(out), "--md", str(md)])
+    result = json.loads(out.read_text())
+    assert all("median_ms" not in r and "time-budget" in r["skipped"] for r in result["records"])
+    assert result["settings"]["precision"] == {"cora": "bf16"}  # an explicit precision sets the full graph too
+    assert "| cora | pyg-eager | bf16 | skipped: the --time-budget" in md.read_text()
 
 
 @pytest.mark.parametrize("argv, message", [
     (["--papers-scale", "0"], "--papers-scale must be in (0, 1], got 0.0"),
     (["--epochs", "-1"], "--epochs must be >= 0, got -1"),
     (["--time-budget", "-5"], "--time-budget must be >= 0, got -5.0"),
+    (["--top-kernels", "-1"], "--top-kernels must be >= 0, got -1"),
+    (["--feature-dtype", "bfloat16"], "argument --feature-dtype: invalid choice: 'bfloat16'"),
     (["--variants", "ours-eager", "--epoch-variants", "pyg-eager"],
      "--epoch-variants must be among the run's --variants (ours-eager), got pyg-eager"),
     (["--precision", "fp16"], "argument --precision: invalid choice: 'fp16'"),
