@@ -145,3 +145,21 @@ def test_real_sampled_workloads_build_at_a_tiny_scale(name, nodes, batch) -> Non
     assert sampler.node_attrs["x"].dtype == torch.float16 and sampler.node_attrs["x"].shape[1] == w["in_channels"]
     assert w["batches_per_epoch"] == sampler.num_batches(w["train"].numel()) >= 1
     assert w["resident_bytes"] > 0 and "scale 0.0001" in w["source"]
+
+
+def test_markdown_lists_the_captured_variants_top_kernels() -> None:
+    """The table of a CUDA run (which a CPU run cannot make): the kernel share, the epochs and their ratio, and the
+    top kernels of a captured variant (of an eager one only in the JSON)."""
+    row = {"workload": "products-sampled", "precision": "bf16", "median_ms": 10.0, "p10_ms": 9.0, "p90_ms": 11.0,
+           "peak_memory_bytes": 2**20, "captured": True, "kernel_share": 0.95, "epoch_seconds_extrapolated": 3.85,
+           "epoch_seconds": [5.5, 4.0], "first_epoch_ratio": 1.375, "kernels_sum_ms_per_batch": 9.5,
+           "kernel_launches_per_batch": 412.0,
+           "top_kernels": [{"name": "sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", "ms": 1.25, "count": 6.0}]}
+    result = {"records": [{**row, "variant": "pyg-eager", "captured": False, "median_ms": 20.0},
+                          {**row, "variant": "ours-captured"}]}
+    text = bench_training.markdown(result)
+    assert "| products-sampled | ours-captured | bf16 | 10.000 | 9.000-11.000 | 2.00x | 1.0 | yes | 95% | 3.85 | " \
+           "5.50, 4.00 | 1.38x |" in text
+    assert "Top kernels of products-sampled ours-captured (bf16), a batch: 9.50 ms in 412 kernels" in text
+    assert "| `sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n` | 1.250 | 6 |" in text
+    assert "Top kernels of products-sampled pyg-eager" not in text
