@@ -39,6 +39,8 @@ __all__ = [
     "environment",
     "write_json",
     "H200_BYTES_PER_S",
+    "kernel_table",
+    "kernel_times",
     "gather_floor_bytes",
     "TritonCompiles",
 ]
@@ -64,25 +66,33 @@ def synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def kernel_times(run: Callable[[], Any], steps: int, device: torch.device,
-                 name_width: int = 90) -> tuple[dict[str, float], float]:
-    """``(us per step by kernel name, kernels per step)`` of the GPU kernels ``run()`` launches, ``run`` doing
-    ``steps`` steps under ``torch.profiler`` (one synchronize at the end); names cut to ``name_width``."""
+def kernel_table(run: Callable[[], Any], steps: int, device: torch.device,
+                 name_width: int = 90) -> dict[str, tuple[float, float]]:
+    """``{kernel name: (us per step, launches per step)}`` of the GPU activities (kernels, copies, memsets)
+    ``run()`` launches, ``run`` doing ``steps`` steps under ``torch.profiler`` (one synchronize at the end); names
+    cut to ``name_width``. Kernels replayed from a CUDA graph are recorded one by one, as launched ones are."""
     from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         run()
         synchronize(device)
-    per: dict[str, float] = {}
-    count = 0
+    per: dict[str, list[float]] = {}
     for e in prof.events():
         if e.device_type == DeviceType.CUDA:
-            name = e.name[:name_width]
-            per[name] = per.get(name, 0.0) + (e.time_range.end - e.time_range.start)
-            count += 1
+            entry = per.setdefault(e.name[:name_width], [0.0, 0.0])
+            entry[0] += e.time_range.end - e.time_range.start
+            entry[1] += 1
     n = max(steps, 1)
-    return {k: v / n for k, v in per.items()}, count / n
+    return {k: (us / n, count / n) for k, (us, count) in per.items()}
+
+
+def kernel_times(run: Callable[[], Any], steps: int, device: torch.device,
+                 name_width: int = 90) -> tuple[dict[str, float], float]:
+    """``(us per step by kernel name, kernels per step)`` of the GPU kernels ``run()`` launches (see
+    :func:`kernel_table`)."""
+    table = kernel_table(run, steps, device, name_width)
+    return {k: us for k, (us, _) in table.items()}, sum(count for _, count in table.values())
 
 
 def free_memory(device: torch.device | None = None) -> None:

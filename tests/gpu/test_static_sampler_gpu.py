@@ -171,19 +171,30 @@ def test_capture_ahead_captures_and_puts_the_state_back() -> None:
 
 
 def test_bench_training_sampled_rows_at_a_small_scale(tmp_path) -> None:
-    """benchmarks/bench_training.py's products-sampled workload at scale 0.002, every variant: no error, both
-    captured variants captured (PyG's step on the static blocks is capturable too), kernel shares in (0, 1]."""
+    """benchmarks/bench_training.py's sampled workloads at a small scale (products 0.01: 4 batches an epoch; papers100M
+    0.001: 2), every variant, two whole epochs each: no error, bf16 (the default) recorded, both captured variants
+    captured (PyG's step on the static blocks is capturable too), kernel shares in (0, 1], epoch times and their
+    ratio, and a kernel profile per variant whose GEMMs are not the float32 ones (``f32f32`` / ``sgemm``) that an
+    fp32 step runs."""
     import json
 
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
     import bench_training
 
     out = tmp_path / "b.json"
-    bench_training.main(["--workloads", "products-sampled", "--scale", "0.002", "--warmup", "5", "--repeats", "3",
-                         "--out", str(out)])
+    bench_training.main(["--workloads", "products-sampled", "papers100m-sampled", "--scale", "0.01", "--papers-scale",
+                         "0.001", "--epochs", "2", "--warmup", "5", "--repeats", "3", "--out", str(out)])
     records = json.loads(out.read_text())["records"]
-    assert [r["variant"] for r in records] == list(bench_training.VARIANTS)
+    assert [(r["workload"], r["variant"]) for r in records] == [
+        (w, v) for w in bench_training.SAMPLED for v in bench_training.VARIANTS]
     for r in records:
-        assert "error" not in r, r
+        assert "error" not in r and "skipped" not in r, r
+        assert r["precision"] == "bf16" and r["feature_dtype"] == "float32"
         assert 0 < r["kernel_share"] <= 1 and r["epoch_seconds_extrapolated"] > 0
         assert r["captured"] == r["variant"].endswith("captured"), r
+        assert len(r["epoch_seconds"]) == 2 and r["first_epoch_ratio"] > 0 and r["epoch_batches"] in (4, 2), r
+        top = r["top_kernels"]
+        assert 0 < len(top) <= 15 and all(k["ms"] > 0 and k["count"] > 0 for k in top), top
+        assert r["kernels_sum_ms_per_batch"] >= sum(k["ms"] for k in top) * (1 - 1e-6)
+        fp32_gemms = [k["name"] for k in top if "f32f32_f32f32" in k["name"] or "sgemm" in k["name"]]
+        assert not fp32_gemms, (r["variant"], fp32_gemms)
