@@ -108,10 +108,14 @@ def _node_scores(c: TritonCall) -> Tensor:
 
 
 def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The forward op's implementation: :func:`_forward` of the packed call (:func:`pack`) and ``return_attention``."""
+    return _forward(unpack(*args[:_N_PACKED]), bool(args[_N_PACKED]))
+
+
+def _forward(c: TritonCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(out, lse, attention or empty, scores)``; ``out`` as :func:`_out_spec` says, ``scores`` as
-    :func:`_scores_shape` (kept for the backward)."""
-    c = unpack(*args[:_N_PACKED])
-    return_attention = bool(args[_N_PACKED])
+    :func:`_scores_shape` (kept for the backward). The registered op (:func:`_fwd_impl`) and eager calls
+    (:class:`_EagerAttention`, which has the call unpacked already) run this."""
     check_runnable(c.x_src.device)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
@@ -435,7 +439,7 @@ torch.library.register_autograd("cudnn_gnn::triton_gat_fwd", _backward, setup_co
 
 
 class _EagerAttention(torch.autograd.Function):
-    """The registered op's forward and backward (:func:`_fwd_impl`, :func:`_bwd_impl`, the same code) as a plain
+    """The registered op's forward and backward (:func:`_forward`, :func:`_bwd_impl`, the same code) as a plain
     autograd Function, for eager calls: no dispatcher round trip and no ``register_autograd`` wrapper (its
     ``fill_defaults`` and pytree passes), which on small graphs cost more host time than the kernels take (see
     docs/performance.md). ``torch.compile`` traces the registered op instead (:func:`triton_gat` picks).
@@ -447,8 +451,8 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call: TritonCall, return_attention: bool, *inputs: Tensor | None  # type: ignore[override]
                 ) -> tuple[Tensor, Tensor]:
-        tensors, *packed = pack(call)
-        out, lse, att, scores = _fwd_impl(tensors, *packed, return_attention)
+        out, lse, att, scores = _forward(call, return_attention)
+        tensors, *packed = pack(call)  # what the backward gets back, as the registered op's autograd saves it
         ctx.packed, ctx.return_attention = packed, return_attention
         ctx.save_for_backward(*tensors, lse, _delta_source(call, out), scores)
         ctx.set_materialize_grads(False)
