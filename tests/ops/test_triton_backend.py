@@ -32,7 +32,6 @@ from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
 from cudnn_gnn.backends.triton import call as triton_call  # noqa: E402
-from cudnn_gnn.backends.triton import op as triton_op  # noqa: E402
 from cudnn_gnn.backends.triton import tuning  # noqa: E402
 from cudnn_gnn.backends.triton.kernels import n_items  # noqa: E402
 

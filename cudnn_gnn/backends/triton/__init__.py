@@ -3,14 +3,13 @@
 Modules, in the order a call walks them:
 
 * :mod:`~cudnn_gnn.backends.triton.backend`: :class:`TritonBackend`, what the planner and the runner call;
-* :mod:`~cudnn_gnn.backends.triton.call`: :class:`TritonCall`, one call's inputs as the kernels take them, built
-  once from the validated spec and the :class:`TritonGraph` by :func:`build_call`; :class:`TritonOptions`, the
-  variants kept for measurement;
+* :mod:`~cudnn_gnn.backends.triton.call`: :class:`TritonGraph`, the graph as the kernels walk it (arrays and work
+  lists), what :meth:`TritonBackend.kernel_graph` builds once per graph and keeps on it; :class:`TritonCall`, one
+  call's inputs as the kernels take them, built from the validated spec and the :class:`TritonGraph` by
+  :func:`build_call`; :class:`TritonOptions`, the variants kept for measurement;
 * :mod:`~cudnn_gnn.backends.triton.op`: the ``torch.library`` ops (schema, fakes, autograd), their forward and
   backward, and :func:`triton_gat`, the entry;
-* :mod:`~cudnn_gnn.backends.triton.worklists`: :class:`TritonGraph`, the graph as the kernels walk it (its arrays
-  and work lists: which programs a pass launches, hub rows in chunks), what :meth:`TritonBackend.kernel_graph`
-  builds once per graph and keeps on it;
+* :mod:`~cudnn_gnn.backends.triton.worklists`: which programs a pass launches (hub rows in chunks);
 * :mod:`~cudnn_gnn.backends.triton.tuning`: every launch decision (tiles, blocks, warps, chunks) in one place;
 * :mod:`~cudnn_gnn.backends.triton.kernels`: the kernels and their launchers, one module per pass, imported at
   first use (this package imports no triton);
@@ -22,16 +21,20 @@ from __future__ import annotations
 
 from cudnn_gnn.backends.triton._runtime import unavailable_reason
 from cudnn_gnn.backends.triton.backend import BACKEND, TritonBackend
-from cudnn_gnn.backends.triton.call import DEFAULT_OPTIONS, TritonCall, TritonOptions, build_call, pack, unpack
-from cudnn_gnn.backends.triton.op import gat_one_gather, triton_gat
-from cudnn_gnn.backends.triton.worklists import (
+from cudnn_gnn.backends.triton.call import (
+    DEFAULT_OPTIONS,
     TritonBackward,
+    TritonCall,
     TritonGraph,
-    WorkList,
+    TritonOptions,
+    build_call,
     built_kernel_graph,
     kernel_graph,
-    work_list,
+    pack,
+    unpack,
 )
+from cudnn_gnn.backends.triton.op import gat_one_gather, triton_gat
+from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 
 __all__ = ["BACKEND", "DEFAULT_OPTIONS", "TritonBackend", "TritonBackward", "TritonCall", "TritonGraph",
            "TritonOptions", "WorkList", "build_call", "built_kernel_graph", "gat_one_gather", "kernel_graph",

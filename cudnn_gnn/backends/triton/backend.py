@@ -8,8 +8,8 @@ from torch import Tensor
 
 from cudnn_gnn.backends.info import backend_info, triton_available
 from cudnn_gnn.backends.triton._runtime import unavailable_reason
+from cudnn_gnn.backends.triton.call import TritonGraph, kernel_graph
 from cudnn_gnn.backends.triton.op import triton_gat
-from cudnn_gnn.backends.triton.worklists import TritonGraph, kernel_graph
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.spec import AttentionSpec
 

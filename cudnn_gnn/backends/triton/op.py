@@ -45,12 +45,13 @@ from cudnn_gnn.backends.triton.call import (
     _TENSOR_FIELDS,
     DEFAULT_OPTIONS,
     TritonCall,
+    TritonGraph,
     TritonOptions,
     build_call,
+    kernel_graph,
     pack,
     unpack,
 )
-from cudnn_gnn.backends.triton.worklists import TritonGraph, kernel_graph
 from cudnn_gnn.spec import AttentionSpec
 
 __all__ = ["gat_one_gather", "triton_gat"]
@@ -485,7 +486,7 @@ def triton_gat(spec: AttentionSpec, graph: TritonGraph | None = None, *,
             :func:`~cudnn_gnn.backends.triton.tuning.fuse_edge_projection` allows (no ``[E, H*C]`` tensor, forward or
             backward), else by torch before them. ``spec.return_attention``: also return the ``[E, H]`` float32
             post-softmax, post-dropout coefficients (COO order); without it they are never materialised.
-        graph: ``spec.graph`` as the kernels walk it (:func:`~cudnn_gnn.backends.triton.worklists.kernel_graph`,
+        graph: ``spec.graph`` as the kernels walk it (:func:`~cudnn_gnn.backends.triton.call.kernel_graph`,
             what the planner hands the backend); built from (or found on) ``spec.graph`` where None.
         options: the variants kept for measurement (:class:`TritonOptions`); the defaults everywhere else.
 
@@ -502,7 +503,7 @@ def triton_gat(spec: AttentionSpec, graph: TritonGraph | None = None, *,
     order). A static graph's work lists know its largest degrees and hold hub entries only where a row (source) has
     more than :func:`~cudnn_gnn.backends.triton.tuning.chunk_size` edges; a graph rebuilt every call (a sampled
     block), or one traced by ``torch.compile``, gets lists sized for the worst case. Per graph, built once and kept
-    on it (:class:`~cudnn_gnn.backends.triton.worklists.TritonGraph`): the work lists (rows, and for the backward
+    on it (:class:`~cudnn_gnn.backends.triton.call.TritonGraph`): the work lists (rows, and for the backward
     sources, cut into chunks, heaviest first), its largest degrees (one host sync, the first time), and for the
     backward the reverse CSC (one sort of the sources). No host sync per call after the first.
 

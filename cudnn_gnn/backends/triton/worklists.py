@@ -1,21 +1,14 @@
-"""The graph as the Triton kernels walk it: :class:`TritonGraph` (the CSC arrays and the forward's work list; the
-backward's reverse CSC and work list, :class:`TritonBackward`, built when a backward first needs them), built by
-:func:`kernel_graph` once per graph and kept on it; and the work lists themselves (:func:`work_list`): which programs
-a pass over a CSC (or the reverse CSC) launches, hub rows cut into chunks."""
+"""Work lists: which programs a pass over a CSC (or the reverse CSC) launches, hub rows cut into chunks."""
 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.graph import CscGraph
-
-__all__ = ["TritonBackward", "TritonGraph", "WorkList", "built_kernel_graph", "kernel_graph", "work_list"]
+__all__ = ["WorkList", "work_list"]
 
 
 class WorkList(NamedTuple):
@@ -90,89 +83,3 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | Non
     hubs = torch.stack([hub_rows, slot0[hub_rows], hub_slots[hub_rows]], 1)
     return WorkList(work, hub_work, hubs)
 
-
-class TritonBackward(NamedTuple):
-    """What the backward's source pass walks, over the reverse CSC of a :class:`TritonGraph`'s graph.
-
-    ``rev_offsets [Ns+1]``, ``rev_to_csc [E]`` (:meth:`~cudnn_gnn.CscGraph.reverse_csc`), ``dst_index [E]``, the
-    source work list ``src`` over ``rev_offsets`` (:class:`WorkList`), and ``rev_dst [E]``, the destination of each
-    reverse-CSC position (:meth:`~cudnn_gnn.CscGraph.reverse_dst`), for a static graph only: a graph rebuilt every
-    call (a sampled block) gets None, and its source pass reads ``dst_index[rev_to_csc[k]]`` (one dependent load
-    more per edge, but no launch a step to build it)."""
-
-    rev_offsets: Tensor
-    rev_to_csc: Tensor
-    dst_index: Tensor
-    rev_dst: Tensor | None
-    src: WorkList
-
-
-@dataclass(frozen=True, eq=False)
-class TritonGraph:
-    """A graph as the Triton kernels walk it: what :meth:`TritonBackend.kernel_graph
-    <cudnn_gnn.backends.triton.TritonBackend.kernel_graph>` returns and the run path reads, so that a call asks the
-    graph for nothing more (built by :func:`kernel_graph`, kept on the graph).
-
-    Attributes:
-        graph: the CSC graph it was built from (int32 or int64 indices: the kernels compute every offset in int64).
-        chunk: the most edges a program walks (:func:`~cudnn_gnn.backends.triton.tuning.chunk_size`).
-        offsets, indices, map_csc_to_coo, num_src_nodes: ``graph``'s, as the kernels read them.
-        rows: the forward's (and the backward's destination pass') work list over ``offsets``.
-    """
-
-    graph: CscGraph
-    chunk: int
-    offsets: Tensor
-    indices: Tensor
-    map_csc_to_coo: Tensor | None
-    num_src_nodes: int
-    rows: WorkList
-
-    @property
-    def num_edges(self) -> int:
-        return self.indices.shape[0]
-
-    def backward(self) -> TritonBackward:
-        """The reverse CSC and the source work list (:class:`TritonBackward`), built the first time a backward
-        needs them and kept on the graph (through :meth:`~cudnn_gnn.CscGraph.derived`, so a call traced by
-        ``torch.compile`` keeps nothing)."""
-        return self.graph.derived(("triton", "backward", self.chunk), self._build_backward)
-
-    def backward_if_built(self) -> TritonBackward | None:
-        """What :meth:`backward` returns, or None where no backward has built it yet."""
-        return self.graph.derived_if_built(("triton", "backward", self.chunk))
-
-    def _build_backward(self) -> TritonBackward:
-        g = self.graph
-        rev_offsets, rev_to_csc = g.reverse_csc()
-        src = work_list(rev_offsets, g.num_edges, self.chunk, _largest_degree(g, 1), whole_rows=g.short_rows)
-        # a static graph's source pass reads each out-edge's destination from rev_dst (E indices more, once)
-        rev_dst = None if g.rebuilt_every_call else g.reverse_dst()
-        return TritonBackward(rev_offsets, rev_to_csc, g.dst_index, rev_dst, src)
-
-    @classmethod
-    def build(cls, graph: CscGraph, chunk: int) -> TritonGraph:
-        """The graph's arrays and its row work list with chunks of ``chunk`` edges (see :func:`kernel_graph`)."""
-        rows = work_list(graph.offsets, graph.num_edges, chunk, _largest_degree(graph, 0),
-                         whole_rows=graph.short_rows)
-        return cls(graph, chunk, graph.offsets, graph.indices, graph.map_csc_to_coo, graph.num_src_nodes, rows)
-
-
-def _largest_degree(graph: CscGraph, side: int) -> int | None:
-    """A static graph's largest in- (0) or out-degree (1), so that its work lists can drop the hub launches where no
-    row is longer than a chunk: one sync the first time, cached on the graph, and asked only when a list is built.
-    None for a graph rebuilt every call (sampled blocks) or while tracing."""
-    degrees = None if torch.compiler.is_compiling() else graph.max_degrees()
-    return None if degrees is None else degrees[side]
-
-
-def kernel_graph(graph: CscGraph) -> TritonGraph:
-    """``graph`` as the Triton kernels walk it (:class:`TritonGraph`), built on first use and kept on the graph
-    (:meth:`~cudnn_gnn.CscGraph.derived`: nothing is kept from a call traced by ``torch.compile``), per chunk size."""
-    chunk = tuning.chunk_size(graph.num_edges)
-    return graph.derived(("triton", "graph", chunk), lambda: TritonGraph.build(graph, chunk))
-
-
-def built_kernel_graph(graph: CscGraph) -> TritonGraph | None:
-    """The :class:`TritonGraph` that :func:`kernel_graph` keeps on ``graph``, or None where none was built yet."""
-    return graph.derived_if_built(("triton", "graph", tuning.chunk_size(graph.num_edges)))
