@@ -276,6 +276,43 @@ def test_empty_graph_and_no_destinations():
 
 
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
+def test_a_warm_step_reads_the_kept_kernel_graph_and_syncs_nowhere(op, monkeypatch):
+    """On a power-law graph with hubs (chunked work lists), with edge features and a dropout mask: the first step
+    builds the kernel graph (arrays, row list; reverse CSC, rev_dst, source list for the backward) and keeps it on
+    the graph; a warm step asks graph.py for none of its derived structures, syncs nowhere
+    (``set_sync_debug_mode("error")``) and repeats the first step's output and gradients bitwise."""
+    import cudnn_gnn
+
+    v2 = op == "gatv2"
+    graph = _power_law_graph(3000, 30_000, seed=21, index_dtype=torch.int32)
+    xs, w, ea, m = _inputs(v2, graph, 4, 16, edge=True, mask=True, seed=22)
+    x, w, ea = (t.requires_grad_() for t in (xs, w, ea))
+    fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
+
+    def step() -> list[torch.Tensor]:
+        out = fn(graph, x, w, heads=4, edge_attr=ea, dropout_mask=m, backend="triton")
+        return [out, *torch.autograd.grad(out.square().sum(), (x, w, ea))]
+
+    first = step()
+    kept = tb.built_kernel_graph(graph)
+    assert kept is not None and kept.backward_if_built() is not None and int(kept.rows.hubs.shape[0]) > 0
+    torch.cuda.synchronize()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a warm step went back to graph.py for a derived structure")
+
+    for name in ("reverse_csc", "reverse_dst", "reverse_coo_map", "max_degrees"):
+        monkeypatch.setattr(CscGraph, name, refuse)
+    monkeypatch.setattr(CscGraph, "dst_index", property(refuse))
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
 def test_20000_edge_hub_in_and_out_in_chunks(op):
     """Destination 0 with 20,000 in-edges and source 1 with 20,000 out-edges on a light power-law background: both
     are cut into chunks (forward log-sum-exp merge, backward delta / destination / source merges), against the
