@@ -271,6 +271,32 @@ def test_a_warm_step_reads_the_kernel_graph_kept_on_the_graph(v2, monkeypatch):
     assert tb.built_kernel_graph(graph) is kept
 
 
+def test_the_kept_kernel_graph_makes_no_reference_cycle():
+    """A graph keeps its kernel graph (and the backward's structures) but the kernel graph holds the graph only
+    weakly: once the last reference goes, the graph is freed at once, without a run of the cycle collector (a sampled
+    block's tensors do not outlive its step)."""
+    import gc
+    import weakref
+
+    ei, ns, _ = GRAPHS["power_law"]()
+    xs, _, w, _, _ = _inputs(False, ns, ns, ei.shape[1], 2, 2, edge=False, mask=False, bipartite=False)
+    gc.collect()
+    gc.disable()
+    try:
+        graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+        out, _ = tb.triton_gat(call_spec(graph, xs, xs, w, v2=False, heads=2, concat=True))
+        out.sum().backward()
+        kept = tb.built_kernel_graph(graph)
+        assert kept is not None and kept.backward_if_built() is not None and kept.graph is graph
+        alive = weakref.ref(graph)
+        del graph, out
+        assert alive() is None
+        with pytest.raises(RuntimeError, match="graph must be alive"):
+            kept.backward()
+    finally:
+        gc.enable()
+
+
 def _op_args(v2: bool, return_attention: bool) -> tuple:
     ei, ns, nd = GRAPHS["bipartite"]()
     graph = CscGraph.from_edge_index(ei, size=(ns, nd))

@@ -8,6 +8,7 @@ arguments."""
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -46,13 +47,15 @@ class TritonGraph:
     graph for nothing more (built by :func:`kernel_graph`, kept on the graph).
 
     Attributes:
-        graph: the CSC graph it was built from (int32 or int64 indices: the kernels compute every offset in int64).
+        source: a weak reference to the CSC graph it was built from (int32 or int64 indices: the kernels compute
+            every offset in int64), which keeps it: a strong one would make the two a reference cycle, and a sampled
+            block's tensors would then outlive its step until Python's cycle collector ran.
         chunk: the most edges a program walks (:func:`~cudnn_gnn.backends.triton.tuning.chunk_size`).
-        offsets, indices, map_csc_to_coo, num_src_nodes: ``graph``'s, as the kernels read them.
+        offsets, indices, map_csc_to_coo, num_src_nodes: the graph's, as the kernels read them.
         rows: the forward's (and the backward's destination pass') work list over ``offsets``.
     """
 
-    graph: CscGraph
+    source: weakref.ReferenceType[CscGraph]
     chunk: int
     offsets: Tensor
     indices: Tensor
@@ -63,6 +66,15 @@ class TritonGraph:
     @property
     def num_edges(self) -> int:
         return self.indices.shape[0]
+
+    @property
+    def graph(self) -> CscGraph:
+        """The graph this was built from (alive while anything reads this: the graph keeps it)."""
+        graph = self.source()
+        if graph is None:
+            raise RuntimeError("graph must be alive to build a kernel graph's backward structures, got a TritonGraph "
+                               "whose CscGraph was freed: keep the graph, or call kernel_graph(graph) again")
+        return graph
 
     def backward(self) -> TritonBackward:
         """The reverse CSC and the source work list (:class:`TritonBackward`), built the first time a backward
@@ -87,7 +99,8 @@ class TritonGraph:
         """The graph's arrays and its row work list with chunks of ``chunk`` edges (see :func:`kernel_graph`)."""
         rows = work_list(graph.offsets, graph.num_edges, chunk, _largest_degree(graph, 0),
                          whole_rows=graph.short_rows)
-        return cls(graph, chunk, graph.offsets, graph.indices, graph.map_csc_to_coo, graph.num_src_nodes, rows)
+        return cls(weakref.ref(graph), chunk, graph.offsets, graph.indices, graph.map_csc_to_coo, graph.num_src_nodes,
+                   rows)
 
 
 def _largest_degree(graph: CscGraph, side: int) -> int | None:
