@@ -80,6 +80,7 @@ def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor
     """Per implementation, a builder of its ``(fwd, fwd_bwd)`` closures for one op and dtype."""
     from cudnn_gnn.backends import reference
     from cudnn_gnn.backends import triton as tb
+    from cudnn_gnn.spec import AttentionSpec, attention_spec
 
     h, c = p.heads, p.channels
     d = h * c
@@ -90,23 +91,27 @@ def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor
     w = (torch.randn(d if v2 else 2 * d + de, device=device, generator=gen) * 0.1).to(dtype).requires_grad_()
     x = x_in.to(dtype)
     ea = None if edge_attr is None else edge_attr.to(dtype)
-    kw: dict[str, Any] = dict(v2=v2, heads=h, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
 
     def edge_input() -> torch.Tensor | None:
         return ea if lin_edge is None or ea is None else lin_edge(ea)
 
-    def ours(fn: Callable[..., Any]) -> Pair:
+    def ours(fn: Callable[[AttentionSpec], Any]) -> Pair:
         with torch.no_grad():
             xp = lin(x)
             ep = edge_input()
+        # validated once; each call swaps in its own features (AttentionSpec.on), as the hub split does
+        spec = attention_spec(v2=v2, graph=graph, x=xp, attn_weights=w, heads=h, edge_attr=ep, concat=True,
+                              activation="leaky_relu", activation_alpha=0.2, dropout=0.0, training=False,
+                              dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
+                              backend="triton", max_degree=None)
 
         def fwd() -> Any:
             with torch.no_grad():
-                return fn(graph, xp, xp, w, ep, None, **kw)[0]
+                return fn(spec)[0]
 
         def fwd_bwd() -> None:
             xs = lin(x)
-            out = fn(graph, xs, xs, w, edge_input(), None, **kw)[0]
+            out = fn(spec.on(graph, xs, xs, edge_attr=edge_input()))[0]
             out.float().square().mean().backward()
 
         return fwd, fwd_bwd
@@ -128,7 +133,7 @@ def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor
         return fwd, fwd_bwd
 
     return {
-        "triton": lambda: ours(lambda *a, **k: tb.triton_gat(*a, **k, return_attention=False)),
+        "triton": lambda: ours(tb.triton_gat),
         "reference": lambda: ours(reference.mha_gat),
         "pyg": lambda: pyg(False),
         "pyg-compiled": lambda: pyg(True),

@@ -28,7 +28,8 @@ from cudnn_gnn._validation import (
 )
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["AttentionSpec", "attention_spec", "make_dropout_mask", "project_edges", "GRAD_PRECISIONS", "ALPHA_DEFAULTS"]
+__all__ = ["AttentionSpec", "attention_spec", "make_dropout_mask", "project_edges", "gat_attention_vector",
+           "gat_attention_parts", "GRAD_PRECISIONS", "ALPHA_DEFAULTS"]
 
 GRAD_PRECISIONS = ("auto", "fp32", "input")
 ALPHA_DEFAULTS = {"leaky_relu": 0.2, "scalar": 1.0}  # activations that take a parameter, and its default
@@ -40,6 +41,25 @@ def project_edges(edge_attr: Tensor, lin_edge_weight: Tensor) -> Tensor:
     that does not fuse it."""
     dtype = torch.promote_types(edge_attr.dtype, lin_edge_weight.dtype)
     return torch.nn.functional.linear(edge_attr.to(dtype), lin_edge_weight.to(dtype))
+
+
+def gat_attention_vector(att_src: Tensor, att_dst: Tensor, att_edge: Tensor | None = None) -> Tensor:
+    """GAT's attention vector ``attn_weights [2*D + De] = att_src [D] | att_dst [D] | att_edge [De]`` (each head-major,
+    ``[H, C]`` flattened; ``De = 0`` without edge features): the one layout every backend reads (split again by
+    :func:`gat_attention_parts`). One tensor, so that a call carries one attention parameter of one dtype."""
+    parts = [att_src.reshape(-1), att_dst.reshape(-1)]
+    if att_edge is not None:
+        parts.append(att_edge.reshape(-1))
+    return torch.cat(parts)
+
+
+def gat_attention_parts(attn_weights: Tensor, dim: int) -> tuple[Tensor, Tensor | None]:
+    """``(att_node [2*D] = att_src | att_dst, att_edge [De] or None)`` of GAT's :func:`gat_attention_vector`
+    ``attn_weights [2*D + De]``, ``dim = D = H*C``. Without an edge part (``De = 0``) ``att_node`` is ``attn_weights``
+    itself, not a view: a view of a tensor that requires grad costs an autograd node (and host time) on every call."""
+    if attn_weights.shape[0] == 2 * dim:
+        return attn_weights, None
+    return attn_weights[:2 * dim], attn_weights[2 * dim:]
 
 
 @dataclass(frozen=True, eq=False)

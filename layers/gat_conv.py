@@ -14,6 +14,7 @@ from torch_geometric.nn.inits import glorot, zeros
 
 from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gat import gat
+from cudnn_gnn.spec import gat_attention_vector
 
 from ._common import (
     check_knobs,
@@ -259,7 +260,7 @@ class GATConv(MessagePassing):
 
         ea = None
         att_dst = self.att_dst if x_dst is not None else torch.zeros_like(self.att_dst)
-        parts = [self.att_src.reshape(-1), att_dst.reshape(-1)]
+        att_edge = None
         if edge_attr is not None and self.lin_edge is not None:
             # Edge features enter GAT only through the per-head logit att_edge . lin_edge(e): fold att_edge into
             # lin_edge's weight, [H, edge_dim], so each edge carries H numbers instead of PyG's [H, C] (on the
@@ -267,11 +268,12 @@ class GATConv(MessagePassing):
             weight = self.lin_edge.weight
             folded = (weight.view(H, C, -1) * self.att_edge.view(H, C, 1).to(weight.dtype)).sum(1)
             ea = project_edge_attr(plan, edge_attr, self.fill_value, lambda e: torch.nn.functional.linear(e, folded))
-            parts.append(self.att_src.new_ones(H))
+            att_edge = self.att_src.new_ones(H)
         want = bool(return_attention_weights)
         alpha_dtype = torch.promote_types(x_src.dtype, self.att_src.dtype)
-        op = partial(gat, plan.graph, (x_src, x_dst_full), torch.cat(parts), heads=H, edge_attr=ea,
-                     concat=self.concat, activation="leaky_relu", activation_alpha=self.negative_slope,
+        attn_weights = gat_attention_vector(self.att_src, att_dst, att_edge)
+        op = partial(gat, plan.graph, (x_src, x_dst_full), attn_weights, heads=H, edge_attr=ea, concat=self.concat,
+                     activation="leaky_relu", activation_alpha=self.negative_slope,
                      deterministic=self.deterministic, grad_precision=self.grad_precision, backend=self.backend)
         if explained(self):  # torch_geometric.explain: edge masks and message hooks (layers/_explain.py)
             result = run_explained(self, plan, edge_index, op, x_src, want, alpha_dtype)

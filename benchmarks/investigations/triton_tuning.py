@@ -127,6 +127,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     each; None keeps the default's."""
     from cudnn_gnn.backends import triton as tb
     from cudnn_gnn.backends.triton import tuning as tk
+    from cudnn_gnn.spec import attention_spec
 
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
@@ -159,9 +160,12 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                 def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
                          options: Any = options) -> None:
                     def run() -> torch.Tensor:  # the backend's entry: it takes the options
-                        return tb.triton_gat(csc, x, x, att, None, None, v2=v2, heads=heads, concat=True,
-                                          activation_name="leaky_relu", activation_alpha=0.2,
-                                          return_attention=False, options=options)[0]
+                        spec = attention_spec(v2=v2, graph=csc, x=x, attn_weights=att, heads=heads, edge_attr=None,
+                                              concat=True, activation="leaky_relu", activation_alpha=0.2, dropout=0.0,
+                                              training=False, dropout_mask=None, return_attention=False,
+                                              deterministic=False, grad_precision="auto", backend="triton",
+                                              max_degree=None)
+                        return tb.triton_gat(spec, options=options)[0]
 
                     if pass_ == "fwd":
                         with torch.no_grad():

@@ -16,7 +16,7 @@ nothing here probes a GPU at import. What this process can run, and why not: :fu
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from cudnn_gnn.spec import AttentionSpec
 
 __all__ = [
-    "GAT_BACKENDS", "ATTENTION_BACKENDS", "AUTO_ORDER", "GatBackend", "gat_backend", "registered", "BackendInfo", "backend_info",
+    "GAT_BACKENDS", "ATTENTION_BACKENDS", "AUTO_ORDER", "GatBackend", "KernelGraph", "gat_backend", "registered",
+    "BackendInfo", "backend_info",
     "cudnn_available", "mapped_cudnn_libraries", "MIN_CUDNN_VERSION", "MIN_FRONTEND_VERSION", "CUDNN_SUBLIBRARIES",
     "PRECOMPILED", "JIT_ONLY_NOTE", "library_dirs", "lacking_precompiled", "precompiled_engines_everywhere",
     "incomplete_cudnn",
@@ -51,11 +52,18 @@ __all__ = [
 
 
 
-class GatBackend(Protocol):
+KernelGraph = TypeVar("KernelGraph")
+"""What a backend's :meth:`GatBackend.kernel_graph` returns and its :meth:`GatBackend.run` reads: a
+:class:`~cudnn_gnn.CscGraph` (cuDNN: in the index dtype its kernels need; the reference) or the backend's own view of
+one (Triton: :class:`~cudnn_gnn.backends.triton.TritonGraph`, the arrays and work lists its kernels walk)."""
+
+
+class GatBackend(Protocol[KernelGraph]):
     """What the planner and the runner need of a GAT / GATv2 backend (each module exports one as ``BACKEND``).
 
-    ``spec`` is the validated call (:class:`cudnn_gnn.spec.AttentionSpec`); ``graph`` the graph the kernels run
-    on, which the planner derived from ``spec.graph`` (index dtype, hub split) with the same edge order.
+    ``spec`` is the validated call (:class:`cudnn_gnn.spec.AttentionSpec`); ``graph`` what :meth:`kernel_graph`
+    made of the graph the planner derived from ``spec.graph`` (a hub split's rows, or the graph itself), with the
+    same edge order.
     """
 
     name: str
@@ -67,13 +75,14 @@ class GatBackend(Protocol):
     def unsupported(self, spec: AttentionSpec) -> str | None:
         """``None`` where the backend computes this call, else why not (a dtype, a size)."""
 
-    def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> CscGraph:
-        """``graph`` as the kernels need it (e.g. int64 indices past 32-bit offsets), cached on ``graph``."""
+    def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> KernelGraph:
+        """``graph`` as the kernels need it (e.g. int64 indices past 32-bit offsets, the work lists they walk),
+        cached on ``graph`` (through :meth:`~cudnn_gnn.CscGraph.derived`)."""
 
-    def failed_to_launch_before(self, spec: AttentionSpec, graph: CscGraph) -> bool:
+    def failed_to_launch_before(self, spec: AttentionSpec, graph: KernelGraph) -> bool:
         """Whether a kernel of this call's shape on ``graph`` failed to launch earlier in this process."""
 
-    def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
+    def run(self, spec: AttentionSpec, graph: KernelGraph) -> tuple[Tensor, Tensor | None]:
         """``(out [Nd, H*C] or [Nd, C], attention [E, H] float32 in COO order, or None unless asked)``."""
 
 
@@ -82,7 +91,7 @@ from cudnn_gnn.backends import cudnn as _cudnn_backend  # noqa: E402
 from cudnn_gnn.backends import reference as _reference_backend  # noqa: E402
 from cudnn_gnn.backends import triton as _triton_backend  # noqa: E402
 
-_GAT: dict[str, GatBackend] = {
+_GAT: dict[str, GatBackend[Any]] = {
     "cudnn": _cudnn_backend.BACKEND,
     "triton": _triton_backend.BACKEND,
     "reference": _reference_backend.BACKEND,
@@ -94,7 +103,7 @@ def registered(name: str) -> bool:
     return name in _GAT
 
 
-def gat_backend(name: str) -> GatBackend:
+def gat_backend(name: str) -> GatBackend[Any]:
     """The backend called ``name`` (one of ``GAT_BACKENDS`` but ``"auto"``)."""
     backend = _GAT.get(name)
     if backend is None:

@@ -326,11 +326,16 @@ def _bwd_fake(grad_out: Tensor, grad_attention: Tensor | None, sm: Tensor, act: 
 def _reference_call(c: GatCall, x_src: Tensor, x_dst: Tensor, w: Tensor, edge: Tensor | None):
     from cudnn_gnn.backends import reference
     from cudnn_gnn.graph import CscGraph
+    from cudnn_gnn.spec import AttentionSpec
 
     graph = CscGraph(c.offsets, c.indices, c.num_src_nodes, c.map_csc_to_coo)
-    mask = None if c.dropout_mask is None else c.dropout_mask.t()
-    return reference.mha_gat(graph, x_src, x_dst, w, edge, mask, v2=c.v2, heads=c.heads, concat=c.concat,
-                             activation_name=c.activation, activation_alpha=c.activation_alpha)
+    spec = AttentionSpec(
+        v2=c.v2, graph=graph, x_src=x_src, x_dst=x_dst, attn_weights=w, heads=c.heads, edge_attr=edge,
+        lin_edge_weight=None, concat=c.concat, activation=c.activation, activation_alpha=c.activation_alpha,
+        dropout_mask=None if c.dropout_mask is None else c.dropout_mask.t(), return_attention=True,
+        deterministic=c.deterministic, grad_precision="fp32" if c.grad_fp32 else "input", backend="reference",
+        max_degree=None)
+    return reference.mha_gat(spec)
 
 
 def _fwd_cpu(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -12,55 +12,38 @@ Determinism: on CPU every reduction is deterministic. On CUDA, ``index_add`` use
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import Tensor
 
 from cudnn_gnn._segment import ACTIVATIONS, activation, segment_softmax
 from cudnn_gnn.graph import CscGraph
-
-if TYPE_CHECKING:
-    from cudnn_gnn.spec import AttentionSpec
+from cudnn_gnn.spec import AttentionSpec, gat_attention_parts
 
 __all__ = ["ACTIVATIONS", "mha_gat", "BACKEND"]
 
 
-def mha_gat(
-    graph: CscGraph,
-    x_src: Tensor,
-    x_dst: Tensor,
-    attn_weights: Tensor,
-    edge_attr: Tensor | None,
-    dropout_mask: Tensor | None,
-    *,
-    v2: bool,
-    heads: int,
-    concat: bool,
-    activation_name: str,
-    activation_alpha: float,
-    lin_edge_weight: Tensor | None = None,
-) -> tuple[Tensor, Tensor]:
-    """GAT / GATv2 attention on a CSC graph.
+def mha_gat(spec: AttentionSpec, graph: CscGraph | None = None) -> tuple[Tensor, Tensor]:
+    """GAT / GATv2 attention on a CSC graph, for the call ``spec`` (its tensors, shapes and knobs as
+    :class:`~cudnn_gnn.spec.AttentionSpec` documents them; ``spec.return_attention`` is not read: ``alpha`` always
+    comes back).
 
     Args:
-        graph: the graph (any index dtype, same device as the features).
-        x_src: ``[Ns, H*C]`` projected source features; ``x_dst``: ``[Nd, H*C]``.
-        attn_weights: GAT ``[2*H*C + De]`` = ``att_src | att_dst | att_edge`` (each head-major);
-            GATv2 ``[H*C]``.
-        edge_attr: ``[E, De]`` (GAT, ``De % H == 0``) or ``[E, H*C]`` (GATv2), COO order, or None; GATv2 with
-            ``lin_edge_weight``: raw ``[E, De]``.
-        dropout_mask: ``[E, H]`` multiplicative factors in COO order, or None.
-        lin_edge_weight: GATv2 ``[H*C, De]`` (PyG's ``lin_edge.weight``) or None: the edge term is then
-            ``edge_attr @ lin_edge_weight^T``, projected here in the computation dtype before the math below.
+        spec: the call: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``; ``attn_weights`` GAT ``[2*H*C + De]`` (the layout of
+            :func:`~cudnn_gnn.spec.gat_attention_vector`), GATv2 ``[H*C]``; ``edge_attr`` ``[E, De]`` (GAT) or
+            ``[E, H*C]`` (GATv2) in COO order, or None; GATv2 with ``lin_edge_weight [H*C, De]``: raw ``[E, De]``,
+            projected here in the computation dtype; ``dropout_mask [E, H]`` factors in COO order, or None.
+        graph: the graph to run on (any index dtype, same device as the features): ``spec.graph`` where None (the
+            planner's kernel graph otherwise: the same edges, possibly in another index dtype).
 
     Returns:
         ``(out, alpha)``: ``out`` ``[Nd, H*C]`` (concat) or ``[Nd, C]`` (mean over heads) in the input dtype,
         ``alpha`` ``[E, H]`` float32 post-softmax, post-dropout coefficients in COO order.
     """
+    graph = spec.graph if graph is None else graph
+    x_src, x_dst, attn_weights, edge_attr, h = spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.heads
+    lin_edge_weight, dropout_mask, v2 = spec.lin_edge_weight, spec.dropout_mask, spec.v2
     out_dtype = x_src.dtype
     cdt = torch.float64 if out_dtype == torch.float64 else torch.float32
-    h = heads
     d = x_src.shape[1]
     c = d // h
     n_dst, n_edges = graph.num_dst_nodes, graph.num_edges
@@ -74,22 +57,23 @@ def mha_gat(
         edge_attr = torch.nn.functional.linear(edge_attr.to(cdt), lin_edge_weight.to(cdt))
     e_csc = None if edge_attr is None else edge_attr.to(cdt).index_select(0, eid).view(n_edges, h, edge_attr.shape[1] // h)
     if not v2:
-        a_src, a_dst, a_edge = w[:d].view(h, c), w[d : 2 * d].view(h, c), w[2 * d :].view(h, (w.shape[0] - 2 * d) // h)
+        att_node, att_edge = gat_attention_parts(w, d)
+        a_src, a_dst = att_node.view(2, h, c)
         logits = (xs * a_src).sum(-1).index_select(0, src) + (xd * a_dst).sum(-1).index_select(0, dst)
-        if e_csc is not None:
-            logits = logits + (e_csc * a_edge).sum(-1)
-        logits = activation(logits, activation_name, activation_alpha)
+        if e_csc is not None and att_edge is not None:
+            logits = logits + (e_csc * att_edge.view(h, -1)).sum(-1)
+        logits = activation(logits, spec.activation, spec.activation_alpha)
     else:
         z = xs.index_select(0, src) + xd.index_select(0, dst)
         if e_csc is not None:
             z = z + e_csc
-        logits = (activation(z, activation_name, activation_alpha) * w.view(h, c)).sum(-1)
+        logits = (activation(z, spec.activation, spec.activation_alpha) * w.view(h, c)).sum(-1)
     alpha = segment_softmax(logits, dst, n_dst)
     if dropout_mask is not None:
         alpha = alpha * dropout_mask.to(cdt).index_select(0, eid)
     msg = alpha.unsqueeze(-1) * xs.index_select(0, src)
     out = msg.new_zeros(n_dst, h, c).index_add(0, dst, msg)
-    out = out.reshape(n_dst, d) if concat else out.mean(dim=1)
+    out = out.reshape(n_dst, d) if spec.concat else out.mean(dim=1)
     alpha_coo = alpha.new_zeros(n_edges, h).index_copy(0, eid, alpha)
     att_dtype = torch.float64 if cdt == torch.float64 else torch.float32
     return out.to(out_dtype), alpha_coo.to(att_dtype)
@@ -114,9 +98,7 @@ class ReferenceBackend:
         return False
 
     def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
-        out, att = mha_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
-                           v2=spec.v2, heads=spec.heads, concat=spec.concat, activation_name=spec.activation,
-                           activation_alpha=spec.activation_alpha, lin_edge_weight=spec.lin_edge_weight)
+        out, att = mha_gat(spec, graph)
         return out, att if spec.return_attention else None
 
 

@@ -29,6 +29,7 @@ from torch import Tensor
 from cudnn_gnn._segment import activation as apply_activation
 from cudnn_gnn._segment import segment_logsumexp
 from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.spec import gat_attention_parts
 
 __all__ = ["HubSplit", "hub_split", "merge_rows"]
 
@@ -268,13 +269,15 @@ def _gat_hub_logits(split: HubSplit, x_src: Tensor, x_dst: Tensor, attn_weights:
     d = x_src.shape[1]
     # per-node scores as one matrix product with the block-diagonal [D, H] attention matrix (no [N, H, C]
     # temporary); the destination side only for the hub destinations
-    s_src = x_src.to(f32) @ _per_head(attn_weights[:d].to(f32), heads)
-    s_dst = x_dst.index_select(0, split.hub_dst).to(f32) @ _per_head(attn_weights[d:2 * d].to(f32), heads)
+    att_node, att_edge = gat_attention_parts(attn_weights, d)
+    a_src, a_dst = att_node.to(f32).view(2, d)
+    s_src = x_src.to(f32) @ _per_head(a_src, heads)
+    s_dst = x_dst.index_select(0, split.hub_dst).to(f32) @ _per_head(a_dst, heads)
     s = (gather(split, "hub_edge_src", s_src, split.hub_edge_src, deterministic)
          + gather(split, "hub_edge_hub", s_dst, split.hub_edge_hub, deterministic))
-    if edge_attr is not None:
+    if edge_attr is not None and att_edge is not None:
         ce = edge_attr.shape[1] // heads
-        a_edge = attn_weights[2 * d:].to(f32).view(heads, ce)
+        a_edge = att_edge.to(f32).view(heads, ce)
         ea = edge_attr.index_select(0, split.hub_edge_coo).to(f32)
         s = s + (ea.view(-1, heads, ce) * a_edge).sum(-1)
     return apply_activation(s, activation, activation_alpha)

@@ -6,7 +6,8 @@ One place decides, in this order (``docs/design.md`` draws it):
 2. **the hub split**: a degree-bounded rewrite of the graph (:mod:`cudnn_gnn.ops._hub_split`) for an explicit
    ``max_degree``, or by the ``"auto"`` rule of :func:`auto_max_degree` for backends whose time follows the
    largest degree;
-3. **the kernel graph**: the (split) graph in the index dtype the backend needs;
+3. **the kernel graph**: the (split) graph as the backend's kernels take it (its index dtype; Triton: the arrays
+   and work lists its kernels walk), kept on the graph;
 4. **the launch fallback**: a call whose kernel shape failed to launch earlier in the process (cuDNN) goes to
    the fallback backend instead: Triton on CUDA where it runs, else the reference (deterministic calls stay on
    the backend's own fallback math, which the failing call ran, so that they repeat bitwise).
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, replace
+from typing import Any
 
 import torch
 
@@ -45,15 +47,16 @@ class AttentionPlan:
     Attributes:
         spec: the validated call.
         backend: the resolved backend (never ``"auto"``).
-        graph: the graph the backend's kernels run on: ``spec.graph``, or the split's bounded graph, in the
-            backend's index dtype.
+        graph: what the backend's kernels run on, its ``kernel_graph`` of ``spec.graph`` or of the split's bounded
+            graph (a :class:`~cudnn_gnn.CscGraph` in the backend's index dtype, or the backend's own view of one:
+            Triton's arrays and work lists), kept on that graph.
         split: the hub split whose rows ``graph`` holds, or None.
         fallback_from: the backend this call was routed away from after a launch failure, or None.
     """
 
     spec: AttentionSpec
-    backend: GatBackend
-    graph: CscGraph
+    backend: GatBackend[Any]
+    graph: Any
     split: HubSplit | None = None
     fallback_from: str | None = None
 
@@ -69,7 +72,7 @@ def _warn_reference_on(device: torch.device, why: str) -> None:
                       "info` for details.", RuntimeWarning, stacklevel=4)
 
 
-def choose_backend(spec: AttentionSpec) -> GatBackend:
+def choose_backend(spec: AttentionSpec) -> GatBackend[Any]:
     """The backend that runs ``spec`` (requested, or resolved from ``"auto"``).
 
     ``"auto"``: CPU tensors -> reference; CUDA -> the first of ``AUTO_ORDER`` that runs here and supports the call,
@@ -106,7 +109,7 @@ def choose_backend(spec: AttentionSpec) -> GatBackend:
     return gat_backend("reference")
 
 
-def _launch_fallback(spec: AttentionSpec) -> GatBackend:
+def _launch_fallback(spec: AttentionSpec) -> GatBackend[Any]:
     """Where a call goes after its cuDNN kernel failed to launch: Triton where it runs, else the reference."""
     if registered("triton"):
         triton = gat_backend("triton")
@@ -132,7 +135,7 @@ def auto_max_degree(graph: CscGraph) -> int | None:
     return None
 
 
-def _bounded(backend: GatBackend, spec: AttentionSpec) -> tuple[HubSplit | None, CscGraph]:
+def _bounded(backend: GatBackend[Any], spec: AttentionSpec) -> tuple[HubSplit | None, Any]:
     """The hub split ``backend`` runs ``spec`` on (None: the plain graph) and the kernel graph."""
     bound = spec.max_degree
     if bound == "auto":

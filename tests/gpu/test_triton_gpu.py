@@ -17,6 +17,7 @@ import torch
 
 pytestmark = pytest.mark.gpu
 
+from ..conftest import call_spec  # noqa: E402
 from ._requirements import compiled_triton_skip_reason  # noqa: E402
 
 if (_reason := compiled_triton_skip_reason()) is not None:
@@ -78,9 +79,10 @@ def _run(backend: str, graph, xs, w, ea, m, dtype, *, v2, heads, concat, act="le
     x = leaves[0]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha)
     if backend == "triton":
-        out, att = tb.triton_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, return_attention=True, **kw)
+        out, att = tb.triton_gat(call_spec(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m,
+                                           return_attention=True, **kw))
     else:
-        out, att = reference.mha_gat(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, **kw)
+        out, att = reference.mha_gat(call_spec(graph, x, x[: graph.num_dst_nodes], leaves[1], e_leaf, m, **kw))
     gen = torch.Generator(device=DEV).manual_seed(0)
     go = torch.randn(out.shape, device=DEV, generator=gen)
     ga = torch.randn(att.shape, device=DEV, generator=gen)
@@ -148,8 +150,7 @@ def test_compile_fullgraph():
     x = xs.requires_grad_()
 
     def f(x, w, ea):
-        out, att = tb.triton_gat(graph, x, x, w, ea, None, v2=True, heads=4, concat=True, activation_name="leaky_relu",
-                              activation_alpha=0.2, return_attention=True)
+        out, att = tb.triton_gat(call_spec(graph, x, x, w, ea, v2=True, heads=4, concat=True, return_attention=True))
         return out.square().sum() + att.square().sum()
 
     torch._dynamo.reset()
@@ -202,8 +203,7 @@ def test_compile_fullgraph_gat_against_eager():
     w = w.requires_grad_()
 
     def f(x, w):
-        out, _ = tb.triton_gat(graph, x, x, w, None, None, v2=False, heads=8, concat=True, activation_name="leaky_relu",
-                            activation_alpha=0.2, return_attention=False)
+        out, _ = tb.triton_gat(call_spec(graph, x, x, w, v2=False, heads=8, concat=True))
         return out.square().sum()
 
     torch._dynamo.reset()
@@ -232,9 +232,8 @@ def test_node_scores_under_autocast_at_size(heads, c, bipartite, fold):
     gs, gd = torch.randn(n, heads, device=DEV, generator=gen), torch.randn(nd, heads, device=DEV, generator=gen)
     graph = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), size=(n, nd))
     x0 = x.detach()
-    call = tb.build_call(graph, x0, x0 if xd is None else xd.detach(), w.detach(), None, None,
-                         v2=False, heads=heads, concat=True, activation_name="leaky_relu", activation_alpha=0.2,
-                         return_attention=False, needs_grad=True)
+    call = tb.build_call(call_spec(graph, x0, x0 if xd is None else xd.detach(), w.detach(), v2=False, heads=heads,
+                                   concat=True), tb.kernel_graph(graph), needs_grad=True)
     assert (call.x_dst is None) == (xd is None)
 
     def run():
@@ -269,11 +268,48 @@ def test_empty_graph_and_no_destinations():
         graph = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), size=(4, n_dst))
         x = torch.randn(4, 8, device=DEV, requires_grad=True)
         w = torch.randn(8, device=DEV, requires_grad=True)
-        out, att = tb.triton_gat(graph, x, x[:n_dst], w, None, None, v2=True, heads=2, concat=True,
-                              activation_name="relu", activation_alpha=0.0, return_attention=True)
+        out, att = tb.triton_gat(call_spec(graph, x, x[:n_dst], w, v2=True, heads=2, concat=True,
+                                           activation_name="relu", activation_alpha=0.0, return_attention=True))
         assert torch.equal(out, torch.zeros(n_dst, 8, device=DEV)) and att.shape == (0, 2)
         (gx,) = torch.autograd.grad(out.sum(), x)
         assert torch.equal(gx, torch.zeros_like(gx))
+
+
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
+def test_a_warm_step_reads_the_kept_kernel_graph_and_syncs_nowhere(op, monkeypatch):
+    """On a power-law graph with hubs (chunked work lists), with edge features and a dropout mask: the first step
+    builds the kernel graph (arrays, row list; reverse CSC, rev_dst, source list for the backward) and keeps it on
+    the graph; a warm step asks graph.py for none of its derived structures, syncs nowhere
+    (``set_sync_debug_mode("error")``) and repeats the first step's output and gradients bitwise."""
+    import cudnn_gnn
+
+    v2 = op == "gatv2"
+    graph = _power_law_graph(3000, 30_000, seed=21, index_dtype=torch.int32)
+    xs, w, ea, m = _inputs(v2, graph, 4, 16, edge=True, mask=True, seed=22)
+    x, w, ea = (t.requires_grad_() for t in (xs, w, ea))
+    fn = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
+
+    def step() -> list[torch.Tensor]:
+        out = fn(graph, x, w, heads=4, edge_attr=ea, dropout_mask=m, backend="triton")
+        return [out, *torch.autograd.grad(out.square().sum(), (x, w, ea))]
+
+    first = step()
+    kept = tb.built_kernel_graph(graph)
+    assert kept is not None and kept.backward_if_built() is not None and int(kept.rows.hubs.shape[0]) > 0
+    torch.cuda.synchronize()
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a warm step went back to graph.py for a derived structure")
+
+    for name in ("reverse_csc", "reverse_dst", "reverse_coo_map", "max_degrees"):
+        monkeypatch.setattr(CscGraph, name, refuse)
+    monkeypatch.setattr(CscGraph, "dst_index", property(refuse))
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
 
 
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
@@ -289,8 +325,8 @@ def test_20000_edge_hub_in_and_out_in_chunks(op):
     ref = _run("reference", graph, xs.double(), w.double(), ea.double(), m, torch.float64, **kw)
     got = _run("triton", graph, xs, w, ea, m, torch.float32, **kw)
     chunk = tuning.chunk_size(graph.num_edges)
-    rows = graph.derived_if_built(("triton", "row_work", chunk))
-    srcs = graph.derived_if_built(("triton", "src_work", chunk))
+    kernel_graph = tb.built_kernel_graph(graph)
+    rows, srcs = kernel_graph.rows, kernel_graph.backward_if_built().src
     assert int(rows.hubs[:, 2].max()) >= hub // chunk and int(srcs.hubs[:, 2].max()) >= hub // chunk
     names = ["output", "attention", "grad x", "grad attn_weights", "grad edge_attr"]
     for k, (name, a, b) in enumerate(zip(names, [got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]])):
@@ -331,9 +367,9 @@ def test_fused_edge_projection_at_size(dtype, monkeypatch):
         base_mem = torch.cuda.memory_allocated()
         torch.cuda.reset_peak_memory_stats()
         if backend == "triton":
-            out, att = tb.triton_gat(graph, x, x, a, f, m, return_attention=True, **kw)
+            out, att = tb.triton_gat(call_spec(graph, x, x, a, f, m, return_attention=True, **kw))
         else:
-            out, att = reference.mha_gat(graph, x, x, a, f, m, **kw)
+            out, att = reference.mha_gat(call_spec(graph, x, x, a, f, m, **kw))
         cot = torch.Generator(device=DEV).manual_seed(0)
         go = torch.randn(out.shape, device=DEV, generator=cot)
         ga = torch.randn(att.shape, device=DEV, generator=cot)
@@ -398,8 +434,9 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
         f = (ea if v2 else score_edge).detach().clone().requires_grad_()
         wt = ew.detach().clone().requires_grad_() if v2 else None
         options = tb.TritonOptions(gat_backward="one_gather" if case == "gat_one_gather" else "two_gather")
-        out, att = tb.triton_gat(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, activation_name="leaky_relu",
-                              activation_alpha=0.2, return_attention=True, lin_edge_weight=wt, options=options)
+        spec = call_spec(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, return_attention=True,
+                         lin_edge_weight=wt)
+        out, att = tb.triton_gat(spec, options=options)
         cot = torch.Generator(device=DEV).manual_seed(0)
         ((out * torch.randn(out.shape, device=DEV, generator=cot)).sum()
          + (att * torch.randn(att.shape, device=DEV, generator=cot)).sum()).backward()

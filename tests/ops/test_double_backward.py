@@ -19,6 +19,8 @@ import torch
 import cudnn_gnn
 from cudnn_gnn import CscGraph
 
+from ..conftest import call_spec
+
 if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
     os.environ["TRITON_INTERPRET"] = "1"
 
@@ -50,9 +52,8 @@ def test_triton_refuses_create_graph(op, compiled_op):
     graph = CscGraph.from_edge_index(_EDGES, num_nodes=5)
     x, w, heads = _inputs(op == "gatv2")
     if compiled_op:
-        call = tb.build_call(graph, x, x, w, None, None, v2=op == "gatv2", heads=heads, concat=True,
-                             activation_name="leaky_relu", activation_alpha=0.2, return_attention=False,
-                             needs_grad=True)
+        call = tb.build_call(call_spec(graph, x, x, w, v2=op == "gatv2", heads=heads, concat=True),
+                             tb.kernel_graph(graph), needs_grad=True)
         out = torch.ops.cudnn_gnn.triton_gat_fwd(*tb.pack(call), False)[0]
     else:
         out = getattr(cudnn_gnn, op)(graph, x, w, heads=heads, backend="triton")

@@ -31,11 +31,11 @@ if os.environ.get("TRITON_INTERPRET") != "1":
 from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
-from cudnn_gnn.backends.triton import op as triton_op  # noqa: E402
+from cudnn_gnn.backends.triton import call as triton_call  # noqa: E402
 from cudnn_gnn.backends.triton import tuning  # noqa: E402
 from cudnn_gnn.backends.triton.kernels import n_items  # noqa: E402
 
-from ..conftest import GRAPHS  # noqa: E402
+from ..conftest import GRAPHS, call_spec  # noqa: E402
 
 TOL = {torch.float32: dict(atol=2e-5, rtol=1e-4), torch.bfloat16: dict(atol=2e-2, rtol=2e-2)}
 
@@ -67,10 +67,10 @@ def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu
         x_dst = xs if graph.num_dst_nodes == xs.shape[0] else xs[: graph.num_dst_nodes]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha, lin_edge_weight=ew)
     if backend == "triton":
-        out, att = tb.triton_gat(graph, xs, x_dst, w, ea, m, return_attention=True,
-                              options=tb.TritonOptions(gat_backward=gat_backward), **kw)
+        out, att = tb.triton_gat(call_spec(graph, xs, x_dst, w, ea, m, return_attention=True, **kw),
+                                 options=tb.TritonOptions(gat_backward=gat_backward))
     else:
-        out, att = reference.mha_gat(graph, xs, x_dst, w, ea, m, **kw)
+        out, att = reference.mha_gat(call_spec(graph, xs, x_dst, w, ea, m, **kw))
     gen = torch.Generator().manual_seed(seed)
     g_out = torch.randn(out.shape, generator=gen).to(out.dtype)
     g_att = torch.randn(att.shape, generator=gen)
@@ -202,8 +202,8 @@ def test_backward_is_bitwise_repeatable():
 def _attention_only_grads_match(graph, xs, w, ea, kw):
     """A loss on the returned attention alone: its gradients in x, attn_weights and edge_attr equal the
     reference's (fp32)."""
-    _, att = tb.triton_gat(graph, xs, xs, w, ea, None, return_attention=True, **kw)
-    _, r_att = reference.mha_gat(graph, xs, xs, w, ea, None, **kw)
+    _, att = tb.triton_gat(call_spec(graph, xs, xs, w, ea, None, return_attention=True, **kw))
+    _, r_att = reference.mha_gat(call_spec(graph, xs, xs, w, ea, None, **kw))
     grads = torch.autograd.grad(att[:, 0].sum() + 2 * att[:, 1].pow(2).sum(), (xs, w, ea))
     r_grads = torch.autograd.grad(r_att[:, 0].sum() + 2 * r_att[:, 1].pow(2).sum(), (xs, w, ea))
     for a, b in zip(grads, r_grads):
@@ -217,7 +217,7 @@ def test_gradient_through_attention_only_and_no_attention_materialised():
     kw = dict(v2=True, heads=2, concat=True, activation_name="leaky_relu", activation_alpha=0.2)
     _attention_only_grads_match(graph, xs, w, ea, kw)
     with torch.no_grad():
-        out, none = tb.triton_gat(graph, xs, xs, w, ea, None, return_attention=False, **kw)
+        out, none = tb.triton_gat(call_spec(graph, xs, xs, w, ea, None, return_attention=False, **kw))
     assert none is None and out.shape == (nd, 4)
 
 
@@ -226,21 +226,84 @@ def test_per_graph_structures_are_cached_on_the_graph():
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     xs, _, w, _, _ = _inputs(False, ns, ns, ei.shape[1], 1, 2, edge=False, mask=False, bipartite=False)
     with torch.no_grad():
-        tb.triton_gat(graph, xs, xs, w, None, None, v2=False, heads=1, concat=True, activation_name="relu",
-                   activation_alpha=0.0, return_attention=False)
-    chunk = tuning.chunk_size(graph.num_edges)
-    rows = graph.derived_if_built(("triton", "row_work", chunk))
-    assert rows is not None and graph.derived_if_built(("triton", "src_work", chunk)) is None  # no backward asked
+        tb.triton_gat(call_spec(graph, xs, xs, w, v2=False, heads=1, concat=True, activation_name="relu",
+                                activation_alpha=0.0))
+    kernel_graph = tb.built_kernel_graph(graph)
+    assert kernel_graph is not None and kernel_graph.backward_if_built() is None  # no backward asked
+    assert tb.kernel_graph(graph) is kernel_graph  # kept on the graph: the next call reads it
+    rows = kernel_graph.rows
     lengths = rows.work[:, 2] - rows.work[:, 1]
     assert bool((lengths[:-1] >= lengths[1:]).all())  # heaviest first
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_a_warm_step_reads_the_kernel_graph_kept_on_the_graph(v2, monkeypatch):
+    """The backend's kernel graph (arrays and row work list; the reverse CSC, ``rev_dst`` and the source work list
+    once a backward asked) is built by the first step and kept on the graph: a warm step through
+    :func:`cudnn_gnn.gat` / :func:`cudnn_gnn.gatv2` asks ``graph.py`` for none of its derived structures (each one
+    refuses here), looks up only the Triton entries through ``derived``, and issues no host sync."""
+    import cudnn_gnn
+    from cudnn_gnn.apps.capture import host_syncs
+
+    ei, ns, _ = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, _, w, _, _ = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=False, mask=False, bipartite=False)
+    op = cudnn_gnn.gatv2 if v2 else cudnn_gnn.gat
+
+    def step() -> None:
+        torch.autograd.grad(op(graph, xs, w, heads=2, backend="triton").square().sum(), (xs, w))
+
+    step()
+    kept = tb.built_kernel_graph(graph)
+    assert kept is not None and kept.backward_if_built() is not None and kept.backward_if_built().rev_dst is not None
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a warm step went back to graph.py for a derived structure")
+
+    for name in ("reverse_csc", "reverse_dst", "reverse_coo_map", "max_degrees"):
+        monkeypatch.setattr(CscGraph, name, refuse)
+    monkeypatch.setattr(CscGraph, "dst_index", property(refuse))
+    keys: list = []
+    real_derived = CscGraph.derived
+    monkeypatch.setattr(CscGraph, "derived", lambda self, key, build: keys.append(key) or real_derived(self, key, build))
+    assert host_syncs(step) == []
+    assert keys and all(k[0] == "triton" for k in keys), keys
+    assert tb.built_kernel_graph(graph) is kept
+
+
+def test_the_kept_kernel_graph_makes_no_reference_cycle():
+    """A graph keeps its kernel graph (and the backward's structures) but the kernel graph holds the graph only
+    weakly: once the last reference goes, the graph is freed at once, without a run of the cycle collector (a sampled
+    block's tensors do not outlive its step)."""
+    import gc
+    import weakref
+
+    ei, ns, _ = GRAPHS["power_law"]()
+    xs, _, w, _, _ = _inputs(False, ns, ns, ei.shape[1], 2, 2, edge=False, mask=False, bipartite=False)
+    gc.collect()
+    gc.disable()
+    try:
+        graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+        out, _ = tb.triton_gat(call_spec(graph, xs, xs, w, v2=False, heads=2, concat=True))
+        out.sum().backward()
+        kept = tb.built_kernel_graph(graph)
+        assert kept is not None and kept.backward_if_built() is not None and kept.graph is graph
+        alive = weakref.ref(graph)
+        del graph, out
+        assert alive() is None
+        with pytest.raises(RuntimeError, match="graph must be alive"):
+            kept.backward()
+    finally:
+        gc.enable()
 
 
 def _op_args(v2: bool, return_attention: bool) -> tuple:
     ei, ns, nd = GRAPHS["bipartite"]()
     graph = CscGraph.from_edge_index(ei, size=(ns, nd))
     xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 2, edge=True, mask=True, bipartite=True)
-    call = tb.build_call(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=not v2, activation_name="elu",
-                         activation_alpha=1.0, return_attention=return_attention, needs_grad=True)
+    call = tb.build_call(call_spec(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=not v2, activation_name="elu",
+                                   activation_alpha=1.0, return_attention=return_attention),
+                         tb.kernel_graph(graph), needs_grad=True)
     leaf = {name: getattr(call, name) for name in ("score_edge",) if getattr(call, name) is not None}
     call = call._replace(**{k: v.detach().requires_grad_() for k, v in leaf.items()})
     return (*tb.pack(call), return_attention)
@@ -284,11 +347,12 @@ def test_eager_function_equals_the_registered_op(v2):
     kw = dict(v2=v2, heads=2, concat=not v2, activation_name="elu", activation_alpha=1.0)
     results = []
     for via_op in (False, True):
-        call = tb.build_call(graph, xs, xd, w, ea, m, return_attention=True, needs_grad=True, **kw)
+        spec = call_spec(graph, xs, xd, w, ea, m, return_attention=True, **kw)
         if via_op:
+            call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
             out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*tb.pack(call), True)
         else:
-            out, att = tb.triton_gat(graph, xs, xd, w, ea, m, return_attention=True, **kw)
+            out, att = tb.triton_gat(spec)
         loss = (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum() + att.pow(2).sum()
         results.append((out, att, *torch.autograd.grad(loss, (xs, xd, w, ea))))
     for a, b in zip(*results, strict=True):
@@ -304,8 +368,7 @@ def test_compile_fullgraph_has_no_graph_break():
     xs, _, w, ea, _ = _inputs(False, ns, nd, ei.shape[1], 2, 2, edge=True, mask=False, bipartite=False)
 
     def f(x, w, ea):
-        out, att = tb.triton_gat(graph, x, x, w, ea, None, v2=False, heads=2, concat=True, activation_name="leaky_relu",
-                              activation_alpha=0.2, return_attention=True)
+        out, att = tb.triton_gat(call_spec(graph, x, x, w, ea, v2=False, heads=2, concat=True, return_attention=True))
         return out.sum() + att.pow(2).sum()
 
     torch._dynamo.reset()
@@ -336,8 +399,8 @@ def test_float64_is_refused_and_unavailable_reason(monkeypatch):
     graph = CscGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=2)
     x = torch.randn(2, 2, dtype=torch.float64)
     with pytest.raises(NotImplementedError, match="float64"):
-        tb.triton_gat(graph, x, x, torch.randn(2, dtype=torch.float64), None, None, v2=True, heads=1, concat=True,
-                   activation_name="relu", activation_alpha=0.0, return_attention=False)
+        tb.triton_gat(call_spec(graph, x, x, torch.randn(2, dtype=torch.float64), v2=True, heads=1, concat=True,
+                                activation_name="relu", activation_alpha=0.0))
     assert tb.unavailable_reason(torch.device("cpu")) is None
     monkeypatch.setenv("TRITON_INTERPRET", "0")
     reason = tb.unavailable_reason(torch.device("cpu"))
@@ -540,8 +603,8 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
     for v2 in (False, True):
         xs, xd, w_, ea, m = _inputs(v2, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=5)
         _compare(graph, xs, xd, w_, ea, m, v2=v2, heads=2, concat=True, gat_backward=gb)
-    rows = graph.derived_if_built(("triton", "row_work", 4))
-    srcs = graph.derived_if_built(("triton", "src_work", 4))
+    kernel_graph = tb.built_kernel_graph(graph)
+    rows, srcs = kernel_graph.rows, kernel_graph.backward_if_built().src
     assert rows.hub_work.shape[0] == 0 and rows.work is graph.offsets
     assert srcs.hub_work.shape[0] == 0 and srcs.work is graph.reverse_csc()[0]
 
@@ -728,8 +791,8 @@ def test_a_150_edge_hub_in_and_out_in_chunks_matches_reference_and_repeats_bitwi
     second = _run("triton", graph, xs, xd, w, ea, m, v2=v2, heads=3, concat=True)
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     assert all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
-    rows = graph.derived_if_built(("triton", "row_work", b))
-    srcs = graph.derived_if_built(("triton", "src_work", b))
+    kernel_graph = tb.built_kernel_graph(graph)
+    rows, srcs = kernel_graph.rows, kernel_graph.backward_if_built().src
     assert int(rows.hubs[0, 0]) == 0 and int(rows.hubs[0, 2]) == -(-180 // b)  # destination 0: 150 + 30 edges
     assert int(srcs.hubs[:, 2].max()) == -(-166 // b)  # source 8: 150 + 16 edges
 
@@ -955,14 +1018,14 @@ def fused(monkeypatch):
     (True: fused) in the returned list."""
     monkeypatch.setattr(tuning, "FUSED_EXTRA_SHARE", 1e9)
     paths: list[bool] = []
-    real = triton_op.gatv2_edge_inputs
+    real = triton_call.gatv2_edge_inputs
 
     def spy(*args, **kwargs):
         ea, ew = real(*args, **kwargs)
         paths.append(ew is not None)
         return ea, ew
 
-    monkeypatch.setattr(triton_op, "gatv2_edge_inputs", spy)
+    monkeypatch.setattr(triton_call, "gatv2_edge_inputs", spy)
     return paths
 
 
@@ -1071,8 +1134,9 @@ def test_fused_edge_gradients_only_where_asked(fused):
     xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
     ea, ew = _raw_edges(ei.shape[1], 2, 3, 2)
     for e_leaf, w_leaf, bits in ((ea.detach(), ew, 2), (ea, ew.detach(), 1)):
-        call = tb.build_call(graph, xs, xs, w, e_leaf, None, v2=True, heads=2, concat=True, activation_name="relu",
-                             activation_alpha=0.0, return_attention=False, needs_grad=True, lin_edge_weight=w_leaf)
+        spec = call_spec(graph, xs, xs, w, e_leaf, v2=True, heads=2, concat=True, activation_name="relu",
+                         activation_alpha=0.0, lin_edge_weight=w_leaf)
+        call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
         assert call.edge_grads == bits
         _compare(graph, xs, xd, w, e_leaf, m, v2=True, heads=2, concat=True, ew=w_leaf)
 
@@ -1139,18 +1203,20 @@ def test_projected_path_where_the_rule_refuses():
     xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 2, edge=False, mask=True, bipartite=False)
     for de in (2, 17):
         ea, ew = _raw_edges(ei.shape[1], 2, 2, de)
-        e_in, w_in = tb.gatv2_edge_inputs(xs, 2, ea, ew, needs_grad=True)
+        spec = call_spec(graph, xs, xs, w, ea, v2=True, heads=2, concat=True, lin_edge_weight=ew)
+        e_in, w_in = triton_call.gatv2_edge_inputs(spec, needs_grad=True)
         assert w_in is None and e_in.shape == (ei.shape[1], 4)
         _compare(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True, ew=ew)
 
 
-def test_opcheck_fused_edge_projection():
+def test_opcheck_fused_edge_projection(fused):
     ei, ns, nd = GRAPHS["bipartite"]()
     graph = CscGraph.from_edge_index(ei, size=(ns, nd))
     xs, xd, w, _, m = _inputs(True, ns, nd, ei.shape[1], 2, 2, edge=False, mask=True, bipartite=True)
     ea, ew = _raw_edges(ei.shape[1], 2, 2, 3)
-    call = tb.build_call(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True, activation_name="elu",
-                         activation_alpha=1.0, return_attention=True, needs_grad=True, lin_edge_weight=ew)
+    spec = call_spec(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True, activation_name="elu",
+                     activation_alpha=1.0, return_attention=True, lin_edge_weight=ew)
+    call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
     assert call.lin_edge_weight is ew and call.edge_grads == 3
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(call), True))
     # edge_attr's gradient not asked (bit 0 of the edge-gradient bits cleared): an empty output

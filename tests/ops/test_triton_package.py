@@ -14,6 +14,8 @@ import pytest
 
 import cudnn_gnn
 
+from ..conftest import call_spec
+
 PACKAGE = Path(cudnn_gnn.__file__).parent
 
 
@@ -65,9 +67,9 @@ def test_triton_options_are_checked_and_travel_with_the_call():
     graph = CscGraph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
     x = torch.randn(3, 4, requires_grad=True)
     for choice in ("auto", "one_gather", "two_gather"):
-        call = tb.build_call(graph, x, x, torch.randn(8 + 2), torch.randn(3, 2), None, v2=False, heads=2, concat=True,
-                             activation_name="leaky_relu", activation_alpha=0.2, return_attention=False,
-                             needs_grad=True, options=tb.TritonOptions(gat_backward=choice))
+        spec = call_spec(graph, x, x, torch.randn(8 + 2), torch.randn(3, 2), v2=False, heads=2, concat=True)
+        call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True,
+                             options=tb.TritonOptions(gat_backward=choice))
         assert call.gat_backward == choice and call.edge_grads == 0
         # att_edge went into the edge scores [E, H]; the op gets att_src | att_dst only
         assert call.attn_weights is not None and call.attn_weights.shape == (8,)

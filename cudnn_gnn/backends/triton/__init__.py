@@ -3,8 +3,10 @@
 Modules, in the order a call walks them:
 
 * :mod:`~cudnn_gnn.backends.triton.backend`: :class:`TritonBackend`, what the planner and the runner call;
-* :mod:`~cudnn_gnn.backends.triton.call`: :class:`TritonCall`, one call's inputs as the kernels take them, built
-  once from the validated spec by :func:`build_call`; :class:`TritonOptions`, the variants kept for measurement;
+* :mod:`~cudnn_gnn.backends.triton.call`: :class:`TritonGraph`, the graph as the kernels walk it (arrays and work
+  lists), what :meth:`TritonBackend.kernel_graph` builds once per graph and keeps on it; :class:`TritonCall`, one
+  call's inputs as the kernels take them, built from the validated spec and the :class:`TritonGraph` by
+  :func:`build_call`; :class:`TritonOptions`, the variants kept for measurement;
 * :mod:`~cudnn_gnn.backends.triton.op`: the ``torch.library`` ops (schema, fakes, autograd), their forward and
   backward, and :func:`triton_gat`, the entry;
 * :mod:`~cudnn_gnn.backends.triton.worklists`: which programs a pass launches (hub rows in chunks);
@@ -21,15 +23,19 @@ from cudnn_gnn.backends.triton._runtime import unavailable_reason
 from cudnn_gnn.backends.triton.backend import BACKEND, TritonBackend
 from cudnn_gnn.backends.triton.call import (
     DEFAULT_OPTIONS,
+    TritonBackward,
     TritonCall,
+    TritonGraph,
     TritonOptions,
     build_call,
-    gatv2_edge_inputs,
+    built_kernel_graph,
+    kernel_graph,
     pack,
     unpack,
 )
 from cudnn_gnn.backends.triton.op import gat_one_gather, triton_gat
 from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 
-__all__ = ["BACKEND", "DEFAULT_OPTIONS", "TritonBackend", "TritonCall", "TritonOptions", "WorkList", "build_call",
-           "gat_one_gather", "gatv2_edge_inputs", "triton_gat", "pack", "unavailable_reason", "unpack", "work_list"]
+__all__ = ["BACKEND", "DEFAULT_OPTIONS", "TritonBackend", "TritonBackward", "TritonCall", "TritonGraph",
+           "TritonOptions", "WorkList", "build_call", "built_kernel_graph", "gat_one_gather", "kernel_graph",
+           "triton_gat", "pack", "unavailable_reason", "unpack", "work_list"]

@@ -8,6 +8,7 @@ from torch import Tensor
 
 from cudnn_gnn.backends.info import backend_info, triton_available
 from cudnn_gnn.backends.triton._runtime import unavailable_reason
+from cudnn_gnn.backends.triton.call import TritonGraph, kernel_graph
 from cudnn_gnn.backends.triton.op import triton_gat
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.spec import AttentionSpec
@@ -39,17 +40,16 @@ class TritonBackend:
             return f"backend='triton' supports float32, float16 and bfloat16, got {spec.dtype}"
         return None
 
-    def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> CscGraph:
-        return graph  # the kernels take int32 or int64 indices and compute every offset in int64
+    def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> TritonGraph:
+        """``graph`` as the kernels walk it: its arrays (int32 or int64 indices: the kernels compute every offset in
+        int64) and work lists, built once and kept on it (:func:`kernel_graph`)."""
+        return kernel_graph(graph)
 
-    def failed_to_launch_before(self, spec: AttentionSpec, graph: CscGraph) -> bool:
+    def failed_to_launch_before(self, spec: AttentionSpec, graph: TritonGraph) -> bool:
         return False
 
-    def run(self, spec: AttentionSpec, graph: CscGraph) -> tuple[Tensor, Tensor | None]:
-        return triton_gat(graph, spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.dropout_mask,
-                       v2=spec.v2, heads=spec.heads, concat=spec.concat, activation_name=spec.activation,
-                       activation_alpha=spec.activation_alpha, return_attention=spec.return_attention,
-                       lin_edge_weight=spec.lin_edge_weight)
+    def run(self, spec: AttentionSpec, graph: TritonGraph) -> tuple[Tensor, Tensor | None]:
+        return triton_gat(spec, graph)
 
 
 BACKEND = TritonBackend()

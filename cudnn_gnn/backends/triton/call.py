@@ -1,10 +1,14 @@
-"""One Triton call: :class:`TritonCall`, the validated spec's inputs as the kernels take them (the graph's work lists
-and reverse CSC, GAT's edge scores, the options), built once by :func:`build_call` and handed whole to the op; the op
-schema derived from its fields, and :func:`pack` / :func:`unpack` between it and the op's arguments."""
+"""One Triton call, in two halves: :class:`TritonGraph`, the graph as the kernels walk it (its arrays and work lists;
+for the backward the reverse CSC, ``rev_dst`` and the source work list), built by :func:`kernel_graph` once per graph
+and kept on it, what the planner hands the backend; and :class:`TritonCall`, the validated spec's inputs as the kernels
+take them next to that graph's arrays (GAT's edge scores, the options), built by :func:`build_call` and handed whole
+to the op; the op schema derived from its fields, and :func:`pack` / :func:`unpack` between it and the op's
+arguments."""
 
 
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 
@@ -12,11 +16,111 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton.worklists import work_list
+from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.spec import project_edges
+from cudnn_gnn.spec import AttentionSpec, gat_attention_parts
 
-__all__ = ["DEFAULT_OPTIONS", "TritonCall", "TritonOptions", "build_call", "gatv2_edge_inputs", "pack", "unpack"]
+__all__ = ["DEFAULT_OPTIONS", "TritonBackward", "TritonCall", "TritonGraph", "TritonOptions", "build_call",
+           "built_kernel_graph", "gatv2_edge_inputs", "kernel_graph", "pack", "unpack"]
+
+
+class TritonBackward(NamedTuple):
+    """What the backward's source pass walks, over the reverse CSC of a :class:`TritonGraph`'s graph.
+
+    ``rev_offsets [Ns+1]``, ``rev_to_csc [E]`` (:meth:`~cudnn_gnn.CscGraph.reverse_csc`), ``dst_index [E]``, the
+    source work list ``src`` over ``rev_offsets`` (:class:`WorkList`), and ``rev_dst [E]``, the destination of each
+    reverse-CSC position (:meth:`~cudnn_gnn.CscGraph.reverse_dst`), for a static graph only: a graph rebuilt every
+    call (a sampled block) gets None, and its source pass reads ``dst_index[rev_to_csc[k]]`` (one dependent load
+    more per edge, but no launch a step to build it)."""
+
+    rev_offsets: Tensor
+    rev_to_csc: Tensor
+    dst_index: Tensor
+    rev_dst: Tensor | None
+    src: WorkList
+
+
+@dataclass(frozen=True, eq=False)
+class TritonGraph:
+    """A graph as the Triton kernels walk it: what :meth:`TritonBackend.kernel_graph
+    <cudnn_gnn.backends.triton.TritonBackend.kernel_graph>` returns and the run path reads, so that a call asks the
+    graph for nothing more (built by :func:`kernel_graph`, kept on the graph).
+
+    Attributes:
+        source: a weak reference to the CSC graph it was built from (int32 or int64 indices: the kernels compute
+            every offset in int64), which keeps it: a strong one would make the two a reference cycle, and a sampled
+            block's tensors would then outlive its step until Python's cycle collector ran.
+        chunk: the most edges a program walks (:func:`~cudnn_gnn.backends.triton.tuning.chunk_size`).
+        offsets, indices, map_csc_to_coo, num_src_nodes: the graph's, as the kernels read them.
+        rows: the forward's (and the backward's destination pass') work list over ``offsets``.
+    """
+
+    source: weakref.ReferenceType[CscGraph]
+    chunk: int
+    offsets: Tensor
+    indices: Tensor
+    map_csc_to_coo: Tensor | None
+    num_src_nodes: int
+    rows: WorkList
+
+    @property
+    def num_edges(self) -> int:
+        return self.indices.shape[0]
+
+    @property
+    def graph(self) -> CscGraph:
+        """The graph this was built from (alive while anything reads this: the graph keeps it)."""
+        graph = self.source()
+        if graph is None:
+            raise RuntimeError("graph must be alive to build a kernel graph's backward structures, got a TritonGraph "
+                               "whose CscGraph was freed: keep the graph, or call kernel_graph(graph) again")
+        return graph
+
+    def backward(self) -> TritonBackward:
+        """The reverse CSC and the source work list (:class:`TritonBackward`), built the first time a backward
+        needs them and kept on the graph (through :meth:`~cudnn_gnn.CscGraph.derived`, so a call traced by
+        ``torch.compile`` keeps nothing)."""
+        return self.graph.derived(("triton", "backward", self.chunk), self._build_backward)
+
+    def backward_if_built(self) -> TritonBackward | None:
+        """What :meth:`backward` returns, or None where no backward has built it yet."""
+        return self.graph.derived_if_built(("triton", "backward", self.chunk))
+
+    def _build_backward(self) -> TritonBackward:
+        g = self.graph
+        rev_offsets, rev_to_csc = g.reverse_csc()
+        src = work_list(rev_offsets, g.num_edges, self.chunk, _largest_degree(g, 1), whole_rows=g.short_rows)
+        # a static graph's source pass reads each out-edge's destination from rev_dst (E indices more, once)
+        rev_dst = None if g.rebuilt_every_call else g.reverse_dst()
+        return TritonBackward(rev_offsets, rev_to_csc, g.dst_index, rev_dst, src)
+
+    @classmethod
+    def build(cls, graph: CscGraph, chunk: int) -> TritonGraph:
+        """The graph's arrays and its row work list with chunks of ``chunk`` edges (see :func:`kernel_graph`)."""
+        rows = work_list(graph.offsets, graph.num_edges, chunk, _largest_degree(graph, 0),
+                         whole_rows=graph.short_rows)
+        return cls(weakref.ref(graph), chunk, graph.offsets, graph.indices, graph.map_csc_to_coo, graph.num_src_nodes,
+                   rows)
+
+
+def _largest_degree(graph: CscGraph, side: int) -> int | None:
+    """A static graph's largest in- (0) or out-degree (1), so that its work lists can drop the hub launches where no
+    row is longer than a chunk: one sync the first time, cached on the graph, and asked only when a list is built.
+    None for a graph rebuilt every call (sampled blocks) or while tracing."""
+    degrees = None if torch.compiler.is_compiling() else graph.max_degrees()
+    return None if degrees is None else degrees[side]
+
+
+def kernel_graph(graph: CscGraph) -> TritonGraph:
+    """``graph`` as the Triton kernels walk it (:class:`TritonGraph`), built on first use and kept on the graph
+    (:meth:`~cudnn_gnn.CscGraph.derived`: nothing is kept from a call traced by ``torch.compile``), per chunk size."""
+    chunk = tuning.chunk_size(graph.num_edges)
+    return graph.derived(("triton", "graph", chunk), lambda: TritonGraph.build(graph, chunk))
+
+
+def built_kernel_graph(graph: CscGraph) -> TritonGraph | None:
+    """The :class:`TritonGraph` that :func:`kernel_graph` keeps on ``graph``, or None where none was built yet."""
+    return graph.derived_if_built(("triton", "graph", tuning.chunk_size(graph.num_edges)))
 
 
 class TritonCall(NamedTuple):
@@ -103,6 +207,7 @@ class TritonOptions:
 
 
 _GAT_BACKWARDS = ("auto", "one_gather", "two_gather")
+_GAT_BACKWARD_BITS = {name: i << 2 for i, name in enumerate(_GAT_BACKWARDS)}  # backward_flags' bits 2-3
 
 
 DEFAULT_OPTIONS = TritonOptions()
@@ -224,96 +329,63 @@ def _edge_scores(x: Tensor, a: Tensor, heads: int) -> Tensor:
     return _Scores.apply(x, _score_matrix(a, heads))
 
 
-def gatv2_edge_inputs(x_src: Tensor, heads: int, edge_attr: Tensor | None, lin_edge_weight: Tensor | None,
-                      needs_grad: bool) -> tuple[Tensor | None, Tensor | None]:
-    """GATv2's ``(edge_attr, lin_edge_weight)`` for :func:`build_call`: as given where :func:`fuse_edge_projection`
-    takes the fused path, else ``(edge_attr @ lin_edge_weight^T, None)`` (torch's linear, differentiable; both
-    operands in their promoted dtype). Without ``lin_edge_weight``, ``edge_attr`` passes as it is. The partials are
-    the weight gradient's: the rule counts them only where the weight requires grad."""
+def gatv2_edge_inputs(spec: AttentionSpec, needs_grad: bool) -> tuple[Tensor | None, Tensor | None]:
+    """GATv2's ``(edge_attr, lin_edge_weight)`` for :func:`build_call`: as ``spec`` gives them where
+    :func:`~cudnn_gnn.backends.triton.tuning.fuse_edge_projection` takes the fused path, else
+    ``(edge_attr @ lin_edge_weight^T, None)`` (:meth:`~cudnn_gnn.spec.AttentionSpec.projected_edge_attr`). Without
+    ``lin_edge_weight``, ``edge_attr`` passes as it is. The partials are the weight gradient's: the rule counts them
+    only where the weight requires grad."""
+    edge_attr, lin_edge_weight = spec.edge_attr, spec.lin_edge_weight
     if edge_attr is None or lin_edge_weight is None:
         return edge_attr, None
     dtype = torch.promote_types(edge_attr.dtype, lin_edge_weight.dtype)
-    if tuning.fuse_edge_projection(edge_attr.shape[0], heads, x_src.shape[1], edge_attr.shape[1], dtype.itemsize,
-                            needs_grad and lin_edge_weight.requires_grad):
+    if tuning.fuse_edge_projection(edge_attr.shape[0], spec.heads, spec.dim, edge_attr.shape[1], dtype.itemsize,
+                                   needs_grad and lin_edge_weight.requires_grad):
         return edge_attr, lin_edge_weight
-    return project_edges(edge_attr, lin_edge_weight), None
+    return spec.projected_edge_attr(), None
 
 
-def build_call(
-    graph: CscGraph,
-    x_src: Tensor,
-    x_dst: Tensor,
-    attn_weights: Tensor,
-    edge_attr: Tensor | None,
-    dropout_mask: Tensor | None,
-    *,
-    v2: bool,
-    heads: int,
-    concat: bool,
-    activation_name: str,
-    activation_alpha: float,
-    return_attention: bool,
-    needs_grad: bool,
-    lin_edge_weight: Tensor | None = None,
-    options: TritonOptions = DEFAULT_OPTIONS,
-) -> TritonCall:
-    """The op's arguments for :func:`triton_gat`'s inputs: GAT's node and edge scores computed (differentiably), the
-    per-graph work lists taken from the graph's cache (built on first use), the reverse CSC only if ``needs_grad``.
-    ``lin_edge_weight`` (GATv2): the fused path's projection weight, ``edge_attr`` then raw (see
-    :func:`gatv2_edge_inputs`, which decides)."""
+def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
+               options: TritonOptions = DEFAULT_OPTIONS) -> TritonCall:
+    """The op's arguments for the validated call ``spec`` on ``graph`` (its kernel graph, :func:`kernel_graph`):
+    GAT's edge scores computed (differentiably, one GEMM), GATv2's edge projection fused or not
+    (:func:`gatv2_edge_inputs`), the graph's arrays and work lists as ``graph`` holds them, its reverse CSC and source
+    work list only if ``needs_grad`` (:meth:`TritonGraph.backward`, built then the first time and kept)."""
     g = graph
-    chunk = tuning.chunk_size(g.num_edges)
-
-    def largest_degree(side: int) -> int | None:
-        """A static graph's largest in- (0) or out-degree (1), so that its work lists can drop the hub launches where
-        no row is longer than a chunk: one sync the first time, cached on the graph, and asked only when a list is
-        built. None for a graph rebuilt every call (sampled blocks) or while tracing."""
-        degrees = None if torch.compiler.is_compiling() else g.max_degrees()
-        return None if degrees is None else degrees[side]
-
-    rows = g.derived(("triton", "row_work", chunk),
-                     lambda: work_list(g.offsets, g.num_edges, chunk, largest_degree(0), whole_rows=g.short_rows))
-    rev_offsets = rev_to_csc = dst_index = rev_dst = None
-    src_work = src_hub_work = src_hubs = None
-    if needs_grad:
-        rev_offsets, rev_to_csc = g.reverse_csc()
-        dst_index = g.dst_index
-        # a static graph's source pass reads each out-edge's destination from rev_dst (built once, cached on the
-        # graph: E indices more); a graph rebuilt every call reads dst_index[rev_to_csc[k]] (one dependent load
-        # more per edge, but no launch a step to build it)
-        if not g.rebuilt_every_call:
-            rev_dst = g.reverse_dst()
-        src_work, src_hub_work, src_hubs = g.derived(
-            ("triton", "src_work", chunk),
-            lambda: work_list(g.reverse_csc()[0], g.num_edges, chunk, largest_degree(1), whole_rows=g.short_rows))
-    needs_map = edge_attr is not None or dropout_mask is not None or return_attention
-    edge_map = g.map_csc_to_coo if needs_map else None
-    d = x_src.shape[1]
-    edge_grads = 0
-    if v2:
+    rev = g.backward() if needs_grad else None
+    x_src, x_dst, dropout_mask = spec.x_src, spec.x_dst, spec.dropout_mask
+    edge_attr: Tensor | None
+    if spec.v2:
+        edge_attr, lin_edge_weight = gatv2_edge_inputs(spec, needs_grad)
+        edge_grads = 0
         if lin_edge_weight is not None and edge_attr is not None:
             edge_grads = int(edge_attr.requires_grad) | 2 * int(lin_edge_weight.requires_grad)
         inputs: dict[str, Any] = dict(
             x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
             edge_attr=None if edge_attr is None else edge_attr.contiguous(),
             lin_edge_weight=None if lin_edge_weight is None else lin_edge_weight.contiguous(),
-            attn_weights=attn_weights.contiguous(), score_edge=None)
+            attn_weights=spec.attn_weights.contiguous(), score_edge=None)
     else:
-        # the one place GAT's attention vector is taken apart: att_edge goes into the edge scores here, the op
-        # gets att_src | att_dst for the node scores (autograd gives att_edge its gradient through the scores)
-        att_node, att_edge = attn_weights[:2 * d], attn_weights[2 * d:]
+        # GAT's attention vector taken apart (the layout of spec.gat_attention_parts): att_edge goes into the edge
+        # scores here, the op gets att_src | att_dst for the node scores (autograd gives att_edge its gradient
+        # through the scores); without edge features that is the whole vector, no view
+        edge_attr, edge_grads = spec.edge_attr, 0
+        att_node, att_edge = gat_attention_parts(spec.attn_weights, spec.dim)
         score_edge = None
-        if edge_attr is not None:
-            score_edge = _edge_scores(edge_attr, att_edge, heads).contiguous()
+        if edge_attr is not None and att_edge is not None:
+            score_edge = _edge_scores(edge_attr, att_edge, spec.heads).contiguous()
         inputs = dict(x_src=x_src.contiguous(), x_dst=None if x_dst is x_src else x_dst.contiguous(),
                       edge_attr=None, lin_edge_weight=None, attn_weights=att_node.contiguous(),
                       score_edge=score_edge)
+    needs_map = edge_attr is not None or dropout_mask is not None or spec.return_attention
+    src = rev.src if rev is not None else None
     return TritonCall(
-        offsets=g.offsets, indices=g.indices, map_csc_to_coo=edge_map,
-        row_work=rows.work, row_hub_work=rows.hub_work, row_hubs=rows.hubs,
-        rev_offsets=rev_offsets, rev_to_csc=rev_to_csc, dst_index=dst_index, rev_dst=rev_dst,
-        src_work=src_work, src_hub_work=src_hub_work, src_hubs=src_hubs,
-        num_src_nodes=g.num_src_nodes, **inputs,
+        offsets=g.offsets, indices=g.indices, map_csc_to_coo=g.map_csc_to_coo if needs_map else None,
+        row_work=g.rows.work, row_hub_work=g.rows.hub_work, row_hubs=g.rows.hubs,
+        rev_offsets=rev and rev.rev_offsets, rev_to_csc=rev and rev.rev_to_csc, dst_index=rev and rev.dst_index,
+        rev_dst=rev and rev.rev_dst, src_work=src and src.work, src_hub_work=src and src.hub_work,
+        src_hubs=src and src.hubs, num_src_nodes=g.num_src_nodes, **inputs,
         dropout_mask=None if dropout_mask is None else dropout_mask.float(),
-        v2=v2, heads=heads, concat=concat, activation=activation_name, activation_alpha=float(activation_alpha),
-        backward_flags=edge_grads | _GAT_BACKWARDS.index(options.gat_backward) << 2)
+        v2=spec.v2, heads=spec.heads, concat=spec.concat, activation=spec.activation,
+        activation_alpha=spec.activation_alpha,
+        backward_flags=edge_grads | _GAT_BACKWARD_BITS[options.gat_backward])

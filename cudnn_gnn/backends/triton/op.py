@@ -45,13 +45,14 @@ from cudnn_gnn.backends.triton.call import (
     _TENSOR_FIELDS,
     DEFAULT_OPTIONS,
     TritonCall,
+    TritonGraph,
     TritonOptions,
     build_call,
-    gatv2_edge_inputs,
+    kernel_graph,
     pack,
     unpack,
 )
-from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.spec import AttentionSpec
 
 __all__ = ["gat_one_gather", "triton_gat"]
 
@@ -108,10 +109,14 @@ def _node_scores(c: TritonCall) -> Tensor:
 
 
 def _fwd_impl(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The forward op's implementation: :func:`_forward` of the packed call (:func:`pack`) and ``return_attention``."""
+    return _forward(unpack(*args[:_N_PACKED]), bool(args[_N_PACKED]))
+
+
+def _forward(c: TritonCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """``(out, lse, attention or empty, scores)``; ``out`` as :func:`_out_spec` says, ``scores`` as
-    :func:`_scores_shape` (kept for the backward)."""
-    c = unpack(*args[:_N_PACKED])
-    return_attention = bool(args[_N_PACKED])
+    :func:`_scores_shape` (kept for the backward). The registered op (:func:`_fwd_impl`) and eager calls
+    (:class:`_EagerAttention`, which has the call unpacked already) run this."""
     check_runnable(c.x_src.device)
     nd, e, h, ch = _sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
@@ -435,7 +440,7 @@ torch.library.register_autograd("cudnn_gnn::triton_gat_fwd", _backward, setup_co
 
 
 class _EagerAttention(torch.autograd.Function):
-    """The registered op's forward and backward (:func:`_fwd_impl`, :func:`_bwd_impl`, the same code) as a plain
+    """The registered op's forward and backward (:func:`_forward`, :func:`_bwd_impl`, the same code) as a plain
     autograd Function, for eager calls: no dispatcher round trip and no ``register_autograd`` wrapper (its
     ``fill_defaults`` and pytree passes), which on small graphs cost more host time than the kernels take (see
     docs/performance.md). ``torch.compile`` traces the registered op instead (:func:`triton_gat` picks).
@@ -447,8 +452,8 @@ class _EagerAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, call: TritonCall, return_attention: bool, *inputs: Tensor | None  # type: ignore[override]
                 ) -> tuple[Tensor, Tensor]:
-        tensors, *packed = pack(call)
-        out, lse, att, scores = _fwd_impl(tensors, *packed, return_attention)
+        out, lse, att, scores = _forward(call, return_attention)
+        tensors, *packed = pack(call)  # what the backward gets back, as the registered op's autograd saves it
         ctx.packed, ctx.return_attention = packed, return_attention
         ctx.save_for_backward(*tensors, lse, _delta_source(call, out), scores)
         ctx.set_materialize_grads(False)
@@ -468,39 +473,21 @@ class _EagerAttention(torch.autograd.Function):
         return (None, None, *(g if need else None for g, need in zip(grads, needs, strict=True)))
 
 
-def triton_gat(
-    graph: CscGraph,
-    x_src: Tensor,
-    x_dst: Tensor,
-    attn_weights: Tensor,
-    edge_attr: Tensor | None,
-    dropout_mask: Tensor | None,
-    *,
-    v2: bool,
-    heads: int,
-    concat: bool,
-    activation_name: str,
-    activation_alpha: float,
-    return_attention: bool,
-    lin_edge_weight: Tensor | None = None,
-    options: TritonOptions = DEFAULT_OPTIONS,
-) -> tuple[Tensor, Tensor | None]:
-    """GAT / GATv2 attention on the Triton kernels; the contract of :func:`cudnn_gnn.backends.reference.mha_gat`.
+def triton_gat(spec: AttentionSpec, graph: TritonGraph | None = None, *,
+               options: TritonOptions = DEFAULT_OPTIONS) -> tuple[Tensor, Tensor | None]:
+    """GAT / GATv2 attention on the Triton kernels for the call ``spec``; the contract of
+    :func:`cudnn_gnn.backends.reference.mha_gat`.
 
     Args:
-        graph: destination-major CSC graph, int32 or int64 indices, on the features' device.
-        x_src: ``[Ns, H*C]`` float32 / float16 / bfloat16 projected source features; ``x_dst``: ``[Nd, H*C]``
-            (may be a view of ``x_src``'s first rows).
-        attn_weights: GAT ``[2*H*C + De]`` = ``att_src | att_dst | att_edge``; GATv2 ``[H*C]``.
-        edge_attr: ``[E, De]`` (GAT, ``De % H == 0``) or ``[E, H*C]`` (GATv2), COO order, or None; GATv2 with
-            ``lin_edge_weight``: raw ``[E, De]``.
-        dropout_mask: ``[E, H]`` float32 multiplicative factors in COO order (any strides), or None.
-        v2, heads, concat, activation_name, activation_alpha: as in the reference backend.
-        return_attention: also return the ``[E, H]`` float32 post-softmax, post-dropout coefficients (COO order);
-            without it they are never materialised.
-        lin_edge_weight: GATv2 ``[H*C, De]`` (PyG's ``lin_edge.weight``): the edge term is ``edge_attr @
-            lin_edge_weight^T``, projected inside the kernels where :func:`fuse_edge_projection` allows (no
-            ``[E, H*C]`` tensor, forward or backward), else by torch before them.
+        spec: the validated call (:func:`cudnn_gnn.spec.attention_spec`; :class:`~cudnn_gnn.spec.AttentionSpec` has
+            every tensor's shape): float32 / float16 / bfloat16 features; GAT's ``attn_weights [2*H*C + De]`` in the
+            layout of :func:`~cudnn_gnn.spec.gat_attention_vector`; GATv2 with ``lin_edge_weight [H*C, De]``: the
+            edge term ``edge_attr @ lin_edge_weight^T`` projected inside the kernels where
+            :func:`~cudnn_gnn.backends.triton.tuning.fuse_edge_projection` allows (no ``[E, H*C]`` tensor, forward or
+            backward), else by torch before them. ``spec.return_attention``: also return the ``[E, H]`` float32
+            post-softmax, post-dropout coefficients (COO order); without it they are never materialised.
+        graph: ``spec.graph`` as the kernels walk it (:func:`~cudnn_gnn.backends.triton.call.kernel_graph`,
+            what the planner hands the backend); built from (or found on) ``spec.graph`` where None.
         options: the variants kept for measurement (:class:`TritonOptions`); the defaults everywhere else.
 
     Returns:
@@ -514,31 +501,31 @@ def triton_gat(
     ``[Nd, H*C]`` (the input dtype with ``concat``, float32 without) from the forward to the backward (see
     :func:`_delta_source`); float32 accumulation; bitwise repeatable (no atomics, every merge in a fixed
     order). A static graph's work lists know its largest degrees and hold hub entries only where a row (source) has
-    more than :func:`chunk_size` edges; a graph rebuilt every call (a sampled block), or one traced by
-    ``torch.compile``, gets lists sized for the worst case. Per graph, built once and cached on it: the work lists
-    (rows, and for the backward sources, cut into chunks, heaviest first), its largest degrees (one host sync, the
-    first time), and for the backward the reverse CSC (one sort of the sources). No host sync per call after the
-    first.
+    more than :func:`~cudnn_gnn.backends.triton.tuning.chunk_size` edges; a graph rebuilt every call (a sampled
+    block), or one traced by ``torch.compile``, gets lists sized for the worst case. Per graph, built once and kept
+    on it (:class:`~cudnn_gnn.backends.triton.call.TritonGraph`): the work lists (rows, and for the backward
+    sources, cut into chunks, heaviest first), its largest degrees (one host sync, the first time), and for the
+    backward the reverse CSC (one sort of the sources). No host sync per call after the first.
 
     Raises:
         NotImplementedError: float64 inputs (use the reference backend).
         RuntimeError: the kernels cannot run on this device (see :func:`unavailable_reason`).
     """
+    x_src = spec.x_src
     if x_src.dtype == torch.float64:
         raise NotImplementedError("x_src must be float32, float16 or bfloat16 for the triton backend, got float64")
     if not torch.compiler.is_compiling():
         check_runnable(x_src.device)
-    tensors = (x_src, x_dst, attn_weights, edge_attr, lin_edge_weight)
-    needs_grad = torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
-    edge_attr, lin_edge_weight = gatv2_edge_inputs(x_src, heads, edge_attr, lin_edge_weight, needs_grad)
-    call = build_call(graph, x_src, x_dst, attn_weights, edge_attr, dropout_mask, v2=v2, heads=heads, concat=concat,
-                      activation_name=activation_name, activation_alpha=activation_alpha,
-                      return_attention=return_attention, needs_grad=needs_grad, lin_edge_weight=lin_edge_weight,
+    e, w = spec.edge_attr, spec.lin_edge_weight
+    needs_grad = torch.is_grad_enabled() and (
+        x_src.requires_grad or spec.x_dst.requires_grad or spec.attn_weights.requires_grad
+        or (e is not None and e.requires_grad) or (w is not None and w.requires_grad))
+    call = build_call(spec, kernel_graph(spec.graph) if graph is None else graph, needs_grad=needs_grad,
                       options=options)
     if torch.compiler.is_compiling():
-        out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), return_attention)
+        out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*pack(call), spec.return_attention)
     else:
-        out, att = _EagerAttention.apply(call, return_attention, *(call[i] for i in _INPUT_FIELDS))
-    if not v2 and not concat:  # GAT's op returns the float32 per-head output (_out_spec)
-        out = out.view(out.shape[0], heads, x_src.shape[1] // heads).mean(1).to(x_src.dtype)
-    return out, (att if return_attention else None)
+        out, att = _EagerAttention.apply(call, spec.return_attention, *(call[i] for i in _INPUT_FIELDS))
+    if not spec.v2 and not spec.concat:  # GAT's op returns the float32 per-head output (_out_spec)
+        out = out.view(out.shape[0], spec.heads, x_src.shape[1] // spec.heads).mean(1).to(x_src.dtype)
+    return out, (att if spec.return_attention else None)
