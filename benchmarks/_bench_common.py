@@ -42,6 +42,7 @@ __all__ = [
     "kernel_table",
     "kernel_times",
     "gather_floor_bytes",
+    "triton_spec",
     "TritonCompiles",
 ]
 
@@ -52,6 +53,19 @@ def gather_floor_bytes(num_edges: int, num_dst: int, width: int, elem: int) -> i
     """Bytes a gather-bound attention forward must move at least: one source row of ``width`` elements of
     ``elem`` bytes gathered per edge, plus the ``[num_dst, width]`` output written once."""
     return (num_edges + num_dst) * width * elem
+
+
+def triton_spec(graph: Any, x: torch.Tensor, attn_weights: torch.Tensor, *, v2: bool, heads: int,
+                edge_attr: torch.Tensor | None = None) -> Any:
+    """The validated call (:func:`cudnn_gnn.spec.attention_spec`) the kernel benchmarks hand the Triton backend's
+    entries (``triton_gat``, ``build_call``) directly: ``x`` both sides, concatenated heads, leaky ReLU 0.2, no
+    dropout, no attention returned."""
+    from cudnn_gnn.spec import attention_spec
+
+    return attention_spec(v2=v2, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
+                          concat=True, activation="leaky_relu", activation_alpha=0.2, dropout=0.0, training=False,
+                          dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
+                          backend="triton", max_degree=None)
 
 
 def is_fatal(exc: BaseException) -> bool:

@@ -29,7 +29,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _bench_common import H200_BYTES_PER_S as HBM_BYTES_PER_S  # noqa: E402
-from _bench_common import gather_floor_bytes  # noqa: E402
+from _bench_common import gather_floor_bytes, triton_spec  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor
     """Per implementation, a builder of its ``(fwd, fwd_bwd)`` closures for one op and dtype."""
     from cudnn_gnn.backends import reference
     from cudnn_gnn.backends import triton as tb
-    from cudnn_gnn.spec import AttentionSpec, attention_spec
+    from cudnn_gnn.spec import AttentionSpec
 
     h, c = p.heads, p.channels
     d = h * c
@@ -100,10 +100,7 @@ def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor
             xp = lin(x)
             ep = edge_input()
         # validated once; each call swaps in its own features (AttentionSpec.on), as the hub split does
-        spec = attention_spec(v2=v2, graph=graph, x=xp, attn_weights=w, heads=h, edge_attr=ep, concat=True,
-                              activation="leaky_relu", activation_alpha=0.2, dropout=0.0, training=False,
-                              dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
-                              backend="triton", max_degree=None)
+        spec = triton_spec(graph, xp, w, v2=v2, heads=h, edge_attr=ep)
 
         def fwd() -> Any:
             with torch.no_grad():

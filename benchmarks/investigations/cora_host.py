@@ -43,7 +43,7 @@ import torch
 from torch import Tensor, nn
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _bench_common import environment, write_json  # noqa: E402
+from _bench_common import environment, triton_spec, write_json  # noqa: E402
 from _graphs import GraphSpec, make_graph  # noqa: E402
 
 CORA = GraphSpec(2_708, 10_556, exponent=0.5)
@@ -204,17 +204,12 @@ def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 3
     import cudnn_gnn
     from cudnn_gnn.backends import triton as tb
     from cudnn_gnn.backends.triton import op as triton_op
-    from cudnn_gnn.spec import attention_spec
 
     csc = cudnn_gnn.CscGraph.from_edge_index(edge_index, num_nodes=CORA.num_nodes)
     v2 = layer == "GATv2"
     x = torch.randn(CORA.num_nodes, 64, device=device, requires_grad=True)
     w = torch.randn(64 if v2 else 128, device=device, requires_grad=True)
-    spec = attention_spec(v2=v2, graph=csc, x=x, attn_weights=w, heads=8, edge_attr=None, concat=True,
-                          activation="leaky_relu", activation_alpha=0.2, dropout=0.0, training=True, dropout_mask=None,
-                          return_attention=False, deterministic=False, grad_precision="auto", backend="triton",
-                          max_degree=None)
-    call = tb.build_call(spec, tb.kernel_graph(csc), needs_grad=True)
+    call = tb.build_call(triton_spec(csc, x, w, v2=v2, heads=8), tb.kernel_graph(csc), needs_grad=True)
     args = tb.pack(call)
     out, lse, _, scores = triton_op._fwd_impl(*args, False)
     grad = torch.randn_like(out)

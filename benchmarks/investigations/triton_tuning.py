@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _bench_common import environment, gather_floor_bytes, kernel_times, time_fn, write_json  # noqa: E402
+from _bench_common import environment, gather_floor_bytes, kernel_times, time_fn, triton_spec, write_json  # noqa: E402
 from _graphs import GraphSpec, make_graph  # noqa: E402
 from bench_layers import PRESETS  # noqa: E402
 
@@ -127,8 +127,6 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     each; None keeps the default's."""
     from cudnn_gnn.backends import triton as tb
     from cudnn_gnn.backends.triton import tuning as tk
-    from cudnn_gnn.spec import attention_spec
-
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     rows: list[dict[str, Any]] = []
@@ -160,12 +158,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                 def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
                          options: Any = options) -> None:
                     def run() -> torch.Tensor:  # the backend's entry: it takes the options
-                        spec = attention_spec(v2=v2, graph=csc, x=x, attn_weights=att, heads=heads, edge_attr=None,
-                                              concat=True, activation="leaky_relu", activation_alpha=0.2, dropout=0.0,
-                                              training=False, dropout_mask=None, return_attention=False,
-                                              deterministic=False, grad_precision="auto", backend="triton",
-                                              max_degree=None)
-                        return tb.triton_gat(spec, options=options)[0]
+                        return tb.triton_gat(triton_spec(csc, x, att, v2=v2, heads=heads), options=options)[0]
 
                     if pass_ == "fwd":
                         with torch.no_grad():
