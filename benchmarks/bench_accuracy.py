@@ -262,10 +262,8 @@ def summarize(runs: list[dict[str, Any]], workloads: list[str], device: torch.de
                              "runs": {m: len(by_mode[m]) for m in MODES},
                              "errors": [f"{r['mode']} seed {r['seed']}: {r['error']}" for r in runs
                                         if r["workload"] == w and "error" in r]}
-        for key in metrics:
-            s[key] = compare([r[key] for r in by_mode["captured"].values()], [r[key] for r in by_mode["eager"].values()],
-                             [(by_mode["captured"][i][key], by_mode["eager"][i][key]) for i in both])
-        for key in ("best_epoch", "epochs_run"):  # where early stopping chose and ended (Cora, CiteSeer)
+        # the metrics, then where early stopping chose and ended (Cora, CiteSeer)
+        for key in [*metrics, "best_epoch", "epochs_run"]:
             s[key] = compare([r[key] for r in by_mode["captured"].values()], [r[key] for r in by_mode["eager"].values()],
                              [(by_mode["captured"][i][key], by_mode["eager"][i][key]) for i in both])
         s["seconds_mean"] = {m: mean_std([r["seconds"] for r in by_mode[m].values()])[0] for m in MODES}

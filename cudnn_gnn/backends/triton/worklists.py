@@ -82,4 +82,3 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | Non
     hub_rows = torch.argsort((hub_slots == 0).to(torch.int8), stable=True)[:r_max]
     hubs = torch.stack([hub_rows, slot0[hub_rows], hub_slots[hub_rows]], 1)
     return WorkList(work, hub_work, hubs)
-
