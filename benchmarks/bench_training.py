@@ -17,9 +17,14 @@ benchmarks/_graphs.py). Variants, all in one process on the same tensors:
   ``edge_index`` once before training and ``add_self_loops=False`` in the layers (so no per-step self-loop work, and
   ``torch.compile`` traces it: on the raw ``edge_index`` Inductor failed on the arxiv-shaped step);
 - ``pyg-compiled``: the same model through ``torch.compile``;
+- ``pyg-captured``: PyG's step captured whole by :class:`cudnn_gnn.apps.capture.CapturedStep` and replayed (with the
+  self-loops in the ``edge_index`` and index tensors for the loss, PyG's step has no host sync either);
+- ``pyg-compiled-captured``: the compiled model's step captured whole (what ``torch.compile(mode="reduce-overhead")``
+  aims at, with the optimizer step in the graph too): PyG's strongest baseline;
 - ``ours-eager``: our ``GATConv`` on a :class:`~cudnn_gnn.CscGraph` prepared once (``ToCscGraph``);
 - ``ours-compiled``: that model through ``torch.compile``;
-- ``ours-captured``: that step captured whole by :class:`cudnn_gnn.apps.capture.CapturedStep` and replayed.
+- ``ours-captured``: that step captured whole and replayed;
+- ``ours-compiled-captured``: the compiled model's step captured whole.
 
 Sampled workloads (one step = one batch), every variant fed by the same
 :class:`cudnn_gnn.apps.static_sampler.StaticNeighborSampler` (tree sampling with fixed shapes, on the GPU):
@@ -29,17 +34,17 @@ ogbn-papers100M-shaped one at ``--papers-scale`` (default 1, the full 111,059,95
 below), 1024 seeds a batch, fan-out 10, 10, 5, the same model. Both graphs are drawn on the device (``make_graph``;
 ``graph_seconds`` in the records). PyG's layers get each block's ``edge_index`` with the
 self-loops in it and ``add_self_loops=False``; the ``*-compiled`` variants compile the model's part of the step
-(static shapes), sampling eager; ``*-captured`` replay the whole step, sampling and gather included
-(``pyg-captured`` too: the static shapes make PyG's step capturable).
+(static shapes), sampling eager; ``*-captured`` replay the whole step, sampling and gather included (the static
+shapes make PyG's step capturable too; ``pyg-compiled-captured`` with the model's part compiled).
 
 **papers100M's scale.** Full size fits one H200 and a 10-minute call: the graph is drawn on the GPU (about 65 GB at
 the peak of ``synthetic_ogbn``: the int64 COO, 26 GB, and the label passes over ``[N, 16]`` rows), sorted to an int32
 CSC (about 85 GB at the peak: the COO, the int32 keys and the stable sort's int64 permutation and buffers), then the
 COO goes and the float32 features (57 GB; 28 GB with ``--feature-dtype float16``) stay next to the CSC (6.9 GB):
-about 65 GB resident for the six variants, whose batches (625,664 slots) take a few GB each. Drawn on a CPU the same
+about 65 GB resident for the eight variants, whose batches (625,664 slots) take a few GB each. Drawn on a CPU the same
 graph would take about 0.4 us an edge (6.3 s for scale 0.01's 16M edges on a 2-core machine, linear from scale 0.001):
-some 10 minutes, plus the sort. A full-size epoch is 1,179 batches: the per-batch timing of all six variants fits a
-call, whole epochs of all six do not (``--epoch-variants`` picks which; the time budget guards).
+some 10 minutes, plus the sort. A full-size epoch is 1,179 batches: the per-batch timing of all eight variants fits a
+call, whole epochs of all eight do not (``--epoch-variants`` picks which; the time budget guards).
 
 **Precision** (``--precision``; ``precision`` in every record): ``auto``, the default, runs the sampled workloads in
 bf16, as the examples are run (``examples/papers100m.py --precision bf16``, ``examples/ogbn_products.py --sampled
@@ -113,7 +118,8 @@ from _bench_common import (  # noqa: E402
 )
 from _graphs import GraphSpec, make_graph  # noqa: E402
 
-VARIANTS = ("pyg-eager", "pyg-compiled", "pyg-captured", "ours-eager", "ours-compiled", "ours-captured")
+VARIANTS = ("pyg-eager", "pyg-compiled", "pyg-captured", "pyg-compiled-captured", "ours-eager", "ours-compiled",
+            "ours-captured", "ours-compiled-captured")
 FULL_GRAPH = ("cora", "arxiv")
 SAMPLED = ("products-sampled", "papers100m-sampled")
 WORKLOADS = FULL_GRAPH + SAMPLED
@@ -234,7 +240,7 @@ def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, pr
     opt = torch.optim.Adam(model.parameters(), lr=0.001, fused=True if cuda else None, capturable=captured and cuda)
     if captured:
         B = sampler.batch_size
-        cs = CapturedStep(sampled_loss(model, sampler, pyg=pyg), optimizer=opt, model=model,
+        cs = CapturedStep(sampled_loss(model, sampler, pyg=pyg, compile="compiled" in variant), optimizer=opt, model=model,
                           inputs={"seeds": torch.zeros(B, dtype=torch.int64, device=device),
                                   "seed_valid": torch.ones(B, dtype=torch.bool, device=device)},
                           autocast_dtype=torch.bfloat16 if precision == "bf16" else None)
@@ -383,16 +389,16 @@ def build_step(variant: str, w: dict[str, Any], device: torch.device, precision:
             if isinstance(m, PygGATConv):
                 m.add_self_loops = False
     cuda = device.type == "cuda"
-    captured = variant == "ours-captured"
+    captured = variant.endswith("captured")
     opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4, fused=True if cuda else None,
                            capturable=captured and cuda)
     x, y, idx = w["x"], w["y"], w["idx"]
+    forward: Callable[..., Tensor] = torch.compile(model) if "compiled" in variant else model
     if captured:
-        cs = CapturedStep(lambda x, y, graph: F.cross_entropy(model(x, graph)[idx], y[idx]), optimizer=opt,
+        cs = CapturedStep(lambda x, y, graph: F.cross_entropy(forward(x, graph)[idx], y[idx]), optimizer=opt,
                           inputs={"x": x, "y": y, "graph": graph}, model=model,
                           autocast_dtype=torch.bfloat16 if precision == "bf16" else None)
         return VariantStep(lambda: cs(), lambda: cs.captured)
-    forward: Callable[..., Tensor] = torch.compile(model) if variant.endswith("compiled") else model
 
     def step() -> Tensor:
         opt.zero_grad(set_to_none=True)
@@ -465,7 +471,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         scale = args.papers_scale if name == "papers100m-sampled" else args.scale
         w = load_sampled(name, device, smoke, scale, args.feature_dtype) if sampled else \
             load_workload(name, device, smoke)
-        variants = [v for v in args.variants if sampled or v != "pyg-captured"]  # full graph: captured rows are ours
+        variants = args.variants
         first_epochs: list[float] = []  # epoch-1 seconds of this workload's variants so far (the budget's guess)
         for k, variant in enumerate(variants):
             rec: dict[str, Any] = {"workload": name, "variant": variant, "graph": w["source"],
@@ -497,6 +503,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(summary_line(rec), flush=True)
             step = None
             free_memory(device)
+            # every variant builds a fresh model: compile it afresh, as a user's process would, rather than share
+            # Dynamo's per-function recompile limit (8) with the variants before it (seven in one process hit it)
+            torch._dynamo.reset()
             write_outputs(result, args)  # after every variant: a call that runs out of time keeps what it measured
         w = {}
         free_memory(device)
@@ -505,7 +514,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def summary_line(rec: dict[str, Any]) -> str:
     """One printed line per record: the median step, the epochs, or why none."""
-    head = f"{rec['workload']:18s} {rec['variant']:14s} {rec['precision']:4s} "
+    head = f"{rec['workload']:18s} {rec['variant']:21s} {rec['precision']:4s} "
     if "median_ms" not in rec:
         return head + rec.get("error", rec.get("skipped", ""))
     line = head + f"{rec['median_ms']:8.3f} ms"

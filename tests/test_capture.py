@@ -223,6 +223,29 @@ def test_the_proxy_of_the_checked_warm_up_step_ignores_cpu_ops() -> None:
     assert proxy.found == []
 
 
+def test_checking_a_compiled_function_for_syncs_leaves_it_compiled() -> None:
+    """Dynamo skips a compiled function called under a dispatch mode and marks its code skipped for good unless the
+    mode ignores compile internals: the sync check of a captured step's warm-up would have sent every later call of a
+    ``torch.compile``d model eager, the captured step's included. Counted with a backend that counts its calls."""
+    calls = []
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        def run(*args: object) -> object:
+            calls.append(1)
+            return gm(*args)
+        return run
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda t: (t.sin() * 2).sum(), backend=counting)
+    x = torch.randn(8)
+    fn(x)
+    found = host_syncs(lambda: fn(x).item())
+    assert found and found[0].startswith("aten::_local_scalar_dense")  # the .item() outside the compiled code
+    fn(x)
+    assert len(calls) == 3  # the checked call and the one after it ran the compiled graph
+    torch._dynamo.reset()
+
+
 def test_the_eager_body_clips_steps_the_scheduler_and_autocasts_as_asked() -> None:
     """The body that a capture records, run eagerly on CPU: clipping, the scheduler and bf16 autocast as a plain
     loop would run them (the same parameters after three steps)."""

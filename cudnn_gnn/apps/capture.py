@@ -101,6 +101,14 @@ class _SyncProxy(TorchDispatchMode):
         self.found: list[str] = []
         self.cuda_only = cuda_only  # flag only ops on CUDA tensors (a CPU op never waits for the GPU)
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let ``torch.compile``d code inside the step run compiled under this mode. Otherwise Dynamo skips a
+        compiled function called under a dispatch mode and marks its code skipped for good: every later call,
+        the captured step's included, would run eagerly. The mode then sees the ops the compiled code calls
+        through ATen (its generated kernels not); torch's sync debug mode still sees every sync."""
+        return True
+
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         kwargs = kwargs or {}
         if self.cuda_only and not any(isinstance(a, Tensor) and a.is_cuda for a in args):

@@ -231,6 +231,43 @@ def test_bench_training_times_the_captured_step(tmp_path) -> None:
     assert records["ours-captured"]["peak_memory_bytes"] > 0
 
 
+def test_a_compiled_model_stays_compiled_in_the_captured_step() -> None:
+    """A ``torch.compile``d model (Inductor) in the step: the checked warm-up step leaves it compiled, so the capture
+    records the compiled kernels; the replays equal eager steps of the compiled model from the same state (tolerance:
+    two compiled graphs, one captured, may order float sums differently)."""
+    x, y, idx, graph = _problem()
+    torch._dynamo.reset()
+    calls = []
+    inductor = torch._inductor.compile_fx.compile_fx
+
+    def counting(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        compiled = inductor(gm, example_inputs)
+
+        def run(*args: object) -> object:
+            calls.append(1)
+            return compiled(*args)
+        return run
+
+    losses = []
+    for use_step in (False, True):
+        model = _model()
+        model.eval()  # no dropout: compiled draws differ from the capture's replays only by RNG offsets
+        fwd = torch.compile(model, backend=counting)
+        opt = _adam(model)
+        if use_step:
+            calls.clear()
+            step = CapturedStep(lambda x, y, graph, fwd=fwd: F.cross_entropy(fwd(x, graph)[idx], y[idx]), optimizer=opt,
+                                inputs={"x": x, "y": y, "graph": graph}, model=model)
+            got = [float(step()) for _ in range(6)]
+            assert step.captured and step.eager_reason is None
+            assert len(calls) >= 4  # three warm-up steps and the capture ran the compiled graph (replays run none)
+        else:
+            got = _eager_losses(fwd, opt, 6, x, y, idx, graph)  # type: ignore[arg-type]
+        losses.append(got)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.tensor(losses[1]), torch.tensor(losses[0]), rtol=1e-4, atol=1e-5)
+
+
 def test_host_syncs_names_copies_to_the_host_but_not_non_blocking_ones() -> None:
     from cudnn_gnn.apps.capture import host_syncs
 
