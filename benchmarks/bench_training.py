@@ -477,9 +477,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         scale = args.papers_scale if name == "papers100m-sampled" else args.scale
         w = load_sampled(name, device, smoke, scale, args.feature_dtype) if sampled else \
             load_workload(name, device, smoke)
-        variants = args.variants
         first_epochs: list[float] = []  # epoch-1 seconds of this workload's variants so far (the budget's guess)
-        for k, variant in enumerate(variants):
+        for k, variant in enumerate(args.variants):
             rec: dict[str, Any] = {"workload": name, "variant": variant, "graph": w["source"],
                                    "precision": precision_of(name, args.precision), "num_nodes": w["num_nodes"],
                                    "num_edges": w["num_edges"] if sampled else int(w["edge_index"].shape[1])}
@@ -495,7 +494,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     with warnings.catch_warnings(record=True) as caught:
                         warnings.simplefilter("always", RuntimeWarning)
                         step = measure(rec, variant, name, w, device, args, budget,
-                                       RESERVE_PER_VARIANT_S * (len(variants) - k), first_epochs)
+                                       RESERVE_PER_VARIANT_S * (len(args.variants) - k), first_epochs)
                     # the whole variant's peak: model, optimizer state, activations and, captured, the graph's pool
                     # (a replay allocates nothing, so one step's own peak would miss it)
                     rec["peak_memory_bytes"] = None if base is None else torch.cuda.max_memory_allocated(device) - base
