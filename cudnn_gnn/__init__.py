@@ -15,7 +15,7 @@ from typing import Any
 
 from cudnn_gnn.backends import backend_info
 from cudnn_gnn.graph import CscGraph
-from cudnn_gnn.ops import gat, gatv2, graph_attention, make_dropout_mask, precompile
+from cudnn_gnn.ops import attention_dropout_mask, gat, gatv2, graph_attention, make_dropout_mask, precompile
 from cudnn_gnn.sampled import sampled_blocks
 
 __version__ = "0.1.0"
@@ -31,7 +31,8 @@ _LAZY = {
 }
 
 __all__ = [
-    "CscGraph", "gat", "gatv2", "graph_attention", "make_dropout_mask", "precompile", "sampled_blocks", "backend_info",
+    "CscGraph", "attention_dropout_mask", "gat", "gatv2", "graph_attention", "make_dropout_mask", "precompile",
+    "sampled_blocks", "backend_info",
     "__version__", *_LAZY,
 ]
 

@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._names import GAT_BACKENDS
+from cudnn_gnn._philox import SEED_BOUND, draw_seed, keep_scale, keep_threshold, philox_uint32
 from cudnn_gnn._segment import ACTIVATIONS
 from cudnn_gnn._validation import (
     check_bool,
@@ -28,7 +29,8 @@ from cudnn_gnn._validation import (
 )
 from cudnn_gnn.graph import CscGraph
 
-__all__ = ["AttentionSpec", "attention_spec", "make_dropout_mask", "project_edges", "gat_attention_vector",
+__all__ = ["AttentionSpec", "attention_dropout_mask", "attention_spec", "check_dropout_seed", "make_dropout_mask",
+           "project_edges", "gat_attention_vector",
            "gat_attention_parts", "GRAD_PRECISIONS", "ALPHA_DEFAULTS"]
 
 GRAD_PRECISIONS = ("auto", "fp32", "input")
@@ -80,9 +82,13 @@ class AttentionSpec:
             ``edge_attr @ lin_edge_weight^T`` (:meth:`projected_edge_attr`), which a backend may compute fused.
         concat: ``[Nd, D]`` output, else the mean over heads ``[Nd, C]``.
         activation / activation_alpha: the logit activation and its resolved parameter (a float for every one).
-        dropout_mask: ``[E, H]`` factors in COO order (explicit, or drawn here for ``dropout > 0`` in training),
-            or None. It may require grad (an explainer's edge mask): only the reference backend differentiates
-            through it, so the planner runs such calls there (:attr:`mask_requires_grad`).
+        dropout_mask: the caller's explicit ``[E, H]`` factors in COO order, or None. It may require grad (an
+            explainer's edge mask): only the reference backend differentiates through it, so the planner runs such
+            calls there (:attr:`mask_requires_grad`).
+        dropout: the attention dropout probability in force (the caller's ``dropout`` in training, else 0).
+        dropout_seed: with ``dropout > 0``, the int64 ``[1]`` seed on the graph's device of the counter-based
+            dropout (:func:`attention_dropout_mask` gives its factors; the Triton kernels draw them in-kernel),
+            the caller's or drawn from torch's generator; else None.
         return_attention, deterministic: as the caller gave them.
         grad_precision: ``"auto" | "fp32" | "input"``.
         backend: the *requested* backend name (``GAT_BACKENDS``); the planner resolves it.
@@ -101,6 +107,8 @@ class AttentionSpec:
     activation: str
     activation_alpha: float
     dropout_mask: Tensor | None
+    dropout: float
+    dropout_seed: Tensor | None
     return_attention: bool
     deterministic: bool
     grad_precision: str
@@ -134,6 +142,21 @@ class AttentionSpec:
     @property
     def dtype(self) -> torch.dtype:
         return self.x_src.dtype
+
+    @property
+    def has_dropout(self) -> bool:
+        """Whether dropout factors apply: an explicit mask, or counter-based dropout in force."""
+        return self.dropout_mask is not None or self.dropout_seed is not None
+
+    def dropout_factors(self) -> Tensor | None:
+        """The ``[E, H]`` float32 dropout factors in COO order, for the backends that read a mask: the explicit
+        ``dropout_mask``, or the counter-based mask of ``dropout_seed`` (:func:`attention_dropout_mask`, the
+        factors the Triton kernels draw in-kernel), or None without dropout."""
+        if self.dropout_mask is not None:
+            return self.dropout_mask
+        if self.dropout_seed is None:
+            return None
+        return attention_dropout_mask(self.graph, self.heads, self.dropout, self.dropout_seed)
 
     @property
     def mask_requires_grad(self) -> bool:
@@ -173,6 +196,49 @@ def make_dropout_mask(
     p = check_probability("p", p, allow_one=True)
     keep = torch.rand(heads, num_edges, device=device, generator=generator) >= p
     return (keep.to(torch.float32) * (0.0 if p == 1.0 else 1.0 / (1.0 - p))).t()
+
+
+def attention_dropout_mask(graph: CscGraph, heads: int, p: float, seed: int | Tensor) -> Tensor:
+    """The attention dropout factors that a call with ``dropout=p`` and ``dropout_seed=seed`` applies, on every
+    backend: ``[E, H]`` float32 in COO order, ``1 / (1 - p)`` where (edge, head) is kept (to within ``2**-31``:
+    :func:`~cudnn_gnn._philox.keep_scale`) and ``0`` where dropped.
+
+    Counter-based: the draw of the edge at CSC position ``e`` and head ``h`` is Philox-4x32-10 of counter
+    ``e * H + h`` under key ``seed`` (:mod:`cudnn_gnn._philox`), the function the Triton kernels evaluate in-kernel
+    (forward, and again in the backward), so this materialises exactly their mask: for the reference and cuDNN
+    backends, ``return_attention`` checks and explainers. ``seed``: an int in ``[0, 2**62)`` or an int64 tensor
+    ``[1]`` on the graph's device.
+    """
+    if not isinstance(graph, CscGraph):
+        raise TypeError(f"graph must be a cudnn_gnn.CscGraph, got {type(graph).__name__}")
+    heads = check_int("heads", heads, minimum=1)
+    p = check_probability("p", p, allow_one=True)
+    seed = check_dropout_seed(seed, graph.device)
+    e = graph.num_edges
+    offsets = torch.arange(e * heads, device=graph.device, dtype=torch.int64).view(e, heads)
+    threshold = keep_threshold(p)
+    keep = (philox_uint32(seed, offsets) >> 1) >= threshold
+    factors = torch.where(keep, keep_scale(threshold), 0.0).to(torch.float32)
+    if graph.map_csc_to_coo is None:
+        return factors
+    return torch.empty_like(factors).index_copy_(0, graph.map_csc_to_coo.long(), factors)
+
+
+def check_dropout_seed(seed: object, device: torch.device) -> Tensor:
+    """``seed`` as the int64 ``[1]`` tensor on ``device`` the kernels read: an int in ``[0, 2**62)`` (copied to the
+    device: not for a captured step, which takes a device tensor), or such a tensor as it is."""
+    if isinstance(seed, Tensor):
+        if seed.dtype != torch.int64:
+            raise TypeError(f"dropout_seed must be an int or an int64 tensor, got a {seed.dtype} tensor")
+        if seed.numel() != 1:
+            raise ValueError(f"dropout_seed must hold one element, got shape {tuple(seed.shape)}")
+        check_device("dropout_seed", seed, device)
+        return seed.reshape(1)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise TypeError(f"dropout_seed must be an int or an int64 tensor, got {type(seed).__name__}")
+    if not 0 <= seed < SEED_BOUND:
+        raise ValueError(f"dropout_seed must be in [0, 2**62), got {seed}")
+    return torch.tensor([seed], dtype=torch.int64, device=device)
 
 
 def resolve_activation_alpha(activation: str, alpha: float | None) -> float:
@@ -280,9 +346,11 @@ def attention_spec(
     backend: str,
     max_degree: int | str | None,
     lin_edge_weight: Tensor | None = None,
+    dropout_seed: int | Tensor | None = None,
 ) -> AttentionSpec:
-    """Validate one call's arguments (the public ops' keywords) and freeze them; draws the dropout mask for
-    ``dropout > 0`` in training. Raises TypeError / ValueError naming the argument, before any kernel runs."""
+    """Validate one call's arguments (the public ops' keywords) and freeze them; for ``dropout > 0`` in training
+    draws the dropout seed (one int64 on the device) where the caller gave none, never an ``[E, H]`` mask. Raises
+    TypeError / ValueError naming the argument, before any kernel runs."""
     if not isinstance(graph, CscGraph):
         raise TypeError(f"graph must be a cudnn_gnn.CscGraph, got {type(graph).__name__}")
     x_src, x_dst = _split_features(graph, x)
@@ -318,15 +386,22 @@ def attention_spec(
     check_bool("deterministic", deterministic)
     check_choice("grad_precision", grad_precision, GRAD_PRECISIONS)
     check_choice("backend", backend, GAT_BACKENDS)
+    seed: Tensor | None = None
     if dropout_mask is not None:
         if p > 0.0 and training:
             raise ValueError(f"dropout must be 0 when dropout_mask is given, got dropout={p}")
+        if dropout_seed is not None:
+            raise ValueError("dropout_seed must be None when dropout_mask is given (the mask is the dropout), "
+                             f"got {dropout_seed!r}")
         _check_dropout_mask(dropout_mask, e, heads, graph.device, backend)
     elif p > 0.0 and training:
-        dropout_mask = make_dropout_mask(e, heads, p, device=graph.device)
+        seed = draw_seed(graph.device) if dropout_seed is None else check_dropout_seed(dropout_seed, graph.device)
+    elif dropout_seed is not None:
+        check_dropout_seed(dropout_seed, graph.device)  # checked, unused: no dropout in force
     return AttentionSpec(
         v2=v2, graph=graph, x_src=x_src, x_dst=x_dst, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
         lin_edge_weight=lin_edge_weight, concat=concat, activation=activation, activation_alpha=alpha, dropout_mask=dropout_mask,
+        dropout=p if seed is not None else 0.0, dropout_seed=seed,
         return_attention=return_attention, deterministic=deterministic, grad_precision=grad_precision,
         backend=backend, max_degree=_check_max_degree(max_degree),
     )

@@ -28,7 +28,8 @@ import torch
 from torch import Tensor
 from torch_geometric.nn.conv import MessagePassing
 
-from cudnn_gnn.spec import make_dropout_mask
+from cudnn_gnn._philox import draw_seed
+from cudnn_gnn.spec import attention_dropout_mask
 
 from ._graph_plan import GraphPlan
 from ._pyg_outputs import attention_result
@@ -116,7 +117,9 @@ def run_explained(
         out, alpha = result if need_alpha else (result, None)
     else:
         e = plan.graph.num_edges
-        drop = make_dropout_mask(e, heads, p, device=x_src.device) if training and p > 0.0 else None
+        drop = None  # the counter-based mask the kernels would draw, materialised for one seed (both calls share it)
+        if training and p > 0.0:
+            drop = attention_dropout_mask(plan.graph, heads, p, draw_seed(x_src.device))
         factor = edge_factor(conv, plan, edge_index).to(torch.float32).unsqueeze(1).expand(e, heads)
         out = op(dropout=0.0, training=training, dropout_mask=factor if drop is None else factor * drop,
                  return_attention=False)

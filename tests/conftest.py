@@ -89,14 +89,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 def call_spec(graph: CscGraph, x_src: torch.Tensor, x_dst: torch.Tensor, attn_weights: torch.Tensor,
               edge_attr: torch.Tensor | None = None, dropout_mask: torch.Tensor | None = None, *, v2: bool, heads: int,
               concat: bool, activation_name: str = "leaky_relu", activation_alpha: float = 0.2,
-              return_attention: bool = False, lin_edge_weight: torch.Tensor | None = None) -> AttentionSpec:
+              return_attention: bool = False, lin_edge_weight: torch.Tensor | None = None, dropout: float = 0.0,
+              dropout_seed: torch.Tensor | None = None) -> AttentionSpec:
     """The :class:`~cudnn_gnn.spec.AttentionSpec` a backend gets from the planner, built from a backend test's
     tensors as they are (``x_dst`` may be ``x_src`` itself or a view; no validation, as the backends trust the spec),
-    for calling a backend's functional op (``triton_gat``, ``reference.mha_gat``, ``build_call``) directly."""
+    for calling a backend's functional op (``triton_gat``, ``reference.mha_gat``, ``build_call``) directly.
+    ``dropout`` with ``dropout_seed`` (int64 ``[1]``): counter-based dropout, as the spec carries it in training."""
     from cudnn_gnn.spec import AttentionSpec
 
     return AttentionSpec(
         v2=v2, graph=graph, x_src=x_src, x_dst=x_dst, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
         lin_edge_weight=lin_edge_weight, concat=concat, activation=activation_name,
-        activation_alpha=float(activation_alpha), dropout_mask=dropout_mask, return_attention=return_attention,
+        activation_alpha=float(activation_alpha), dropout_mask=dropout_mask, dropout=dropout,
+        dropout_seed=dropout_seed, return_attention=return_attention,
         deterministic=False, grad_precision="auto", backend="triton", max_degree=None)

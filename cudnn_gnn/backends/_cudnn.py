@@ -332,7 +332,8 @@ def _reference_call(c: GatCall, x_src: Tensor, x_dst: Tensor, w: Tensor, edge: T
     spec = AttentionSpec(
         v2=c.v2, graph=graph, x_src=x_src, x_dst=x_dst, attn_weights=w, heads=c.heads, edge_attr=edge,
         lin_edge_weight=None, concat=c.concat, activation=c.activation, activation_alpha=c.activation_alpha,
-        dropout_mask=None if c.dropout_mask is None else c.dropout_mask.t(), return_attention=True,
+        dropout_mask=None if c.dropout_mask is None else c.dropout_mask.t(), dropout=0.0, dropout_seed=None,
+        return_attention=True,
         deterministic=c.deterministic, grad_precision="fp32" if c.grad_fp32 else "input", backend="reference",
         max_degree=None)
     return reference.mha_gat(spec)

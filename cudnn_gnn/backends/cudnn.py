@@ -41,7 +41,7 @@ def _needs_map(spec: AttentionSpec) -> bool:
     """Whether the kernels need the CSC->COO map: only to order edge tensors (edge features, the dropout mask,
     returned attention) and for the deterministic backward (its reverse map is in COO ids). Without any, passing
     it costs time: a kernel with the map is a build of its own (docs/performance.md, "First-call kernel build")."""
-    return (spec.edge_attr is not None or spec.dropout_mask is not None or spec.return_attention
+    return (spec.edge_attr is not None or spec.has_dropout or spec.return_attention
             or spec.deterministic)
 
 
@@ -73,7 +73,7 @@ class CudnnBackend:
 
         return _cudnn.launch_failed(_cudnn.shape_key(
             v2=spec.v2, heads=spec.heads, dim=spec.dim, dtype=spec.dtype, has_map=_needs_map(spec),
-            dim_edge=spec.dim_edge if spec.edge_attr is not None else None, has_mask=spec.dropout_mask is not None,
+            dim_edge=spec.dim_edge if spec.edge_attr is not None else None, has_mask=spec.has_dropout,
             concat=spec.concat, deterministic=spec.deterministic, grad_fp32=spec.grad_fp32,
             activation=spec.activation, num_src=graph.num_src_nodes, num_dst=graph.num_dst_nodes,
             num_edges=graph.num_edges, index_dtype=graph.index_dtype))
@@ -85,12 +85,13 @@ class CudnnBackend:
         det = spec.deterministic
         edge_attr = spec.projected_edge_attr()  # GATv2 with lin_edge_weight: projected by torch first
         rev_offsets, rev_map = graph.reverse_coo_map() if det else (None, None)
+        mask = spec.dropout_factors()  # the explicit mask, or the seed's (the Triton kernels' draws, materialised)
         call = _cudnn.GatCall(
             graph.offsets, graph.indices, graph.map_csc_to_coo if _needs_map(spec) else None, rev_offsets, rev_map,
             graph.num_src_nodes, spec.x_src, spec.x_dst,
             None if edge_attr is None else edge_attr.to(dtype),
             spec.attn_weights.to(dtype),
-            None if spec.dropout_mask is None else spec.dropout_mask.t().to(torch.float32).contiguous(),
+            None if mask is None else mask.t().to(torch.float32).contiguous(),
             spec.v2, spec.heads, spec.concat, spec.activation, spec.activation_alpha, det, spec.grad_fp32,
         )
         out, att = _cudnn.cudnn_gat(call, spec.return_attention)

@@ -31,7 +31,8 @@ def mha_gat(spec: AttentionSpec, graph: CscGraph | None = None) -> tuple[Tensor,
         spec: the call: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``; ``attn_weights`` GAT ``[2*H*C + De]`` (the layout of
             :func:`~cudnn_gnn.spec.gat_attention_vector`), GATv2 ``[H*C]``; ``edge_attr`` ``[E, De]`` (GAT) or
             ``[E, H*C]`` (GATv2) in COO order, or None; GATv2 with ``lin_edge_weight [H*C, De]``: raw ``[E, De]``,
-            projected here in the computation dtype; ``dropout_mask [E, H]`` factors in COO order, or None.
+            projected here in the computation dtype; the dropout factors ``[E, H]``
+            (:meth:`~cudnn_gnn.spec.AttentionSpec.dropout_factors`: the explicit mask or the seed's), or none.
         graph: the graph to run on (any index dtype, same device as the features): ``spec.graph`` where None (the
             planner's kernel graph otherwise: the same edges, possibly in another index dtype).
 
@@ -41,7 +42,7 @@ def mha_gat(spec: AttentionSpec, graph: CscGraph | None = None) -> tuple[Tensor,
     """
     graph = spec.graph if graph is None else graph
     x_src, x_dst, attn_weights, edge_attr, h = spec.x_src, spec.x_dst, spec.attn_weights, spec.edge_attr, spec.heads
-    lin_edge_weight, dropout_mask, v2 = spec.lin_edge_weight, spec.dropout_mask, spec.v2
+    lin_edge_weight, dropout_mask, v2 = spec.lin_edge_weight, spec.dropout_factors(), spec.v2
     out_dtype = x_src.dtype
     cdt = torch.float64 if out_dtype == torch.float64 else torch.float32
     d = x_src.shape[1]

@@ -25,6 +25,7 @@ def gat(
     dropout: float = 0.0,
     training: bool = False,
     dropout_mask: Tensor | None = None,
+    dropout_seed: int | Tensor | None = None,
     return_attention: bool = False,
     deterministic: bool = False,
     grad_precision: str = "auto",
@@ -59,13 +60,22 @@ def gat(
             ``"tanh"``, ``"elu"`` or ``"scalar"`` (multiply by ``activation_alpha``).
         activation_alpha: the leaky_relu slope (default 0.2) or the scalar factor (default 1.0); ``None``
             gives the default. The other activations take none (cuDNN's ELU is ``exp(x) - 1`` below 0, alpha 1).
-        dropout: attention dropout probability, applied when ``training``; the op draws an inverted-dropout
-            mask with torch's RNG (``torch.manual_seed`` makes it reproducible; autograd reuses it).
+        dropout: attention dropout probability in ``[0, 1]``, applied when ``training`` (inverted dropout: kept
+            coefficients scaled by ``1 / (1 - p)``). Counter-based: each (edge, head) is kept or dropped by a
+            Philox draw keyed by a seed and its CSC position (:func:`~cudnn_gnn.attention_dropout_mask` gives the
+            factors), drawn inside the Triton kernels and again in their backward, so no ``[E, H]`` mask is made
+            or kept; the reference and cuDNN backends materialise the same mask. The seed comes from torch's
+            generator (one int64 on the device: ``torch.manual_seed`` makes it reproducible; inside a captured
+            CUDA graph each replay draws a new one), or from ``dropout_seed``.
         training: whether ``dropout`` applies.
         dropout_mask: explicit ``[E, H]`` float factors (COO order), e.g. from
-            :func:`~cudnn_gnn.make_dropout_mask`; exclusive with ``dropout > 0`` in training. Any per-edge factor
+            :func:`~cudnn_gnn.make_dropout_mask`; exclusive with ``dropout > 0`` in training and with
+            ``dropout_seed`` (the Triton kernels read it once per call in CSC order). Any per-edge factor
             on the messages is one on the coefficients, so this is also how an explainer's edge mask enters. A
             mask that requires grad runs on the reference backend (``"auto"``), which differentiates through it.
+        dropout_seed: the seed of ``dropout``'s mask: an int in ``[0, 2**62)`` (copied to the device per call) or
+            an int64 tensor ``[1]`` on the graph's device (capturable); None draws one. The same seed gives the same
+            mask on every backend.
         return_attention: also return ``alpha [E, H]`` float32 (post-softmax, post-dropout, COO order);
             differentiable.
         deterministic: bitwise-repeatable backward on cuDNN (builds and caches the graph's reverse CSC once,
@@ -112,7 +122,8 @@ def gat(
     spec = attention_spec(
         v2=False, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr, concat=concat,
         activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
-        dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
+        dropout_mask=dropout_mask, dropout_seed=dropout_seed, return_attention=return_attention,
+        deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )
     return run(plan_call(spec))

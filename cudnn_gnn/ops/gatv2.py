@@ -26,6 +26,7 @@ def gatv2(
     dropout: float = 0.0,
     training: bool = False,
     dropout_mask: Tensor | None = None,
+    dropout_seed: int | Tensor | None = None,
     return_attention: bool = False,
     deterministic: bool = False,
     grad_precision: str = "auto",
@@ -42,7 +43,7 @@ def gatv2(
     ``x_src`` plays PyG's ``lin_l(x)`` (messages and the source term), ``x_dst`` its ``lin_r(x)``.
 
     Args:
-        graph, x, heads, concat, activation, activation_alpha, dropout, training, dropout_mask,
+        graph, x, heads, concat, activation, activation_alpha, dropout, training, dropout_mask, dropout_seed,
         return_attention, deterministic, grad_precision, backend: as in :func:`cudnn_gnn.gat`.
         attn_weights: ``[H*C]``, the flattened ``att [H, C]``.
         edge_attr: edge features in COO order: ``[E, H*C]`` projected (PyG's ``lin_edge(edge_attr)``), or with
@@ -79,7 +80,8 @@ def gatv2(
         v2=True, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
         lin_edge_weight=lin_edge_weight, concat=concat,
         activation=activation, activation_alpha=activation_alpha, dropout=dropout, training=training,
-        dropout_mask=dropout_mask, return_attention=return_attention, deterministic=deterministic,
+        dropout_mask=dropout_mask, dropout_seed=dropout_seed, return_attention=return_attention,
+        deterministic=deterministic,
         grad_precision=grad_precision, backend=backend, max_degree=max_degree,
     )
     return run(plan_call(spec))

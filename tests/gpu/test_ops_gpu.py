@@ -14,7 +14,8 @@ import zlib
 import pytest
 import torch
 
-from cudnn_gnn import CscGraph, gat, gatv2, make_dropout_mask
+from cudnn_gnn import CscGraph, attention_dropout_mask, gat, gatv2, make_dropout_mask
+from cudnn_gnn._philox import draw_seed
 from cudnn_gnn.backends.reference import ACTIVATIONS
 
 from ._requirements import cudnn_skip_reason
@@ -171,7 +172,7 @@ def test_dropout_mask_and_drawn_dropout(op):
     torch.manual_seed(11)
     b = fn(g, xs, w, heads=4, dropout=0.4, training=True, backend="cudnn")
     torch.manual_seed(11)
-    m = make_dropout_mask(1200, 4, 0.4, device=DEV)
+    m = attention_dropout_mask(g, 4, 0.4, draw_seed(torch.device(DEV)))  # the seed the call drew, its mask
     assert torch.equal(a, b)
     torch.testing.assert_close(a, fn(g, xs, w, heads=4, dropout_mask=m, backend="reference"), atol=1e-5, rtol=1e-5)
 

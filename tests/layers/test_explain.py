@@ -10,7 +10,8 @@ from torch_geometric.explain import Explainer
 from torch_geometric.explain.algorithm import AttentionExplainer, GNNExplainer
 from torch_geometric.explain.algorithm.utils import clear_masks, set_masks
 
-from cudnn_gnn import gat, make_dropout_mask
+from cudnn_gnn import attention_dropout_mask, gat
+from cudnn_gnn._philox import draw_seed
 from cudnn_gnn.layers import GATConv, GATv2Conv
 from cudnn_gnn.layers._explain import edge_factor
 from cudnn_gnn.layers._graph_plan import eager_plan, static_plan
@@ -114,7 +115,8 @@ def test_edge_mask_gradients_match_pyg(kind: str, apply_sigmoid: bool) -> None:
 
 
 def test_training_dropout_multiplies_the_edge_mask() -> None:
-    """In training, the op's mask is the edge mask times the dropout factors drawn for the call."""
+    """In training, the op's mask is the edge mask times the dropout factors drawn for the call: the counter-based
+    mask of the seed drawn from torch's generator, the mask the kernels would draw without the explainer."""
     x, ei, _ = _graph()
     conv = GATConv(F, 4, heads=2, dropout=0.5).train()
     mask = torch.randn(E)
@@ -124,9 +126,9 @@ def test_training_dropout_multiplies_the_edge_mask() -> None:
     clear_masks(conv)
     keep = ei[0] != ei[1]
     factor = torch.cat([mask.sigmoid()[keep], torch.ones(N)])  # PyG's explain_message: loops appended, mask 1
-    torch.manual_seed(3)
-    drop = make_dropout_mask(factor.numel(), 2, 0.5)
     plan = resolve(ei, num_src=N, num_dst=N, num_loops=N, device=x.device, cache=True)
+    torch.manual_seed(3)
+    drop = attention_dropout_mask(plan.graph, 2, 0.5, draw_seed(x.device))
     w = torch.cat([conv.att_src.reshape(-1), conv.att_dst.reshape(-1)])
     want = gat(plan.graph, conv.lin(x), w, heads=2, dropout_mask=factor.unsqueeze(1) * drop) + conv.bias
     torch.testing.assert_close(got, want, atol=1e-6, rtol=1e-5)

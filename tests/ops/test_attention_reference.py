@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import cudnn_gnn
-from cudnn_gnn import CscGraph, gat, gatv2, make_dropout_mask
+from cudnn_gnn import CscGraph, attention_dropout_mask, gat, gatv2, make_dropout_mask
+from cudnn_gnn._philox import draw_seed
 from cudnn_gnn.backends.reference import ACTIVATIONS
 
 from ._oracle import naive_attention
@@ -109,10 +110,50 @@ def test_dropout_reproducible_with_seed_and_off_in_eval(op):
     assert torch.equal(a, b)
     assert not torch.equal(a, c)
     assert torch.equal(fn(g, xs, w, heads=2, dropout=0.5, training=False), plain)
-    # the drawn mask is exactly make_dropout_mask under the same seed
+    # the drawn mask is the counter-based mask of the seed drawn from torch's generator in that state
     torch.manual_seed(7)
-    mask = make_dropout_mask(200, 2, 0.5)
+    seed = draw_seed(torch.device("cpu"))
+    mask = attention_dropout_mask(g, 2, 0.5, seed)
     torch.testing.assert_close(fn(g, xs, w, heads=2, dropout_mask=mask), a)
+    torch.testing.assert_close(fn(g, xs, w, heads=2, dropout=0.5, training=True, dropout_seed=int(seed)), a)
+    torch.testing.assert_close(fn(g, xs, w, heads=2, dropout=0.5, training=True, dropout_seed=seed), a)
+
+
+def test_attention_dropout_mask_rate_scale_and_coo_order():
+    """The counter-based mask: factors 0 or 1 / (1 - p) at rate p (binomial bound over 40,000 draws), the same
+    factors for the same seed, others for another; in COO order: a graph built from shuffled edges gives each edge
+    the factor of its CSC position, so permuting the COO edges permutes the mask with them."""
+    ei = torch.randint(0, 100, (2, 10_000), generator=torch.Generator().manual_seed(0))
+    g = CscGraph.from_edge_index(ei, num_nodes=100)
+    m = attention_dropout_mask(g, 4, 0.3, 123)
+    assert m.shape == (10_000, 4) and m.dtype == torch.float32
+    assert m.unique().tolist() == [0.0, pytest.approx(1 / 0.7)]
+    rate = (m == 0).float().mean().item()
+    assert abs(rate - 0.3) < 4 * (0.3 * 0.7 / 40_000) ** 0.5
+    assert torch.equal(m, attention_dropout_mask(g, 4, 0.3, torch.tensor([123])))
+    assert not torch.equal(m, attention_dropout_mask(g, 4, 0.3, 124))
+    # keyed by CSC position: the factors of the sorted graph's positions, scattered to the caller's COO ids
+    sorted_g = CscGraph.from_csc(g.offsets, g.indices, num_src_nodes=100)
+    csc_factors = attention_dropout_mask(sorted_g, 4, 0.3, 123)
+    assert torch.equal(m[g.map_csc_to_coo.long()], csc_factors)
+    assert torch.equal(attention_dropout_mask(g, 4, 1.0, 5), torch.zeros(10_000, 4))
+    assert torch.equal(attention_dropout_mask(g, 4, 0.0, 5), torch.ones(10_000, 4))
+
+
+@pytest.mark.parametrize(("seed", "error", "match"), [
+    (1.5, TypeError, "dropout_seed must be an int or an int64 tensor, got float"),
+    (True, TypeError, "dropout_seed must be an int or an int64 tensor, got bool"),
+    (-1, ValueError, r"dropout_seed must be in \[0, 2\*\*62\), got -1"),
+    (2**62, ValueError, r"dropout_seed must be in \[0, 2\*\*62\)"),
+    (torch.tensor([1.0]), TypeError, "got a torch.float32 tensor"),
+    (torch.tensor([1, 2]), ValueError, r"dropout_seed must hold one element, got shape \(2,\)"),
+])
+def test_dropout_seed_refused_before_any_kernel(seed, error, match):
+    g = CscGraph.from_edge_index(torch.tensor([[0, 1], [1, 0]]), num_nodes=2)
+    with pytest.raises(error, match=match):
+        gat(g, torch.randn(2, 4), torch.randn(8), heads=1, dropout=0.5, training=True, dropout_seed=seed)
+    with pytest.raises(ValueError, match="dropout_seed must be None when dropout_mask is given"):
+        gat(g, torch.randn(2, 4), torch.randn(8), heads=1, dropout_mask=torch.ones(2, 1), dropout_seed=3)
 
 
 @pytest.mark.parametrize("op", sorted(OPS))

@@ -56,16 +56,19 @@ def _inputs(v2: bool, ns: int, nd: int, e: int, heads: int, c: int, *, edge: boo
 
 
 def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1, ew=None,
-         gat_backward="auto"):
+         gat_backward="auto", drop=None):
     """Forward, then the gradients of ``<out, g_out> + <attention, g_att>`` w.r.t. every input given (``ew``: GATv2's
     ``lin_edge_weight``, ``ea`` then raw). Without ``xd``, ``x_dst`` is ``xs`` itself on a square graph (GAT's op
     then reads one feature tensor for both node scores), else a view of its first rows. ``gat_backward``: the Triton
-    backend's :class:`~cudnn_gnn.backends.triton.TritonOptions` variant (the reference ignores it)."""
+    backend's :class:`~cudnn_gnn.backends.triton.TritonOptions` variant (the reference ignores it). ``drop``:
+    ``(p, seed)``, counter-based dropout (``m`` None), drawn in-kernel by Triton, materialised by the reference."""
     if xd is not None:
         x_dst = xd
     else:  # x_src itself where the graph is square (as the layers pass it), else a view of its first rows
         x_dst = xs if graph.num_dst_nodes == xs.shape[0] else xs[: graph.num_dst_nodes]
     kw = dict(v2=v2, heads=heads, concat=concat, activation_name=act, activation_alpha=alpha, lin_edge_weight=ew)
+    if drop is not None:
+        kw.update(dropout=drop[0], dropout_seed=drop[1])
     if backend == "triton":
         out, att = tb.triton_gat(call_spec(graph, xs, x_dst, w, ea, m, return_attention=True, **kw),
                                  options=tb.TritonOptions(gat_backward=gat_backward))
@@ -757,6 +760,48 @@ def test_gat_attention_gradient_with_dropout_in_chunks(concat, one_gather, chunk
     _attention_only_grads_match(graph, xs, w, ea, kw)
 
 
+@pytest.mark.parametrize("variant", ["gat_one_gather", "gat_two_gather", "gatv2"])
+def test_counter_based_dropout_in_chunks_matches_the_reference(variant, chunk):
+    """Counter-based dropout drawn in-kernel (forward, the delta pass, the source and destination passes, the
+    attention's normalisation in the merge kernel) on hub rows and sources in chunks of 4, with a gradient on the
+    returned attention: output, attention and every gradient equal the reference's on the mask it materialises
+    for the same seed (:func:`cudnn_gnn.attention_dropout_mask`); bitwise equal on a second run; another seed
+    drops other edges."""
+    v2 = variant == "gatv2"
+    chunk.set(4)
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, xd, w, ea, _ = _inputs(v2, ns, nd, ei.shape[1], 3, 3, edge=True, mask=False, bipartite=False, seed=5)
+    seed = torch.tensor([987654321], dtype=torch.int64)
+    kw = dict(v2=v2, heads=3, concat=not v2, drop=(0.4, seed),
+              gat_backward="two_gather" if variant == "gat_two_gather" else "one_gather")
+    first = _compare(graph, xs, xd, w, ea, None, **kw)
+    second = _run("triton", graph, xs, xd, w, ea, None, **kw)
+    assert torch.equal(first[0], second[0]) and all(torch.equal(a, b) for a, b in zip(first[2], second[2]))
+    dropped = first[1] == 0
+    assert 0.3 < dropped.float().mean().item() < 0.5
+    other = _run("triton", graph, xs, xd, w, ea, None, **{**kw, "drop": (0.4, seed + 1)})
+    assert not torch.equal(other[1] == 0, dropped)
+
+
+def test_training_call_carries_a_seed_and_no_mask_or_coo_map():
+    """What the Triton kernels get for dropout in training: the int64 seed [1] and its threshold, no ``[E, H]``
+    tensor and no CSC -> COO map (the draws are keyed by CSC position); an explicit mask goes in CSC order, contiguous
+    float32 (the kernels read a row's factors as one run)."""
+    ei, ns, nd = GRAPHS["power_law"]()
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns)
+    xs, _, w, _, m = _inputs(False, ns, nd, ei.shape[1], 2, 4, edge=False, mask=True, bipartite=False)
+    seed = torch.tensor([5], dtype=torch.int64)
+    spec = call_spec(graph, xs, xs, w, v2=False, heads=2, concat=True, dropout=0.6, dropout_seed=seed)
+    call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
+    assert call.dropout is seed and call.map_csc_to_coo is None
+    assert call.kernel_dropout == triton_call.KernelDropout(seed, round(0.6 * 2**31))
+    spec = call_spec(graph, xs, xs, w, None, m, v2=False, heads=2, concat=True)
+    call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
+    assert call.map_csc_to_coo is None and call.dropout.is_contiguous() and call.dropout.dtype == torch.float32
+    assert torch.equal(call.dropout, m[graph.map_csc_to_coo.long()])
+
+
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.parametrize("name", sorted(GRAPHS))
 @pytest.mark.slow
@@ -1220,7 +1265,7 @@ def test_opcheck_fused_edge_projection(fused):
     assert call.lin_edge_weight is ew and call.edge_grads == 3
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(call), True))
     # edge_attr's gradient not asked (bit 0 of the edge-gradient bits cleared): an empty output
-    frozen = call._replace(edge_attr=ea.detach(), backward_flags=call.backward_flags & ~1)
+    frozen = call._replace(edge_attr=ea.detach(), flags=call.flags & ~1)
     assert frozen.edge_grads == 2
     torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(frozen), False))
 

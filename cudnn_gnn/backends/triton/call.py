@@ -15,13 +15,39 @@ from typing import Any, NamedTuple, cast
 import torch
 from torch import Tensor
 
+from cudnn_gnn._philox import keep_threshold
 from cudnn_gnn.backends.triton import tuning
 from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.spec import AttentionSpec, gat_attention_parts
 
-__all__ = ["DEFAULT_OPTIONS", "TritonBackward", "TritonCall", "TritonGraph", "TritonOptions", "build_call",
+__all__ = ["DEFAULT_OPTIONS", "KernelDropout", "TritonBackward", "TritonCall", "TritonGraph", "TritonOptions", "build_call",
            "built_kernel_graph", "gatv2_edge_inputs", "kernel_graph", "pack", "unpack"]
+
+
+class KernelDropout(NamedTuple):
+    """The kernels' dropout argument group (``drop_ptr, drop_thr`` in their signatures): ``tensor``, the int64 seed
+    ``[1]`` of counter-based dropout or explicit float32 factors ``[E, H]`` in CSC order; ``threshold``, the keep
+    threshold (:func:`cudnn_gnn._philox.keep_threshold`; the kernels derive the scale from it,
+    :func:`cudnn_gnn._philox.keep_scale`), 0 and unread with explicit factors."""
+
+    tensor: Tensor
+    threshold: int
+
+
+def _kernel_dropout(spec: AttentionSpec, graph: TritonGraph) -> KernelDropout | None:
+    """``spec``'s dropout as the kernels take it: the seed (counter-based), or the explicit mask gathered once into
+    CSC order (contiguous ``[E, H]`` float32, so each program reads its row's factors as one run, not one scattered
+    COO row per edge), or None."""
+    if spec.dropout_seed is not None:
+        return KernelDropout(spec.dropout_seed, keep_threshold(spec.dropout))
+    mask = spec.dropout_mask
+    if mask is None:
+        return None
+    mask = mask.float()
+    if graph.map_csc_to_coo is not None:
+        mask = mask.index_select(0, graph.map_csc_to_coo)
+    return KernelDropout(mask.contiguous(), 0)
 
 
 class TritonBackward(NamedTuple):
@@ -140,8 +166,11 @@ class TritonCall(NamedTuple):
     one read, one gradient), ``attn_weights [2*H*C] = att_src | att_dst`` (the node scores are the op's own; the
     caller's ``att_edge`` went into the edge scores in :func:`build_call`) and the float32 edge scores
     ``score_edge [E, H]`` (COO) or None.
-    ``dropout_mask [E, H]`` float32 (COO, any strides) or None.
-    ``backward_flags``: bits 0-1, :attr:`edge_grads`; bits 2-3, :attr:`gat_backward` (one integer, so that the op
+    Dropout (:attr:`kernel_dropout`): ``dropout`` the int64 seed ``[1]`` of counter-based dropout (drawn in-kernel,
+    forward and backward, with ``dropout_threshold`` and ``dropout_scale``: :mod:`cudnn_gnn._philox`), or explicit
+    float32 factors ``[E, H]`` in CSC order (the caller's mask, permuted once per call), or None.
+    ``flags``: bits 0-1, :attr:`edge_grads`; bits 2-3, :attr:`gat_backward`; bits 4-35, :attr:`dropout_threshold`
+    (one integer, so that the op
     schema stays at 10 arguments, see :func:`pack`).
     """
 
@@ -165,24 +194,36 @@ class TritonCall(NamedTuple):
     lin_edge_weight: Tensor | None
     attn_weights: Tensor | None
     score_edge: Tensor | None
-    dropout_mask: Tensor | None
+    dropout: Tensor | None
     v2: bool
     heads: int
     concat: bool
     activation: str
     activation_alpha: float
-    backward_flags: int
+    flags: int
+
+    @property
+    def kernel_dropout(self) -> KernelDropout | None:
+        """The dropout argument group the kernels take, or None without dropout."""
+        if self.dropout is None:
+            return None
+        return KernelDropout(self.dropout, self.dropout_threshold)
+
+    @property
+    def dropout_threshold(self) -> int:
+        """The keep threshold of counter-based dropout (:func:`cudnn_gnn._philox.keep_threshold`; 0 otherwise)."""
+        return self.flags >> 4
 
     @property
     def edge_grads(self) -> int:
         """On GATv2's fused path, which edge gradients the backward computes (bit 0: ``edge_attr``'s, bit 1:
         ``lin_edge_weight``'s; the others come back as empty tensors); 0 otherwise."""
-        return self.backward_flags & 3
+        return self.flags & 3
 
     @property
     def gat_backward(self) -> str:
         """:attr:`TritonOptions.gat_backward`, the GAT backward this call takes."""
-        return _GAT_BACKWARDS[self.backward_flags >> 2 & 3]
+        return _GAT_BACKWARDS[self.flags >> 2 & 3]
 
 
 @dataclass(frozen=True)
@@ -207,7 +248,7 @@ class TritonOptions:
 
 
 _GAT_BACKWARDS = ("auto", "one_gather", "two_gather")
-_GAT_BACKWARD_BITS = {name: i << 2 for i, name in enumerate(_GAT_BACKWARDS)}  # backward_flags' bits 2-3
+_GAT_BACKWARD_BITS = {name: i << 2 for i, name in enumerate(_GAT_BACKWARDS)}  # flags' bits 2-3
 
 
 DEFAULT_OPTIONS = TritonOptions()
@@ -353,7 +394,7 @@ def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
     work list only if ``needs_grad`` (:meth:`TritonGraph.backward`, built then the first time and kept)."""
     g = graph
     rev = g.backward() if needs_grad else None
-    x_src, x_dst, dropout_mask = spec.x_src, spec.x_dst, spec.dropout_mask
+    x_src, x_dst = spec.x_src, spec.x_dst
     edge_attr: Tensor | None
     if spec.v2:
         edge_attr, lin_edge_weight = gatv2_edge_inputs(spec, needs_grad)
@@ -377,15 +418,16 @@ def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
         inputs = dict(x_src=x_src.contiguous(), x_dst=None if x_dst is x_src else x_dst.contiguous(),
                       edge_attr=None, lin_edge_weight=None, attn_weights=att_node.contiguous(),
                       score_edge=score_edge)
-    needs_map = edge_attr is not None or dropout_mask is not None or spec.return_attention
+    needs_map = edge_attr is not None or spec.return_attention  # dropout is keyed by CSC position: no map
     src = rev.src if rev is not None else None
+    drop = _kernel_dropout(spec, g)
     return TritonCall(
         offsets=g.offsets, indices=g.indices, map_csc_to_coo=g.map_csc_to_coo if needs_map else None,
         row_work=g.rows.work, row_hub_work=g.rows.hub_work, row_hubs=g.rows.hubs,
         rev_offsets=rev and rev.rev_offsets, rev_to_csc=rev and rev.rev_to_csc, dst_index=rev and rev.dst_index,
         rev_dst=rev and rev.rev_dst, src_work=src and src.work, src_hub_work=src and src.hub_work,
         src_hubs=src and src.hubs, num_src_nodes=g.num_src_nodes, **inputs,
-        dropout_mask=None if dropout_mask is None else dropout_mask.float(),
+        dropout=None if drop is None else drop.tensor,
         v2=spec.v2, heads=spec.heads, concat=spec.concat, activation=spec.activation,
         activation_alpha=spec.activation_alpha,
-        backward_flags=edge_grads | _GAT_BACKWARD_BITS[options.gat_backward])
+        flags=edge_grads | _GAT_BACKWARD_BITS[options.gat_backward] | (0 if drop is None else drop.threshold << 4))

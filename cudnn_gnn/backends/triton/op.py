@@ -128,7 +128,7 @@ def _forward(c: TritonCall, return_attention: bool) -> tuple[Tensor, Tensor, Ten
     kernels().launch_forward(
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
         c.x_src, c.x_dst if c.v2 else None, c.edge_attr, c.attn_weights if c.v2 else None,
-        score_src, score_dst, c.score_edge, c.dropout_mask, out, lse, att,
+        score_src, score_dst, c.score_edge, c.kernel_dropout, out, lse, att,
         v2=c.v2, heads=h, act=c.activation, alpha=c.activation_alpha, edge_weight=c.lin_edge_weight)
     if c.v2 and not c.concat:
         out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
@@ -235,7 +235,7 @@ def _bwd_impl(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
     k.launch_backward_dst(
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
         c.x_src, c.x_dst if c.v2 else None, c.edge_attr, c.attn_weights if c.v2 else None,
-        score_src, score_dst, c.score_edge, c.dropout_mask, lse, dout,
+        score_src, score_dst, c.score_edge, c.kernel_dropout, lse, dout,
         None if grad_attention is None else grad_attention.float().contiguous(), alpha_buf, ds_buf,
         d_x_dst if c.v2 else None, d_edge if c.v2 and c.edge_attr is not None and not fused else None, d_w_part,
         None if c.v2 else d_score_dst, None if c.v2 or c.score_edge is None else d_score_edge,
@@ -275,7 +275,7 @@ def _gat_backward(c: TritonCall, grad_out: Tensor, grad_attention: Tensor | None
     kernels().launch_gat_backward(
         c.offsets, c.indices, c.map_csc_to_coo, c.row_work, c.row_hub_work, c.row_hubs,
         c.rev_to_csc, c.dst_index, c.rev_dst, c.src_work, c.src_hub_work, c.src_hubs,
-        c.x_src, score_src, score_dst, c.score_edge, c.dropout_mask, lse, out, grad_out.contiguous(),
+        c.x_src, score_src, score_dst, c.score_edge, c.kernel_dropout, lse, out, grad_out.contiguous(),
         None if grad_attention is None else grad_attention.float().contiguous(),
         d_x_src, d_score_src, d_score_dst, d_score_edge if c.score_edge is not None else None,
         heads=c.heads, act=c.activation, alpha=c.activation_alpha)

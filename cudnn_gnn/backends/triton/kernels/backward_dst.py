@@ -9,11 +9,13 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.call import KernelDropout
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act,
     _act_grad,
     _coo_ids,
+    _drop_factor,
     _edge_rows,
     _fused_dim,
     _head_group,
@@ -23,6 +25,8 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _or,
     _partial,
     _sum,
+    drop_args,
+    drop_mode,
     n_items,
 )
 from cudnn_gnn.backends.triton.launch import cached_launch
@@ -33,10 +37,10 @@ __all__ = ["launch_backward_dst"]
 @triton.jit
 def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
                     indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                    mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr,
+                    drop_ptr, drop_thr, datt_ptr, alpha_buf_ptr, ds_buf_ptr,
                     H, D, alpha,
                     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-                    HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+                    DROP: tl.constexpr, HAS_DATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
     """Pass 1 over one block: ``p`` and ``g`` per (edge, head) into the buffers, ``delta`` accumulated."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
@@ -51,8 +55,8 @@ def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delt
     if HAS_DATT:
         g += tl.load(datt_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
     a = p
-    if HAS_MASK:
-        a = p * tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
+    if DROP != 0:
+        a = p * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
     delta += _sum(a * g, 0)
     buf_off = e_pos[:, None] * H + h_off[None, :]
     tl.store(alpha_buf_ptr + buf_off, p, mask=eh_mask)
@@ -63,10 +67,10 @@ def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delt
 @triton.jit
 def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
                     indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                    mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr, dedge_ptr, dsedge_ptr,
+                    drop_ptr, drop_thr, alpha_buf_ptr, ds_buf_ptr, dedge_ptr, dsedge_ptr,
                     H, D, alpha,
                     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-                    HAS_MASK: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+                    DROP: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
     """Pass 2 over one block: ``ds``, the per-edge gradients, the destination-side sums accumulated. With the fused
     projection (``DE > 0``) the edge gradients are left to :func:`_bwd_edge_kernel`, which reads ``ds``."""
     e_pos = e0 + tl.arange(0, BLOCK)
@@ -79,8 +83,8 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
     # this block overwrites the slots it just read, possibly from other threads (the stores below may take another
     # layout): every read lands before any of those writes
     tl.debug_barrier()
-    if HAS_MASK:
-        mk = tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
+    if DROP != 0:
+        mk = _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
     else:
         mk = tl.where(eh_mask, 1.0, 0.0)
     ds = p * (mk * g - delta[None, :])
@@ -117,13 +121,13 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
 def _bwd_dst_kernel(
     work_ptr, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
-    mask_ptr, mask_s0, mask_s1,
+    drop_ptr, drop_thr,
     lse_ptr, dout_ptr, datt_ptr,
     alpha_buf_ptr, ds_buf_ptr, delta_part_ptr, delta_rows_ptr,
     dx_dst_ptr, dedge_ptr, dattw_ptr, dsdst_ptr, dsedge_ptr,
     dxd_part_ptr, dattw_part_ptr, dsd_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
-    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
+    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, DROP: tl.constexpr,
     HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
     BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
@@ -164,8 +168,8 @@ def _bwd_dst_kernel(
     for e0 in range(start, p1_end, BLOCK_E):
         delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
                                 indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                mask_ptr, mask_s0, mask_s1, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
-                                V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, HAS_DATT, ACT, BLOCK_E)
+                                drop_ptr, drop_thr, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
+                                V2, HAS_MAP, HAS_EDGE, DE, DROP, HAS_DATT, ACT, BLOCK_E)
     if ONLY_DELTA:
         tl.store(delta_part_ptr + ps * H + h_off, delta, mask=hm & part)
     else:
@@ -180,9 +184,9 @@ def _bwd_dst_kernel(
         for e0 in range(start, end, BLOCK_E):
             dxi, datt_w, dsd = _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, datt_w, dsd,
                                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
-                                               sedge_ptr, mask_ptr, mask_s0, mask_s1, alpha_buf_ptr, ds_buf_ptr,
+                                               sedge_ptr, drop_ptr, drop_thr, alpha_buf_ptr, ds_buf_ptr,
                                                dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
-                                               HAS_MASK, ACT, BLOCK_E)
+                                               DROP, ACT, BLOCK_E)
         if V2:
             tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask & whole[:, None])
             tl.store(dattw_ptr + row * D + hc, datt_w, mask=hc_mask & whole[:, None])
@@ -197,7 +201,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
                         hub_work: Tensor, hubs: Tensor,
                         x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
                         score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
-                        mask: Tensor | None, lse: Tensor, dout: Tensor, datt: Tensor | None,
+                        drop: KernelDropout | None, lse: Tensor, dout: Tensor, datt: Tensor | None,
                         alpha_buf: Tensor, ds_buf: Tensor, dx_dst: Tensor | None, dedge: Tensor | None,
                         dattw_part: Tensor | None, dscore_dst: Tensor | None, dscore_edge: Tensor | None, *,
                         v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None) -> None:
@@ -227,7 +231,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         indices, _or(map_csc_to_coo, indices),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
-        _or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1),
+        *drop_args(drop, lse),
         lse, dout, _or(datt, lse),
         alpha_buf, ds_buf, delta_part, delta_rows,
         _or(dx_dst, lse), _or(dedge, lse), dattw_rows, _or(dscore_dst, lse), _or(dscore_edge, lse),
@@ -235,7 +239,7 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         heads, c, alpha,
     )
     flags = dict(V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
-                 HAS_MASK=mask is not None, HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
+                 DROP=drop_mode(drop), HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
     if n_hubs:
         _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, WHOLE=False, **flags)
         _merge_sum(hubs, delta_part, delta_rows, heads)

@@ -11,6 +11,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.call import KernelDropout
 from cudnn_gnn.backends.triton.launch import cached_launch
 
 __all__ = ["ACTIVATION_CODES", "n_items"]
@@ -147,6 +148,52 @@ def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
 
 
 @triton.jit
+def _philox(seed, off):
+    """``tl.randint(seed, off)``: the first output of Philox-4x32-10, key ``seed`` (int64), counters ``(off, off >>
+    32, 0, 0)`` (int64 ``off``), as uint32. Written out here with builtins because ``tl.randint`` is itself a
+    ``@triton.jit`` function, which Triton's interpreter cannot call where triton was imported before
+    ``TRITON_INTERPRET=1`` was set (see :func:`_sum`); :func:`cudnn_gnn._philox.philox_uint32` is the same function."""
+    key = seed.to(tl.uint64)
+    k0 = (key & 0xFFFFFFFF).to(tl.uint32)
+    k1 = ((key >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    c0 = off.to(tl.uint32)
+    c1 = (off >> 32).to(tl.uint32)
+    c2 = c0 * 0
+    c3 = c0 * 0
+    for _ in tl.static_range(10):
+        _c0, _c2 = c0, c2
+        c0 = tl.umulhi(_c2, 0xCD9E8D57) ^ c1 ^ k0
+        c2 = tl.umulhi(_c0, 0xD2511F53) ^ c3 ^ k1
+        c1 = tl.mul(_c2, 0xCD9E8D57, sanitize_overflow=False)
+        c3 = tl.mul(_c0, 0xD2511F53, sanitize_overflow=False)
+        k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
+        k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
+    return c0
+
+
+@triton.jit
+def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexpr):
+    """The attention dropout factors ``[BLOCK, HG]`` float32 of the CSC positions ``e_pos [BLOCK]`` and heads
+    ``h_off [HG]`` (0 on masked lanes). ``DROP == 1``: read from explicit factors ``[E, H]`` in CSC order (one
+    contiguous run of a row's edges). ``DROP == 2``: counter-based, nothing read but the seed ``drop_ptr [1]``
+    (int64): kept where the top 31 bits of Philox's draw for counter ``e * H + h`` reach ``drop_thr``, with the
+    factor ``1 / (1 - drop_thr / 2**31)`` computed in float64 and rounded once (:mod:`cudnn_gnn._philox` is the
+    same function in torch, bit for bit)."""
+    off = e_pos.to(tl.int64)[:, None] * H + h_off[None, :]
+    if DROP == 1:
+        f = tl.load(drop_ptr + off, mask=eh_mask, other=0.0)
+    else:
+        seed = tl.load(drop_ptr)
+        thr = tl.full([1], drop_thr, tl.int64)  # a runtime int64 whatever Triton specialised the argument to
+        keep = (_philox(seed, off) >> 1).to(tl.int64) >= thr
+        # 1 - thr / 2**31 is exact, >= 2**-31 below thr = 2**31 (the maximum only keeps p = 1 from dividing by 0)
+        scale = 1.0 / tl.maximum(1.0 - thr.to(tl.float64) * 4.656612873077393e-10, 4.656612873077393e-10)
+        scale = tl.where(thr >= 2147483648, 0.0, scale)
+        f = tl.where(eh_mask & keep, scale.to(tl.float32), 0.0)
+    return f
+
+
+@triton.jit
 def _item(work_ptr, WHOLE: tl.constexpr):
     """A work item ``(row, start, end, slot)`` (int64): the row's CSC positions ``start .. end`` and where its
     results go, ``slot == -1``: the row itself (the whole row), ``slot >= 0``: partial slot ``slot`` (one chunk of a
@@ -164,8 +211,8 @@ def _item(work_ptr, WHOLE: tl.constexpr):
 
 
 @triton.jit
-def _normalise_att(start, end, lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1, att_ptr, H,
-                   HAS_MAP: tl.constexpr, HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
+def _normalise_att(start, end, lse, h_off, hm, map_ptr, drop_ptr, drop_thr, att_ptr, H,
+                   HAS_MAP: tl.constexpr, DROP: tl.constexpr, BLOCK: tl.constexpr):
     """Turn the raw logits stored in ``att`` for the CSC positions ``start .. end`` into ``exp(s - lse) * mask``."""
     for e0 in range(start, end, BLOCK):
         e_pos = e0 + tl.arange(0, BLOCK)
@@ -176,8 +223,8 @@ def _normalise_att(start, end, lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_
         s = tl.load(att_ptr + att_off, mask=eh_mask, other=0.0)
         tl.debug_barrier()  # the slots read above are overwritten below, possibly by other threads
         a = tl.exp(s - lse[None, :])
-        if HAS_MASK:
-            a = a * tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
+        if DROP != 0:
+            a = a * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
         tl.store(att_ptr + att_off, a, mask=eh_mask)
 
 
@@ -201,6 +248,21 @@ def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr):
 def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
     """Triton needs a pointer for every argument; unused optional inputs get a harmless stand-in."""
     return fallback if t is None else t
+
+
+def drop_args(drop: KernelDropout | None, fallback: Tensor) -> tuple[Tensor, int]:
+    """The kernels' ``(drop_ptr, drop_thr)`` for ``drop`` (with ``fallback`` as the pointer where there is no
+    dropout)."""
+    if drop is None:
+        return fallback, 0
+    return drop.tensor, drop.threshold
+
+
+def drop_mode(drop: KernelDropout | None) -> int:
+    """The kernels' ``DROP``: 0 none, 1 explicit factors (float32, CSC order), 2 counter-based (an int64 seed)."""
+    if drop is None:
+        return 0
+    return 2 if drop.tensor.dtype == torch.int64 else 1
 
 
 def _fused_dim(edge: Tensor | None, edge_weight: Tensor | None) -> int:

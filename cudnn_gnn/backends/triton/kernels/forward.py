@@ -9,8 +9,10 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.call import KernelDropout
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
+    _drop_factor,
     _fused_dim,
     _head_group,
     _item,
@@ -20,6 +22,8 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _or,
     _partial,
     _sum,
+    drop_args,
+    drop_mode,
     n_items,
 )
 from cudnn_gnn.backends.triton.launch import cached_launch
@@ -30,10 +34,10 @@ __all__ = ["launch_forward"]
 @triton.jit
 def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-               mask_ptr, mask_s0, mask_s1, att_ptr,
+               drop_ptr, drop_thr, att_ptr,
                H, D, alpha,
                V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-               HAS_MASK: tl.constexpr, RETURN_ATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+               DROP: tl.constexpr, RETURN_ATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
     """One online-softmax step over the edges ``e0 .. e0 + BLOCK`` (clipped to ``end``) of a row."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
@@ -50,8 +54,8 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
     scale = tl.exp(m_run - m_new)
     p = tl.exp(s - m_new[None, :])
     l_run = l_run * scale + _sum(p, 0)
-    if HAS_MASK:
-        p = p * tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
+    if DROP != 0:
+        p = p * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
     acc = acc * scale[:, None] + _sum(p[:, :, None] * xj, 0)
     return m_new, l_run, acc
 
@@ -61,10 +65,10 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
 def _fwd_kernel(
     work_ptr, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
-    mask_ptr, mask_s0, mask_s1,
+    drop_ptr, drop_thr,
     out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
-    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, HAS_MASK: tl.constexpr,
+    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, DROP: tl.constexpr,
     RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
@@ -91,8 +95,8 @@ def _fwd_kernel(
     for e0 in range(start, end, BLOCK_E):  # light rows and the rest: small blocks
         m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                                        indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                       mask_ptr, mask_s0, mask_s1, att_ptr, H, D, alpha,
-                                       V2, HAS_MAP, HAS_EDGE, DE, HAS_MASK, RETURN_ATT, ACT, BLOCK_E)
+                                       drop_ptr, drop_thr, att_ptr, H, D, alpha,
+                                       V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, ACT, BLOCK_E)
 
     # a chunk of a hub row: its partial state (no normalisation; the merge kernel combines the chunks)
     ps = tl.maximum(slot, 0)
@@ -107,17 +111,17 @@ def _fwd_kernel(
     tl.store(lse_ptr + row * H + h_off, lse, mask=hm & whole)
     if RETURN_ATT:
         tl.debug_barrier()  # the raw logits stored above, by other threads of this program, are read below
-        _normalise_att(start, tl.where(slot == -1, end, start), lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1,
-                       att_ptr, H, HAS_MAP, HAS_MASK, BLOCK_E)
+        _normalise_att(start, tl.where(slot == -1, end, start), lse, h_off, hm, map_ptr, drop_ptr, drop_thr,
+                       att_ptr, H, HAS_MAP, DROP, BLOCK_E)
 
 
 @cached_launch
 @triton.jit
 def _fwd_merge_kernel(
-    hubs_ptr, offsets_ptr, map_ptr, mask_ptr, mask_s0, mask_s1,
+    hubs_ptr, offsets_ptr, map_ptr, drop_ptr, drop_thr,
     m_part_ptr, l_part_ptr, acc_part_ptr, out_ptr, lse_ptr, att_ptr,
     H, C,
-    HAS_MAP: tl.constexpr, HAS_MASK: tl.constexpr, RETURN_ATT: tl.constexpr,
+    HAS_MAP: tl.constexpr, DROP: tl.constexpr, RETURN_ATT: tl.constexpr,
     BLOCK_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """One hub row (``hubs[pid] = (row, first slot, chunk count)``, count 0 = padding): the chunks' partial states
@@ -151,14 +155,14 @@ def _fwd_merge_kernel(
     if RETURN_ATT:  # the raw logits were stored by the chunk programs (an earlier launch)
         start = tl.load(offsets_ptr + row).to(tl.int64)
         end = tl.load(offsets_ptr + row + 1).to(tl.int64)
-        _normalise_att(start, tl.where(n > 0, end, start), lse, h_off, hm, map_ptr, mask_ptr, mask_s0, mask_s1,
-                       att_ptr, H, HAS_MAP, HAS_MASK, BLOCK_E)
+        _normalise_att(start, tl.where(n > 0, end, start), lse, h_off, hm, map_ptr, drop_ptr, drop_thr,
+                       att_ptr, H, HAS_MAP, DROP, BLOCK_E)
 
 
 def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, work: Tensor, hub_work: Tensor,
                    hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
                    score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
-                   mask: Tensor | None, out: Tensor, lse: Tensor, att: Tensor | None, *,
+                   drop: KernelDropout | None, out: Tensor, lse: Tensor, att: Tensor | None, *,
                    v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None) -> None:
     """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO).
 
@@ -173,23 +177,23 @@ def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | No
     n_slots = hub_work.shape[0]
     m_part, l_part, acc_part = _partial(n_slots, heads, lse), _partial(n_slots, heads, lse), \
         _partial(n_slots, heads * c, lse)
-    mask_args = (_or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1))
+    dropout = drop_args(drop, lse)
     _fwd_kernel[(n_items(work), groups)](
         work, indices, _or(map_csc_to_coo, indices),
         x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
         _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
-        *mask_args,
+        *dropout,
         out, lse, _or(att, lse), m_part, l_part, acc_part,
         heads, c, alpha,
         V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
-        HAS_MASK=mask is not None,
+        DROP=drop_mode(drop),
         RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[act], WHOLE=work.dim() == 1, **cfg,
     )
     if hubs.shape[0]:
         _fwd_merge_kernel[(hubs.shape[0], groups)](
-            hubs, offsets, _or(map_csc_to_coo, indices), *mask_args,
+            hubs, offsets, _or(map_csc_to_coo, indices), *dropout,
             m_part, l_part, acc_part, out, lse, _or(att, lse),
             heads, c,
-            HAS_MAP=map_csc_to_coo is not None, HAS_MASK=mask is not None, RETURN_ATT=att is not None,
+            HAS_MAP=map_csc_to_coo is not None, DROP=drop_mode(drop), RETURN_ATT=att is not None,
             BLOCK_E=cfg["BLOCK_E"], HG=cfg["HG"], BLOCK_C=cfg["BLOCK_C"], num_warps=cfg["num_warps"],
         )

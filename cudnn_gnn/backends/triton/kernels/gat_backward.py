@@ -13,12 +13,14 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.call import KernelDropout
 from cudnn_gnn.backends.triton.kernels.backward_src import _out_edges
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act,
     _act_grad,
     _coo_ids,
+    _drop_factor,
     _head_group,
     _item,
     _logits,
@@ -26,6 +28,8 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _or,
     _partial,
     _sum,
+    drop_args,
+    drop_mode,
     n_items,
 )
 from cudnn_gnn.backends.triton.launch import cached_launch
@@ -35,9 +39,9 @@ __all__ = ["launch_gat_backward"]
 
 @triton.jit
 def _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, acc,
-                     indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1, datt_ptr,
+                     indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, drop_ptr, drop_thr, datt_ptr,
                      H, alpha,
-                     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, ACT: tl.constexpr,
+                     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, ACT: tl.constexpr,
                      BLOCK: tl.constexpr):
     """``acc += sum_e alpha_e datt_e`` over the CSC positions ``e0 .. e0 + BLOCK`` (clipped to ``end``) of a row."""
     e_pos = e0 + tl.arange(0, BLOCK)
@@ -47,8 +51,8 @@ def _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, acc,
     s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, sd, sd, sd, sd,
                      map_ptr, ssrc_ptr, ssrc_ptr, ssrc_ptr, sedge_ptr, H, 0, alpha, False, HAS_MAP, HAS_EDGE, 0, ACT)
     a = tl.where(eh_mask, tl.exp(s - lse[None, :]), 0.0)
-    if HAS_MASK:
-        a = a * tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=eh_mask, other=0.0)
+    if DROP != 0:
+        a = a * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
     return acc + _sum(a * tl.load(datt_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0), 0)
 
 
@@ -56,10 +60,10 @@ def _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, acc,
 @triton.jit
 def _bwd_gat_delta_kernel(
     work_ptr, offsets_ptr, indices_ptr, map_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
-    mask_ptr, mask_s0, mask_s1, lse_ptr, dout_ptr, out_ptr, datt_ptr,
+    drop_ptr, drop_thr, lse_ptr, dout_ptr, out_ptr, datt_ptr,
     delta_ptr, delta_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
-    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
+    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
@@ -85,18 +89,18 @@ def _bwd_gat_delta_kernel(
         lse = tl.load(lse_ptr + row * H + h_off, mask=hm, other=0.0)
         for e0 in range(start, end, BLOCK_E):
             delta = _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, delta,
-                                     indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
-                                     datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, ACT, BLOCK_E)
+                                     indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, drop_ptr, drop_thr,
+                                     datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, DROP, ACT, BLOCK_E)
     tl.store(delta_ptr + row * H + h_off, delta, mask=hm & whole)
     tl.store(delta_part_ptr + tl.maximum(slot, 0) * H + h_off, delta, mask=hm & part)
 
 
 @triton.jit
 def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                   rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
+                   rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr, drop_thr,
                    lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
                    H, D, alpha,
-                   HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
+                   HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
                    ACT: tl.constexpr, REV_DST: tl.constexpr, BLOCK: tl.constexpr):
     """One block of a source's out-edges (reverse-CSC positions ``k0 .. k0 + BLOCK``): the softmax and score
     gradients of each edge, and ``dx_j``'s and ``d score_src_j``'s sums."""
@@ -116,8 +120,8 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
     g = _sum(g_out * xj[None, :, :], 2)  # <dout_i, x_j> per head
     if HAS_DATT:
         g += tl.load(datt_ptr + coo_h, mask=kh_mask, other=0.0)
-    if HAS_MASK:
-        mk = tl.load(mask_ptr + coo[:, None] * mask_s0 + h_off[None, :] * mask_s1, mask=kh_mask, other=0.0)
+    if DROP != 0:
+        mk = _drop_factor(e_pos, h_off, kh_mask, drop_ptr, drop_thr, H, DROP)
         a = p * mk
         ds = p * (mk * g - tl.load(delta_ptr + ih, mask=kh_mask, other=0.0))
     else:
@@ -136,11 +140,11 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
 @triton.jit
 def _bwd_gat_src_kernel(
     work_ptr, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
-    x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, mask_ptr, mask_s0, mask_s1,
+    x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, drop_ptr, drop_thr,
     lse_ptr, delta_ptr, dout_ptr, datt_ptr,
     dz_buf_ptr, dx_src_ptr, dssrc_ptr, dsedge_ptr, dx_part_ptr, dss_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
-    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, HAS_MASK: tl.constexpr, HAS_DATT: tl.constexpr,
+    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr, REV_DST: tl.constexpr,
     BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
@@ -168,14 +172,14 @@ def _bwd_gat_src_kernel(
     full_end = start + (end - start) // BLOCK_E * BLOCK_E
     for k0 in range(start, full_end, BLOCK_E):
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr,
-                                 mask_s0, mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, REV_DST, BLOCK_E)
+                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
+                                 drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, BLOCK_E)
     for k0 in range(full_end, end, BLOCK_E):
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, mask_ptr,
-                                 mask_s0, mask_s1, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, HAS_MASK, HAS_DATT, ACT, REV_DST, BLOCK_E)
+                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
+                                 drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, BLOCK_E)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     tl.store(dssrc_ptr + j * H + h_off, dss, mask=hm & whole)
@@ -210,7 +214,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
                         row_hub_work: Tensor, row_hubs: Tensor, rev_to_csc: Tensor, dst_index: Tensor,
                         rev_dst: Tensor | None, src_work: Tensor, src_hub_work: Tensor, src_hubs: Tensor,
                         x_src: Tensor, score_src: Tensor, score_dst: Tensor, score_edge: Tensor | None,
-                        mask: Tensor | None, lse: Tensor, out: Tensor, dout: Tensor, datt: Tensor | None,
+                        drop: KernelDropout | None, lse: Tensor, out: Tensor, dout: Tensor, datt: Tensor | None,
                         dx_src: Tensor, dscore_src: Tensor, dscore_dst: Tensor, dscore_edge: Tensor | None, *,
                         heads: int, act: str, alpha: float) -> None:
     """GAT's backward with one feature-row gather per edge: fills ``dx_src [Ns, H*C]``, ``dscore_src [Ns, H]``,
@@ -234,16 +238,16 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     f32: dict[str, Any] = dict(device=x_src.device, dtype=torch.float32)
     delta = torch.empty(nd, heads, **f32)
     dz_buf = torch.empty(e, heads, **f32)
-    has_map, has_edge, has_mask = map_csc_to_coo is not None, score_edge is not None, mask is not None
-    mask_args = (_or(mask, lse), 0 if mask is None else mask.stride(0), 0 if mask is None else mask.stride(1))
-    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, HAS_MASK=has_mask, HAS_DATT=datt is not None,
+    has_map, has_edge = map_csc_to_coo is not None, score_edge is not None
+    dropout = drop_args(drop, lse)
+    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), HAS_DATT=datt is not None,
                  ACT=ACTIVATION_CODES[act])
     if n_rows:  # whole rows and hub chunks in one launch; the chunks' sums merged per row in slot order
         _, delta_groups, delta_cfg = tuning.launch_config(x_src, heads, False, "gat_delta", dout)
         delta_part = _partial(row_hub_work.shape[0], heads, lse)
         _bwd_gat_delta_kernel[(n_rows, delta_groups)](
             row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst, _or(score_edge, lse),
-            *mask_args, lse, dout, out, _or(datt, lse), delta, delta_part,
+            *dropout, lse, dout, out, _or(datt, lse), delta, delta_part,
             heads, c, alpha, WHOLE=row_work.dim() == 1, **flags, **delta_cfg)
         _merge_sum(row_hubs, delta_part, delta, heads)
     if n_src:
@@ -251,7 +255,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         dss_part = _partial(src_hub_work.shape[0], heads, lse)
         _bwd_gat_src_kernel[(n_src, groups)](
             src_work, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
-            x_src, score_src, score_dst, _or(score_edge, lse), *mask_args,
+            x_src, score_src, score_dst, _or(score_edge, lse), *dropout,
             lse, delta, dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part, dss_part,
             heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d)
