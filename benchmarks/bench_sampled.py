@@ -9,8 +9,6 @@ once by :class:`cudnn_gnn.apps.sampler.DeviceNeighborLoader`, and every variant 
 
 * ``pyg``: PyG's ``GATConv`` (``cudnn_gnn.apps.models.OgbGAT("pyg-gat", ...)``, trimmed ``edge_index`` slices);
 * ``ours``: our ``GATConv`` on ``--backend`` (blocks from ``cudnn_gnn.sampled_blocks``);
-* ``ours_chunked_rows``: ours with the blocks' ``short_rows`` hint ignored (chunked row work lists, the hub
-  launches), as before ``a93a21c``;
 * ``ours_compiled``, ``pyg_compiled``: the model under ``torch.compile(dynamic=True)`` (one graph for every batch
   size; its build time is in ``warmup_s``, the graphs it built in ``compiled_graphs``), the loss and the optimizer
   step eager as in the others;
@@ -48,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from _bench_common import environment, kernel_times, synchronize, write_json  # noqa: E402
 
-VARIANTS = ("pyg", "ours", "ours_chunked_rows", "ours_compiled",
+VARIANTS = ("pyg", "ours", "ours_compiled",
             "pyg_compiled")
 
 
@@ -65,9 +63,6 @@ def sweep_variant(name: str) -> tuple[str, int, int] | None:
 def variant_switches(name: str) -> Iterator[None]:
     """The module-level switches a variant flips, restored afterwards."""
     from cudnn_gnn.backends.triton import tuning as tk
-    from cudnn_gnn.graph import CscGraph
-
-    saved_rows = CscGraph.short_rows
     saved_shape = tk.launch_shape
     try:
         swept = sweep_variant(name)
@@ -81,11 +76,8 @@ def variant_switches(name: str) -> Iterator[None]:
                 return block_e, default[1], default[2], warps
 
             tk.launch_shape = launch_shape  # type: ignore[assignment]
-        if name == "ours_chunked_rows":
-            CscGraph.short_rows = property(lambda self: False)  # type: ignore[assignment,method-assign]
         yield
     finally:
-        CscGraph.short_rows = saved_rows  # type: ignore[method-assign]
         tk.launch_shape = saved_shape  # type: ignore[assignment]
 
 
@@ -226,7 +218,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--precision", default="bf16", choices=("fp32", "bf16", "fp16"))
     ap.add_argument("--backend", default=None, help="default: triton (reference with --quick)")
     ap.add_argument("--variants", default=None, help=f"comma-separated, among {', '.join(VARIANTS)} (default: all; "
-                    "with --quick: pyg,ours,ours_chunked_rows)")
+                    "with --quick: pyg,ours)")
     ap.add_argument("--sweep", default=None,
                     help="KERNEL:BLOCK_Es x warps, e.g. src:2,4,8x1,2,4: adds ours_src_2x1 ... (see the variants)")
     ap.add_argument("--profile-steps", type=int, default=6, help="steps under torch.profiler per variant (GPU; 0: none)")
@@ -240,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         args.scale, args.batches, args.warmup, args.precision = 0.0002, 2, 1, "fp32"
         args.backend = args.backend or "reference"
         args.device = args.device or "cpu"
-        args.variants = args.variants or "pyg,ours,ours_chunked_rows"
+        args.variants = args.variants or "pyg,ours"
     args.variants = args.variants or ",".join(VARIANTS)
     args.backend = args.backend or "triton"
     args.fanout = [int(f) for f in args.fanout.split(",")]

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from cudnn_gnn._validation import check_index, check_int, check_tensor
+from cudnn_gnn._validation import check_bool, check_index, check_int, check_tensor
 
 __all__ = ["CscGraph", "INT32_MAX", "storage_index_dtype", "adj_t_to_coo", "csc_offsets"]
 
@@ -110,6 +110,21 @@ class CscGraph:
         num_src_nodes: number of source nodes (rows of ``x_src``).
         map_csc_to_coo: ``[num_edges]`` COO edge id of each CSC position, or ``None`` when the caller's edge
             order already is the CSC order.
+        rebuilt_every_call: the graph is rebuilt on every forward (the layers' static plans under
+            ``torch.compile``, the blocks of a sampled batch): :meth:`max_degrees` returns ``None`` instead of
+            syncing, so nothing that would pay off only across calls (the hub split) is derived for it, and the
+            layers apply their self-loop rule to it with fixed-shape ops (no host sync).
+        short_rows: (with ``rebuilt_every_call``) the caller knows that its destinations have few in-edges and its
+            sources few out-edges: a hint, not a checked property. Kernels may then walk every destination's
+            in-edges and every source's out-edges whole (one program each, in row order) instead of cutting long
+            ones into chunks: right for any lengths, fast only while they are short, and no work list is built (the
+            offsets serve as one) where a chunked list takes about seventy host ops (a sampled step is host-bound).
+            A sampled block qualifies on both sides: a destination has at most a fan-out's in-edges (a few more
+            where duplicates were sampled), a source's out-degree is how many of the block's destinations sampled
+            it, a few in papers100M-shaped batches, far below a chunk (measured in docs/scale.md).
+
+    The two modes are fields, set when the graph is built (:meth:`from_csc`, :meth:`as_rebuilt_every_call`) and
+    kept by :meth:`to` and :meth:`to_index_dtype`; the cache holds derived data only.
 
     Example:
         >>> import torch
@@ -123,6 +138,8 @@ class CscGraph:
     indices: Tensor
     num_src_nodes: int
     map_csc_to_coo: Tensor | None = None
+    rebuilt_every_call: bool = False
+    short_rows: bool = False
     _cache: dict[Any, Any] = field(default_factory=dict, repr=False, compare=False)
 
     # ------------------------------------------------------------------ invariants (cheap, no host sync)
@@ -146,6 +163,11 @@ class CscGraph:
                 raise TypeError(f"map_csc_to_coo must have the dtype of offsets ({offsets.dtype}), got {m.dtype}")
             if m.device != offsets.device:
                 raise ValueError(f"map_csc_to_coo must be on {offsets.device}, got {m.device}")
+        check_bool("rebuilt_every_call", self.rebuilt_every_call)
+        check_bool("short_rows", self.short_rows)
+        if self.short_rows and not self.rebuilt_every_call:
+            raise ValueError("short_rows must be False unless rebuilt_every_call is True (a hint for graphs rebuilt "
+                             "every call, such as sampled blocks), got short_rows=True")
         if indices.numel() > 0 and self.num_src_nodes == 0:
             raise ValueError(f"num_src_nodes must be > 0 for a graph with edges, got {self.num_src_nodes}")
 
@@ -180,9 +202,11 @@ class CscGraph:
     def __getstate__(self) -> dict[str, Any]:
         # Caches are rebuilt on demand; they are not part of the pickled state.
         return {"offsets": self.offsets, "indices": self.indices, "num_src_nodes": self.num_src_nodes,
-                "map_csc_to_coo": self.map_csc_to_coo}
+                "map_csc_to_coo": self.map_csc_to_coo, "rebuilt_every_call": self.rebuilt_every_call,
+                "short_rows": self.short_rows}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
+        state = {"rebuilt_every_call": False, "short_rows": False, **state}  # pickles from before the modes
         for k, v in state.items():
             object.__setattr__(self, k, v)
         object.__setattr__(self, "_cache", {})
@@ -198,14 +222,17 @@ class CscGraph:
         *,
         dst_index: Tensor | None = None,
         edge_index: Tensor | None = None,
+        rebuilt_every_call: bool = False,
+        short_rows: bool = False,
     ) -> CscGraph:
         """Wrap existing CSC tensors (no copy). ``map_csc_to_coo=None`` means COO order is CSC order.
+        ``rebuilt_every_call``, ``short_rows``: the graph's modes (see the class docstring).
         ``dst_index``: the ``[num_edges]`` destination of each CSC edge where the caller has it already (a sort's
         keys), kept instead of being rebuilt from ``offsets``. ``edge_index``: the ``[2, num_edges]`` int64 COO
         edges this CSC was sorted from (``map_csc_to_coo`` numbers them), kept for :meth:`edge_index` instead of
         being scattered back (a sampled block's slice of its batch; a layer adding self-loops to a block rebuilt
         every call reads it every call). Both trusted, like the rest."""
-        graph = cls(offsets, indices, num_src_nodes, map_csc_to_coo)
+        graph = cls(offsets, indices, num_src_nodes, map_csc_to_coo, rebuilt_every_call, short_rows)
         if dst_index is not None:
             graph._cache["dst_index"] = dst_index
         if edge_index is not None:
@@ -221,6 +248,7 @@ class CscGraph:
         size: tuple[int, int] | None = None,
         index_dtype: torch.dtype | None = None,
         validate: bool = True,
+        rebuilt_every_call: bool = False,
     ) -> CscGraph:
         """Convert PyG COO edges to CSC, keeping the CSC -> COO permutation.
 
@@ -236,6 +264,7 @@ class CscGraph:
             index_dtype: int32 or int64 for the stored indices; default int32 where every count fits, else
                 int64. The ops promote to int64 on their own where the cuDNN kernels need it.
             validate: check that every index is in range (one host sync). Turn off only for trusted input.
+            rebuilt_every_call: the graph's mode (see the class docstring): a graph built for one call.
 
         The sort is stable, so edges of one destination keep their COO order. Cost: one stable sort of ``E``
         keys on the edges' device plus a binary search per destination (:func:`csc_offsets`); no host sync unless
@@ -308,7 +337,7 @@ class CscGraph:
             indices = src[perm].to(dtype)
         _check_offsets_fit("num_dst_nodes" if size is not None else "num_nodes", num_dst, dtype, ei.device)
         offsets = csc_offsets(sorted_dst, num_dst, dtype)
-        graph = cls(offsets, indices, num_src, None if perm is None else perm.to(dtype))
+        graph = cls(offsets, indices, num_src, None if perm is None else perm.to(dtype), rebuilt_every_call)
         graph._cache["dst_index"] = sorted_dst.to(dtype)
         return graph
 
@@ -370,8 +399,8 @@ class CscGraph:
         if device == self.device or (device.index is None and device.type == self.device.type):
             return self
         m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(device)
-        moved = CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m)
-        return moved.mark_rebuilt_every_call(short_rows=self.short_rows) if self.rebuilt_every_call else moved
+        return CscGraph(self.offsets.to(device), self.indices.to(device), self.num_src_nodes, m,
+                        self.rebuilt_every_call, self.short_rows)
 
     def to_index_dtype(self, dtype: torch.dtype) -> CscGraph:
         """The same graph with int32 or int64 indices; the int64 copy of an int32 graph is cached."""
@@ -385,14 +414,13 @@ class CscGraph:
             if dtype == torch.int32 and max(self.num_edges, self.num_src_nodes, self.num_dst_nodes) >= INT32_MAX:
                 raise ValueError(f"dtype must be torch.int64 for a graph of {self.num_edges} edges, got torch.int32")
             m = None if self.map_csc_to_coo is None else self.map_csc_to_coo.to(dtype)
-            g = CscGraph(self.offsets.to(dtype), self.indices.to(dtype), self.num_src_nodes, m)
+            g = CscGraph(self.offsets.to(dtype), self.indices.to(dtype), self.num_src_nodes, m, self.rebuilt_every_call,
+                         self.short_rows)
             for name in ("dst_index", "csc_rev_offsets", "rev_to_csc", "rev_dst", "map_rev_to_coo"):
                 if name in self._cache:
                     g._cache[name] = self._cache[name].to(dtype)
             if "edge_index" in self._cache:  # int64 whatever the index dtype
                 g._cache["edge_index"] = self._cache["edge_index"]
-            if self.rebuilt_every_call:
-                g.mark_rebuilt_every_call(short_rows=self.short_rows)
             self._keep(key, g)
         return g
 
@@ -447,44 +475,23 @@ class CscGraph:
         """What :meth:`derived` holds under ``key``, or ``None`` if nothing was built for it yet."""
         return self._cache.get(key)
 
-    def mark_rebuilt_every_call(self, *, short_rows: bool = False) -> CscGraph:
-        """Declare that this graph is rebuilt on every forward (the layers' static plans under
-        ``torch.compile``, the blocks of a sampled batch): :meth:`max_degrees` then returns ``None`` instead of
-        syncing, so nothing that would pay off only across calls (the hub split) is derived for it, and the layers
-        apply their self-loop rule to it with fixed-shape ops (no host sync). Returns ``self``.
-
-        ``short_rows``: the caller knows that its destinations have few in-edges and its sources few out-edges (a
-        sampled block: at most a fan-out's in-edges, a few more where duplicates were sampled; a source's out-edges
-        are the block's destinations that sampled it, tens at most; see :attr:`short_rows`)."""
-        self._cache["max_degrees"] = None
-        self._cache["rebuilt_every_call"] = True
-        if short_rows:
-            self._cache["short_rows"] = True
-        return self
-
-    @property
-    def rebuilt_every_call(self) -> bool:
-        """Whether :meth:`mark_rebuilt_every_call` was called (kept by :meth:`to` and :meth:`to_index_dtype`)."""
-        return bool(self._cache.get("rebuilt_every_call", False))
-
-    @property
-    def short_rows(self) -> bool:
-        """Whether the graph was marked with ``mark_rebuilt_every_call(short_rows=True)``: a hint, not a checked
-        property. Kernels may then walk every destination's in-edges and every source's out-edges whole (one
-        program each, in row order) instead of cutting long ones into chunks: right for any lengths, fast only
-        while they are short, and no work list is built (the offsets serve as one) where a chunked list takes about
-        seventy host ops (a sampled step is host-bound). No degree is read back for it.
-
-        Why a sampled block's sources qualify too: a source's out-degree in a block is how many of the block's
-        destinations sampled it, a few in papers100M-shaped batches, far below a chunk (measured in
-        docs/scale.md)."""
-        return bool(self._cache.get("short_rows", False))
+    def as_rebuilt_every_call(self, *, short_rows: bool = False) -> CscGraph:
+        """This graph (the same tensors) marked ``rebuilt_every_call`` (and ``short_rows``): a new graph, carrying
+        over what the caller gave :meth:`from_csc` (``dst_index``, ``edge_index``) and nothing derived from the old
+        mode (degrees, work lists)."""
+        graph = replace(self, rebuilt_every_call=True, short_rows=short_rows, _cache={})
+        for name in ("dst_index", "edge_index"):
+            if name in self._cache:
+                graph._cache[name] = self._cache[name]
+        return graph
 
     def max_degrees(self) -> tuple[int, int] | None:
         """``(largest in-degree, largest out-degree)``, or ``None`` for a graph marked rebuilt every call.
 
         One host sync the first time (two reductions), then kept.
         """
+        if self.rebuilt_every_call:
+            return None
         if "max_degrees" not in self._cache:
             self.set_max_degrees(*self._degree_maxima())
         return self._cache["max_degrees"]
@@ -497,7 +504,8 @@ class CscGraph:
     def set_max_degrees(self, largest_in: int, largest_out: int) -> None:
         """Record degree maxima that a caller computed anyway (the hub split reads the degrees it builds from),
         so :meth:`max_degrees` does not sync for them again. Ignored for a graph marked rebuilt every call."""
-        self._cache.setdefault("max_degrees", (int(largest_in), int(largest_out)))
+        if not self.rebuilt_every_call:
+            self._cache.setdefault("max_degrees", (int(largest_in), int(largest_out)))
 
     @property
     def has_reverse_csc(self) -> bool:

@@ -123,7 +123,7 @@ def sampled_blocks(
     nodes are the first ``n_edge`` edges; it does not rely on the edges being sorted. ``map_csc_to_coo`` is kept,
     so edge features and returned attention are in the batch's COO order.
 
-    Every block is marked rebuilt every call, with short rows (:meth:`CscGraph.mark_rebuilt_every_call`): its
+    Every block is built rebuilt every call, with short rows (:attr:`CscGraph.rebuilt_every_call`): its
     degrees are never read back, so the layers never split its hubs automatically (the fan-out bounds the
     in-degrees anyway: at most ``fanout[k]`` edges into a hop-``k`` node, or a few times that where duplicates are
     sampled), the Triton kernels walk its rows whole (no chunk lists and merges for them), and our
@@ -178,7 +178,7 @@ def sampled_blocks(
     blocks = []
     for s in sizes:
         e = s.num_edges
-        block = CscGraph.from_csc(offsets[: s.num_dst + 1], indices[:e], s.num_src, perm[:e],
-                                  dst_index=sorted_dst[:e], edge_index=coo[:, :e])
-        blocks.append(block.mark_rebuilt_every_call(short_rows=True))
+        blocks.append(CscGraph.from_csc(offsets[: s.num_dst + 1], indices[:e], s.num_src, perm[:e],
+                                        dst_index=sorted_dst[:e], edge_index=coo[:, :e], rebuilt_every_call=True,
+                                        short_rows=True))
     return blocks

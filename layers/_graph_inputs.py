@@ -68,7 +68,7 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
             return GraphPlan(g, g.num_dst_nodes, form="csc_graph")
         plan = make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
         if static and g.short_rows:  # one self-loop more a row (the padding row's length does not matter)
-            plan.graph.mark_rebuilt_every_call(short_rows=True)
+            plan.graph = plan.graph.as_rebuilt_every_call(short_rows=True)
         return plan
     if is_sparse_tensor(edge_index):
         return _sparse_tensor_plan(edge_index, num_loops)

@@ -92,9 +92,9 @@ def _static_csc(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> CscGrap
     dtype = storage_index_dtype(src.shape[0], num_src, num_dst + 1)
     sorted_dst, perm = torch.sort(dst.to(dtype), stable=True)
     offsets = csc_offsets(sorted_dst, num_dst, dtype)
-    graph = CscGraph.from_csc(offsets, src.index_select(0, perm).to(dtype), num_src, perm.to(dtype),
-                              dst_index=sorted_dst)
-    return graph.mark_rebuilt_every_call()  # no degree sync, so no automatic hub split
+    # rebuilt every call: no degree sync, so no automatic hub split
+    return CscGraph.from_csc(offsets, src.index_select(0, perm).to(dtype), num_src, perm.to(dtype),
+                             dst_index=sorted_dst, rebuilt_every_call=True)
 
 
 def _loop_index(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:

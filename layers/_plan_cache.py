@@ -106,7 +106,7 @@ def resolve(
 ) -> GraphPlan:
     """The plan for one layer call: kept between calls eagerly, built with fixed-shape ops under
     ``torch.compile`` (where a CscGraph's prepared plans are still used) and for a CscGraph marked rebuilt every
-    call (:meth:`~cudnn_gnn.CscGraph.mark_rebuilt_every_call`, e.g. :func:`cudnn_gnn.sampled_blocks`): the eager
+    call (:attr:`~cudnn_gnn.CscGraph.rebuilt_every_call`, e.g. :func:`cudnn_gnn.sampled_blocks`): the eager
     self-loop removal syncs, and a plan kept on a graph used once would only hold memory (and, with no self-loop
     rule, a reference cycle through the graph)."""
     if isinstance(edge_index, CscGraph) and edge_index.device != device:

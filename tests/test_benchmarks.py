@@ -99,8 +99,8 @@ def test_power_law_generator_is_exact_and_seeded() -> None:
 
 @pytest.mark.slow
 def test_bench_sampled_quick_trains_every_variant_on_the_same_batches(tmp_path) -> None:
-    """``bench_sampled.py --quick``: device-sampled batches drawn once on the CPU, PyG's layer and ours (with and
-    without the blocks' short-row hint, and one launch-shape variant of ``--sweep``) each take a training step on
+    """``bench_sampled.py --quick``: device-sampled batches drawn once on the CPU, PyG's layer and ours (and one
+    launch-shape variant of ``--sweep``) each take a training step on
     every one of them; host time per step and, with ``--cprofile-steps``, its profile are reported."""
     proc = _run("bench_sampled.py", "--quick", "--sweep", "src:2x1", "--cprofile-steps", "1",
                 "--out", str(tmp_path / "sampled.json"))
@@ -108,7 +108,7 @@ def test_bench_sampled_quick_trains_every_variant_on_the_same_batches(tmp_path) 
     payload = json.loads((tmp_path / "sampled.json").read_text())
     assert payload["quick"] is True and payload["batch_mean"]["edges"] > 0
     records = {r["variant"]: r for r in payload["records"]}
-    assert set(records) == {"pyg", "ours", "ours_chunked_rows", "ours_src_2x1"}
+    assert set(records) == {"pyg", "ours", "ours_src_2x1"}
     assert all(r["status"] == "ok" and r["steps"] == 2 for r in records.values()), records
     assert all(r["host_ms_median"] > 0 and r["host_profile_cum_ms"] for r in records.values())
 

@@ -329,10 +329,34 @@ def test_derived_structures_are_built_once_and_kept():
 
 
 def test_a_graph_marked_rebuilt_every_call_never_reads_its_degrees():
-    g = CscGraph.from_edge_index(torch.tensor([[0, 0], [1, 0]]), num_nodes=2).mark_rebuilt_every_call()
+    g = CscGraph.from_edge_index(torch.tensor([[0, 0], [1, 0]]), num_nodes=2).as_rebuilt_every_call()
     assert g.max_degrees() is None
     g.set_max_degrees(5, 5)
     assert g.max_degrees() is None
+
+
+def test_graph_modes_are_fields_set_at_construction():
+    """``rebuilt_every_call`` and ``short_rows`` are typed fields: set by ``from_csc`` or ``as_rebuilt_every_call``
+    (a new graph; the original keeps its mode and its degrees), carried by ``to_index_dtype`` and pickling, with
+    the caller's ``dst_index`` / ``edge_index`` carried over and nothing derived from the old mode; ``short_rows``
+    alone is refused; a non-bool is refused."""
+    import pickle
+
+    g = CscGraph.from_edge_index(torch.tensor([[0, 1, 2], [1, 2, 0]]), num_nodes=3)
+    assert not g.rebuilt_every_call and not g.short_rows and g.max_degrees() == (1, 1)
+    r = g.as_rebuilt_every_call(short_rows=True)
+    assert r is not g and r.offsets is g.offsets and not g.rebuilt_every_call and g.max_degrees() == (1, 1)
+    assert r.rebuilt_every_call and r.short_rows and r.max_degrees() is None
+    assert r.to_index_dtype(torch.int64).short_rows and pickle.loads(pickle.dumps(r)).short_rows
+    ei = torch.tensor([[0, 1], [0, 0]])
+    b = CscGraph.from_csc(torch.tensor([0, 2]), torch.tensor([0, 1]), 2, dst_index=torch.tensor([0, 0]),
+                          edge_index=ei, rebuilt_every_call=True)
+    assert b.rebuilt_every_call and not b.short_rows and b.edge_index() is ei
+    assert b.as_rebuilt_every_call(short_rows=True).edge_index() is ei
+    with pytest.raises(ValueError, match="short_rows must be False unless rebuilt_every_call is True"):
+        CscGraph.from_csc(torch.tensor([0, 1]), torch.tensor([0]), 1, short_rows=True)
+    with pytest.raises(TypeError, match="rebuilt_every_call must be a bool, got int"):
+        CscGraph.from_csc(torch.tensor([0, 1]), torch.tensor([0]), 1, rebuilt_every_call=1)
 
 
 # ------------------------------------------------------------------ sizes that cannot fit

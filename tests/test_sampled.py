@@ -107,7 +107,7 @@ def test_the_self_loop_plan_of_a_block_keeps_short_rows():
     assert torch.equal(plan.keep, torch.cat([src != dst, torch.ones(n, dtype=torch.bool)]))
     assert torch.equal(plan.loop_index, torch.where((src == dst) | (dst >= n), n, dst))
     assert block.edge_index().data_ptr() == ei.data_ptr()  # the batch's own edges, not scattered back
-    plain = CscGraph.from_edge_index(ei, num_nodes=sum(NODES)).mark_rebuilt_every_call()
+    plain = CscGraph.from_edge_index(ei, num_nodes=sum(NODES)).as_rebuilt_every_call()
     plan = resolve(plain, num_src=plain.num_src_nodes, num_dst=plain.num_dst_nodes, num_loops=plain.num_dst_nodes,
                    device=plain.device, cache=True)
     assert not plan.graph.short_rows

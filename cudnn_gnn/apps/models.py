@@ -112,7 +112,7 @@ class OgbGAT(nn.Module):
         if num_sampled_nodes is None:
             if sampled and self.ours and isinstance(edge_index, Tensor):
                 edge_index = CscGraph.from_edge_index(edge_index, num_nodes=x.size(0),
-                                                      validate=False).mark_rebuilt_every_call()
+                                                      validate=False, rebuilt_every_call=True)
             for i in range(L):
                 x = self.layer(i, x, edge_index, edge_attr)
             return x

@@ -179,7 +179,7 @@ def test_auto_policy_splits_only_hub_graphs_and_only_for_backends_that_split():
     assert auto_max_degree(hub) == AUTO_SPLIT_DEGREE
     assert auto_max_degree(flat) is None
     assert gat_backend("cudnn").splits_hubs and not gat_backend("reference").splits_hubs
-    hub.mark_rebuilt_every_call()  # what the layers' per-call static plans carry: never sync, never split
+    hub = hub.as_rebuilt_every_call()  # what the layers' per-call static plans carry: never sync, never split
     assert auto_max_degree(hub) is None
 
 

@@ -599,7 +599,7 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
     assert w.hub_work.shape == (0, 4) and w.hubs.shape == (0, 3)
     chunk.set(4)
     ei, ns, _ = GRAPHS["power_law"]()
-    graph = CscGraph.from_edge_index(ei, num_nodes=ns).mark_rebuilt_every_call(short_rows=True)
+    graph = CscGraph.from_edge_index(ei, num_nodes=ns).as_rebuilt_every_call(short_rows=True)
     assert graph.short_rows and graph.to_index_dtype(torch.int64).short_rows
     assert int(graph.offsets.diff().max()) > 4  # a row the chunked list would cut
     assert int(graph.reverse_csc()[0].diff().max()) > 4  # and a source
@@ -667,7 +667,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
     for rebuilt in (False, True):
         graph = CscGraph.from_edge_index(ei, num_nodes=ns)
         if rebuilt:
-            graph.mark_rebuilt_every_call()
+            graph = graph.as_rebuilt_every_call()
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
         launched.clear()
         results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb))
@@ -1405,7 +1405,7 @@ def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather
     for rev_dst in (True, False):
         graph = CscGraph.from_edge_index(ei, num_nodes=ns)
         if not rev_dst:
-            graph.mark_rebuilt_every_call()
+            graph = graph.as_rebuilt_every_call()
         assert int(graph.reverse_csc()[0].diff().max()) > 4  # a hub source, cut into chunks
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 4, edge=True, mask=True, bipartite=False, seed=7)
         results.append(_compare(graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb)[2])
@@ -1429,7 +1429,7 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
     ei = torch.randint(0, ns, (2, 120), generator=torch.Generator().manual_seed(4))
     graph = CscGraph.from_edge_index(ei, num_nodes=ns)
     if rebuilt:
-        graph.mark_rebuilt_every_call()
+        graph = graph.as_rebuilt_every_call()
     xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], heads, c, edge=False, mask=True, bipartite=False, seed=2)
     launched.clear()
     out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
