@@ -332,6 +332,7 @@ def test_a_resume_after_capture_is_copied_into_the_tensors_the_capture_reads() -
     ckpt["state"][0]["exp_avg"].fill_(3.0)
     ckpt["state"][0]["step"].fill_(7.0)
     ckpt["param_groups"][0]["lr"] = torch.tensor(0.5)
+    ckpt["state"][0] = dict(reversed(list(ckpt["state"][0].items())))  # keys in another order: followed too
     opt.load_state_dict(ckpt)
     assert opt.state[p0]["exp_avg"] is not captured["exp_avg"]  # what torch does: new objects
     step._check_guard()

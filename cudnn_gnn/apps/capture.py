@@ -663,6 +663,7 @@ class CapturedStep:
             self._refuse(self._WHAT[4], f"{len(held.groups)} param groups at capture, {len(opt.param_groups)} now")
         copies: list[tuple[Tensor, Any]] = []
         puts: list[tuple[dict[Any, Any], Any, Any]] = []
+        reorder: list[tuple[dict[Any, Any], list[Any]]] = []  # loaded state whose keys come in another order
 
         def adopt(where: dict[Any, Any], key: Any, captured: Any, label: int, name: str) -> None:
             current = where[key]
@@ -690,6 +691,8 @@ class CapturedStep:
                                             "as optimizer.state.clear() asks)")
             for key, captured in before_state.items():
                 adopt(st, key, captured, 5, f"{name}[{key!r}]")
+            if list(st) != list(before_state):
+                reorder.append((st, list(before_state)))
         if [n for n, _ in now[6]] != [n for n, _, _, _ in held.buffers]:
             self._refuse(self._WHAT[6], _first_difference([n for n, _, _, _ in held.buffers], [n for n, _ in now[6]]))
         for qual, sub, name, captured in held.buffers:
@@ -702,6 +705,9 @@ class CapturedStep:
                     dst.fill_(src)
         for where, key, value in puts:
             where[key] = value
+        for st, keys in reorder:  # the order the snapshot reads them in
+            for key in keys:
+                st[key] = st.pop(key)
 
     def _refuse(self, label: str, detail: str) -> NoReturn:
         raise RuntimeError(f"the captured step must replay what it captured, but {label} changed since capture "
