@@ -122,7 +122,7 @@ def convert(
     deterministic: bool = False,
     grad_precision: str = "auto",
     cache_graph: bool = True,
-    inplace: bool = False,
+    inplace: bool = True,
 ) -> nn.Module:
     """Replace every PyG ``GATConv`` / ``GATv2Conv`` in ``model`` by cudnn_gnn's, weights carried over.
 
@@ -130,8 +130,12 @@ def convert(
     layers get the old ones' hyperparameters and their very submodules, ``Parameter`` objects and buffers (so
     ``requires_grad``, device, dtype, tied or shared weights and an optimizer's references are kept), their
     train/eval mode and their hooks (forward and forward-pre, in order, backward, and ``MessagePassing``'s),
-    plus the given knobs. One conv held under two names becomes one new conv under both. Returns the converted
-    model: a deep copy unless ``inplace``; a model that *is* a conv comes back as the new conv.
+    plus the given knobs. One conv held under two names becomes one new conv under both.
+
+    Returns the converted model: ``model`` itself, its convs swapped in place, so that an optimizer built before
+    (the usual PyG order: model, optimizer, then ``model = convert(model)``) keeps training the same parameters. A
+    model that *is* a conv comes back as the new conv, holding the old one's parameters. ``inplace=False`` converts
+    a deep copy and leaves ``model`` as it was: new parameter objects, which an optimizer built before does not hold.
 
     Raises:
         ValueError: a lazy layer (``in_channels=-1``) has not run yet, so it has no weights to carry.
@@ -151,7 +155,7 @@ def convert(
     return _swap(model, table, knobs, inplace)
 
 
-def to_pyg(model: nn.Module, *, inplace: bool = False) -> nn.Module:
+def to_pyg(model: nn.Module, *, inplace: bool = True) -> nn.Module:
     """The reverse of :func:`convert`: our ``GATConv`` / ``GATv2Conv`` back to PyG's (for export, TorchScript,
     explainers or machines without cudnn_gnn). Same rules and return as :func:`convert`."""
     table = {ours: (pyg, args) for pyg, ours, args in _pairs()}

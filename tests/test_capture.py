@@ -175,7 +175,7 @@ def test_argument_errors_of_the_callable_optimizer_and_inputs() -> None:
 def test_the_guard_names_what_changed_since_capture() -> None:
     step, model, _ = _captured()
     step()
-    step._guard = step._snapshot()  # as a capture records it (CPU: no capture, so set it by hand)
+    step._arm()  # what a capture records (CPU: no capture, so arm the guard by hand)
     step._check_guard()  # nothing changed: no error
     model.eval()
     with pytest.raises(RuntimeError, match="the model's training mode changed since capture"):
@@ -188,7 +188,7 @@ def test_the_guard_names_what_changed_since_capture() -> None:
     step._check_guard()
     conv = model.conv1  # type: ignore[attr-defined]
     conv.att_src = torch.nn.Parameter(conv.att_src.detach().clone())  # a new parameter the optimizer does not hold
-    with pytest.raises(RuntimeError, match=r"the model's parameters \(identity or address\) changed.*att_src"):
+    with pytest.raises(RuntimeError, match=r"the model's parameters \(identity, address or requires_grad\) changed.*att_src"):
         step._check_guard()
 
 
@@ -300,3 +300,157 @@ def test_the_optimizer_check_before_the_first_warm_up_step() -> None:
         opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1)
         assert CapturedStep(lambda: model.weight.sum(), optimizer=opt, scheduler=sched)._prepare_optimizer() is None
+
+
+def _armed_bn() -> tuple[CapturedStep, torch.nn.Module, torch.optim.Optimizer]:
+    """A step with a buffer (BatchNorm), Adam state and a tensor learning rate, run twice on CPU and armed as a
+    capture arms it (the guard's host logic; a real capture runs in tests/gpu/test_capture_gpu.py)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    opt = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.01))
+    x = torch.randn(8, 3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        step = CapturedStep(lambda x: model(x).square().mean(), optimizer=opt, inputs={"x": x}, model=model)
+    step()
+    step()
+    step._arm()
+    return step, model, opt
+
+
+def test_a_resume_after_capture_is_copied_into_the_tensors_the_capture_reads() -> None:
+    """optimizer.load_state_dict replaces every state tensor and a tensor lr; a new lr tensor or a number, and a
+    reassigned buffer, too: the guard copies the new values into the captured tensors and puts those back, so that
+    replays go on from the loaded values and state_dict() reads the tensors replays advance."""
+    import copy
+
+    step, model, opt = _armed_bn()
+    p0 = opt.param_groups[0]["params"][0]
+    captured = dict(opt.state[p0])
+    lr = opt.param_groups[0]["lr"]
+    ckpt = copy.deepcopy(opt.state_dict())
+    ckpt["state"][0]["exp_avg"].fill_(3.0)
+    ckpt["state"][0]["step"].fill_(7.0)
+    ckpt["param_groups"][0]["lr"] = torch.tensor(0.5)
+    ckpt["state"][0] = dict(reversed(list(ckpt["state"][0].items())))  # keys in another order: followed too
+    opt.load_state_dict(ckpt)
+    assert opt.state[p0]["exp_avg"] is not captured["exp_avg"]  # what torch does: new objects
+    step._check_guard()
+    assert all(opt.state[p0][k] is v for k, v in captured.items()) and opt.param_groups[0]["lr"] is lr
+    assert bool((captured["exp_avg"] == 3.0).all()) and float(captured["step"]) == 7.0 and float(lr) == 0.5
+    saved = opt.state_dict()
+    assert saved["state"][0]["exp_avg"] is captured["exp_avg"]  # a later checkpoint saves what replays advance
+
+    opt.param_groups[0]["lr"] = torch.tensor(0.25)  # a new tensor object
+    step._check_guard()
+    assert opt.param_groups[0]["lr"] is lr and float(lr) == 0.25
+    opt.param_groups[0]["lr"] = 0.125  # a number where the capture reads a tensor (what a scheduler may write)
+    step._check_guard()
+    assert opt.param_groups[0]["lr"] is lr and float(lr) == 0.125
+
+    bn = model[1]
+    running_mean = bn.running_mean
+    bn.running_mean = torch.full((4,), 5.0)
+    step._check_guard()
+    assert bn.running_mean is running_mean and bool((running_mean == 5.0).all())
+    step._check_guard()  # everything back where the capture reads it: nothing changed
+
+
+def test_what_a_replay_cannot_follow_is_refused_naming_recapture_and_nothing_is_copied() -> None:
+    step, model, opt = _armed_bn()
+    lr = opt.param_groups[0]["lr"]
+    opt.param_groups[0]["lr"] = torch.tensor(0.5)
+    model[1].running_mean = torch.zeros(5)  # another shape: refused, and the new lr is not copied either
+    with pytest.raises(RuntimeError, match=r"the model's buffers changed since capture \(1.running_mean: "
+                                           r"Tensor\(shape=\(4,\).*shape=\(5,\).*recapture\(\)"):
+        step._check_guard()
+    assert float(lr) == pytest.approx(0.01)
+    model[1].running_mean = torch.zeros(4)
+    opt.state.clear()
+    with pytest.raises(RuntimeError, match=r"the optimizer's state changed since capture \(optimizer.state of "
+                                           r"parameter 0 \(\(4, 3\)\): keys \['exp_avg', 'exp_avg_sq', 'step'\] at "
+                                           r"capture, \[\] now.*recapture\(\)"):
+        step._check_guard()
+    step.recapture()
+    step()  # eager on CPU; on CUDA the next calls warm up and capture again
+    step, model, opt = _armed_bn()
+    opt.param_groups[0]["weight_decay"] = 0.1
+    with pytest.raises(RuntimeError, match=r"hyperparameters changed.*\['weight_decay'\]: 0 -> 0.1"):
+        step._check_guard()
+
+
+def test_freezing_or_unfreezing_after_capture_is_refused() -> None:
+    step, model, _ = _captured()
+    step()
+    step._arm()
+    model.conv1.requires_grad_(False)  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match=r"the model's parameters .* changed since capture \('conv1\.\w+': "
+                                           r"requires_grad True -> False, frozen or unfrozen.*recapture\(\)"):
+        step._check_guard()
+    model.conv1.requires_grad_(True)  # type: ignore[attr-defined]
+    step._check_guard()
+    step.modules = []  # without model=, the optimizer's parameters say it
+    step._arm()
+    model.conv2.bias.requires_grad_(False)  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match=r"optimizer's parameters .* changed since capture \(parameter \d+: "
+                                           r"requires_grad True -> False"):
+        step._check_guard()
+
+
+def test_the_guard_adds_no_host_sync() -> None:
+    step, model, opt = _armed_bn()
+    assert host_syncs(step._check_guard) == []
+    opt.load_state_dict(__import__("copy").deepcopy(opt.state_dict()))
+    model[1].running_var = torch.ones(4)
+    assert host_syncs(step._check_guard) == []  # adopting copies on the device, reads nothing back
+
+
+def test_optimizers_and_schedulers_a_step_cannot_run_are_refused_at_construction() -> None:
+    model = torch.nn.Linear(3, 2)
+    lr_sched = torch.optim.lr_scheduler
+
+    def build(opt: torch.optim.Optimizer, sched: object = None, **kw: object) -> CapturedStep:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            return CapturedStep(lambda: model.weight.sum(), optimizer=opt, scheduler=sched, **kw)  # type: ignore[arg-type]
+
+    with pytest.raises(NotImplementedError, match="optimizer must step without arguments .* LBFGS, whose step needs "
+                                                  "closure"):
+        build(torch.optim.LBFGS(model.parameters()))
+    adam = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
+    before = model.weight.detach().clone()
+    with pytest.raises(NotImplementedError, match=r"scheduler must step without arguments .* ReduceLROnPlateau, "
+                                                  r"whose step needs metrics.*scheduler.step\(step.mean_loss\(\)\)"):
+        build(adam, lr_sched.ReduceLROnPlateau(adam))
+    assert torch.equal(model.weight, before)  # refused before any step
+    other = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
+    with pytest.raises(ValueError, match="scheduler must be bound to the step's optimizer, got a StepLR of another "
+                                         "Adam"):
+        build(adam, lr_sched.StepLR(other, step_size=1))
+    with pytest.raises(ValueError, match="scheduler must be bound to the step's optimizer"):
+        build(adam, lr_sched.ChainedScheduler([lr_sched.StepLR(other, step_size=1)], optimizer=other))
+    with pytest.raises(NotImplementedError, match="scheduler must not cycle momentum .* OneCycleLR with "
+                                                  "cycle_momentum=True.*cycle_momentum=False"):
+        build(adam, lr_sched.OneCycleLR(adam, max_lr=0.1, total_steps=10))
+    sgd = torch.optim.SGD(model.parameters(), lr=torch.tensor(0.1), momentum=0.9)
+    with pytest.raises(NotImplementedError, match="CyclicLR with cycle_momentum=True"):
+        build(sgd, lr_sched.CyclicLR(sgd, 0.01, 0.1))
+    with pytest.raises(NotImplementedError, match="OneCycleLR with cycle_momentum=True"):
+        build(adam, lr_sched.SequentialLR(adam, [lr_sched.StepLR(adam, 1),
+                                                 lr_sched.OneCycleLR(adam, max_lr=0.1, total_steps=10)],
+                                          milestones=[2]))
+    adam = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
+    build(adam, lr_sched.OneCycleLR(adam, max_lr=0.1, total_steps=10, cycle_momentum=False))  # lr cycling: fine
+    adam = torch.optim.Adam(model.parameters(), lr=torch.tensor(0.1))
+    step = build(adam, lr_sched.OneCycleLR(adam, max_lr=0.1, total_steps=10), capture=False)  # eager: fine
+    for _ in range(6):
+        step()
+
+
+def test_an_input_that_requires_grad_is_copied_as_data() -> None:
+    step, _, inputs = _captured()
+    t = torch.randn(N, F_IN, requires_grad=True)
+    for _ in range(2):
+        step(x=t)
+    assert not inputs["x"].requires_grad and inputs["x"].grad_fn is None  # type: ignore[union-attr]
+    assert t.grad is None and torch.equal(inputs["x"], t.detach())  # type: ignore[arg-type]

@@ -298,14 +298,18 @@ class _EagerStep:
     """What capture_ahead reads of a CapturedStep (steps, eager_reason, warmup, modules, optimizer, mean_loss), its
     calls real eager Adam steps: the capture itself needs CUDA (tests/gpu/test_static_sampler_gpu.py)."""
 
-    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
-        self.steps, self.eager_reason, self.warmup, self.modules, self.optimizer = 0, None, 2, [model], opt
+    def __init__(self, model: torch.nn.Module, opt: torch.optim.Optimizer, *, scheduler: object = None,
+                 pass_model: bool = True) -> None:
+        self.steps, self.eager_reason, self.warmup, self.optimizer = 0, None, 2, opt
+        self.model, self.modules, self.scheduler = model, [model] if pass_model else [], scheduler
         self.reset = False
 
     def __call__(self, seeds: torch.Tensor, seed_valid: torch.Tensor) -> None:
         self.optimizer.zero_grad()
-        self.modules[0](seeds.float()[:, None]).pow(2).sum().backward()
+        self.model(seeds.float()[:, None]).pow(2).sum().backward()
         self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()  # type: ignore[attr-defined]
         self.steps += 1
 
     def mean_loss(self, reset: bool = True) -> float:
@@ -333,3 +337,32 @@ def test_capture_ahead_puts_parameters_buffers_and_fresh_adam_state_back() -> No
     for a, b in zip(model.parameters(), fresh.parameters()):
         torch.testing.assert_close(a, b)
     assert capture_ahead(step, batches) == 0  # the step has run already: nothing to do
+
+
+def test_capture_ahead_puts_the_learning_rate_and_the_scheduler_back() -> None:
+    """A scheduler stepped in the warm-up: its state and the (tensor) learning rate it wrote are put back, in place,
+    so that epoch 1 starts at the first learning rate and the schedule from its start."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 3)
+    lr = torch.tensor(0.1)
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    step = _EagerStep(model, opt, scheduler=sched)
+    batches = [(torch.arange(4) + k, torch.ones(4, dtype=torch.bool)) for k in range(5)]
+    assert capture_ahead(step, batches) == 3
+    assert opt.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.1)  # not 0.1 / 8
+    assert sched.last_epoch == 0 and sched.get_last_lr() == [pytest.approx(0.1)]
+    step(*batches[0])
+    assert float(lr) == pytest.approx(0.05)  # the schedule goes on from its start
+
+
+def test_capture_ahead_without_model_puts_the_optimizers_parameters_back() -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(1, 3)
+    before = [p.detach().clone() for p in model.parameters()]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    step = _EagerStep(model, opt, pass_model=False)
+    batches = [(torch.arange(4) + k, torch.ones(4, dtype=torch.bool)) for k in range(5)]
+    assert capture_ahead(step, batches) == 3
+    for p, b in zip(model.parameters(), before):
+        assert torch.equal(p, b)

@@ -23,7 +23,9 @@ time: each of its few hundred kernels takes longer to launch than to run. Captur
 :class:`CapturedStep` does the bookkeeping: warm-up steps on a side stream (the first builds per-graph caches),
 a check of the last warm-up step for host syncs (``torch.cuda.set_sync_debug_mode``), capture of forward,
 backward, gradient clipping, optimizer step and loss accumulation with a private memory pool, replay, and host-side
-guards that refuse a replay whose graph, parameters, training mode or hyperparameters changed since capture. Where
+guards (identities, no device read) before each replay: a resume (``optimizer.load_state_dict``, a new ``lr`` tensor
+or number, a reassigned buffer) is copied into the tensors the graph reads; a replay whose graph, parameters,
+``requires_grad`` flags, training mode, Python hyperparameters or optimizer-state layout changed is refused. Where
 a step cannot be captured (CPU tensors, a sync in the step, a failed capture) it warns once, naming why, and runs
 the same step eagerly: same math, same results.
 """
@@ -31,10 +33,11 @@ the same step eagerly: same math, same results.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import traceback
 import warnings
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, NamedTuple, NoReturn
 
 import torch
 from torch import Tensor, nn
@@ -151,9 +154,106 @@ def _parameters(optimizer: torch.optim.Optimizer) -> list[Tensor]:
     return [p for group in optimizer.param_groups for p in group["params"]]
 
 
-def _hyperparameters(optimizer: torch.optim.Optimizer) -> list[dict[str, Any]]:
-    """Per group, the values a captured step bakes in: every non-tensor setting (a tensor lr is read on replay)."""
-    return [{k: v for k, v in g.items() if k != "params" and not isinstance(v, Tensor)} for g in optimizer.param_groups]
+_PLAIN = (bool, int, float, str, type(None))
+
+
+def _fingerprint(value: Any) -> Any:
+    """A hyperparameter or optimizer-state value as a replay sees it, comparable with ``==`` on the host without
+    reading a device value: a tensor by identity (its value is read on replay), a tuple or list element-wise, the
+    rest by value (baked into the capture)."""
+    if type(value) in _PLAIN:
+        return value
+    if isinstance(value, Tensor):
+        return ("tensor", id(value))
+    if isinstance(value, (tuple, list)):
+        return tuple(_fingerprint(v) for v in value)
+    return value
+
+
+def _hyperparameters(optimizer: torch.optim.Optimizer) -> tuple[dict[str, Any], ...]:
+    """Per group, every setting but its parameters, fingerprinted (:func:`_fingerprint`)."""
+    return tuple({k: _fingerprint(v) for k, v in g.items() if k != "params"} for g in optimizer.param_groups)
+
+
+def _state(optimizer: torch.optim.Optimizer, params: list[Tensor]) -> tuple[Any, ...]:
+    """Per parameter of the optimizer, its state's keys and values fingerprinted (None: no state)."""
+    get = optimizer.state.get  # not indexing: state is a defaultdict, and indexing it would create an entry
+    return tuple((tuple(st), tuple(map(_fingerprint, st.values()))) if (st := get(p)) else None for p in params)
+
+
+class _Stale(Exception):
+    """A change since capture that a replay cannot follow; its message is the detail."""
+
+
+def _adopted(captured: Any, now: Any, copies: list[tuple[Tensor, Any]]) -> Any:
+    """The value to put back where ``now`` replaced the ``captured`` one: a captured tensor itself, with ``now``'s
+    value queued in ``copies`` (a tensor of its shape, or a number for a one-element tensor), element-wise in a
+    tuple or list, and ``now`` where it is what was captured. Raises :class:`_Stale` where a replay cannot follow."""
+    if isinstance(captured, Tensor):
+        if now is captured:
+            return captured
+        if isinstance(now, Tensor) and now.shape == captured.shape:
+            copies.append((captured, now))
+            return captured
+        if isinstance(now, (int, float)) and not isinstance(now, bool) and captured.numel() == 1:
+            copies.append((captured, now))
+            return captured
+        raise _Stale(f"{_describe(captured)} -> {_describe(now) if isinstance(now, Tensor) else repr(now)}")
+    if isinstance(captured, (tuple, list)) and isinstance(now, (tuple, list)) and len(captured) == len(now):
+        values = [_adopted(c, n, copies) for c, n in zip(captured, now)]
+        return now if all(v is n for v, n in zip(values, now)) else type(now)(values)
+    if _fingerprint(now) != _fingerprint(captured):
+        raise _Stale(f"{captured!r} -> {now!r}")
+    return now
+
+
+def _required_step_arguments(obj: Any) -> list[str]:
+    """The names of the arguments of ``obj.step`` that have no default, read from its class (an instance's ``step``
+    may be wrapped, e.g. by a scheduler's call counter); empty where the signature cannot be read."""
+    try:
+        params = list(inspect.signature(type(obj).step).parameters.values())[1:]  # after self
+    except (AttributeError, TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [q.name for q in params if q.kind in kinds and q.default is inspect.Parameter.empty]
+
+
+def _schedulers(scheduler: Any) -> list[Any]:
+    """``scheduler`` and the schedulers it chains (``SequentialLR``, ``ChainedScheduler``), depth first."""
+    out = [scheduler]
+    for inner in getattr(scheduler, "_schedulers", None) or ():
+        out.extend(_schedulers(inner))
+    return out
+
+
+def _check_optimizer_and_scheduler(optimizer: torch.optim.Optimizer, scheduler: Any, capture: bool) -> None:
+    """Refuse, before any step, an optimizer or scheduler that :class:`CapturedStep` cannot run (eagerly or, with
+    ``capture``, captured): a step that needs a closure, a scheduler step that needs arguments, a scheduler bound to
+    another optimizer, a scheduler that writes new Python momenta every step."""
+    need = _required_step_arguments(optimizer)
+    if need:
+        raise NotImplementedError(
+            f"optimizer must step without arguments to run in a CapturedStep, got {type(optimizer).__name__}, whose "
+            f"step needs {', '.join(need)} (it re-evaluates the loss); train with it in your own loop")
+    if scheduler is None:
+        return
+    need = _required_step_arguments(scheduler)
+    if need:
+        raise NotImplementedError(
+            f"scheduler must step without arguments to run in a CapturedStep, got {type(scheduler).__name__}, whose "
+            f"step needs {', '.join(need)}; pass no scheduler= and step it yourself between calls (e.g. "
+            "scheduler.step(step.mean_loss())), with a tensor lr it changes in place")
+    for s in _schedulers(scheduler):
+        bound = getattr(s, "optimizer", optimizer)
+        if bound is not optimizer:
+            raise ValueError(f"scheduler must be bound to the step's optimizer, got a {type(s).__name__} of another "
+                             f"{type(bound).__name__}")
+        if capture and getattr(s, "cycle_momentum", False):
+            raise NotImplementedError(
+                f"scheduler must not cycle momentum in a captured step, got {type(s).__name__} with "
+                "cycle_momentum=True: it writes a new Python momentum (betas[0]) every step, which a captured "
+                "graph has baked in; build it with cycle_momentum=False (its learning rate still cycles), or pass "
+                "capture=False")
 
 
 def _describe(value: Any) -> str:
@@ -208,8 +308,10 @@ class CapturedStep:
             :meth:`__call__`) and the graphs it runs on (:class:`~cudnn_gnn.CscGraph`, kept by identity).
         model: the module (or modules) trained: their parameters' identity and addresses and their training
             modes are recorded at capture and checked before each replay.
-        scheduler: a learning-rate scheduler stepped after every step (``scheduler.step()``, on the host, between
-            replays); it needs tensor learning rates.
+        scheduler: a learning-rate scheduler of ``optimizer`` stepped after every step (``scheduler.step()``, on the
+            host, between replays); it needs tensor learning rates. One whose ``step`` needs arguments
+            (``ReduceLROnPlateau``) is refused (step it yourself), and so, when capturing, is momentum cycling
+            (``OneCycleLR`` / ``CyclicLR`` need ``cycle_momentum=False``).
         max_grad_norm: clip the gradients' total 2-norm to this (``clip_grad_norm_(foreach=True)``, no sync).
         autocast_dtype: ``torch.bfloat16`` to run ``loss_fn`` under ``torch.autocast`` (weight cache off, as
             graphs need), or None. float16 needs a ``GradScaler``, whose step reads a flag on the host: refused.
@@ -219,8 +321,15 @@ class CapturedStep:
             graph, so that each replay advances them too).
 
     Raises:
-        TypeError / ValueError: a bad argument, named.
-        NotImplementedError: ``autocast_dtype=torch.float16``.
+        TypeError / ValueError: a bad argument, named (a scheduler bound to another optimizer included).
+        NotImplementedError: ``autocast_dtype=torch.float16``; an optimizer whose ``step`` needs a closure (LBFGS);
+            a scheduler whose ``step`` needs arguments, or that cycles momentum in a captured step.
+
+    After capture, replays read the tensors the capture recorded. Replacing them is followed: an optimizer's state or
+    tensor hyperparameters loaded or replaced, a buffer reassigned, are copied into the recorded tensors (which are
+    put back in their place). What a replay cannot follow is refused with a ``RuntimeError`` naming what changed and
+    :meth:`recapture`: new parameters, ``requires_grad`` changed (freezing), another training mode, a Python
+    hyperparameter, optimizer state gone (``optimizer.state.clear()``) or of another shape.
 
     Example (on CUDA)::
 
@@ -280,6 +389,7 @@ class CapturedStep:
             raise TypeError(f"autocast_dtype must be torch.bfloat16 or None, got {autocast_dtype}")
         self.warmup = check_int("warmup", warmup, minimum=2)
         self.capture = check_bool("capture", capture)
+        _check_optimizer_and_scheduler(optimizer, scheduler, capture)
         self.generators = list(generators)
         for gen in self.generators:
             if not isinstance(gen, torch.Generator):
@@ -300,7 +410,8 @@ class CapturedStep:
         self.last_loss: Tensor | None = None  # the last step's loss (on the device; the graph's output once captured)
         self._loss_sum = torch.zeros((), dtype=torch.float32, device=self.device)
         self._loss_count = 0
-        self._guard: tuple[Any, ...] | None = None
+        self._guard: tuple[Any, ...] | None = None  # _snapshot() at capture
+        self._held: _Held | None = None  # the tensors the capture reads, where the optimizer and modules held them
         self._warm = 0  # warm-up steps run since the last (re)capture
         self._pool: Any = None
         if capture and self.device.type != "cuda":
@@ -350,6 +461,7 @@ class CapturedStep:
         the hyperparameters were changed on purpose)."""
         self.graph = None
         self._guard = None
+        self._held = None
         self._warm = 0
 
     # ------------------------------------------------------------------ internals
@@ -370,7 +482,8 @@ class CapturedStep:
         if value.dtype != static.dtype:
             raise TypeError(f"{name} must have the captured dtype {static.dtype}, got {value.dtype}")
         if value is not static:
-            static.copy_(value)
+            with torch.no_grad():  # inputs are data: a value that requires grad is copied, not recorded by autograd
+                static.copy_(value)
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         if self.autocast_dtype is None:
@@ -470,7 +583,7 @@ class CapturedStep:
             return
         self.graph = graph
         self.last_loss = loss
-        self._guard = self._snapshot()
+        self._arm()
         graph.replay()
         self.replays += 1
 
@@ -480,35 +593,146 @@ class CapturedStep:
                       RuntimeWarning, stacklevel=3)
 
     # ------------------------------------------------------------------ guards (host only, no sync)
+    def _walk(self) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+        """The modules' parameters (name, identity, address, requires_grad), training modes and buffers (name,
+        identity), in one walk over their submodules."""
+        named, modes, buffers = [], [], []
+        for m in self.modules:
+            for qual, sub in m.named_modules():
+                modes.append((qual, sub.training))
+                prefix = f"{qual}." if qual else ""
+                for name, p in sub._parameters.items():
+                    if p is not None:
+                        named.append((prefix + name, id(p), p.data_ptr(), p.requires_grad))
+                for name, b in sub._buffers.items():
+                    if b is not None:
+                        buffers.append((prefix + name, id(b)))
+        return tuple(named), tuple(modes), tuple(buffers)
+
     def _snapshot(self) -> tuple[Any, ...]:
-        """What a replay assumes, read on the host: parameter identities and addresses, training modes, inputs'
-        addresses and shapes, graph identities, the optimizer's non-tensor hyperparameters."""
-        params = tuple((id(p), p.data_ptr(), tuple(p.shape)) for p in _parameters(self.optimizer))
-        named = tuple((name, id(p), p.data_ptr()) for m in self.modules for name, p in m.named_parameters())
-        modes = tuple((name, sub.training) for m in self.modules for name, sub in m.named_modules())
+        """What a replay assumes, read on the host by identity (no device value is read): the optimizer's parameters
+        (identity, address, shape, requires_grad), the modules' parameters, training modes and buffers, the inputs'
+        addresses and shapes, graph identities, the optimizer's hyperparameters (tensors by identity) and state."""
+        opt_params = _parameters(self.optimizer)
+        params = tuple((id(p), p.data_ptr(), tuple(p.shape), p.requires_grad) for p in opt_params)
+        named, modes, buffers = self._walk()
         ins = tuple((name, id(v), v.data_ptr() if isinstance(v, Tensor) else None,
                      tuple(v.shape) if isinstance(v, Tensor) else None) for name, v in self.inputs.items())
-        return params, named, modes, ins, _hyperparameters(self.optimizer)
+        return params, named, modes, ins, _hyperparameters(self.optimizer), _state(self.optimizer, opt_params), buffers
+
+    def _arm(self) -> None:
+        """Record what the capture reads: the snapshot the guard compares, and the tensors themselves where the
+        optimizer's groups and state and the modules hold them (put back by :meth:`_adopt`)."""
+        opt = self.optimizer
+        buffers = [(f"{qual}.{name}" if qual else name, sub, name, b) for m in self.modules
+                   for qual, sub in m.named_modules() for name, b in sub._buffers.items() if b is not None]
+        self._held = _Held(groups=[{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups],
+                           states=[dict(st) if (st := opt.state.get(p)) else None for p in _parameters(opt)],
+                           buffers=buffers)
+        self._guard = self._snapshot()
+
+    _WHAT = ("the optimizer's parameters (identity, address, shape or requires_grad)",
+             "the model's parameters (identity, address or requires_grad)", "the model's training mode",
+             "the step's inputs", "the optimizer's hyperparameters", "the optimizer's state", "the model's buffers")
 
     def _check_guard(self) -> None:
+        """Before a replay: nothing changed since capture (the usual case, one comparison of host values), or what
+        changed is adopted (:meth:`_adopt`), or the replay is refused naming what changed."""
         now = self._snapshot()
         if self._guard is None or now == self._guard:
             return
-        what = ("the optimizer's parameters (identity or address)", "the model's parameters (identity or address)",
-                "the model's training mode", "the step's inputs", "the optimizer's hyperparameters")
-        for label, before, after in zip(what, self._guard, now):
-            if before != after:
-                detail = _first_difference(before, after)
-                raise RuntimeError(
-                    f"the captured step must replay what it captured, but {label} changed since capture ({detail}); "
-                    "restore it, or call recapture() to capture the step again")
+        for i in (1, 0, 2, 3):  # parameters (the model's first: they have names), modes, inputs: refused
+            if now[i] != self._guard[i]:
+                self._refuse(self._WHAT[i], _first_difference(self._guard[i], now[i]))
+        self._adopt(now)
+        after = self._snapshot()
+        if after != self._guard:
+            i = next(i for i, (a, b) in enumerate(zip(self._guard, after)) if a != b)
+            self._refuse(self._WHAT[i], _first_difference(self._guard[i], after[i]))
+
+    def _adopt(self, now: tuple[Any, ...]) -> None:
+        """Hyperparameters, optimizer state or buffers replaced since capture (``optimizer.load_state_dict``, a new
+        ``group["lr"]`` tensor or number, a reassigned buffer): copy the new values into the tensors the capture
+        reads (device copies, no sync) and put those tensors back, so that replays go on from the new values and
+        ``state_dict()`` reads the ones replays advance. Everything is checked before anything is copied; what a
+        replay cannot follow (state gone or added, another shape, a changed Python setting) is refused."""
+        held, opt = self._held, self.optimizer
+        if held is None:  # armed with _guard: not reached
+            return
+        if len(held.groups) != len(opt.param_groups):
+            self._refuse(self._WHAT[4], f"{len(held.groups)} param groups at capture, {len(opt.param_groups)} now")
+        copies: list[tuple[Tensor, Any]] = []
+        puts: list[tuple[dict[Any, Any], Any, Any]] = []
+        reorder: list[tuple[dict[Any, Any], list[Any]]] = []  # loaded state whose keys come in another order
+
+        def adopt(where: dict[Any, Any], key: Any, captured: Any, label: int, name: str) -> None:
+            current = where[key]
+            try:
+                value = _adopted(captured, current, copies)
+            except _Stale as exc:
+                self._refuse(self._WHAT[label], f"{name}: {exc}")
+            if value is not current:
+                puts.append((where, key, value))
+
+        for i, (before, group) in enumerate(zip(held.groups, opt.param_groups)):
+            if set(group) - {"params"} != set(before):
+                self._refuse(self._WHAT[4], f"param_groups[{i}] keys {sorted(before)} -> "
+                                            f"{sorted(k for k in group if k != 'params')}")
+            for key, captured in before.items():
+                adopt(group, key, captured, 4, f"param_groups[{i}][{key!r}]")
+        for j, (before_state, p) in enumerate(zip(held.states, _parameters(opt))):
+            st = opt.state.get(p)
+            name = f"optimizer.state of parameter {j} ({tuple(p.shape)})"
+            if not before_state and not st:
+                continue
+            if not before_state or not st or set(st) != set(before_state):
+                self._refuse(self._WHAT[5], f"{name}: keys {sorted(before_state or ())} at capture, "
+                                            f"{sorted(st or ())} now (a captured step cannot start new state, "
+                                            "as optimizer.state.clear() asks)")
+            for key, captured in before_state.items():
+                adopt(st, key, captured, 5, f"{name}[{key!r}]")
+            if list(st) != list(before_state):
+                reorder.append((st, list(before_state)))
+        if [n for n, _ in now[6]] != [n for n, _, _, _ in held.buffers]:
+            self._refuse(self._WHAT[6], _first_difference([n for n, _, _, _ in held.buffers], [n for n, _ in now[6]]))
+        for qual, sub, name, captured in held.buffers:
+            adopt(sub._buffers, name, captured, 6, qual)
+        with torch.no_grad():
+            for dst, src in copies:
+                if isinstance(src, Tensor):
+                    dst.copy_(src)
+                else:
+                    dst.fill_(src)
+        for where, key, value in puts:
+            where[key] = value
+        for st, keys in reorder:  # the order the snapshot reads them in
+            for key in keys:
+                st[key] = st.pop(key)
+
+    def _refuse(self, label: str, detail: str) -> NoReturn:
+        raise RuntimeError(f"the captured step must replay what it captured, but {label} changed since capture "
+                           f"({detail}); restore it, or call recapture() to capture the step again")
+
+
+class _Held(NamedTuple):
+    """The objects a capture reads, where they were at capture: each param group's settings (tensors themselves),
+    each optimizer parameter's state dict (a copy of the dict, the same tensors), each buffer with its module."""
+
+    groups: list[dict[str, Any]]
+    states: list[dict[Any, Any] | None]
+    buffers: list[tuple[str, nn.Module, str, Tensor]]
 
 
 def _first_difference(before: Any, after: Any) -> str:
     if isinstance(before, (tuple, list)) and isinstance(after, (tuple, list)):
         if len(before) != len(after):
             return f"{len(before)} entries before, {len(after)} now"
-        for b, a in zip(before, after):
+        for k, (b, a) in enumerate(zip(before, after)):
             if b != a:
+                if isinstance(b, tuple) and isinstance(a, tuple) and len(a) == len(b) == 4 and b[:3] == a[:3] \
+                        and isinstance(a[3], bool):  # a parameter's (..., requires_grad)
+                    name = repr(b[0]) if isinstance(b[0], str) else f"parameter {k}"
+                    return (f"{name}: requires_grad {b[3]} -> {a[3]}, frozen or unfrozen after capture, which a "
+                            "replay would ignore")
                 return f"{b!r} -> {a!r}"
     return f"{before!r} -> {after!r}"

@@ -44,6 +44,7 @@ scatter per layer.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -432,21 +433,49 @@ def _restore(saved: dict[int, Tensor], tensors: list[Tensor]) -> None:
             t.copy_(old)
 
 
+def _saved(value: Any) -> Any:
+    """A param group's setting as it is now: tensors cloned (a tuple's element-wise), the rest as is."""
+    if isinstance(value, Tensor):
+        return value.detach().clone()
+    if isinstance(value, tuple):
+        return tuple(_saved(v) for v in value)
+    return value
+
+
+@torch.no_grad()
+def _put_back(current: Any, saved: Any) -> Any:
+    """The value to store where ``current`` is, for ``saved`` (from :func:`_saved`): into the same tensor (a captured
+    step reads it by address), a tuple element-wise, otherwise ``saved`` itself."""
+    if isinstance(current, Tensor) and isinstance(saved, Tensor):
+        current.copy_(saved)
+        return current
+    if isinstance(current, tuple) and isinstance(saved, tuple) and len(current) == len(saved):
+        return tuple(_put_back(c, v) for c, v in zip(current, saved))
+    return saved
+
+
 def capture_ahead(step: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> int:
     """Warm up and capture a sampled :class:`~cudnn_gnn.apps.capture.CapturedStep` before training, so that the
     first epoch carries no warm-up or capture: run its ``warmup + 1`` first calls on ``batches`` (``(seeds,
-    seed_valid)`` pairs, e.g. the first ones of :meth:`StaticNeighborSampler.epoch`), then put back, in place (the
-    captured addresses stay valid), the parameters and buffers of ``step.modules`` and the optimizer's state as they
-    were before: state tensors that existed are restored, those the warm-up created are zeroed (Adam's and AdamW's
-    fresh state; an optimizer whose fresh state is not zeros would start from the wrong state). The loss sum is
-    reset; the random generators stay advanced. Returns the steps run (0 when the step already ran, or runs
-    eagerly: nothing to capture)."""
+    seed_valid)`` pairs, e.g. the first ones of :meth:`StaticNeighborSampler.epoch`), then put the run back as it was
+    before, in place (the captured addresses stay valid): the optimizer's parameters and the parameters and buffers
+    of ``step.modules`` (buffers only there: pass ``model=`` for BatchNorm statistics); the optimizer's state
+    (state tensors that existed are restored, those the warm-up created are zeroed: Adam's and AdamW's fresh state;
+    an optimizer whose fresh state is not zeros would start from the wrong state); its param groups' settings, the
+    learning rate included (``capturable``, which the step switches on, stays on); and the step's scheduler
+    (``scheduler.load_state_dict`` of its state before). The loss sum is reset; the random generators stay advanced.
+    Returns the steps run (0 when the step already ran, or runs eagerly: nothing to capture)."""
     if step.steps or step.eager_reason is not None:
         return 0
-    model_tensors = [t for m in step.modules for t in (*m.parameters(), *m.buffers())]
-    saved = {id(t): t.detach().clone() for t in model_tensors}
     opt = step.optimizer
+    model_tensors = list({id(t): t for t in (*(p for g in opt.param_groups for p in g["params"]),
+                                             *(t for m in step.modules for t in (*m.parameters(), *m.buffers())))
+                          }.values())
+    saved = {id(t): t.detach().clone() for t in model_tensors}
     before = {id(t): t.detach().clone() for st in opt.state.values() for t in st.values() if isinstance(t, Tensor)}
+    groups = [{k: _saved(v) for k, v in g.items() if k != "params"} for g in opt.param_groups]
+    scheduler = getattr(step, "scheduler", None)
+    scheduler_state = copy.deepcopy(scheduler.state_dict()) if scheduler is not None else None
     it = iter(batches)
     runs = 0
     for _ in range(step.warmup + 1):
@@ -458,5 +487,11 @@ def capture_ahead(step: Any, batches: Iterable[tuple[Tensor, Tensor]]) -> int:
         runs += 1
     _restore(saved, model_tensors)
     _restore(before, [t for st in opt.state.values() for t in st.values() if isinstance(t, Tensor)])
+    for group, settings in zip(opt.param_groups, groups):
+        for key, value in settings.items():
+            if key != "capturable" and key in group:
+                group[key] = _put_back(group[key], value)
+    if scheduler is not None:
+        scheduler.load_state_dict(scheduler_state)
     step.mean_loss(reset=True)
     return runs

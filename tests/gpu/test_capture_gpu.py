@@ -179,7 +179,7 @@ def test_changed_parameters_or_mode_refuse_the_replay() -> None:
     step()
     conv = model.conv1  # type: ignore[attr-defined]
     conv.att_src = torch.nn.Parameter(conv.att_src.detach().clone())
-    with pytest.raises(RuntimeError, match=r"parameters \(identity or address\) changed.*att_src"):
+    with pytest.raises(RuntimeError, match=r"parameters \(identity, address or requires_grad\) changed.*att_src"):
         step()
 
 
@@ -277,3 +277,145 @@ def test_host_syncs_names_copies_to_the_host_but_not_non_blocking_ones() -> None
     pinned = torch.empty(4, pin_memory=True)
     assert host_syncs(lambda: pinned.copy_(t, non_blocking=True)) == []
     torch.cuda.synchronize()
+
+
+def _plain_step(model: torch.nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                idx: torch.Tensor, graph: object, **kwargs: object) -> CapturedStep:
+    """A captured step on the problem, warmed up and captured (one replay run); any fallback fails the test."""
+    step = CapturedStep(lambda x, y, graph: F.cross_entropy(model(x, graph)[idx], y[idx]), optimizer=opt,
+                        inputs={"x": x, "y": y, "graph": graph}, model=model, **kwargs)  # type: ignore[arg-type]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(step.warmup + 1):
+            step()
+    assert step.captured and step.replays == 1
+    return step
+
+
+def test_a_resume_after_capture_goes_on_from_the_loaded_state() -> None:
+    """A checkpoint taken after capture (deep-copied, as torch.save / torch.load give new tensors), training on, then
+    model.load_state_dict and optimizer.load_state_dict: the replays go on from the loaded state (the losses and
+    parameters of the replays that followed the checkpoint), and a later state_dict() saves a step count that
+    advanced. No dropout, so that both runs draw nothing."""
+    import copy
+
+    x, y, idx, graph = _problem()
+    torch.manual_seed(0)
+    model = build_gat("gat", F_IN, CLASSES, hidden=8, heads=8, dropout=0.0).to(DEV)
+    opt = _adam(model, torch.tensor(0.005, device=DEV))
+    step = _plain_step(model, opt, x, y, idx, graph)
+    step()
+    ckpt = copy.deepcopy({"model": model.state_dict(), "opt": opt.state_dict()})
+    at_ckpt = int(ckpt["opt"]["state"][0]["step"])
+    straight = [float(step()) for _ in range(4)]
+    params_straight = [p.detach().clone() for p in model.parameters()]
+    for _ in range(3):
+        step()  # training goes on past the checkpoint
+    model.load_state_dict(ckpt["model"])  # copied into the parameters in place
+    opt.load_state_dict(copy.deepcopy(ckpt["opt"]))  # new state tensors and a new lr tensor
+    resumed = [float(step()) for _ in range(4)]
+    assert step.replays == 1 + 1 + 4 + 3 + 4  # replayed throughout, nothing recaptured
+    torch.testing.assert_close(torch.tensor(resumed), torch.tensor(straight), rtol=1e-4, atol=1e-5)
+    for (name, a), b in zip(model.named_parameters(), params_straight):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5, msg=lambda m, name=name: f"{name}: {m}")
+    steps_saved = {int(s["step"]) for s in opt.state_dict()["state"].values()}
+    assert steps_saved == {at_ckpt + 4}, steps_saved
+
+
+def test_a_new_lr_tensor_after_capture_is_what_replays_use() -> None:
+    x, y, idx, graph = _problem()
+    model = _model()
+    opt = _adam(model, torch.tensor(0.005, device=DEV))
+    step = _plain_step(model, opt, x, y, idx, graph)
+    captured_lr = opt.param_groups[0]["lr"]
+    opt.param_groups[0]["lr"] = torch.tensor(0.0, device=DEV)  # a new object: a learning rate of 0 moves nothing
+    before = [p.detach().clone() for p in model.parameters()]
+    step()
+    assert opt.param_groups[0]["lr"] is captured_lr and float(captured_lr) == 0.0
+    for a, b in zip(model.parameters(), before):
+        assert torch.equal(a, b)
+    opt.param_groups[0]["lr"] = 0.005  # a number, as a float-writing scheduler would: copied into the tensor
+    step()
+    assert float(captured_lr) == pytest.approx(0.005)
+    assert any(not torch.equal(a, b) for a, b in zip(model.parameters(), before))
+
+
+def test_a_reassigned_buffer_after_capture_is_what_replays_update() -> None:
+    """BatchNorm's ``running_mean = ...`` after capture: the replay updates the new values (copied into the buffer
+    the graph writes, which is put back), not the old ones."""
+    x, y, idx, _ = _problem()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(F_IN, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, CLASSES)).to(DEV)
+    opt = _adam(model)
+    step = CapturedStep(lambda x, y: F.cross_entropy(model(x)[idx], y[idx]), optimizer=opt, inputs={"x": x, "y": y},
+                        model=model)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(step.warmup + 1):
+            step()
+    assert step.captured
+    bn = model[1]
+    captured = bn.running_mean
+    bn.running_mean = torch.full((16,), 7.0, device=DEV)
+    with torch.no_grad():
+        batch_mean = model[0](x).mean(0)  # the parameters the next replay's forward uses
+    step()
+    assert bn.running_mean is captured
+    torch.testing.assert_close(captured, 0.9 * 7.0 + 0.1 * batch_mean, rtol=1e-4, atol=1e-4)
+
+
+def test_freezing_or_cleared_optimizer_state_after_capture_is_refused_and_recapture_runs() -> None:
+    x, y, idx, graph = _problem()
+    model = _model()
+    opt = _adam(model)
+    step = _plain_step(model, opt, x, y, idx, graph)
+    model.conv1.requires_grad_(False)  # type: ignore[attr-defined]
+    with pytest.raises(RuntimeError, match=r"requires_grad True -> False.*recapture\(\)"):
+        step()
+    model.conv1.requires_grad_(True)  # type: ignore[attr-defined]
+    step()
+    opt.state.clear()
+    with pytest.raises(RuntimeError, match=r"the optimizer's state changed since capture.*recapture\(\)"):
+        step()
+    step.recapture()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(step.warmup + 2):
+            step()
+    assert step.captured and opt.state  # the warm-up made the state anew
+
+
+def test_an_input_that_requires_grad_is_copied_as_data() -> None:
+    x, y, idx, graph = _problem()
+    model = _model()
+    step = CapturedStep(lambda x, y, graph: F.cross_entropy(model(x, graph)[idx], y[idx]), optimizer=_adam(model),
+                        inputs={"x": x, "y": y, "graph": graph}, model=model)
+    t = x.clone().requires_grad_()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(step.warmup + 3):
+            step(x=t)
+    assert step.captured and step.replays == 3
+    assert t.grad is None and not x.requires_grad
+
+
+def test_one_cycle_lr_without_momentum_cycling_replays_like_eager() -> None:
+    x, y, idx, graph = _problem()
+    models = [_model(), _model()]
+    opts = [_adam(m, torch.tensor(0.001, device=DEV)) for m in models]
+    scheds = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.01, total_steps=20, cycle_momentum=False)
+              for o in opts]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.cuda.manual_seed(1234)
+        eager = _eager_losses(models[0], opts[0], 8, x, y, idx, graph, sched=scheds[0])
+    step = CapturedStep(lambda x, y, graph: F.cross_entropy(models[1](x, graph)[idx], y[idx]), optimizer=opts[1],
+                        inputs={"x": x, "y": y, "graph": graph}, model=models[1], scheduler=scheds[1])
+    torch.cuda.manual_seed(1234)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        captured = [float(step()) for _ in range(8)]
+    assert step.captured
+    torch.testing.assert_close(torch.tensor(captured), torch.tensor(eager), rtol=1e-4, atol=1e-5)
+    assert float(opts[1].param_groups[0]["lr"]) == pytest.approx(float(opts[0].param_groups[0]["lr"]))

@@ -213,7 +213,7 @@ def test_converted_three_layer_gat_trains_like_pyg_on_cora() -> None:
     torch.manual_seed(0)
     pyg_model = pyg_nn.GAT(data.num_features, 16, num_layers=3, out_channels=int(data.y.max()) + 1, heads=4,
                            dropout=0.0).to(DEV)
-    ours_model = convert(pyg_model, backend=BACKEND)
+    ours_model = convert(pyg_model, backend=BACKEND, inplace=False)  # a copy: both train from the same weights
     curves = []
     for model in (pyg_model, ours_model):
         opt = torch.optim.Adam(model.parameters(), lr=0.005, weight_decay=5e-4)

@@ -198,3 +198,33 @@ def test_bench_training_sampled_rows_at_a_small_scale(tmp_path) -> None:
         assert r["kernels_sum_ms_per_batch"] >= sum(k["ms"] for k in top) * (1 - 1e-6)
         fp32_gemms = [k["name"] for k in top if "f32f32_f32f32" in k["name"] or "sgemm" in k["name"]]
         assert not fp32_gemms, (r["variant"], fp32_gemms)
+
+def test_capture_ahead_puts_the_scheduler_and_the_learning_rate_back() -> None:
+    """A scheduler stepped by the warm-up and capture: its state and the tensor learning rate are put back, in place,
+    so that epoch 1's first replay trains at the first learning rate and the schedule starts over."""
+    sampler, model = _sampler(), _model()
+    lr = torch.tensor(0.01, device=DEV)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, capturable=True, fused=True)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    step = CapturedStep(sampled_loss(model, sampler), optimizer=opt, model=model, inputs=_inputs(), scheduler=sched)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert capture_ahead(step, _seeds(sampler, 10)) == step.warmup + 1
+    assert step.captured and opt.param_groups[0]["lr"] is lr and float(lr) == pytest.approx(0.01)
+    assert sched.last_epoch == 0
+    seeds, valid = _seeds(sampler, 1)[0]
+    step(seeds=seeds, seed_valid=valid)
+    assert step.replays == 2 and float(lr) == pytest.approx(0.005)
+
+
+def test_capture_ahead_without_model_puts_the_parameters_back() -> None:
+    sampler, model = _sampler(), _model()
+    before = {k: v.clone() for k, v in model.named_parameters()}
+    opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True, fused=True)
+    step = CapturedStep(sampled_loss(model, sampler), optimizer=opt, inputs=_inputs())  # no model=
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        assert capture_ahead(step, _seeds(sampler, 10)) == step.warmup + 1
+    assert step.captured
+    for k, v in model.named_parameters():
+        assert torch.equal(v, before[k]), k

@@ -43,7 +43,7 @@ def test_pyg_gat_model_converts_with_same_outputs(v2: bool) -> None:
     x, ei, _ = _graph()
     torch.manual_seed(0)
     model = pyg_nn.GAT(8, 16, num_layers=3, out_channels=4, v2=v2, heads=2).eval()
-    ours = convert(model, backend="reference")
+    ours = convert(model, backend="reference", inplace=False)
     kind = GATv2Conv if v2 else GATConv
     assert all(type(c) is kind for c in ours.convs) and all(type(c) is not kind for c in model.convs)
     o1, g1 = _outputs_and_grads(model, x, ei)
@@ -60,13 +60,13 @@ def test_mixed_model_shared_modules_and_knobs() -> None:
     x, ei, ea = _graph()
     torch.manual_seed(0)
     model = Mixed()
-    ours = cudnn_gnn.convert(model, deterministic=True, cache_graph=False)
+    ours = cudnn_gnn.convert(model, deterministic=True, cache_graph=False, inplace=False)
     assert ours.shared is ours.convs[0] and isinstance(ours.shared, GATConv)
     assert isinstance(ours.convs[1], GATv2Conv) and ours.convs[1].lin_l is ours.convs[1].lin_r
     assert ours.head[1].deterministic and not ours.head[1].cache_graph
     torch.testing.assert_close(ours(x, ei, ea), model(x, ei, ea), rtol=1e-5, atol=1e-6)
-    assert isinstance(model.convs[0], pyg_nn.GATConv)  # not inplace: the original is untouched
-    same = convert(model, inplace=True)
+    assert isinstance(model.convs[0], pyg_nn.GATConv)  # inplace=False: the original is untouched
+    same = convert(model)
     assert same is model and isinstance(model.convs[0], GATConv)
 
 
@@ -145,7 +145,7 @@ def test_convert_keeps_sharing_frozen_parameters_mode_and_hooks(v2: bool) -> Non
     order = list(calls)
     assert order[:2] == ["pre1", "pre2-kw"] and order[-3:] == ["post0", "removed", "post1"]
 
-    for ours, pyg in ((convert(model, backend="reference"), False), (convert(model, inplace=True), False)):
+    for ours, pyg in ((convert(model, backend="reference", inplace=False), False), (convert(model), False)):
         _check_tied(ours, v2, pyg)
         assert ours.a.training and not ours.proj.training and not ours.other.training
         calls.clear()
@@ -166,6 +166,32 @@ def test_convert_keeps_sharing_frozen_parameters_mode_and_hooks(v2: bool) -> Non
     _check_tied(round_trip, v2, pyg=True)
     for (n1, p1), (n2, p2) in zip(back.state_dict().items(), round_trip.state_dict().items()):
         assert n1 == n2 and torch.equal(p1, p2)
+
+
+@pytest.mark.parametrize("v2", [False, True])
+def test_an_optimizer_built_before_convert_trains_the_converted_model(v2: bool) -> None:
+    """The usual PyG order (model, optimizer, then ``model = convert(model)``): the converted model holds the same
+    parameter objects, so the optimizer's steps train it; ``inplace=False`` is the copy, asked for."""
+    x, ei, _ = _graph()
+    torch.manual_seed(0)
+    model = pyg_nn.GAT(8, 16, num_layers=2, out_channels=3, v2=v2, heads=2)
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    held = list(model.parameters())
+    copy = convert(model, inplace=False)
+    assert not any(p is q for p in copy.parameters() for q in held)
+    model = convert(model, backend="reference")
+    assert all(type(c) is (GATv2Conv if v2 else GATConv) for c in model.convs)
+    now = list(model.parameters())
+    assert len(now) == len(held) and all(p is q for p, q in zip(now, held)), "convert must keep the parameters"
+    before = [p.detach().clone() for p in held]
+    for _ in range(2):
+        opt.zero_grad()
+        model(x, ei).square().sum().backward()
+        opt.step()
+    assert all(not torch.equal(p, b) for p, b in zip(model.parameters(), before))
+    conv = model.convs[0]
+    back = to_pyg(model)  # the same way back
+    assert back is model and all(p is q for p, q in zip(back.parameters(), held)) and back.convs[0] is not conv
 
 
 def test_message_passing_hooks_are_carried_to_pyg_and_refused_by_ours() -> None:
