@@ -44,7 +44,10 @@ COO goes and the float32 features (57 GB; 28 GB with ``--feature-dtype float16``
 about 65 GB resident for the eight variants, whose batches (625,664 slots) take a few GB each. Drawn on a CPU the same
 graph would take about 0.4 us an edge (6.3 s for scale 0.01's 16M edges on a 2-core machine, linear from scale 0.001):
 some 10 minutes, plus the sort. A full-size epoch is 1,179 batches: the per-batch timing of all eight variants fits a
-call, whole epochs of all eight do not (``--epoch-variants`` picks which; the time budget guards).
+call, whole epochs of all eight do not (``--epoch-variants`` picks which; the time budget guards). On a card with
+less free memory (an H100's 80 GB, or what earlier workloads leave) the run takes the largest scale that fits
+(:func:`fitting_scale`, from that memory model), prints a line saying so and records ``scale`` and ``scale_note``
+in each of the workload's records, instead of running out of memory.
 
 **Precision** (``--precision``; ``precision`` in every record): ``auto``, the default, runs the sampled workloads in
 bf16, as the examples are run (``examples/papers100m.py --precision bf16``, ``examples/ogbn_products.py --sampled
@@ -216,6 +219,37 @@ def load_sampled(name: str, device: torch.device, smoke: bool, scale: float,
             "source": source, "batches_per_epoch": sampler.num_batches(train.numel()), "in_channels": f_in,
             "feature_dtype": feature_dtype, "graph_seconds": time.perf_counter() - t0,
             "resident_bytes": sum(t.numel() * t.element_size() for t in (colptr, row, x, y, train))}
+
+
+# Device bytes a sampled workload needs while it is built and while it runs (the memory model of the papers100M
+# paragraph of the module docstring, measured at full size on an H200): the CSC sort's peak, about 85 GB for
+# papers100M's 1.62G edges (the int64 COO, the int32 keys, the stable sort's int64 permutation and buffers), and
+# the resident CSC and features plus headroom for the variants' batches, models and optimizer states.
+SORT_PEAK_BYTES_PER_EDGE = 85e9 / 1_615_685_872
+RUN_HEADROOM_BYTES = 8 * 2**30
+FIT_MARGIN = 0.9  # the model's figures are approximate ("about"): a workload takes at most 90% of what is free
+
+
+def sampled_bytes(name: str, scale: float, feature_dtype: str) -> float:
+    """What ``load_sampled(name, ..., scale)`` and the variants after it need on the device at the peak."""
+    _, n, e, f_in, *_ = SAMPLED_SHAPES[name]
+    nodes, edges = n * scale, e * scale
+    resident = edges * 4 + nodes * (4 + f_in * FEATURE_DTYPES[feature_dtype].itemsize + 8)
+    return max(edges * SORT_PEAK_BYTES_PER_EDGE, resident + RUN_HEADROOM_BYTES)
+
+
+def fitting_scale(name: str, scale: float, feature_dtype: str, free_bytes: int) -> tuple[float, str | None]:
+    """``scale``, or where its graph would not fit ``free_bytes`` (:func:`sampled_bytes`), the largest scale of two
+    significant digits that does within :data:`FIT_MARGIN`, with a line that says so (None where ``scale`` fits)."""
+    need = sampled_bytes(name, scale, feature_dtype)
+    if need <= FIT_MARGIN * free_bytes:
+        return scale, None
+    fit = scale * FIT_MARGIN * free_bytes / need
+    digits = 10 ** (math.floor(math.log10(fit)) - 1)
+    fit = math.floor(fit / digits) * digits
+    return fit, (f"{name}: scale {scale:g} needs about {need / 2**30:.0f} GiB of device memory at its peak, more "
+                 f"than {FIT_MARGIN:.0%} of the {free_bytes / 2**30:.0f} GiB free: running scale {fit:.2g}, the "
+                 "largest that fits")
 
 
 def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, precision: str) -> VariantStep:
@@ -475,6 +509,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for name in args.workloads:
         sampled = name in SAMPLED
         scale = args.papers_scale if name == "papers100m-sampled" else args.scale
+        scale_note = None
+        if sampled and not smoke:  # what earlier workloads leave cached is handed back first
+            free_memory(device)
+            scale, scale_note = fitting_scale(name, scale, args.feature_dtype, torch.cuda.mem_get_info(device)[0])
+            if scale_note is not None:
+                print(scale_note, flush=True)
         w = load_sampled(name, device, smoke, scale, args.feature_dtype) if sampled else \
             load_workload(name, device, smoke)
         first_epochs: list[float] = []  # epoch-1 seconds of this workload's variants so far (the budget's guess)
@@ -484,7 +524,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                                    "num_edges": w["num_edges"] if sampled else int(w["edge_index"].shape[1])}
             if sampled:
                 rec.update(feature_dtype=w["feature_dtype"], graph_seconds=w["graph_seconds"],
-                           resident_graph_bytes=w["resident_bytes"])
+                           resident_graph_bytes=w["resident_bytes"], scale=scale, scale_note=scale_note)
             step: VariantStep | None = None
             if budget.left() <= 0:
                 rec["skipped"] = f"the --time-budget of {args.time_budget:g} s was spent before this variant"

@@ -506,3 +506,19 @@ def test_sampler_choose_times_both_draw_orders(tmp_path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())["rows"]
     assert [r["choose"] for r in rows] == ["at_once", "per_step"] and all(r["ms_per_batch"] > 0 for r in rows)
+
+
+def test_bench_training_takes_the_largest_papers_scale_that_fits_the_card() -> None:
+    """Full-size papers100M fits an H200's free memory but not an H100's: there the largest scale that fits is
+    taken, with a line that says so; a scale that fits is kept as asked."""
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import bench_training as bt
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    h200, h100 = 139 * 2**30, 78 * 2**30
+    assert bt.fitting_scale("papers100m-sampled", 1.0, "float32", h200) == (1.0, None)
+    scale, note = bt.fitting_scale("papers100m-sampled", 1.0, "float32", h100)
+    assert 0.5 < scale < 1.0 and bt.sampled_bytes("papers100m-sampled", scale, "float32") <= bt.FIT_MARGIN * h100
+    assert note is not None and f"running scale {scale:.2g}, the largest that fits" in note
+    assert bt.fitting_scale("papers100m-sampled", 0.1, "float32", h100) == (0.1, None)
