@@ -522,3 +522,50 @@ def test_bench_training_takes_the_largest_papers_scale_that_fits_the_card() -> N
     assert 0.5 < scale < 1.0 and bt.sampled_bytes("papers100m-sampled", scale, "float32") <= bt.FIT_MARGIN * h100
     assert note is not None and f"running scale {scale:.2g}, the largest that fits" in note
     assert bt.fitting_scale("papers100m-sampled", 0.1, "float32", h100) == (0.1, None)
+
+
+def _floor_table():
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    try:
+        import floor_table
+    finally:
+        sys.path.remove(os.path.join(ROOT, "benchmarks"))
+    return floor_table
+
+
+def test_floor_table_counts_bytes_and_floors() -> None:
+    """The byte model of one GAT layer (8 x 8 fp32 on 100 nodes, 1,000 edges): the forward gathers a 256-byte
+    feature row and a 32-byte score row per edge on top of what it streams; a row of 4 bytes (one head) costs a
+    whole sector as coded; compulsory counts each input once. A streamed-only kernel's floor is its bytes over the
+    copy rate; a gathered stream adds the measured time of its row size, from L2 where its table fits."""
+    ft = _floor_table()
+    layer = ft.Layer(128, 8, 8, True)
+    b = ft.layer_bytes(layer, 100, 1000, 4)
+    fwd = b["_fwd_kernel"]
+    assert fwd.as_coded() - fwd.streamed == 1000 * (256 + 32)
+    assert fwd.compulsory < fwd.as_coded()
+    one_head = ft.layer_bytes(ft.Layer(64, 1, 40, False), 100, 1000, 4)["_bwd_gat_src_kernel"]
+    assert all(ft._sectors(row) == 32 for _, row, _ in one_head.gathered[1:])
+    rates = {"copy_bytes_per_us": 1e6, "l2_bytes": 10**9,
+             "dram": {str(s): 1.0 for s in ft.ROW_SIZES}, "l2": {str(s): 0.5 for s in ft.ROW_SIZES}}
+    dst = b["_bwd_gat_dst_kernel"]
+    assert ft.floor_us(dst, rates) == dst.streamed / 1e6
+    assert ft.floor_us(fwd, rates) == fwd.streamed / 1e6 + 2 * 1000 * 0.5  # both tables fit in half of L2
+    big = ft.KernelBytes(gathered=((10, 1024, 10**10),))
+    assert ft.floor_us(big, rates) == 10 * 2 * 1.0  # a 1 KiB row from DRAM: two 512-byte rows
+
+
+@pytest.mark.slow
+def test_floor_table_quick_runs_the_gather_kernel_and_the_layers_in_the_interpreter(tmp_path) -> None:
+    """``floor_table.py --quick``: the gather microbenchmark and the two-layer step under Triton's interpreter on
+    CPU (no CUDA kernel to time: the table has bytes and floors, no times), JSON and markdown written."""
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    out, md = tmp_path / "floor.json", tmp_path / "floor.md"
+    proc = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "floor_table.py"), "--quick",
+                           "--out", str(out), "--md", str(md)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    rows = payload["results"][0]["rows"]
+    assert [r["kernel"] for r in rows] == list(_floor_table().KERNELS)
+    assert all(r["bytes_as_coded"] >= r["bytes_compulsory"] > 0 and r["floor_us"] > 0 for r in rows)
+    assert "| `_fwd_kernel` |" in md.read_text()
