@@ -42,6 +42,7 @@ from cudnn_gnn.apps._progress import default_log_every, progress
 from cudnn_gnn.apps._util import (  # noqa: F401
     conv_class,
     is_oom,
+    output_file,
     plot_curves,
     save_checkpoint,
     state_copy,
@@ -173,13 +174,16 @@ def peak_bytes(device: torch.device) -> int | None:
 
 
 class JsonLines:
-    """Append-only JSON-lines log (no-op without a path)."""
+    """JSON-lines log of one run (no-op without a path): opening it starts a fresh file, so a second run with the
+    same path never mixes its lines into the first one's. A symlink is written through, a FIFO directly."""
 
     def __init__(self, path: str | None) -> None:
         self.file = None
-        if path:
-            os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-            self.file = open(path, "a")  # noqa: SIM115 - closed in close()
+        if path is not None:
+            target, direct = output_file(path)
+            if not direct:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
+            self.file = open(target, "w")  # noqa: SIM115 - closed in close()
 
     def write(self, record: dict[str, Any]) -> None:
         if self.file is not None:

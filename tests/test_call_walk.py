@@ -46,14 +46,16 @@ class Walk:
 
 def _repo_path(frame: FrameType | None) -> str | None:
     """The frame's file as a path relative to the repository (installed ``cudnn_gnn.layers`` maps to ``layers/``), or
-    None outside it."""
+    None outside it. Installed packages are outside it even when their environment is inside the checkout
+    (``python -m venv .venv``): a path through ``site-packages`` or ``dist-packages`` is not the repository's."""
     if frame is None or not frame.f_code.co_filename.endswith(".py"):  # dataclass-generated code: "<string>"
         return None
     path = Path(frame.f_code.co_filename).resolve()
     try:
-        return path.relative_to(ROOT).as_posix()
+        rel = path.relative_to(ROOT)
     except ValueError:
         return None
+    return None if {"site-packages", "dist-packages"} & set(rel.parts) else rel.as_posix()
 
 
 def walk(*, backward: bool = False) -> Walk:

@@ -487,3 +487,79 @@ def test_ogb_script_on_a_cpu_defaults_to_a_small_graph_and_logs_progress_lines(s
     lines = capsys.readouterr().err.strip().splitlines()
     assert [ln.split(": ")[1].split()[0] for ln in lines] == ["1/2", "2/2"], lines
     assert all("loss=" in ln and "valid=" in ln for ln in lines)
+
+
+def test_a_symlinked_output_is_written_through_to_its_target(tmp_path):
+    """The temporary file sits beside the link's target and replaces the target; the link stays a link."""
+    import os
+
+    from cudnn_gnn.apps._util import write_json
+
+    (tmp_path / "results").mkdir()
+    target = tmp_path / "results" / "r.json"
+    target.write_text("old")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target)
+    write_json(link, {"x": 1})
+    assert link.is_symlink() and os.readlink(link) == str(target)
+    assert target.read_text().strip().replace(" ", "").replace("\n", "") == '{"x":1}'
+    dangling = tmp_path / "next.json"
+    dangling.symlink_to(tmp_path / "results" / "new.json")
+    write_json(dangling, {"y": 2})
+    assert dangling.is_symlink() and (tmp_path / "results" / "new.json").is_file()
+
+
+def test_a_fifo_output_is_written_directly(tmp_path):
+    """A FIFO (or /dev/stdout) cannot be replaced by a rename: the output is written into it."""
+    import os
+    import threading
+
+    from cudnn_gnn.apps._util import write_json
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)  # never blocks the exit
+    reader.start()
+    write_json(fifo, {"x": 1})
+    assert fifo.exists() and not fifo.is_file()  # not replaced by a regular file
+    reader.join(timeout=30)
+    assert got and '"x": 1' in got[0]
+
+
+def test_an_empty_output_path_is_refused(capsys, script):
+    refused(capsys, script("ogbn_arxiv"), ["--device", "cpu", "--json", ""], "--json must be a file path, got ''")
+    from cudnn_gnn.apps._util import write_json
+
+    with pytest.raises(ValueError, match=r"`path` must be a file path, got ''"):
+        write_json("", {"x": 1})
+
+
+def test_output_checks_follow_symlinks_and_accept_fifos(capsys, script, tmp_path):
+    import argparse
+    import os
+
+    from cudnn_gnn.apps._cli import check_output_path
+
+    ap = argparse.ArgumentParser()
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    check_output_path(ap, "--json", str(fifo))  # accepted: written directly
+    check_output_path(ap, "--json", "/dev/stdout")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    (tmp_path / "link.json").symlink_to(blocker / "x.json")
+    refused(capsys, script("ogbn_arxiv"), ["--device", "cpu", "--json", str(tmp_path / "link.json")], "a_file")
+
+
+def test_a_second_run_with_the_same_log_starts_a_fresh_file(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    from _common import JsonLines
+
+    path = tmp_path / "log.jsonl"
+    for run in (1, 2):
+        log = JsonLines(str(path))
+        log.write({"run": run})
+        log.close()
+    assert path.read_text().splitlines() == ['{"run": 2}']
+    sys.modules.pop("_common", None)

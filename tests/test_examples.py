@@ -364,3 +364,14 @@ def test_ogbgat_sampled_without_hop_counts_runs_on_one_graph(load, edge_dim):
     outs, grads = _outputs_and_grads(model, [lambda: forward(True), lambda: forward(False)])
     assert seen[0][0] is False and seen[0][1].rebuilt_every_call  # built once, trusted, for the sampled call
     _assert_same_and_pyg_agrees(common, model, outs, grads, lambda pyg: pyg(x, batch.edge_index, ea, sampled=True))
+
+
+@pytest.mark.slow
+def test_papers100m_static_sampler_on_cpu_trains_past_the_padded_batch(load, tmp_path):
+    """--sampler static on a CPU: the epoch's last batch is padded with node 0, whose float label is NaN; its
+    target is masked before the cast to int, so the epoch ends with a finite loss instead of a crash."""
+    res = load("papers100m").main(["--scale", "0.0001", "--sampler", "static", "--device", "cpu", "--epochs", "1",
+                                   "--batch-size", "64", "--hidden", "8", "--heads", "1", "--layers", "2",
+                                   "--fanout", "3,2", "--root", str(tmp_path / "graph"), "--no-progress"])
+    epoch = res["epochs"][-1]
+    assert epoch["batches"] == 2 and math.isfinite(epoch["loss"])

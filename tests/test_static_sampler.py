@@ -366,3 +366,59 @@ def test_capture_ahead_without_model_puts_the_optimizers_parameters_back() -> No
     assert capture_ahead(step, batches) == 3
     for p, b in zip(model.parameters(), before):
         assert torch.equal(p, b)
+
+
+def test_masked_cross_entropy_drops_nan_targets_before_the_cast() -> None:
+    """A padded row's float target is NaN (ogbn-papers100M's unlabelled node 0): it is replaced before the cast to
+    int (on a CPU NaN casts to INT64_MIN, which cross-entropy refuses), and a NaN target in a kept row is dropped."""
+    from cudnn_gnn.apps.static_sampler import masked_cross_entropy
+
+    logits = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    target = torch.tensor([1.0, 2.0, float("nan"), 0.0])
+    keep = torch.tensor([0, 1, 3])
+    expected = torch.nn.functional.cross_entropy(logits[keep], target[keep].long())
+    for mask in (torch.tensor([True, True, False, True]), torch.ones(4, dtype=torch.bool)):
+        got = masked_cross_entropy(logits, target, mask)
+        assert torch.isfinite(got) and torch.allclose(got, expected)
+
+
+def test_out_of_range_seeds_are_sampled_as_padding() -> None:
+    colptr, row = _simple_graph()
+    sampler = StaticNeighborSampler(colptr, row, fanout=[2], batch_size=4)
+    batch = sampler.sample(torch.tensor([-1, 0, 300, 5]))
+    assert batch.seed_valid.tolist() == [False, True, False, True]
+    assert bool((batch.n_id >= 0).all()) and bool((batch.n_id < 300).all())
+    with pytest.raises(ValueError, match=r"seeds must be node ids in \[0, num_nodes=300\), got 2 outside, "
+                                         r"e.g. \[-1, 300\]"):
+        sampler.sample(torch.tensor([-1, 0, 300, 5]), validate=True)
+
+
+@pytest.mark.parametrize(("y", "exc", "match"), [
+    (torch.full((300,), 1.5), ValueError, r"must hold class ids: whole numbers >= 0, or NaN"),
+    (torch.zeros(300, 2, dtype=torch.long), ValueError, r"must have shape \(num_nodes,\) or \(num_nodes, 1\)"),
+    (torch.full((300,), -1), ValueError, r"must hold class ids >= 0, got -1"),
+    (torch.zeros(300, dtype=torch.bool), TypeError, r"must hold class ids \(an integer or float dtype\)"),
+])
+def test_sampled_loss_refuses_labels_that_are_not_class_ids(y, exc, match) -> None:
+    colptr, row = _simple_graph()
+    sampler = StaticNeighborSampler(colptr, row, fanout=[2], batch_size=4,
+                                    node_attrs={"x": torch.randn(300, 3), "lab": y})
+    with pytest.raises(exc, match=r"sampler.node_attrs\['lab'\] \(labels='lab'\) " + match):
+        sampled_loss(torch.nn.Linear(3, 2), sampler, labels="lab")
+
+
+def test_float_labels_with_nan_are_accepted() -> None:
+    colptr, row = _simple_graph()
+    y = torch.arange(300).remainder(3).float()
+    y[::7] = float("nan")
+    sampler = StaticNeighborSampler(colptr, row, fanout=[2], batch_size=4, node_attrs={"x": torch.randn(300, 3), "y": y})
+    sampled_loss(torch.nn.Linear(3, 2), sampler)
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:0", "gpu"])
+def test_a_device_this_machine_lacks_is_refused_naming_device(device) -> None:
+    if torch.cuda.is_available() and device != "gpu":
+        pytest.skip("a CUDA GPU is visible: 'cuda' is a device this machine has")
+    colptr, row = _simple_graph()
+    with pytest.raises(ValueError, match=r"device must be"):
+        StaticNeighborSampler(colptr, row, fanout=[2], batch_size=4, device=device)

@@ -19,6 +19,8 @@ from typing import Any, NoReturn
 
 import torch
 
+from cudnn_gnn.apps._util import output_file
+
 __all__ = [
     "ArgumentParser", "HelpFormatter", "plain_text", "positive_int", "nonnegative_int", "positive_float",
     "nonnegative_float", "probability", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
@@ -200,11 +202,20 @@ def check_output_path(ap: argparse.ArgumentParser, flag: str, path: str | None) 
     without write permission.
 
     The folder is probed by creating (and removing) a temporary file in it, or in the first existing folder above
-    it when it is still to be created: permission bits alone do not tell (root, read-only mounts).
+    it when it is still to be created: permission bits alone do not tell (root, read-only mounts). A symlink is
+    judged by its final target (outputs are written through it); an existing file that is not a regular one (a FIFO,
+    ``/dev/stdout``) is written directly and needs write permission only. An empty path is refused (``None``: no
+    output).
     """
-    if not path:
+    if path is None:
         return
-    full = os.path.abspath(os.path.expanduser(path))
+    if not path:
+        ap.error(f"{flag} must be a file path, got ''; leave the flag out for no output")
+    full, direct = output_file(path)
+    if direct:
+        if not os.access(full, os.W_OK):
+            ap.error(f"{flag} {path!r} cannot be written: no write permission; choose another path")
+        return
     if os.path.isdir(full):
         ap.error(f"{flag} must be a file path, got the folder {path!r}; add a file name")
     parent = os.path.dirname(full)
@@ -254,7 +265,7 @@ def check_data_root(ap: argparse.ArgumentParser, root: str | None, flag: str = "
 
 def check_matplotlib(ap: argparse.ArgumentParser, path: str | None, flag: str = "--plot") -> None:
     """``--plot`` needs matplotlib (and a writable path)."""
-    if not path:
+    if path is None:
         return
     check_output_path(ap, flag, path)
     try:

@@ -12,14 +12,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
-__all__ = ["CONV_MODELS", "atomic_path", "conv_class", "is_oom", "json_safe", "plot_curves", "save_checkpoint",
-           "state_copy", "write_json"]
+__all__ = ["CONV_MODELS", "atomic_path", "conv_class", "is_oom", "json_safe", "output_file", "plot_curves",
+           "save_checkpoint", "state_copy", "write_json", "write_text"]
 
 #: ``--model`` names: ours and PyG's, GAT and GATv2.
 CONV_MODELS = ("gat", "gatv2", "pyg-gat", "pyg-gatv2")
@@ -65,20 +66,45 @@ def _umask() -> int:
     return mask
 
 
+def output_file(path: str | os.PathLike[str]) -> tuple[str, bool]:
+    """``(the file an output at path lands in, whether to write it directly)``: a symlink's final target (the output
+    goes through the link, which stays a link), and direct writing for an existing file that is not a regular one (a
+    FIFO, ``/dev/stdout``, a terminal), which cannot be replaced by a rename. Raises ``ValueError`` for an empty
+    path."""
+    path = os.fspath(path)
+    if not path:
+        raise ValueError("`path` must be a file path, got ''")
+    path = os.path.expanduser(path)
+    try:
+        mode = os.stat(path).st_mode  # through symlinks
+    except OSError:  # not there yet (or a dangling link): written beside its future name
+        mode = stat.S_IFREG
+    if not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+        return path, True  # as given: /dev/stdout's own target may be a pipe, which has no path
+    return os.path.realpath(path), False
+
+
 @contextlib.contextmanager
 def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
     """Yield a temporary path in ``path``'s folder (created if missing) to write to; on success it is renamed over
     ``path``, so an interrupted run never leaves half a file, and on failure removed. The file gets the usual
-    permissions (``0666`` less the umask, e.g. ``0644``), not the ``0600`` of ``mkstemp``."""
-    path = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(path))
+    permissions (``0666`` less the umask, e.g. ``0644``), not the ``0600`` of ``mkstemp``.
+
+    A symlink is written through: the temporary file sits beside the link's final target and is renamed over the
+    target (:func:`output_file`). A path that is not a regular file (a FIFO, ``/dev/stdout``) is yielded as is,
+    written directly. An empty path is a ``ValueError``."""
+    target, direct = output_file(path)
+    if direct:
+        yield target
+        return
+    folder = os.path.dirname(target)
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(path)}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{os.path.basename(target)}.", suffix=".tmp")
     os.close(fd)
     try:
         yield tmp
         os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
+        os.replace(tmp, target)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
@@ -86,15 +112,19 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[str]:
 
 
 def write_json(path: str | os.PathLike[str] | None, obj: Any) -> None:
-    """Write ``obj`` as indented strict JSON to ``path``, creating its folder; nothing when ``path`` is empty.
+    """Write ``obj`` as indented strict JSON to ``path``, creating its folder; nothing when ``path`` is None.
 
     Written through :func:`atomic_path` (a temporary file in the same folder, renamed over ``path``).
     """
-    if not path:
+    if path is None:
         return
+    write_text(path, json.dumps(json_safe(obj), indent=1, allow_nan=False) + "\n")
+
+
+def write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` through :func:`atomic_path`, creating its folder."""
     with atomic_path(path) as tmp, open(tmp, "w") as f:
-        json.dump(json_safe(obj), f, indent=1, allow_nan=False)
-        f.write("\n")
+        f.write(text)
 
 
 def conv_class(model: str) -> tuple[type, dict[str, Any]]:

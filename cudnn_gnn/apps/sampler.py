@@ -39,11 +39,21 @@ def _resolve_device(device: object, fallback: torch.device) -> torch.device:
     if device is None:
         dev = fallback
     elif isinstance(device, (str, torch.device)):
-        dev = torch.device(device)
+        try:
+            dev = torch.device(device)
+        except RuntimeError:
+            raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}") from None
     else:
         raise TypeError(f"device must be a str, a torch.device or None, got {type(device).__name__}")
-    if dev.type == "cuda" and dev.index is None:
-        dev = torch.device("cuda", torch.cuda.current_device())
+    if dev.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"device must be a device this machine has, got {str(device)!r}: no CUDA GPU is "
+                             "visible to torch here; pass device='cpu' (or None: the graph's device)")
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        elif dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device must be one of the {torch.cuda.device_count()} GPU(s) (cuda:0 .. "
+                             f"cuda:{torch.cuda.device_count() - 1}), got {str(device)!r}")
     return dev
 
 

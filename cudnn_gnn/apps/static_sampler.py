@@ -272,13 +272,15 @@ class StaticNeighborSampler:
         """Batches of an epoch over ``num_seeds`` seeds (the last one padded)."""
         return math.ceil(num_seeds / self.batch_size)
 
-    def sample(self, seeds: Tensor, seed_valid: Tensor | None = None) -> StaticBatch:
-        """The batch around ``seeds`` (``[B]`` int32/int64 node ids on the sampler's device, not range-checked: the
-        training path; ``seed_valid`` ``[B]`` bool marks padding seeds, default all valid). Fixed-shape ops only.
+    def sample(self, seeds: Tensor, seed_valid: Tensor | None = None, *, validate: bool = False) -> StaticBatch:
+        """The batch around ``seeds`` (``[B]`` int32/int64 node ids on the sampler's device; ``seed_valid`` ``[B]``
+        bool marks padding seeds, default all valid). Fixed-shape ops only, no host sync: a seed outside
+        ``[0, num_nodes)`` is sampled as padding (its ``seed_valid`` is False in the batch, so the loss skips it);
+        ``validate=True`` (a debugging aid: one host read) raises instead.
 
         Raises:
             TypeError / ValueError: ``seeds`` or ``seed_valid`` of another dtype, shape or device than the
-                sampler's (``B = batch_size``), both shapes named.
+                sampler's (``B = batch_size``), both shapes named; with ``validate``, a seed out of range.
         """
         seeds = check_index("seeds", seeds)
         if tuple(seeds.shape) != (self.batch_size,):
@@ -295,7 +297,13 @@ class StaticNeighborSampler:
             if tuple(seed_valid.shape) != (self.batch_size,) or seed_valid.device != self.device:
                 raise ValueError(f"seed_valid must have shape ({self.batch_size},) on {self.device}, got "
                                  f"{tuple(seed_valid.shape)} on {seed_valid.device}")
-        n_id, valid, children = self._sample_tree(seeds.long(), seed_valid)
+        seeds = seeds.long()
+        in_range = (seeds >= 0) & (seeds < self.num_nodes)
+        if check_bool("validate", validate) and not bool(in_range.all()):
+            bad = seeds[~in_range]
+            raise ValueError(f"seeds must be node ids in [0, num_nodes={self.num_nodes}), got {bad.numel()} outside, "
+                             f"e.g. {bad[:5].tolist()}")
+        n_id, valid, children = self._sample_tree(seeds, seed_valid & in_range)
         blocks = self._blocks(children)
         attrs = {name: t.index_select(0, n_id) for name, t in self.node_attrs.items()}
         return StaticBatch(n_id=n_id, valid=valid, batch_size=self.batch_size, blocks=blocks, attrs=attrs)
@@ -386,10 +394,36 @@ def forward_blocks(model: nn.Module, x: Tensor, blocks: Sequence[StaticBlock], *
 
 def masked_cross_entropy(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor:
     """Mean cross-entropy over the rows ``mask`` keeps (a padded batch's seeds), with no host sync: ``[B, C]``
-    logits (computed in float32), ``[B]`` int targets, ``[B]`` bool mask -> 0-dim. An all-padding batch gives 0."""
-    loss = torch.nn.functional.cross_entropy(logits.float(), target.long(), reduction="none")
+    logits (computed in float32), ``[B]`` class ids (int, or float with NaN for an unlabelled node, as
+    ogbn-papers100M's), ``[B]`` bool mask -> 0-dim. Rows with a NaN target are dropped as masked ones are; the
+    targets of dropped rows are replaced before the cast to int (a NaN cast to int is undefined: INT64_MIN on x86
+    CPUs, which cross-entropy refuses). An all-padding batch gives 0."""
+    if target.is_floating_point():
+        mask = mask & ~torch.isnan(target)
+    target = torch.where(mask, target, torch.zeros((), dtype=target.dtype, device=target.device)).long()
+    loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="none")
     weight = mask.to(loss.dtype)
     return (loss * weight).sum() / weight.sum().clamp(min=1)
+
+
+def _check_labels(y: Tensor, name: str) -> None:
+    """Class ids a cross-entropy can take: ``[N]`` or ``[N, 1]``, integers >= 0, or floats holding whole numbers >= 0
+    and NaN (unlabelled). One host read, at construction."""
+    if y.dtype == torch.bool or y.is_complex():
+        raise TypeError(f"{name} must hold class ids (an integer or float dtype), got {y.dtype}")
+    if not (y.dim() == 1 or (y.dim() == 2 and y.size(1) == 1)):
+        raise ValueError(f"{name} must have shape (num_nodes,) or (num_nodes, 1): one class id per node, got "
+                         f"{tuple(y.shape)}")
+    if y.numel() == 0:
+        return
+    if y.is_floating_point():
+        known = y[~torch.isnan(y)]
+        bad = known[(known != known.floor()) | (known < 0) | torch.isinf(known)]
+        if bad.numel():
+            raise ValueError(f"{name} must hold class ids: whole numbers >= 0, or NaN for an unlabelled node, got "
+                             f"{bad.numel()} other values, e.g. {bad[:3].tolist()}")
+    elif int(y.min()) < 0:
+        raise ValueError(f"{name} must hold class ids >= 0, got {int(y.min())}")
 
 
 def sampled_loss(model: nn.Module, sampler: StaticNeighborSampler, *, features: str = "x", labels: str = "y",
@@ -408,6 +442,7 @@ def sampled_loss(model: nn.Module, sampler: StaticNeighborSampler, *, features: 
         if name not in sampler.node_attrs:
             raise ValueError(f"sampler.node_attrs must hold {name!r}, got {sorted(sampler.node_attrs)}")
     check_bool("pyg", pyg)
+    _check_labels(sampler.node_attrs[labels], f"sampler.node_attrs[{labels!r}] (labels={labels!r})")
 
     def model_loss(x: Tensor, blocks: list[StaticBlock], y: Tensor, valid: Tensor) -> Tensor:
         out = forward_blocks(model, x if x.dtype == torch.float32 else x.float(), blocks, pyg=pyg)
