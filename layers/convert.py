@@ -82,7 +82,7 @@ def _build_gps(where: str, old: nn.Module, new_cls: type, knobs: dict[str, Any])
         raise NotImplementedError(f"{where} ({type(old).__name__}) must use attn_type='multihead' to be converted, "
                                   f"got {old.attn_type!r}")
     try:
-        check_packed_mha(old.attn)
+        check_packed_mha(old.attn)  # type: ignore[arg-type]  # attn_type "multihead": an nn.MultiheadAttention
     except NotImplementedError as exc:
         raise NotImplementedError(f"{where} ({type(old).__name__}) cannot be converted: {exc}") from None
     new = new_cls(old.channels, None, heads=old.heads, dropout=old.dropout, norm=None, **knobs)
@@ -190,8 +190,8 @@ def convert(
     """
     check_knobs(backend, deterministic, grad_precision, cache_graph)
     check_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
-    knobs = {"backend": backend, "deterministic": deterministic, "grad_precision": grad_precision,
-             "cache_graph": cache_graph}
+    knobs: dict[str, Any] = {"backend": backend, "deterministic": deterministic, "grad_precision": grad_precision,
+                             "cache_graph": cache_graph}
     table = {pyg: (ours, build, {"attention_backend": attention_backend} if ours is GPSConv else knobs)
              for pyg, ours, build in _pairs()}
     return _swap(model, table, inplace)
@@ -200,5 +200,5 @@ def convert(
 def to_pyg(model: nn.Module, *, inplace: bool = False) -> nn.Module:
     """The reverse of :func:`convert`: our ``GATConv`` / ``GATv2Conv`` / ``GPSConv`` back to PyG's (for export,
     TorchScript, explainers or machines without cudnn_gnn). Same rules and return as :func:`convert`."""
-    table = {ours: (pyg, build, {}) for pyg, ours, build in _pairs()}
+    table: dict[type, tuple[type, _Build, dict[str, Any]]] = {ours: (pyg, build, {}) for pyg, ours, build in _pairs()}
     return _swap(model, table, inplace)
