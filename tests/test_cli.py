@@ -244,7 +244,7 @@ def test_main_job_save_round_trip_and_plot(script, tmp_path, capsys):
     assert cfg["num_classes"] == 7
     for k, v in model.state_dict().items():
         assert torch.equal(v, saved["state_dict"][k])
-    data = load_planetoid("Cora", normalize_features=True)
+    data = load_planetoid("Cora", normalize_features=True)[0]
     model.eval()
     assert model(data.x, data.edge_index).shape == (2708, 7)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -265,7 +265,7 @@ def test_ogb_example_save_and_plot(script, tmp_path):
     summary = script("ogbn_arxiv")(["--synthetic", "--scale", "0.002", "--device", "cpu", "--no-progress", "--epochs",
                                     "6", "--lr", "0.2", "--warmup", "0", "--hidden", "8", "--heads", "2", "--seeds",
                                     "0,1", "--save", str(ckpt), "--plot", str(png)])
-    data = synthetic_ogbn("ogbn-arxiv", scale=0.002, seed=0)
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.002, seed=0)[0]
     n = data.num_nodes
     graph = ToCscGraph()(Data(edge_index=to_undirected(data.edge_index, num_nodes=n), num_nodes=n)).csc_graph
     y, test = data.y.view(-1), data.test_idx

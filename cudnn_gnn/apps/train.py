@@ -196,7 +196,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
     if data is None:
         from cudnn_gnn.datasets import load_planetoid
 
-        data = load_planetoid(cfg.dataset, cfg.data_root, normalize_features=True)
+        data = load_planetoid(cfg.dataset, cfg.data_root, normalize_features=True)[0]
     data = data.to(device)
     ours = not cfg.model.startswith("pyg-")
     edge_index: Any = data.edge_index
