@@ -61,7 +61,7 @@ class TrainConfig:
     lr: float | None = None
     weight_decay: float | None = None
     data_root: str | None = None
-    threads: int = 0  # torch CPU threads of a CPU run (0: the free cores, apps._cli.default_threads)
+    threads: int = 0  # torch.set_num_threads (0: leave as is; the command line passes apps._cli.default_threads())
     progress: bool = True
     log_every: int | None = None  # off a terminal: a progress line every N epochs (None: about 20 a run; 0: none)
     save: str | None = None  # torch.save({"state_dict", "config"}) of the model at the reported epoch to this path
