@@ -138,6 +138,11 @@ def time_fn(
 ) -> dict[str, Any]:
     """Median/p10/p90 milliseconds of ``fn()`` over ``repeats`` calls after ``warmup`` calls.
 
+    Ours rather than ``triton.testing.do_bench`` or ``torch.utils.benchmark.Timer``: neither runs a per-call ``pre``
+    outside the timed bracket, nor reports the first call (plan builds, compiles), nor runs without CUDA (the
+    ``--quick`` CPU smoke runs); ``do_bench`` also zeroes a 256 MB buffer before each call, and a full-graph step's
+    own inputs are several times L2 already.
+
     ``pre`` (e.g. dropping parameter gradients) runs before each call, outside the timed bracket. The result of
     ``fn`` is dropped immediately. Also returns ``first_call_ms``, the wall time of the first warm-up call
     (plan builds, ``torch.compile``), measured with a device sync.

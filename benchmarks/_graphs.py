@@ -113,7 +113,7 @@ def _from_synthetic_ogbn(spec: GraphSpec, *, seed: int, device: torch.device) ->
             from cudnn_gnn.datasets.synthetic import synthetic_ogbn
         except ImportError:
             return None
-    data = synthetic_ogbn(spec.ogbn, scale=spec.ogbn_scale, seed=seed, device=device, num_features=0)
+    data = synthetic_ogbn(spec.ogbn, scale=spec.ogbn_scale, seed=seed, device=device, num_features=0)[0]
     edge_index = data.edge_index
     edge_attr = getattr(data, "edge_attr", None)
     n = int(data.num_nodes)

@@ -174,7 +174,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
 
         for w in args.workloads:
             if w in PLANETOID:
-                data[w] = load_planetoid(PLANETOID[w], args.data_root, normalize_features=True)
+                data[w] = load_planetoid(PLANETOID[w], args.data_root, normalize_features=True)[0]
     runs: list[dict[str, Any]] = []
     seeds_run: list[int] = []
     last_round = 0.0

@@ -87,7 +87,7 @@ def draw_batches(args: argparse.Namespace, device: torch.device) -> tuple[list[A
     from cudnn_gnn.apps.sampler import DeviceNeighborLoader
     from cudnn_gnn.datasets.synthetic import synthetic_ogbn
 
-    data = synthetic_ogbn(args.dataset, scale=args.scale, seed=args.seed, device=device)
+    data = synthetic_ogbn(args.dataset, scale=args.scale, seed=args.seed, device=device)[0]
     n = data.num_nodes
     csc = CscGraph.from_edge_index(data.edge_index, num_nodes=n)  # the sampler's colptr / row
     classes = int(data.num_classes)

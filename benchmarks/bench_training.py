@@ -173,7 +173,7 @@ def load_workload(name: str, device: torch.device, smoke: bool) -> dict[str, Any
     if name == "cora" and not smoke:
         from cudnn_gnn.datasets import load_planetoid
 
-        data = load_planetoid("Cora", None, normalize_features=True)
+        data = load_planetoid("Cora", None, normalize_features=True)[0]
         idx = data.train_mask.nonzero().view(-1)
         return {"x": data.x.to(device), "y": data.y.to(device), "idx": idx.to(device),
                 "edge_index": data.edge_index.to(device), "num_nodes": data.num_nodes,

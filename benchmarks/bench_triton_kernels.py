@@ -66,7 +66,7 @@ def _graph(p: Preset, device: torch.device) -> tuple[torch.Tensor, int, torch.Te
         return ei.to(device), p.num_nodes, None, f"uniform random, {p.num_nodes} nodes, {p.num_edges} edges"
     from cudnn_gnn.datasets import synthetic_ogbn
 
-    data = synthetic_ogbn(p.ogbn, scale=p.scale, seed=0, device=device, num_features=0)
+    data = synthetic_ogbn(p.ogbn, scale=p.scale, seed=0, device=device, num_features=0)[0]
     edge_attr = getattr(data, "edge_attr", None) if p.edge_dim else None
     desc = f"synthetic_ogbn({p.ogbn!r}, scale={p.scale})"
     return data.edge_index, int(data.num_nodes), None if edge_attr is None else edge_attr.float(), desc

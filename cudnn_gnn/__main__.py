@@ -48,6 +48,9 @@ def _info(argv: list[str]) -> int:
 
 def _train(argv: list[str]) -> int:
     from cudnn_gnn.apps._cli import run_main
+    from cudnn_gnn.apps._train_args import build_parser
+
+    build_parser().parse_args(argv)  # --help and a mistyped flag answer here, before torch is imported (seconds)
     from cudnn_gnn.apps.train import main as train_main
 
     # a user mistake exits through argparse (status 2, one line); anything else is a bug: traceback + hint, status 1
@@ -62,7 +65,9 @@ def _dispatch(argv: list[str]) -> int:
         print(USAGE)
         return 0
     if argv[0] == "--version":
-        print(f"cudnn-gnn {versions()['cudnn_gnn']}")
+        from cudnn_gnn import __version__  # not versions(): that imports torch, which takes seconds
+
+        print(f"cudnn-gnn {__version__}")
         return 0
     if argv[0] not in COMMANDS:
         what = "option" if argv[0].startswith("-") else "command"

@@ -89,7 +89,12 @@ def remove_stale_temps(folder: Path) -> list[Path]:
 def folder_lock(folder: Path, *, exclusive: bool) -> Iterator[None]:
     """Hold ``flock`` on ``folder/.lock`` (shared for readers, exclusive for a writer swapping files in), so that a
     reader maps one writer's set of files, never a mix. Where the lock file cannot be created (a read-only folder) or
-    ``fcntl`` is missing (Windows), nothing is locked: no writer can be swapping files there."""
+    ``fcntl`` is missing (Windows), nothing is locked: no writer can be swapping files there.
+
+    Not the ``filelock`` package (torch depends on it): its ``FileLock`` is exclusive only, so readers (every rank of a
+    host mapping one folder) would queue behind each other, and its ``ReadWriteLock`` (SQLite) needs filelock >=
+    3.21, which torch does not require, and refuses a change of mode within a thread; neither works without a lock
+    file in a read-only folder (a shared, read-only copy of the data)."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - not POSIX

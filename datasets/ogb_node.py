@@ -1,6 +1,7 @@
 """OGB node property prediction datasets (ogbn-arxiv, -products, -proteins, -papers100M), read offline.
 
-The loader reads the on-disk layout that the ``ogb`` package leaves after its download, from a directory
+The loader reads the on-disk layout that the ``ogb`` package leaves after its download (or the folder OGB's zip
+unpacks to: ``arxiv/``, ``products/``, ``proteins/``, ``papers100M-bin/`` in place of ``ogbn_*``), from a directory
 the user filled beforehand; it never downloads and never prompts::
 
     <root>/ogbn_arxiv/raw/{edge,node-feat,node-label,num-node-list,num-edge-list}.csv.gz  (+ node_year.csv.gz)
@@ -40,8 +41,9 @@ from cudnn_gnn.datasets._io import (
 )
 from cudnn_gnn.datasets._meta import OgbnMeta, ogbn_meta
 from cudnn_gnn.datasets._metrics import make_evaluator
+from cudnn_gnn.datasets.node_dataset import NodeDataset
 
-__all__ = ["OgbnData", "load_ogbn", "ogb_evaluator", "add_inverse_edges", "CACHE_DIR_NAME"]
+__all__ = ["OgbnData", "load_ogbn", "ogb_evaluator", "ogbn_dataset", "add_inverse_edges", "CACHE_DIR_NAME"]
 
 #: Name of the cache folder created next to ``raw/`` and ``split/``.
 CACHE_DIR_NAME = "processed_cudnn_gnn"
@@ -71,20 +73,41 @@ def add_inverse_edges(edge_index: torch.Tensor, edge_attr: torch.Tensor | None =
 
 
 class OgbnData(Data):
-    """The ``Data`` :func:`load_ogbn` returns: PyG's ``Data`` plus ``get_idx_split()``, as on ``ogb``'s
-    ``PygNodePropPredDataset``, so OGB scripts run unchanged (``split_idx = data.get_idx_split()``)."""
+    """The graph of an OGB node dataset (``load_ogbn(...)[0]``): PyG's ``Data`` plus ``get_idx_split()``, so the
+    split can be read off the graph too."""
 
     def get_idx_split(self) -> dict[str, torch.Tensor]:
         """``{"train", "valid", "test"}`` -> ``[n] int64`` node indices (the ``*_idx`` attributes)."""
         return {"train": self.train_idx, "valid": self.valid_idx, "test": self.test_idx}
 
 
+def ogbn_dataset(meta: OgbnMeta, data: OgbnData, *, args: str = "") -> NodeDataset:
+    """``data`` as OGB's ``PygNodePropPredDataset`` hands it out: ``dataset[0]``, ``get_idx_split()``, and
+    ``num_classes``, ``num_tasks``, ``task_type``, ``eval_metric`` (on the dataset and, as before, on the graph)."""
+    info = {"num_tasks": meta.num_tasks, "task_type": meta.task_type, "eval_metric": meta.eval_metric}
+    data.num_classes = meta.num_classes
+    for key, value in info.items():
+        data[key] = value
+    name = "synthetic_ogbn" if args else meta.name
+    return NodeDataset(data, name=name, args=args, num_classes=meta.num_classes, meta=info)
+
+
+def _zip_folder(meta: OgbnMeta) -> str:
+    """The folder OGB's zip unpacks to (``arxiv``, ``papers100M-bin``); the ``ogb`` package renames it ``ogbn_*``."""
+    return meta.url.rsplit("/", 1)[-1][: -len(".zip")]
+
+
+def _dataset_dir(meta: OgbnMeta, root: Path) -> Path:
+    """``<root>/ogbn_<name>`` as the ``ogb`` package leaves it, else ``<root>/<zip folder>`` as unzipping leaves it."""
+    ogb_dir = root / meta.dir_name
+    unzipped = root / _zip_folder(meta)
+    return unzipped if not ogb_dir.is_dir() and unzipped.is_dir() else ogb_dir
+
+
 def _download_hint(meta: OgbnMeta, root: Path) -> str:
-    zip_name = meta.url.rsplit("/", 1)[-1]
-    folder = zip_name[: -len(".zip")]
     return (
-        f"Nothing is downloaded at run time. Fetch {meta.url} yourself, unzip it in {root}, and rename the "
-        f"extracted folder {folder!r} to {meta.dir_name!r} (the layout the `ogb` package uses)."
+        f"Nothing is downloaded at run time. Fetch {meta.url} yourself and unzip it in {root} (it unpacks to "
+        f"{_zip_folder(meta)!r}; {meta.dir_name!r}, as the `ogb` package names it, is read too)."
     )
 
 
@@ -295,7 +318,7 @@ def _tensor(array: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(array) if isinstance(array, np.ndarray) and array.ndim else torch.as_tensor(array)
 
 
-def _to_data(meta: OgbnMeta, arrays: dict[str, np.ndarray]) -> Data:
+def _to_dataset(meta: OgbnMeta, arrays: dict[str, np.ndarray]) -> NodeDataset:
     num_nodes = int(arrays["num_nodes"])
     edge_index = _tensor(arrays["edge_index"])
     if edge_index.dtype != torch.int64:
@@ -316,11 +339,7 @@ def _to_data(meta: OgbnMeta, arrays: dict[str, np.ndarray]) -> Data:
             data[key] = _tensor(arrays[key])
     for part in _SPLIT_PARTS:
         data[f"{part}_idx"] = _tensor(arrays[f"{part}_idx"]).to(torch.long)
-    data.num_classes = meta.num_classes
-    data.num_tasks = meta.num_tasks
-    data.task_type = meta.task_type
-    data.eval_metric = meta.eval_metric
-    return data
+    return ogbn_dataset(meta, data)
 
 
 def load_ogbn(
@@ -329,8 +348,9 @@ def load_ogbn(
     *,
     cache: bool = True,
     mmap: bool | None = None,
-) -> Data:
-    """Load an OGB node property prediction dataset from files already on disk.
+) -> NodeDataset:
+    """Load an OGB node property prediction dataset from files already on disk, as OGB's
+    ``PygNodePropPredDataset`` gives it: ``dataset[0]`` is the graph, ``dataset.get_idx_split()`` the split.
 
     ============== =========== =============== ========== ============================ =========================
     name           nodes       ``edge_index``  ``x``      ``y``                        split (train/valid/test)
@@ -349,7 +369,8 @@ def load_ogbn(
     Args:
         name: ``"ogbn-arxiv"``, ``"ogbn-products"``, ``"ogbn-proteins"`` or ``"ogbn-papers100M"``
             (case-insensitive; ``_`` accepted for ``-``).
-        root: Directory holding ``<name with - replaced by _>/raw`` and ``.../split`` (the ``ogb`` layout).
+        root: Directory holding ``<name with - replaced by _>/raw`` and ``.../split`` (the ``ogb`` layout), or the
+            folder OGB's zip unpacks to (``arxiv``, ``products``, ``proteins``, ``papers100M-bin``) in its place.
         cache: Keep parsed arrays as ``.npy`` in ``<root>/<dir>/processed_cudnn_gnn/`` and reuse them while the raw
             files are unchanged (size and mtime). If that folder cannot be written, a warning is issued and the
             data is returned uncached. Processes may load one dataset at once: each writes its own temporaries
@@ -359,10 +380,12 @@ def load_ogbn(
             ogbn-papers100M. Needs ``cache=True``.
 
     Returns:
-        ``Data`` with ``num_nodes``, ``edge_index [2, E] int64``, ``y``, ``x`` (when the dataset has node features),
-        ``edge_attr`` (proteins), ``node_year``/``node_species`` ``[N, 1]`` when their raw files are present,
-        ``train_idx``/``valid_idx``/``test_idx`` ``[n] int64`` (also as ``get_idx_split()``, the ``ogb`` API), and the
-        plain attributes ``num_classes``, ``num_tasks``, ``task_type`` and ``eval_metric``.
+        A :class:`~cudnn_gnn.datasets.NodeDataset` (``len`` 1; ``num_classes``, ``num_features``, ``num_tasks``,
+        ``task_type``, ``eval_metric``, ``get_idx_split()``) whose ``[0]`` is the graph: ``num_nodes``,
+        ``edge_index [2, E] int64``, ``y``, ``x`` (when the dataset has node features), ``edge_attr`` (proteins),
+        ``node_year``/``node_species`` ``[N, 1]`` when their raw files are present, ``train_idx``/``valid_idx``/
+        ``test_idx`` ``[n] int64``, and the plain attributes ``num_classes``, ``num_tasks``, ``task_type`` and
+        ``eval_metric``.
 
     Raises:
         TypeError: An argument has the wrong type.
@@ -375,8 +398,9 @@ def load_ogbn(
             the OGB URL to fetch by hand).
 
     Example:
-        >>> data = load_ogbn("ogbn-arxiv", "~/ogb")  # doctest: +SKIP
-        >>> data.x[data.train_idx].shape  # doctest: +SKIP
+        >>> dataset = load_ogbn("ogbn-arxiv", "~/ogb")  # doctest: +SKIP
+        >>> data, split = dataset[0], dataset.get_idx_split()  # doctest: +SKIP
+        >>> data.x[split["train"]].shape  # doctest: +SKIP
         torch.Size([90941, 128])
     """
     meta = ogbn_meta(name)
@@ -391,11 +415,11 @@ def load_ogbn(
             raise ValueError("`mmap` must be False when `cache` is False (maps are made of cache files), got True")
         use_mmap = False
 
-    ds_dir = root_path / meta.dir_name
+    ds_dir = _dataset_dir(meta, root_path)
     if not ds_dir.is_dir():
         raise FileNotFoundError(
-            f"`root` must hold the folder {meta.dir_name!r} for {meta.name}, got {str(root_path)!r} "
-            f"({ds_dir} does not exist). {_download_hint(meta, root_path)}"
+            f"`root` must hold the folder {meta.dir_name!r} or {_zip_folder(meta)!r} for {meta.name}, got "
+            f"{str(root_path)!r} (neither exists). {_download_hint(meta, root_path)}"
         )
     required = _raw_files(meta, ds_dir)
     require_files(required, what=f"{meta.name} files", hint=_download_hint(meta, root_path))
@@ -406,7 +430,7 @@ def load_ogbn(
     if cache:
         arrays = _load_cache(meta, cache_dir, stamp, use_mmap)
         if arrays is not None:
-            return _to_data(meta, arrays)
+            return _to_dataset(meta, arrays)
         try:
             cache_dir.mkdir(exist_ok=True)
             (cache_dir / "manifest.json").unlink(missing_ok=True)  # invalid until rewritten
@@ -429,7 +453,7 @@ def load_ogbn(
             if use_mmap and not meta.binary:
                 reloaded = _load_cache(meta, cache_dir, stamp, True)
                 arrays = reloaded if reloaded is not None else arrays
-    return _to_data(meta, arrays)
+    return _to_dataset(meta, arrays)
 
 
 def ogb_evaluator(name: str, *, backend: str = "auto") -> Any:

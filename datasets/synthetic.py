@@ -32,7 +32,8 @@ import torch
 
 from cudnn_gnn.datasets._io import as_folder, folder_lock, remove_stale_temps, temp_path
 from cudnn_gnn.datasets._meta import OGBN_META, OgbnMeta, ogbn_meta
-from cudnn_gnn.datasets.ogb_node import OgbnData, add_inverse_edges
+from cudnn_gnn.datasets.node_dataset import NodeDataset
+from cudnn_gnn.datasets.ogb_node import OgbnData, add_inverse_edges, ogbn_dataset
 
 __all__ = ["synthetic_ogbn", "synthetic_ogbn_mmap", "load_mapped", "MappedGraph", "degree_stats", "SYNTHETIC_DEGREE_MODEL",
            "MEMORY_WARN_BYTES"]
@@ -202,7 +203,7 @@ def synthetic_ogbn(
     seed: int = 0,
     device: str | torch.device = "cpu",
     num_features: int | None = None,
-) -> OgbnData:
+) -> NodeDataset:
     """Generate a seeded graph with the shape of an OGB node dataset (see :func:`load_ogbn`).
 
     ============== =========== ================= ======== ===================== ==============================
@@ -227,9 +228,10 @@ def synthetic_ogbn(
         num_features: Width of ``x``; ``None`` for the dataset's width, ``0`` for no ``x``.
 
     Returns:
-        ``Data`` laid out like :func:`load_ogbn`'s: ``x``, ``edge_index`` int64, ``y``, ``edge_attr`` (proteins),
-        ``train_idx``/``valid_idx``/``test_idx`` (also as ``get_idx_split()``, as the ``ogb`` API and
-        :func:`load_ogbn` give them), ``num_classes``, ``num_tasks``, ``task_type``, ``eval_metric``.
+        A :class:`~cudnn_gnn.datasets.NodeDataset` like :func:`load_ogbn`'s (``len`` 1, ``num_classes``,
+        ``num_features``, ``get_idx_split()``), whose ``[0]`` is the graph: ``x``, ``edge_index`` int64, ``y``,
+        ``edge_attr`` (proteins), ``train_idx``/``valid_idx``/``test_idx``, ``num_classes``, ``num_tasks``,
+        ``task_type``, ``eval_metric``.
 
     Raises:
         TypeError: An argument has the wrong type.
@@ -239,7 +241,7 @@ def synthetic_ogbn(
         UserWarning: When the tensors would take more than 16 GiB (ogbn-papers100M at ``scale`` >= ~0.2).
 
     Example:
-        >>> data = synthetic_ogbn("ogbn-products", scale=0.001)
+        >>> data = synthetic_ogbn("ogbn-products", scale=0.001)[0]
         >>> data.num_nodes, data.edge_index.shape[1], data.x.shape[1]
         (2449, 123718, 100)
     """
@@ -294,11 +296,7 @@ def synthetic_ogbn(
     y, (data.train_idx, data.valid_idx, data.test_idx) = _labels_and_split(meta, h, sample, (n_train, n_valid, n_test),
                                                                             gen)
     data.y = y
-    data.num_classes = meta.num_classes
-    data.num_tasks = meta.num_tasks
-    data.task_type = meta.task_type
-    data.eval_metric = meta.eval_metric
-    return data
+    return ogbn_dataset(meta, data, args=f"{meta.name!r}, scale={scale}, seed={seed}")
 
 
 def degree_stats(edge_index: torch.Tensor, num_nodes: int, *, xmin: int | None = None) -> dict[str, float]:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from torch import Tensor, nn
+from torch_geometric import seed_everything  # noqa: F401 - Python's, numpy's and torch's generators, for the scripts
 
 from cudnn_gnn.apps._cli import (  # noqa: F401
     SEED_MAX,
@@ -55,7 +56,6 @@ from cudnn_gnn.apps.train import (  # noqa: F401
     grad_scaler,
     optimizer_step,
     resolve_device,
-    seed_everything,
 )
 
 # One implementation for the CLI and the scripts.
@@ -212,19 +212,19 @@ def count_params(model: nn.Module) -> int:
 
 def load_node_data(name: str, args: argparse.Namespace, device: torch.device,
                    ap: argparse.ArgumentParser | None = None) -> Any:
-    """``load_ogbn(name, --data-root)`` or ``synthetic_ogbn(name, scale=--scale)`` (the default). Missing or
+    """The graph of ``load_ogbn(name, --data-root)`` or ``synthetic_ogbn(name, scale=--scale)`` (the default). Missing or
     corrupt files under ``--data-root`` end in one ``ap.error`` line naming them (raised as is without ``ap``)."""
     from cudnn_gnn.datasets import load_ogbn, synthetic_ogbn
 
     if args.data_root:
         try:
-            return load_ogbn(name, args.data_root)
+            return load_ogbn(name, args.data_root)[0]
         except (FileNotFoundError, ValueError) as exc:  # missing or corrupt files: say which, and what to do
             if ap is None:
                 raise
             ap.error(f"--data-root: {one_line(exc)}")
     gen_device = device if device.type == "cuda" else torch.device("cpu")
-    return synthetic_ogbn(name, scale=args.scale, seed=0, device=gen_device)
+    return synthetic_ogbn(name, scale=args.scale, seed=0, device=gen_device)[0]
 
 
 def describe(data: Any, name: str, args: argparse.Namespace) -> str:

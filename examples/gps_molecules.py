@@ -13,15 +13,14 @@ The datasets ship with the package (``cudnn_gnn.datasets.load_ogbg``); nothing i
 
 from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
 
-import random
 import sys
 import time
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric import seed_everything
 from torch_geometric.loader import DataLoader
 from torch_geometric.nn import global_mean_pool
 
@@ -149,9 +148,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     from cudnn_gnn.datasets import load_ogbg, ogbg_evaluator
 
-    random.seed(args.seed)
-    np.random.seed(args.seed)
-    torch.manual_seed(args.seed)
+    seed_everything(args.seed)  # Python's, numpy's and torch's generators
 
     ds = load_ogbg(args.dataset)
     evaluator = ogbg_evaluator(args.dataset)

@@ -1,18 +1,23 @@
-"""Swap PyG's ``GATConv``/``GATv2Conv`` inside a built model for ours (:func:`convert`) and back (:func:`to_pyg`)."""
+"""Swap PyG's ``GATConv``/``GATv2Conv``/``GPSConv`` inside a built model for ours (:func:`convert`) and back
+(:func:`to_pyg`)."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 from torch import nn
 from torch.nn.parameter import UninitializedParameter
 
-from cudnn_gnn._validation import check_bool
+from cudnn_gnn._names import ATTENTION_BACKENDS
+from cudnn_gnn._validation import check_bool, check_choice
 
 from ._common import check_knobs
 from .gat_conv import GATConv
 from .gatv2_conv import GATv2Conv
+from .gps_conv import GPSConv
+from .graph_transformer import check_packed_mha
 
 __all__ = ["convert", "to_pyg"]
 
@@ -21,11 +26,21 @@ _GAT_ARGS = ("in_channels", "out_channels", "heads", "concat", "negative_slope",
 _V2_ARGS = (*_GAT_ARGS, "share_weights")
 
 
-def _pairs() -> list[tuple[type, type, tuple[str, ...]]]:
+_GPS_MODULES = ("conv", "attn", "mlp", "norm1", "norm2", "norm3")
+
+#: ``build(where, old, new_cls, knobs) -> new``: the new layer with ``old``'s hyperparameters (its submodules,
+#: parameters, buffers, mode and hooks are then carried over by :func:`_carry`).
+_Build = Callable[[str, nn.Module, type, dict[str, Any]], nn.Module]
+
+
+def _pairs() -> list[tuple[type, type, _Build]]:
+    """``(PyG class, our class, build)``: every layer :func:`convert` swaps and :func:`to_pyg` swaps back."""
     from torch_geometric.nn import GATConv as PygGATConv
     from torch_geometric.nn import GATv2Conv as PygGATv2Conv
+    from torch_geometric.nn import GPSConv as PygGPSConv
 
-    return [(PygGATConv, GATConv, _GAT_ARGS), (PygGATv2Conv, GATv2Conv, _V2_ARGS)]
+    return [(PygGATConv, GATConv, _conv_builder(_GAT_ARGS)), (PygGATv2Conv, GATv2Conv, _conv_builder(_V2_ARGS)),
+            (PygGPSConv, GPSConv, _build_gps)]
 
 
 def _hook_dicts(m: nn.Module) -> list[str]:
@@ -34,24 +49,46 @@ def _hook_dicts(m: nn.Module) -> list[str]:
     return [k for k in vars(m) if "hook" in k]
 
 
-def _rebuild(name: str, old: nn.Module, new_cls: type, args: tuple[str, ...], knobs: dict[str, Any]) -> nn.Module:
-    where = name or "model"
-    for p in old.parameters():
-        if isinstance(p, UninitializedParameter):
-            raise ValueError(
-                f"{where} ({type(old).__name__}) must have initialised parameters to be converted, got a lazy "
-                "(in_channels=-1) module that has not run yet; run one forward pass first"
+def _conv_builder(args: tuple[str, ...]) -> _Build:
+    """The build of a GAT/GATv2 conv: its constructor arguments ``args`` read off the old conv, plus the knobs."""
+
+    def build(where: str, old: nn.Module, new_cls: type, knobs: dict[str, Any]) -> nn.Module:
+        for p in old.parameters():
+            if isinstance(p, UninitializedParameter):
+                raise ValueError(
+                    f"{where} ({type(old).__name__}) must have initialised parameters to be converted, got a lazy "
+                    "(in_channels=-1) module that has not run yet; run one forward pass first"
+                )
+        if (getattr(old, "aggr", "add") not in ("add", "sum")
+                or getattr(old, "flow", "source_to_target") != "source_to_target"):
+            raise NotImplementedError(
+                f"{where} must use aggr='add' and flow='source_to_target' to be converted, got "
+                f"aggr={old.aggr!r}, flow={old.flow!r}"
             )
-    if getattr(old, "aggr", "add") not in ("add", "sum") or getattr(old, "flow", "source_to_target") != "source_to_target":
-        raise NotImplementedError(
-            f"{where} must use aggr='add' and flow='source_to_target' to be converted, got "
-            f"aggr={old.aggr!r}, flow={old.flow!r}"
-        )
-    kwargs = {a: getattr(old, a) for a in args}
-    kwargs["bias"] = old.bias is not None
-    new = new_cls(**kwargs, **knobs)
-    new.load_state_dict(old.state_dict(), strict=True)  # checks that names and shapes match one to one
-    _carry(where, old, new)
+        kwargs = {a: getattr(old, a) for a in args}
+        kwargs["bias"] = old.bias is not None
+        new = new_cls(**kwargs, **knobs)
+        new.load_state_dict(old.state_dict(), strict=True)  # checks that names and shapes match one to one
+        return new
+
+    return build
+
+
+def _build_gps(where: str, old: nn.Module, new_cls: type, knobs: dict[str, Any]) -> nn.Module:
+    """A GPS layer: built bare (no norms), then given the old layer's modules themselves, so whatever activation,
+    norms, local conv and attention options it was built with carry over (its local conv is swapped by the walk,
+    like any other)."""
+    if old.attn_type != "multihead":
+        raise NotImplementedError(f"{where} ({type(old).__name__}) must use attn_type='multihead' to be converted, "
+                                  f"got {old.attn_type!r}")
+    try:
+        check_packed_mha(old.attn)  # type: ignore[arg-type]  # attn_type "multihead": an nn.MultiheadAttention
+    except NotImplementedError as exc:
+        raise NotImplementedError(f"{where} ({type(old).__name__}) cannot be converted: {exc}") from None
+    new = new_cls(old.channels, None, heads=old.heads, dropout=old.dropout, norm=None, **knobs)
+    for name in _GPS_MODULES:  # nn.Module.__setattr__ files a module (or None) under _modules, as the old layer has it
+        setattr(new, name, getattr(old, name))
+    new.norm_with_batch = old.norm_with_batch
     return new
 
 
@@ -83,8 +120,7 @@ def _carry(where: str, old: nn.Module, new: nn.Module) -> None:
         setattr(new, reg, getattr(old, reg))
 
 
-def _swap(model: nn.Module, table: dict[type, tuple[type, tuple[str, ...]]], knobs: dict[str, Any],
-          inplace: bool) -> nn.Module:
+def _swap(model: nn.Module, table: dict[type, tuple[type, _Build, dict[str, Any]]], inplace: bool) -> nn.Module:
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     check_bool("inplace", inplace)
@@ -97,13 +133,17 @@ def _swap(model: nn.Module, table: dict[type, tuple[type, tuple[str, ...]]], kno
         if hit is None:
             return None
         if id(m) not in done:
-            done[id(m)] = _rebuild(name, m, hit[0], hit[1], knobs)
+            where = name or "model"
+            new_cls, build, knobs = hit
+            new = build(where, m, new_cls, knobs)
+            _carry(where, m, new)
+            done[id(m)] = new
         return done[id(m)]
 
-    root = new_for("", model)
-    if root is not None:
-        return root
+    new_for("", model)
     for parent_name, parent in list(model.named_modules(remove_duplicate=False)):
+        # a parent swapped already (a GPS layer) gets its new children in the new module
+        owner = done.get(id(parent), parent)
         # _modules, not named_children(): that skips a module a parent holds under a second name
         for child_name, child in list(parent._modules.items()):
             if child is None:
@@ -111,8 +151,8 @@ def _swap(model: nn.Module, table: dict[type, tuple[type, tuple[str, ...]]], kno
             full = f"{parent_name}.{child_name}" if parent_name else child_name
             new = new_for(full, child)
             if new is not None:
-                parent._modules[child_name] = new
-    return model
+                owner._modules[child_name] = new
+    return done.get(id(model), model)
 
 
 def convert(
@@ -122,15 +162,18 @@ def convert(
     deterministic: bool = False,
     grad_precision: str = "auto",
     cache_graph: bool = True,
+    attention_backend: str = "auto",
     inplace: bool = True,
 ) -> nn.Module:
-    """Replace every PyG ``GATConv`` / ``GATv2Conv`` in ``model`` by cudnn_gnn's, weights carried over.
+    """Replace every PyG ``GATConv`` / ``GATv2Conv`` / ``GPSConv`` in ``model`` by cudnn_gnn's, weights carried over.
 
     Only modules whose type is exactly PyG's class are replaced (a subclass may override the math). The new
     layers get the old ones' hyperparameters and their very submodules, ``Parameter`` objects and buffers (so
     ``requires_grad``, device, dtype, tied or shared weights and an optimizer's references are kept), their
     train/eval mode and their hooks (forward and forward-pre, in order, backward, and ``MessagePassing``'s),
-    plus the given knobs. One conv held under two names becomes one new conv under both.
+    plus the given knobs (``backend``, ``deterministic``, ``grad_precision``, ``cache_graph`` go to the GAT/GATv2
+    convs, ``attention_backend`` to the GPS layers, whose local conv is converted too). One conv held under two
+    names becomes one new conv under both.
 
     Returns the converted model: ``model`` itself, its convs swapped in place, so that an optimizer built before
     (the usual PyG order: model, optimizer, then ``model = convert(model)``) keeps training the same parameters. A
@@ -139,7 +182,8 @@ def convert(
 
     Raises:
         ValueError: a lazy layer (``in_channels=-1``) has not run yet, so it has no weights to carry.
-        NotImplementedError: a layer uses ``aggr`` other than ``'add'`` or ``flow='target_to_source'``.
+        NotImplementedError: a layer uses ``aggr`` other than ``'add'`` or ``flow='target_to_source'``; a GPS layer
+            uses Performer attention or ``nn.MultiheadAttention`` options the packed attention lacks.
 
     Example:
         >>> import torch, cudnn_gnn
@@ -149,14 +193,16 @@ def convert(
         torch.Size([4, 3])
     """
     check_knobs(backend, deterministic, grad_precision, cache_graph)
-    knobs = {"backend": backend, "deterministic": deterministic, "grad_precision": grad_precision,
-             "cache_graph": cache_graph}
-    table = {pyg: (ours, args) for pyg, ours, args in _pairs()}
-    return _swap(model, table, knobs, inplace)
+    check_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
+    knobs: dict[str, Any] = {"backend": backend, "deterministic": deterministic, "grad_precision": grad_precision,
+                             "cache_graph": cache_graph}
+    table = {pyg: (ours, build, {"attention_backend": attention_backend} if ours is GPSConv else knobs)
+             for pyg, ours, build in _pairs()}
+    return _swap(model, table, inplace)
 
 
 def to_pyg(model: nn.Module, *, inplace: bool = True) -> nn.Module:
-    """The reverse of :func:`convert`: our ``GATConv`` / ``GATv2Conv`` back to PyG's (for export, TorchScript,
-    explainers or machines without cudnn_gnn). Same rules and return as :func:`convert`."""
-    table = {ours: (pyg, args) for pyg, ours, args in _pairs()}
-    return _swap(model, table, {}, inplace)
+    """The reverse of :func:`convert`: our ``GATConv`` / ``GATv2Conv`` / ``GPSConv`` back to PyG's (for export,
+    TorchScript, explainers or machines without cudnn_gnn). Same rules and return as :func:`convert`."""
+    table: dict[type, tuple[type, _Build, dict[str, Any]]] = {ours: (pyg, build, {}) for pyg, ours, build in _pairs()}
+    return _swap(model, table, inplace)

@@ -101,7 +101,7 @@ def test_the_arxiv_workload_is_the_graph_of_the_benchmarks_arxiv_preset() -> Non
     from cudnn_gnn.datasets import synthetic_ogbn
 
     g = make_graph(GraphSpec(1, 1, ogbn="ogbn-arxiv", ogbn_scale=0.01), seed=0)
-    data = synthetic_ogbn("ogbn-arxiv", scale=0.01, seed=0)  # what the example's load_node_data returns
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.01, seed=0)[0]  # what the example's load_node_data returns
     assert torch.equal(g.edge_index, to_undirected(data.edge_index, num_nodes=data.num_nodes))
 
 

@@ -244,7 +244,7 @@ def test_main_job_save_round_trip_and_plot(script, tmp_path, capsys):
     assert cfg["num_classes"] == 7
     for k, v in model.state_dict().items():
         assert torch.equal(v, saved["state_dict"][k])
-    data = load_planetoid("Cora", normalize_features=True)
+    data = load_planetoid("Cora", normalize_features=True)[0]
     model.eval()
     assert model(data.x, data.edge_index).shape == (2708, 7)
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -265,7 +265,7 @@ def test_ogb_example_save_and_plot(script, tmp_path):
     summary = script("ogbn_arxiv")(["--synthetic", "--scale", "0.002", "--device", "cpu", "--no-progress", "--epochs",
                                     "6", "--lr", "0.2", "--warmup", "0", "--hidden", "8", "--heads", "2", "--seeds",
                                     "0,1", "--save", str(ckpt), "--plot", str(png)])
-    data = synthetic_ogbn("ogbn-arxiv", scale=0.002, seed=0)
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.002, seed=0)[0]
     n = data.num_nodes
     graph = ToCscGraph()(Data(edge_index=to_undirected(data.edge_index, num_nodes=n), num_nodes=n)).csc_graph
     y, test = data.y.view(-1), data.test_idx
@@ -398,7 +398,7 @@ def test_train_help_shows_defaults(capsys):
         main(["--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "(default: 1000)" in text and "(default: Cora)" in text and "--json PATH also write the result as JSON" in text
-    assert "torch's default) (default: 0)" in text  # a default of 0 is a default too
+    assert "slows several-fold on a shared machine) (default: 0)" in text  # a default of 0 is a default too
 
 
 def test_plain_text_removes_rst_markup():
@@ -563,3 +563,62 @@ def test_a_second_run_with_the_same_log_starts_a_fresh_file(monkeypatch, tmp_pat
         log.close()
     assert path.read_text().splitlines() == ['{"run": 2}']
     sys.modules.pop("_common", None)
+
+
+_NO_TORCH = """
+import runpy, sys
+sys.argv = ["cudnn_gnn", *sys.argv[1:]]
+try:
+    runpy.run_module("cudnn_gnn", run_name="__main__", alter_sys=True)
+except SystemExit as exc:
+    code = exc.code
+print("TORCH" if "torch" in sys.modules else "NO-TORCH", code, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("argv, code", [(["--version"], 0), (["--help"], 0), ([], 0), (["train", "--help"], 0),
+                                        (["info", "--help"], 0), (["train", "--epochs", "0"], 2),
+                                        (["train", "--modle", "gat"], 2)])
+def test_help_version_and_mistakes_answer_without_importing_torch(argv, code):
+    """torch takes seconds to import: `--help`, `--version` and a mistyped flag answer without it."""
+    proc = subprocess.run([sys.executable, "-c", _NO_TORCH, *argv], capture_output=True, text=True, timeout=60)
+    assert proc.stderr.strip().splitlines()[-1] == f"NO-TORCH {code}", proc.stderr
+    if argv[-1:] == ["--help"] and argv[:1] == ["train"]:
+        assert "--threads" in proc.stdout and "usage: python -m cudnn_gnn train" in proc.stdout
+
+
+def test_import_cudnn_gnn_imports_no_torch_until_a_name_is_used():
+    code = ("import sys, cudnn_gnn; assert 'torch' not in sys.modules, 'import cudnn_gnn imported torch'; "
+            "cudnn_gnn.CscGraph; assert 'torch' in sys.modules; print(sorted(cudnn_gnn.__all__) == sorted(set("
+            "n for n in cudnn_gnn.__all__ if hasattr(cudnn_gnn, n))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "True", proc.stderr
+
+
+def test_default_threads_leaves_the_busy_cores(monkeypatch):
+    """A CPU run takes the cores other processes leave free (never fewer than one), not torch's one per core."""
+    import os
+
+    from cudnn_gnn.apps import _cli
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 8)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    for load, expected in ((0.0, 8), (0.9, 8), (2.5, 6), (7.99, 1), (30.0, 1)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert _cli.default_threads() == expected
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)  # a CPU set of 2 (taskset, cgroups)
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.0, 0.0, 0.0))
+    assert _cli.default_threads() == 2
+
+
+def test_main_job_threads_default_to_the_free_cores_on_cpu(monkeypatch):
+    from cudnn_gnn.apps import train
+    from cudnn_gnn.apps._train_args import build_parser
+
+    monkeypatch.setattr(train, "default_threads", lambda: 3)
+    ap = build_parser()
+    for argv, expected in (([], 3), (["--threads", "2"], 2)):
+        args = ap.parse_args(["--device", "cpu", *argv])
+        args.seeds = [args.seed]
+        train.check_arguments(ap, args, [args.model])
+        assert args.threads == expected

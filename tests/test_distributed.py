@@ -49,17 +49,23 @@ def test_ddp_two_gloo_ranks_equal_single_process(tmp_path: Path) -> None:
 
 
 def test_shard_seeds_partition_the_same_permutation() -> None:
+    from torch.utils.data import DistributedSampler
+
     seeds = torch.arange(100, 203)  # 103 seeds: 1 dropped for 2 ranks, 3 for 4
     for world in (1, 2, 4):
         parts = [shard_seeds(seeds, epoch=3, seed=5, rank=r, world_size=world) for r in range(world)]
         assert len({p.numel() for p in parts}) == 1 and parts[0].numel() == 103 // world
         union = torch.cat(parts)
         assert union.unique().numel() == union.numel() and bool(torch.isin(union, seeds).all())
+        for r, part in enumerate(parts):  # DistributedSampler's deal, index for index
+            sampler = DistributedSampler(range(103), num_replicas=world, rank=r, seed=5, drop_last=True)
+            sampler.set_epoch(3)
+            assert torch.equal(part, seeds[list(sampler)])
     one = shard_seeds(seeds, epoch=3, seed=5, rank=0, world_size=1)
-    two = torch.cat([shard_seeds(seeds, epoch=3, seed=5, rank=r, world_size=2) for r in range(2)])
-    assert torch.equal(one[:102], two)  # the global batch order is the single-process order
+    two = [shard_seeds(seeds, epoch=3, seed=5, rank=r, world_size=2) for r in range(2)]
+    assert torch.equal(torch.stack(two, 1).view(-1), one[:102])  # dealt in turn from the single-process order
     assert not torch.equal(one, shard_seeds(seeds, epoch=4, seed=5, rank=0, world_size=1))
-    assert torch.equal(shard_seeds(seeds, epoch=0, seed=0, rank=1, world_size=2, shuffle=False), seeds[51:102])
+    assert torch.equal(shard_seeds(seeds, epoch=0, seed=0, rank=1, world_size=2, shuffle=False), seeds[1:102:2])
     with pytest.raises(ValueError, match="rank must be in"):
         shard_seeds(seeds, epoch=0, seed=0, rank=2, world_size=2)
 

@@ -74,7 +74,7 @@ def test_main_job_models_train_identically_without_dropout():
     from cudnn_gnn.apps.train import build_gat
     from cudnn_gnn.datasets import load_planetoid
 
-    data = load_planetoid("Cora", normalize_features=True)
+    data = load_planetoid("Cora", normalize_features=True)[0]
     curves = []
     for name in ("gat", "pyg-gat"):
         torch.manual_seed(0)
@@ -235,7 +235,7 @@ def test_trimmed_forward_matches_full_subgraph(load):
     common = sys.modules["_common"]
     from cudnn_gnn.datasets import synthetic_ogbn
 
-    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=1)
+    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=1)[0]
     batch = _fake_neighbor_loader(data, torch.arange(20), [3, 2, 2], 20, False)[0]
     torch.manual_seed(0)
     model = common.OgbGAT("gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False,
@@ -253,7 +253,7 @@ def _sampled_gat_case(load: Any, edge_dim: int | None, seed: int) -> tuple[Any, 
     common = sys.modules["_common"]
     from cudnn_gnn.datasets import synthetic_ogbn
 
-    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=seed)
+    data = synthetic_ogbn("ogbn-products", scale=0.0003, seed=seed)[0]
     batch = _fake_neighbor_loader(data, torch.arange(20), [3, 2, 2], 20, False)[0]
     torch.manual_seed(0)
     model = common.OgbGAT("gat", data.x.size(1), 8, 5, layers=3, heads=2, out_heads=2, norm=False, activation="elu",

@@ -51,7 +51,7 @@ def test_save_reproduces_the_reported_test_accuracy(tmp_path):
     from cudnn_gnn.apps.train import TrainConfig, format_result, load_gat, train_planetoid
     from cudnn_gnn.datasets import load_planetoid
 
-    data = load_planetoid("Cora", normalize_features=True)
+    data = load_planetoid("Cora", normalize_features=True)[0]
     ckpt = tmp_path / "gat.pt"
     res = train_planetoid(TrainConfig(device="cpu", progress=False, hidden=4, heads=2, epochs=8, seed=1, lr=0.05,
                                       save=str(ckpt)), data=data)
@@ -79,7 +79,7 @@ def test_progress_lines_when_not_a_terminal(capsys):
     from cudnn_gnn.apps.train import TrainConfig, train_planetoid
     from cudnn_gnn.datasets import load_planetoid
 
-    data = load_planetoid("Cora", normalize_features=True)
+    data = load_planetoid("Cora", normalize_features=True)[0]
     small = {"device": "cpu", "hidden": 2, "heads": 1, "epochs": 5}
     train_planetoid(TrainConfig(**small, log_every=2), data=data)
     lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]

@@ -15,16 +15,18 @@ import sys
 import tempfile
 import traceback
 from collections.abc import Callable, Iterable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 from cudnn_gnn.apps._util import output_file
 
 __all__ = [
     "ArgumentParser", "HelpFormatter", "plain_text", "positive_int", "nonnegative_int", "positive_float",
     "nonnegative_float", "probability", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
-    "check_output_path", "check_distinct_outputs", "check_data_root", "check_matplotlib", "run_main", "silence_stdout",
+    "check_output_path", "check_distinct_outputs", "check_data_root", "check_matplotlib", "default_threads", "run_main",
+    "silence_stdout",
     "BUG_HINT",
 ]
 
@@ -151,6 +153,8 @@ def int_list(text: str) -> list[int]:
 
 def check_device(ap: argparse.ArgumentParser, device: str, flag: str = "--device") -> torch.device:
     """``auto`` -> cuda when available, else cpu; refuse devices this machine does not have."""
+    import torch  # here, not at import: parsing the command line (and --help) needs no torch
+
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     try:
@@ -172,7 +176,27 @@ def check_device(ap: argparse.ArgumentParser, device: str, flag: str = "--device
     return dev
 
 
+def default_threads() -> int:
+    """torch CPU threads for a CPU run: the cores this process may use (its CPU affinity) less those other processes
+    keep busy (the 1-minute load average, rounded down), at least 1 and at most torch's default (a thread a core).
+
+    Why not torch's default: every parallel region ends at a barrier that waits for its slowest thread, so a thread
+    that another process keeps off its core stalls the whole step; on a 2-core machine shared with other jobs the
+    main job on two threads took over 480 s against 36 s on one (its ops are small, a thread buys little).
+    """
+    import torch
+
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    try:
+        busy = int(os.getloadavg()[0])
+    except (AttributeError, OSError):  # no load average on this platform
+        busy = 0
+    return max(1, min(torch.get_num_threads(), cores - busy))
+
+
 def _cuda_reason() -> str:
+    import torch
+
     return "torch is a CPU-only build" if torch.version.cuda is None else "no GPU or driver found"
 
 

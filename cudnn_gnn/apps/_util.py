@@ -15,9 +15,10 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["CONV_MODELS", "atomic_path", "conv_class", "is_oom", "json_safe", "output_file", "plot_curves",
            "save_checkpoint", "state_copy", "write_json", "write_text"]
@@ -34,6 +35,8 @@ _OOM_TEXTS = ("out of memory", "CUDNN_STATUS_ALLOC_FAILED", "CUBLAS_STATUS_ALLOC
 def is_oom(exc: BaseException) -> bool:
     """True for torch's and Python's out-of-memory errors and for allocator failures reported as plain
     RuntimeErrors (cuDNN, cuBLAS, torch's CPU allocator)."""
+    import torch  # here, not at import: the command line answers --help without torch
+
     if isinstance(exc, (torch.OutOfMemoryError, MemoryError)):
         return True
     text = str(exc)
@@ -150,6 +153,8 @@ def save_checkpoint(path: str | os.PathLike[str], model: torch.nn.Module | dict[
     """``torch.save({"state_dict": model.state_dict(), "config": config}, path)`` through :func:`atomic_path`.
     ``model`` may be a state dict already (e.g. a copy taken at the reported epoch). ``config`` holds plain values
     only (it loads with ``weights_only=True``)."""
+    import torch
+
     state = model.state_dict() if isinstance(model, torch.nn.Module) else model
     state = {k: v.detach().cpu() for k, v in state.items()}
     with atomic_path(path) as tmp:

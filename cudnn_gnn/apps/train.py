@@ -1,20 +1,8 @@
-"""``python -m cudnn_gnn train``: the GAT paper's transductive setup on Cora (default), CiteSeer or PubMed.
+"""The training behind ``python -m cudnn_gnn train``: the GAT paper's transductive setup on Planetoid graphs.
 
-Velickovic et al., *Graph Attention Networks*, ICLR 2018 (arXiv:1710.10903), section 3.3: two GAT layers, the
-first with 8 heads of 8 features and ELU, the second with 1 head (8 averaged heads on PubMed) and
-``concat=False``; dropout 0.6 on each layer's input and on the attention coefficients; Adam, learning rate 0.005
-(0.01 on PubMed), L2 weight decay 5e-4 (0.001 on PubMed); row-normalised features. Early stopping as in the
-authors' code: stop when neither validation loss nor validation accuracy has improved for ``patience`` (100)
-epochs, and report the test accuracy of the last epoch at which both improved.
-
-    python -m cudnn_gnn train                                 # Cora, our GATConv, CPU or GPU
-    python -m cudnn_gnn train --dataset CiteSeer --model pyg-gat --seed 3 --json out.json
-    python -m cudnn_gnn train --device cuda --backend cudnn --precision bf16
-
-``--model gat|gatv2`` are :class:`cudnn_gnn.layers.GATConv` / ``GATv2Conv``; ``pyg-gat|pyg-gatv2`` are PyG's
-own layers, trained by the same code with the same seed (their initial weights are identical: same
-parameters, same initialisers, same order). :func:`train_planetoid` is the importable form (it returns a dict);
-``examples/gat_cora.py`` runs it over seeds and models.
+:func:`train_planetoid` is the importable form (it returns a dict); ``examples/gat_cora.py`` runs it over seeds and
+models. The setup, the models and the command line are described in :mod:`cudnn_gnn.apps._train_args` (the
+parser, which imports no torch, so ``--help`` answers at once).
 """
 
 from __future__ import annotations
@@ -22,47 +10,36 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import random
 import sys
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch_geometric import seed_everything  # Python's, numpy's and torch's generators (every CUDA device's too)
 
 from cudnn_gnn.apps._cli import (
     SEED_MAX,
-    ArgumentParser,
     check_backend,
     check_data_root,
     check_device,
     check_distinct_outputs,
     check_matplotlib,
     check_output_path,
-    nonnegative_int,
+    default_threads,
     one_line,
-    positive_int,
     run_main,
-    seed_int,
 )
 from cudnn_gnn.apps._progress import default_log_every, progress
-from cudnn_gnn.apps._util import CONV_MODELS, conv_class, plot_curves, save_checkpoint, state_copy, write_json
-from cudnn_gnn.backends import GAT_BACKENDS
+from cudnn_gnn.apps._train_args import DATASET_PRESETS, MODELS, add_arguments, build_parser
+from cudnn_gnn.apps._util import conv_class, plot_curves, save_checkpoint, state_copy, write_json
 
-__all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "build_gat", "load_gat", "main", "run_config", "train_planetoid"]
+__all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "add_arguments", "build_gat", "load_gat", "main", "run_config",
+           "train_planetoid"]
 
-MODELS = CONV_MODELS
 PRECISIONS = {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}
-
-# The GAT paper's transductive hyperparameters per dataset (section 3.3).
-DATASET_PRESETS: dict[str, dict[str, Any]] = {
-    "Cora": {"out_heads": 1, "lr": 0.005, "weight_decay": 5e-4},
-    "CiteSeer": {"out_heads": 1, "lr": 0.005, "weight_decay": 5e-4},
-    "PubMed": {"out_heads": 8, "lr": 0.01, "weight_decay": 1e-3},
-}
 
 
 @dataclass
@@ -84,7 +61,7 @@ class TrainConfig:
     lr: float | None = None
     weight_decay: float | None = None
     data_root: str | None = None
-    threads: int = 0  # torch.set_num_threads (0: leave as is)
+    threads: int = 0  # torch.set_num_threads (0: leave as is; the command line passes apps._cli.default_threads())
     progress: bool = True
     log_every: int | None = None  # off a terminal: a progress line every N epochs (None: about 20 a run; 0: none)
     save: str | None = None  # torch.save({"state_dict", "config"}) of the model at the reported epoch to this path
@@ -166,12 +143,6 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)  # also seeds every CUDA device
-
-
 def grad_scaler(precision: str, device: torch.device) -> Any:
     """A ``GradScaler`` for float16 autocast on CUDA (its gradients underflow otherwise), else ``None``."""
     return torch.amp.GradScaler("cuda") if precision == "fp16" and device.type == "cuda" else None
@@ -225,7 +196,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
     if data is None:
         from cudnn_gnn.datasets import load_planetoid
 
-        data = load_planetoid(cfg.dataset, cfg.data_root, normalize_features=True)
+        data = load_planetoid(cfg.dataset, cfg.data_root, normalize_features=True)[0]
     data = data.to(device)
     ours = not cfg.model.startswith("pyg-")
     edge_index: Any = data.edge_index
@@ -347,31 +318,6 @@ def run_config(config: dict[str, Any]) -> dict[str, Any]:
     return train_planetoid(TrainConfig(**config))
 
 
-def add_arguments(ap: argparse.ArgumentParser) -> None:
-    """The flags shared by ``python -m cudnn_gnn train`` and ``examples/gat_cora.py``."""
-    ap.add_argument("--dataset", choices=tuple(DATASET_PRESETS), default="Cora",
-                    help="Cora and CiteSeer ship with the package; PubMed needs --data-root")
-    ap.add_argument("--data-root", default=None,
-                    help="folder holding <Name>/raw/ind.<name>.* (needed for PubMed); raw Planetoid files are Python "
-                    "pickles that can execute code when loaded: trusted files only (the bundled Cora and CiteSeer "
-                    "hold no pickle)")
-    ap.add_argument("--backend", choices=GAT_BACKENDS, default="auto",
-                    help="attention backend of our layers (ignored by pyg-* models)")
-    ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ...")
-    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
-    ap.add_argument("--epochs", type=positive_int, default=1000,
-                    help="at most this many epochs (early stopping ends sooner)")
-    ap.add_argument("--patience", type=positive_int, default=100, help="early-stopping patience (val loss and val acc)")
-    ap.add_argument("--threads", type=nonnegative_int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar, and no progress lines")
-    ap.add_argument("--log-every", type=nonnegative_int, default=None, metavar="N",
-                    help="when not on a terminal: one progress line every N epochs (default: about 20 a run; 0: none)")
-    ap.add_argument("--save", metavar="PATH", default=None,
-                    help="save the model of the reported epoch: torch.save({'state_dict', 'config'}) (load with "
-                         "load_gat)")
-    ap.add_argument("--plot", metavar="PATH", default=None, help="draw the loss/accuracy curves to a PNG")
-
-
 def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace, models: list[str]) -> torch.device:
     """Every user mistake in the shared flags, as one ``ap.error`` line before any work; returns the device."""
     if args.dataset == "PubMed" and args.data_root is None:
@@ -384,6 +330,8 @@ def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace, model
     check_matplotlib(ap, args.plot)
     check_distinct_outputs(ap, {"--json": args.json, "--save": save_paths(args.save, models, args.seeds),
                                 "--plot": save_paths(args.plot, models, args.seeds)})
+    if args.threads == 0 and device.type == "cpu":
+        args.threads = default_threads()
     if args.data_root is not None:  # a folder without the files: the loader names every missing one
         from cudnn_gnn.datasets import load_planetoid
 
@@ -412,15 +360,7 @@ def format_result(res: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m cudnn_gnn train [options]``; prints a final ``test accuracy`` line and returns 0."""
-    ap = ArgumentParser(prog="python -m cudnn_gnn train", description=__doc__)
-    ap.add_argument("--model", choices=MODELS, default="gat",
-                    help="gat/gatv2: cudnn_gnn's layers; pyg-gat/pyg-gatv2: PyG's, same training")
-    ap.add_argument("--seed", type=seed_int, default=0, help="random seed (weights, dropout)")
-    add_arguments(ap)
-    ap.add_argument("--json", metavar="PATH", default=None, help="also write the result as JSON")
-    ap.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
-                    help="on CUDA, capture our model's training step in one CUDA graph and replay it (default: on; "
-                         "eager on CPU, for pyg-* models and with --precision fp16)")
+    ap = build_parser()
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     args.seeds = [args.seed]
     device = check_arguments(ap, args, [args.model])

@@ -87,7 +87,7 @@ def make_papers(root: Path) -> np.ndarray:
 
 def test_arxiv_shapes_and_values(tmp_path: Path) -> None:
     written = make_csv_dataset(tmp_path, "ogbn-arxiv")
-    data = load_ogbn("ogbn-arxiv", tmp_path)
+    data = load_ogbn("ogbn-arxiv", tmp_path)[0]
     assert data.num_nodes == N
     assert torch.equal(data.edge_index, torch.from_numpy(EDGES.T))  # directed, no inverse edges
     assert data.x.dtype == torch.float32 and torch.allclose(data.x, torch.from_numpy(written["x"]).float())
@@ -101,7 +101,7 @@ def test_arxiv_shapes_and_values(tmp_path: Path) -> None:
 
 def test_products_adds_inverse_edges_interleaved(tmp_path: Path) -> None:
     make_csv_dataset(tmp_path, "ogbn-products")
-    data = load_ogbn("ogbn_PRODUCTS", tmp_path)
+    data = load_ogbn("ogbn_PRODUCTS", tmp_path)[0]
     ei = data.edge_index
     assert tuple(ei.shape) == (2, 2 * len(EDGES))
     assert torch.equal(ei[:, 0::2], torch.from_numpy(EDGES.T))
@@ -111,7 +111,7 @@ def test_products_adds_inverse_edges_interleaved(tmp_path: Path) -> None:
 
 def test_proteins_edge_features_follow_edges(tmp_path: Path) -> None:
     written = make_csv_dataset(tmp_path, "ogbn-proteins")
-    data = load_ogbn("ogbn-proteins", tmp_path)
+    data = load_ogbn("ogbn-proteins", tmp_path)[0]
     assert "x" not in data
     assert data.edge_attr.shape == (2 * len(EDGES), 8) and data.edge_attr.dtype == torch.float32
     expected = torch.from_numpy(written["edge_feat"]).float()
@@ -123,7 +123,7 @@ def test_proteins_edge_features_follow_edges(tmp_path: Path) -> None:
 
 def test_second_load_uses_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     make_csv_dataset(tmp_path, "ogbn-products")
-    first = load_ogbn("ogbn-products", tmp_path)
+    first = load_ogbn("ogbn-products", tmp_path)[0]
     cache_dir = tmp_path / "ogbn_products" / ogb_node.CACHE_DIR_NAME
     assert (cache_dir / "manifest.json").is_file()
 
@@ -131,7 +131,7 @@ def test_second_load_uses_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         raise AssertionError("parsed again")
 
     monkeypatch.setattr(ogb_node, "_parse_csv_raw", boom)
-    second = load_ogbn("ogbn-products", tmp_path)
+    second = load_ogbn("ogbn-products", tmp_path)[0]
     for key in ("edge_index", "x", "y", "train_idx", "valid_idx", "test_idx"):
         assert torch.equal(first[key], second[key]), key
 
@@ -140,27 +140,27 @@ def test_second_load_uses_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
     _write_csv_gz(label, np.array([[1], [2], [3], [4], [5], [6], [7]])[:N])
     os.utime(label, ns=(1, 1))
     with pytest.raises(AssertionError, match="parsed again"):
-        load_ogbn("ogbn-products", tmp_path)
+        load_ogbn("ogbn-products", tmp_path)[0]
 
 
 def test_cache_false_writes_nothing(tmp_path: Path) -> None:
     make_csv_dataset(tmp_path, "ogbn-arxiv")
-    load_ogbn("ogbn-arxiv", tmp_path, cache=False)
+    load_ogbn("ogbn-arxiv", tmp_path, cache=False)[0]
     assert not (tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME).exists()
     with pytest.raises(ValueError, match="`mmap`"):
-        load_ogbn("ogbn-arxiv", tmp_path, cache=False, mmap=True)
+        load_ogbn("ogbn-arxiv", tmp_path, cache=False, mmap=True)[0]
 
 
 def test_mmap_for_csv_dataset(tmp_path: Path) -> None:
     make_csv_dataset(tmp_path, "ogbn-arxiv")
-    plain = load_ogbn("ogbn-arxiv", tmp_path)
-    mapped = load_ogbn("ogbn-arxiv", tmp_path, mmap=True)
+    plain = load_ogbn("ogbn-arxiv", tmp_path)[0]
+    mapped = load_ogbn("ogbn-arxiv", tmp_path, mmap=True)[0]
     assert torch.equal(plain.x, mapped.x)
 
 
 def test_papers100m_binary_layout_and_mmap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     x = make_papers(tmp_path)
-    data = load_ogbn("ogbn-papers100M", tmp_path)
+    data = load_ogbn("ogbn-papers100M", tmp_path)[0]
     assert torch.equal(data.edge_index, torch.from_numpy(EDGES.T))
     assert torch.equal(data.x, torch.from_numpy(x))
     assert data.y.dtype == torch.float32 and torch.isnan(data.y[[2, 4]]).all()
@@ -178,7 +178,7 @@ def test_papers100m_binary_layout_and_mmap(tmp_path: Path, monkeypatch: pytest.M
 
     monkeypatch.setattr(ogb_node, "_parse_binary_raw", lambda *a, **k: (_ for _ in ()).throw(AssertionError("parsed")))
     monkeypatch.setattr(ogb_node.np, "load", spy)
-    again = load_ogbn("ogbn-papers100M", tmp_path)
+    again = load_ogbn("ogbn-papers100M", tmp_path)[0]
     assert calls and all(mode == "c" for mode in calls)  # every cached array memory-mapped
     again.x[0, 0] = 123.0  # copy-on-write: allowed, and the file stays unchanged
     assert float(real_load(cache_dir / "x.npy")[0, 0]) == float(x[0, 0])
@@ -186,14 +186,15 @@ def test_papers100m_binary_layout_and_mmap(tmp_path: Path, monkeypatch: pytest.M
 
 def test_papers100m_without_cache(tmp_path: Path) -> None:
     make_papers(tmp_path)
-    data = load_ogbn("ogbn-papers100M", tmp_path, cache=False)
+    data = load_ogbn("ogbn-papers100M", tmp_path, cache=False)[0]
     assert data.num_nodes == N and not (tmp_path / "ogbn_papers100M" / ogb_node.CACHE_DIR_NAME).exists()
 
 
 def test_missing_dataset_dir_names_path_and_url(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="`root`") as info:
-        load_ogbn("ogbn-arxiv", tmp_path)
+        load_ogbn("ogbn-arxiv", tmp_path)[0]
     assert "ogbn_arxiv" in str(info.value) and "http://snap.stanford.edu/ogb/data/nodeproppred/arxiv.zip" in str(info.value)
+    assert "'ogbn_arxiv' or 'arxiv'" in str(info.value)
 
 
 def test_missing_file_names_path_and_url(tmp_path: Path) -> None:
@@ -202,7 +203,7 @@ def test_missing_file_names_path_and_url(tmp_path: Path) -> None:
     target.unlink()
     (tmp_path / "ogbn_proteins" / "split" / "species" / "test.csv.gz").unlink()
     with pytest.raises(FileNotFoundError) as info:
-        load_ogbn("ogbn-proteins", tmp_path)
+        load_ogbn("ogbn-proteins", tmp_path)[0]
     message = str(info.value)
     assert str(target) in message and "test.csv.gz" in message and "proteins.zip" in message
 
@@ -211,7 +212,7 @@ def test_inconsistent_files_rejected(tmp_path: Path) -> None:
     make_csv_dataset(tmp_path, "ogbn-arxiv")
     _write_csv_gz(tmp_path / "ogbn_arxiv" / "raw" / "edge.csv.gz", np.array([[0, 1], [1, 9]] + [[0, 0]] * 5))
     with pytest.raises(ValueError, match=r"`edge\.csv\.gz` must index nodes"):
-        load_ogbn("ogbn-arxiv", tmp_path)
+        load_ogbn("ogbn-arxiv", tmp_path)[0]
 
 
 @pytest.mark.parametrize(
@@ -226,7 +227,7 @@ def test_inconsistent_files_rejected(tmp_path: Path) -> None:
 )
 def test_argument_errors(args: tuple, kwargs: dict, exc: type, arg: str) -> None:
     with pytest.raises(exc, match=arg):
-        load_ogbn(*args, **kwargs)
+        load_ogbn(*args, **kwargs)[0]
 
 
 # ---------------------------------------------------------------- evaluator
@@ -311,16 +312,16 @@ def _truncate(path: Path, keep: float = 0.5) -> None:
 @pytest.mark.parametrize("damage", ["truncate", "garbage", "empty"])
 def test_corrupt_cache_file_is_rebuilt_with_warning(tmp_path: Path, damage: str, mmap: bool) -> None:
     make_csv_dataset(tmp_path, "ogbn-arxiv")
-    first_x = load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap).x.clone()  # a copy: the test damages the mapped file
+    first_x = load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap)[0].x.clone()  # a copy: the test damages the mapped file
     cached = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME / "x.npy"
     {"truncate": _truncate, "garbage": lambda p: p.write_bytes(b"not an npy file at all"),
      "empty": lambda p: p.write_bytes(b"")}[damage](cached)
     with pytest.warns(UserWarning, match=r"cache file .*x\.npy is corrupt.*rebuilding"):
-        again = load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap)
+        again = load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap)[0]
     assert torch.equal(first_x, again.x)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # rebuilt: the next load is clean
-        assert torch.equal(load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap).x, first_x)
+        assert torch.equal(load_ogbn("ogbn-arxiv", tmp_path, mmap=mmap)[0].x, first_x)
 
 
 def test_cache_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -337,11 +338,11 @@ def test_cache_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
     monkeypatch.setattr(np, "save", interrupted)
     with pytest.raises(KeyboardInterrupt):
-        load_ogbn("ogbn-arxiv", tmp_path)
+        load_ogbn("ogbn-arxiv", tmp_path)[0]
     assert not (cache_dir / "x.npy").exists() and not (cache_dir / "manifest.json").exists()
     assert not [p for p in cache_dir.iterdir() if p.name.endswith(".tmp")]
     monkeypatch.setattr(np, "save", real_save)
-    assert load_ogbn("ogbn-arxiv", tmp_path).x.shape == (N, 128)
+    assert load_ogbn("ogbn-arxiv", tmp_path)[0].x.shape == (N, 128)
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -354,7 +355,7 @@ def test_corrupt_raw_csv_gz_named(tmp_path: Path, file: str, damage: str) -> Non
     else:
         path.write_bytes(b"\x00\x01 definitely not gzip")
     with pytest.raises(ValueError, match=r"raw file .* is corrupt \((EOFError|BadGzipFile|error).*delete it") as info:
-        load_ogbn("ogbn-arxiv", tmp_path)
+        load_ogbn("ogbn-arxiv", tmp_path)[0]
     assert str(path) in str(info.value)
 
 
@@ -363,12 +364,12 @@ def test_corrupt_papers_npz_named(tmp_path: Path) -> None:
     path = tmp_path / "ogbn_papers100M" / "raw" / "data.npz"
     _truncate(path)
     with pytest.raises(ValueError, match=r"raw file .*data\.npz is corrupt \(BadZipFile"):
-        load_ogbn("ogbn-papers100M", tmp_path)
+        load_ogbn("ogbn-papers100M", tmp_path)[0]
 
 
 def test_get_idx_split_like_ogb(tmp_path: Path) -> None:
     make_csv_dataset(tmp_path, "ogbn-arxiv")
-    data = load_ogbn("ogbn-arxiv", tmp_path)
+    data = load_ogbn("ogbn-arxiv", tmp_path)[0]
     split = data.get_idx_split()
     assert set(split) == {"train", "valid", "test"}
     for part in split:
@@ -388,7 +389,7 @@ from cudnn_gnn.datasets import load_ogbn
 open(sys.argv[2], "w").close()  # ready
 while not os.path.exists(sys.argv[3]):  # start together
     time.sleep(0.005)
-d = load_ogbn("ogbn-papers100M", sys.argv[1])
+d = load_ogbn("ogbn-papers100M", sys.argv[1])[0]
 print(json.dumps([float(d.x.sum()), int(d.edge_index.sum()), float(d.y.nansum()), int(d.node_year.sum())]))
 """
 
@@ -411,7 +412,7 @@ def test_papers100m_concurrent_first_loads_all_succeed(tmp_path: Path) -> None:
     assert [p.returncode for p in procs] == [0] * 8, [err[-2000:] for _, err in outs if err]
     results = {out for out, _ in outs}
     assert len(results) == 1
-    ref = load_ogbn("ogbn-papers100M", tmp_path / "root")
+    ref = load_ogbn("ogbn-papers100M", tmp_path / "root")[0]
     assert json.loads(results.pop()) == [float(ref.x.sum()), int(ref.edge_index.sum()), float(ref.y.nansum()),
                                          int(ref.node_year.sum())]
     cache = tmp_path / "root" / "ogbn_papers100M" / ogb_node.CACHE_DIR_NAME
@@ -436,39 +437,39 @@ def _damage_manifest(manifest: Path, case: str) -> None:
 @pytest.mark.parametrize("case", ["list", "null", "missing_key", "path_in_names", "array_not_listed", "not_json"])
 def test_damaged_cache_manifest_is_rebuilt_with_warning(tmp_path: Path, case: str) -> None:
     make_csv_dataset(tmp_path, "ogbn-arxiv")
-    first = load_ogbn("ogbn-arxiv", tmp_path)
+    first = load_ogbn("ogbn-arxiv", tmp_path)[0]
     manifest = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME / "manifest.json"
     if case == "not_json":
         manifest.write_text("{not json")
     else:
         _damage_manifest(manifest, case)
     with pytest.warns(UserWarning, match=f"cache file {manifest} is corrupt.*rebuilding"):
-        again = load_ogbn("ogbn-arxiv", tmp_path)
+        again = load_ogbn("ogbn-arxiv", tmp_path)[0]
     assert torch.equal(again.edge_index, first.edge_index) and torch.equal(again.x, first.x)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        load_ogbn("ogbn-arxiv", tmp_path)
+        load_ogbn("ogbn-arxiv", tmp_path)[0]
 
 
 def test_missing_cache_array_is_rebuilt_with_warning(tmp_path: Path) -> None:
     make_csv_dataset(tmp_path, "ogbn-arxiv")
-    first = load_ogbn("ogbn-arxiv", tmp_path)
+    first = load_ogbn("ogbn-arxiv", tmp_path)[0]
     missing = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME / "y.npy"
     missing.unlink()
     with pytest.warns(UserWarning, match=f"cache file {missing} is corrupt.*rebuilding"):
-        assert torch.equal(load_ogbn("ogbn-arxiv", tmp_path).y, first.y)
+        assert torch.equal(load_ogbn("ogbn-arxiv", tmp_path)[0].y, first.y)
     assert missing.is_file()
 
 
 def test_root_or_cache_folder_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
-        load_ogbn("ogbn-arxiv", tmp_path / "f")
+        load_ogbn("ogbn-arxiv", tmp_path / "f")[0]
     make_csv_dataset(tmp_path, "ogbn-arxiv")
     cache = tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME
     cache.write_text("not a folder")
     with pytest.warns(UserWarning, match=f"cannot write the cache {cache}"):
-        assert load_ogbn("ogbn-arxiv", tmp_path).num_nodes == N
+        assert load_ogbn("ogbn-arxiv", tmp_path)[0].num_nodes == N
 
 
 def test_a_dead_writers_temporary_is_removed_on_rebuild(tmp_path: Path) -> None:
@@ -485,7 +486,7 @@ def test_a_dead_writers_temporary_is_removed_on_rebuild(tmp_path: Path) -> None:
     alive = cache / f".x.npy.{host}.{os.getpid()}.0123abcd.tmp"
     for path in (stale, other_host, alive):
         path.write_bytes(b"half")
-    load_ogbn("ogbn-arxiv", tmp_path)
+    load_ogbn("ogbn-arxiv", tmp_path)[0]
     assert not stale.exists() and other_host.exists() and alive.exists()
 
 
@@ -503,3 +504,31 @@ def test_builtin_rocauc_refuses_non_finite_scores_as_ogb(bad: float) -> None:
         roc_auc(np.array([0, 1, 0]), np.array([0.1, bad, 0.3]))
     y_true[2, 5] = np.nan  # an unlabelled row's score is not read, as in OGB
     assert prot.eval({"y_true": y_true, "y_pred": y_pred})["rocauc"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("name", ["ogbn-arxiv", "ogbn-proteins"])
+def test_a_node_set_is_a_dataset_of_one_graph_as_ogbs(tmp_path: Path, name: str) -> None:
+    """``dataset[0]``, ``len(dataset) == 1``, ``num_classes``, ``num_features``, ``get_idx_split()``, as on OGB's
+    ``PygNodePropPredDataset``."""
+    make_csv_dataset(tmp_path, name)
+    dataset = load_ogbn(name, tmp_path)
+    assert repr(dataset) == f"{name}()" and len(dataset) == 1 and [g.num_nodes for g in dataset] == [N]
+    classes, features, tasks = (40, 128, 1) if name == "ogbn-arxiv" else (2, 0, 112)
+    assert (dataset.num_classes, dataset.num_features, dataset.num_tasks) == (classes, features, tasks)
+    data, split = dataset[0], dataset.get_idx_split()
+    assert isinstance(data, ogb_node.OgbnData) and data.num_nodes == N
+    assert all(torch.equal(split[k], data.get_idx_split()[k]) for k in ("train", "valid", "test"))
+    assert dataset.eval_metric == data.eval_metric and dataset.task_type == data.task_type
+
+
+@pytest.mark.parametrize("name, folder", [("ogbn-arxiv", "arxiv"), ("ogbn-products", "products"),
+                                          ("ogbn-papers100M", "papers100M-bin")])
+def test_the_folder_ogbs_zip_unpacks_to_is_read_without_a_rename(tmp_path: Path, name: str, folder: str) -> None:
+    if name == "ogbn-papers100M":
+        make_papers(tmp_path)
+    else:
+        make_csv_dataset(tmp_path, name)
+    (tmp_path / name.replace("-", "_")).rename(tmp_path / folder)  # as `unzip <zip>` leaves it
+    data = load_ogbn(name, tmp_path)[0]
+    assert data.num_nodes == N and (tmp_path / folder / ogb_node.CACHE_DIR_NAME).is_dir()
+    assert not (tmp_path / name.replace("-", "_")).exists()

@@ -19,7 +19,7 @@ SCALE = 0.001
 @pytest.mark.parametrize("name", sorted(OGBN_META))
 def test_shapes_follow_the_dataset(name: str) -> None:
     meta = OGBN_META[name]
-    data = synthetic_ogbn(name, scale=SCALE)
+    data = synthetic_ogbn(name, scale=SCALE)[0]
     n = round(meta.num_nodes * SCALE)
     raw = round(meta.num_raw_edges * SCALE)
     assert data.num_nodes == n
@@ -45,32 +45,32 @@ def test_shapes_follow_the_dataset(name: str) -> None:
 
 @pytest.mark.slow
 def test_label_types() -> None:
-    arxiv = synthetic_ogbn("ogbn-arxiv", scale=SCALE)
+    arxiv = synthetic_ogbn("ogbn-arxiv", scale=SCALE)[0]
     assert arxiv.y.dtype == torch.int64 and int(arxiv.y.max()) < 40 and len(arxiv.y.unique()) > 5
-    proteins = synthetic_ogbn("ogbn-proteins", scale=SCALE)
+    proteins = synthetic_ogbn("ogbn-proteins", scale=SCALE)[0]
     assert set(proteins.y.unique().tolist()) == {0, 1}
-    papers = synthetic_ogbn("ogbn-papers100M", scale=SCALE)
+    papers = synthetic_ogbn("ogbn-papers100M", scale=SCALE)[0]
     labelled = torch.cat([papers.train_idx, papers.valid_idx, papers.test_idx])
     assert papers.y.dtype == torch.float32 and not torch.isnan(papers.y[labelled]).any()
     assert int(torch.isnan(papers.y).sum()) == papers.num_nodes - len(labelled)
 
 
 def test_seeded_and_reproducible() -> None:
-    a = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=3)
-    b = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=3)
-    c = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=4)
+    a = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=3)[0]
+    b = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=3)[0]
+    c = synthetic_ogbn("ogbn-arxiv", scale=SCALE, seed=4)[0]
     for key in ("edge_index", "x", "y", "train_idx"):
         assert torch.equal(a[key], b[key]), key
     assert not torch.equal(a.edge_index, c.edge_index)
 
 
 def test_num_features_override() -> None:
-    assert synthetic_ogbn("ogbn-products", scale=SCALE, num_features=7).x.shape[1] == 7
-    assert "x" not in synthetic_ogbn("ogbn-products", scale=SCALE, num_features=0)
+    assert synthetic_ogbn("ogbn-products", scale=SCALE, num_features=7)[0].x.shape[1] == 7
+    assert "x" not in synthetic_ogbn("ogbn-products", scale=SCALE, num_features=0)[0]
 
 
 def test_power_law_degrees() -> None:
-    data = synthetic_ogbn("ogbn-arxiv", scale=0.1)
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.1)[0]
     stats = degree_stats(data.edge_index, data.num_nodes)
     assert stats["mean"] == pytest.approx(1_166_243 / 169_343, rel=0.01)
     assert stats["max"] > 20 * stats["median"]  # heavy tail
@@ -81,7 +81,7 @@ def test_power_law_degrees() -> None:
 @pytest.mark.slow
 def test_labels_are_learnable() -> None:
     torch.manual_seed(0)
-    data = synthetic_ogbn("ogbn-arxiv", scale=0.02)
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.02)[0]
     src, dst = data.edge_index
     agg = torch.zeros_like(data.x).index_add_(0, dst, data.x[src])
     agg = agg / torch.bincount(dst, minlength=data.num_nodes).clamp(min=1).unsqueeze(1)
@@ -105,7 +105,7 @@ def test_labels_are_learnable() -> None:
 def test_memory_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(synthetic_module, "MEMORY_WARN_BYTES", 1000)
     with pytest.warns(UserWarning, match="GiB"):
-        synthetic_ogbn("ogbn-arxiv", scale=SCALE)
+        synthetic_ogbn("ogbn-arxiv", scale=SCALE)[0]
 
 
 @pytest.mark.parametrize(
@@ -123,7 +123,7 @@ def test_memory_warning(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_argument_errors(kwargs: dict, exc: type, arg: str) -> None:
     kwargs = {"name": "ogbn-arxiv", "scale": SCALE, **kwargs}
     with pytest.raises(exc, match=arg):
-        synthetic_ogbn(kwargs.pop("name"), **kwargs)
+        synthetic_ogbn(kwargs.pop("name"), **kwargs)[0]
 
 
 # ---------------------------------------------------------------- degree_stats
@@ -444,6 +444,15 @@ def test_mmap_root_that_is_a_file(tmp_path) -> None:
 
 
 def test_synthetic_ogbn_has_ogbs_get_idx_split() -> None:
-    data = synthetic_ogbn("ogbn-arxiv", scale=0.001)
+    data = synthetic_ogbn("ogbn-arxiv", scale=0.001)[0]
     split = data.get_idx_split()
     assert sorted(split) == ["test", "train", "valid"] and split["train"] is data.train_idx
+
+
+def test_a_synthetic_set_is_a_dataset_of_one_graph_as_ogbs() -> None:
+    dataset = synthetic_ogbn("ogbn-proteins", scale=SCALE, seed=2)
+    assert repr(dataset) == f"synthetic_ogbn('ogbn-proteins', scale={SCALE}, seed=2)" and len(dataset) == 1
+    data = dataset[0]
+    assert (dataset.num_classes, dataset.num_features, dataset.num_tasks) == (2, 8, 112)
+    assert data.num_nodes == dataset.y.shape[0] and torch.equal(dataset.get_idx_split()["test"], data.test_idx)
+    assert synthetic_ogbn("ogbn-arxiv", scale=SCALE).num_classes == 40  # y is [N, 1]: OGB's figure, not inferred

@@ -209,7 +209,7 @@ def test_converted_three_layer_gat_trains_like_pyg_on_cora() -> None:
         from cudnn_gnn.datasets import load_planetoid
     except ImportError as e:
         pytest.skip(f"cudnn_gnn.datasets.load_planetoid is unavailable ({e})")
-    data = load_planetoid("Cora").to(DEV)
+    data = load_planetoid("Cora")[0].to(DEV)
     torch.manual_seed(0)
     pyg_model = pyg_nn.GAT(data.num_features, 16, num_layers=3, out_channels=int(data.y.max()) + 1, heads=4,
                            dropout=0.0).to(DEV)

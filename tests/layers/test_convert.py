@@ -206,3 +206,65 @@ def test_message_passing_hooks_are_carried_to_pyg_and_refused_by_ours() -> None:
         ours(x, ei)
     to_pyg(ours)(x, ei)
     assert seen == [1]
+
+
+def _gps_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1)
+    sizes = (4, 6)
+    ei = torch.cat([torch.randint(0, 4, (2, 12), generator=g), torch.randint(4, 10, (2, 18), generator=g)], 1)
+    batch = torch.repeat_interleave(torch.arange(2), torch.tensor(sizes))
+    return torch.randn(10, 8, generator=g), ei, batch
+
+
+class _Gps(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.gps = nn.ModuleList([
+            pyg_nn.GPSConv(8, pyg_nn.GATConv(8, 4, heads=2), heads=2, act="gelu", norm="layer_norm",
+                           attn_kwargs={"dropout": 0.0}),
+            pyg_nn.GPSConv(8, None, heads=4, norm=None),
+        ])
+
+    def forward(self, x: torch.Tensor, ei: torch.Tensor, batch: torch.Tensor) -> torch.Tensor:
+        for layer in self.gps:
+            x = layer(x, ei, batch)
+        return x
+
+
+def test_gps_layers_are_converted_with_their_local_conv_and_back() -> None:
+    """A PyG GPSConv becomes ours (and its GATConv ours), its activation, norms and attention carried whole."""
+    from cudnn_gnn.layers import GPSConv
+
+    torch.manual_seed(0)
+    model = _Gps().eval()
+    x, ei, batch = _gps_batch()
+    expected = model(x, ei, batch)
+    ours = convert(model, backend="reference", attention_backend="reference")
+    assert [type(m) for m in ours.gps] == [GPSConv, GPSConv]
+    assert type(ours.gps[0].conv) is GATConv and ours.gps[1].conv is None
+    assert ours.gps[0].attention_backend == "reference" and ours.gps[0].conv.backend == "reference"
+    assert type(ours.gps[0].norm1) is pyg_nn.LayerNorm and ours.gps[1].norm1 is None
+    assert type(model.gps[0]) is pyg_nn.GPSConv and type(model.gps[0].conv) is pyg_nn.GATConv  # a copy converted
+    torch.testing.assert_close(ours(x, ei, batch), expected, rtol=1e-5, atol=1e-5)
+    assert set(dict(ours.named_parameters())) == set(dict(model.named_parameters()))
+
+    same = convert(model, inplace=True)
+    params = {n: p for n, p in model.named_parameters()}
+    assert same is model and type(model.gps[0]) is GPSConv and type(model.gps[0].conv) is GATConv
+    assert all(p is params[n] for n, p in same.named_parameters()), "the Parameter objects must be kept"
+
+    back = to_pyg(ours)
+    assert type(back.gps[0]) is pyg_nn.GPSConv and type(back.gps[0].conv) is pyg_nn.GATConv
+    torch.testing.assert_close(back(x, ei, batch), expected, rtol=1e-5, atol=1e-5)
+
+    root = convert(pyg_nn.GPSConv(8, pyg_nn.GATConv(8, 4, heads=2), heads=2).eval())  # a model that is the layer
+    assert type(root) is GPSConv and type(root.conv) is GATConv
+
+
+def test_gps_layers_convert_refusals_name_the_layer() -> None:
+    with pytest.raises(NotImplementedError, match=r"^gps\.0 \(GPSConv\) must use attn_type='multihead'"):
+        convert(nn.ModuleDict({"gps": nn.ModuleList([pyg_nn.GPSConv(8, None, heads=2, attn_type="performer")])}))
+    with pytest.raises(NotImplementedError, match=r"^model \(GPSConv\) cannot be converted: .*add_bias_kv"):
+        convert(pyg_nn.GPSConv(8, None, heads=2, attn_kwargs={"add_bias_kv": True}))
+    with pytest.raises(ValueError, match="^attention_backend must be one of"):
+        convert(pyg_nn.GPSConv(8, None, heads=2), attention_backend="triton")
