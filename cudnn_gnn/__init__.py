@@ -45,7 +45,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time __getattr__ im
 
 __all__ = [
     "CscGraph", "attention_dropout_mask", "gat", "gatv2", "graph_attention", "make_dropout_mask", "precompile",
-    "sampled_blocks", "backend_info", "GATConv", "GATv2Conv", "convert", "to_pyg", "ToCscGraph", "GPSConv", "GraphTransformerBlock", "__version__",
+    "sampled_blocks", "backend_info", "GATConv", "GATv2Conv", "convert", "to_pyg", "ToCscGraph", "GPSConv",
+    "GraphTransformerBlock", "__version__",
 ]
 
 

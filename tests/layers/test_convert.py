@@ -239,7 +239,7 @@ def test_gps_layers_are_converted_with_their_local_conv_and_back() -> None:
     model = _Gps().eval()
     x, ei, batch = _gps_batch()
     expected = model(x, ei, batch)
-    ours = convert(model, backend="reference", attention_backend="reference")
+    ours = convert(model, backend="reference", attention_backend="reference", inplace=False)
     assert [type(m) for m in ours.gps] == [GPSConv, GPSConv]
     assert type(ours.gps[0].conv) is GATConv and ours.gps[1].conv is None
     assert ours.gps[0].attention_backend == "reference" and ours.gps[0].conv.backend == "reference"
@@ -253,7 +253,7 @@ def test_gps_layers_are_converted_with_their_local_conv_and_back() -> None:
     assert same is model and type(model.gps[0]) is GPSConv and type(model.gps[0].conv) is GATConv
     assert all(p is params[n] for n, p in same.named_parameters()), "the Parameter objects must be kept"
 
-    back = to_pyg(ours)
+    back = to_pyg(ours, inplace=False)
     assert type(back.gps[0]) is pyg_nn.GPSConv and type(back.gps[0].conv) is pyg_nn.GATConv
     torch.testing.assert_close(back(x, ei, batch), expected, rtol=1e-5, atol=1e-5)
 
