@@ -34,6 +34,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    LOG,
     ArgumentParser,
     JsonLines,
     OgbGAT,
@@ -117,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cudnn_gnn.layers import ToCscGraph
 
     data = load_node_data(NAME, args, device, ap)
-    print(describe(data, NAME, args) + f"; {'sampled' if args.sampled else 'full batch'}, lr {lr}")
+    LOG.info(describe(data, NAME, args) + f"; {'sampled' if args.sampled else 'full batch'}, lr {lr}")
     n = data.num_nodes
     x = data.x.to(device).float()
     y = data.y.to(device).view(-1)
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", model=model,
                            step=step_static if static is not None else step_sampled if args.sampled else step_full,
-                           evaluate=evaluate, log=log)
+                           evaluate=evaluate, log=log, optimizer=opt, scaler=scaler)
         runs.append(res)
         del model, opt
         if report_seed(seed, res, "valid acc", "test acc"):
