@@ -4,11 +4,9 @@ other settings is refused naming the difference."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,6 @@ import torch
 from cudnn_gnn.apps import _resume
 from cudnn_gnn.apps.train import TrainConfig, main, train_planetoid
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 #: Result keys that measure time, not what was computed.
 TIMING = {"seconds", "sec_per_epoch", "epochs", "checkpoint", "resume", "per_run"}
 
@@ -147,17 +144,6 @@ def test_load_optimizer_refills_existing_state_in_place():
 # --------------------------------------------------------------------------------------------- OGB scripts
 
 
-def _script(name: str):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_resume_{name}", EXAMPLES / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    return module.main
-
-
 def _summary(res: dict) -> dict:
     out = _computed(res)
     out["runs_detail"] = [{k: v for k, v in r.items() if k not in ("sec_per_epoch", "peak_memory_bytes")}
@@ -170,9 +156,9 @@ def _summary(res: dict) -> dict:
     pytest.param("ogbn_proteins", ["--hidden", "4", "--heads", "1", "--scale", "0.0005", "--eval-every", "1"],
                  marks=pytest.mark.slow),  # a scheduler
 ])
-def test_ogb_script_resumed_equals_uninterrupted(name, extra, tmp_path):
+def test_ogb_script_resumed_equals_uninterrupted(name, extra, tmp_path, example_main):
     """Four epochs in one go, and two then --resume: the same per-epoch scores, best epoch and summary."""
-    main_ = _script(name)
+    main_ = example_main(name)
     common = ["--device", "cpu", "-q", *extra]
     full = main_([*common, "--epochs", "4"])
     ckpt = tmp_path / "c.pt"
@@ -182,10 +168,10 @@ def test_ogb_script_resumed_equals_uninterrupted(name, extra, tmp_path):
 
 
 @pytest.mark.slow
-def test_ogb_script_resume_several_seeds(tmp_path):
+def test_ogb_script_resume_several_seeds(tmp_path, example_main):
     """With several seeds each has its checkpoint (PATH-seedN); resuming runs the unfinished ones from where they
     stopped and the finished ones not at all."""
-    main_ = _script("ogbn_arxiv")
+    main_ = example_main("ogbn_arxiv")
     common = ["--device", "cpu", "-q", "--hidden", "4", "--heads", "1", "--scale", "0.002", "--seeds", "0-1"]
     full = main_([*common, "--epochs", "3"])
     ckpt = tmp_path / "c.pt"

@@ -6,10 +6,6 @@ lost the optimizer state or the generators misses by far more."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -21,7 +17,6 @@ if (_reason := compiled_triton_skip_reason()) is not None:
 
 from cudnn_gnn.apps.train import TrainConfig, train_planetoid  # noqa: E402
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 TIMING = {"seconds", "sec_per_epoch", "epochs", "checkpoint", "resume", "per_run", "peak_memory_bytes"}
 
 
@@ -53,24 +48,13 @@ def test_main_job_captured_resume_equals_uninterrupted(tmp_path):
     _same(rest, full)
 
 
-def _script(name: str):
-    sys.path.insert(0, str(EXAMPLES))
-    try:
-        spec = importlib.util.spec_from_file_location(f"_resume_gpu_{name}", EXAMPLES / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(EXAMPLES))
-    return module.main
-
-
 @pytest.mark.parametrize("name, extra", [
     ("ogbn_arxiv", ["--scale", "0.01"]),  # captured full graph, a tensor learning rate (warm-up schedule)
     ("ogbn_proteins", ["--scale", "0.01", "--eval-every", "1"]),  # captured, AdamW + ReduceLROnPlateau
     ("ogbn_products", ["--scale", "0.01", "--sampled", "--sampler", "static", "--eval-every", "2"]),  # capture_ahead
 ])
-def test_ogb_script_captured_resume_equals_uninterrupted(name, extra, tmp_path):
-    main_ = _script(name)
+def test_ogb_script_captured_resume_equals_uninterrupted(name, extra, tmp_path, example_main):
+    main_ = example_main(name)
     common = ["--device", "cuda", "-q", *extra]
     full = main_([*common, "--epochs", "6"])
     ckpt = tmp_path / "c.pt"
