@@ -107,12 +107,15 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    LOG,
     ArgumentParser,
     OgbGAT,
+    add_verbosity_arguments,
     check_backend,
     check_device,
     check_output_path,
     count_params,
+    format_epoch,
     grad_scaler,
     int_list,
     nonnegative_int,
@@ -123,6 +126,7 @@ from _common import (
     run_main,
     seed_everything,
     seed_int,
+    setup_logging,
     warm_up,
     write_json,
 )
@@ -210,12 +214,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--plan-only", action="store_true", help="prepare the data, print the memory model, exit")
     ap.add_argument("--json", metavar="PATH", default=None, help="the run's record as JSON (rank 0)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_verbosity_arguments(ap)
     ap.add_argument("--compile", action="store_true",
                     help="the model under torch.compile(dynamic=True): one graph for every batch size")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="skip the warm-up step that builds the kernels before epoch 1 (they are then built in it; "
                          "not run on a CPU without --compile, where there is nothing to build)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logging(args.verbose, args.quiet)
     if len(args.fanout) != args.layers:
         ap.error(f"--fanout must have one entry per layer ({args.layers}), got {','.join(map(str, args.fanout))!r}")
     device = check_device(ap, args.device)
@@ -278,9 +284,9 @@ def prepare(args: argparse.Namespace) -> Any:
                             feature_dtype=args.feature_dtype, device=args.generate_on)
     if args.generate_on == "cuda":
         torch.cuda.empty_cache()  # the generator's buffers: the ranks need the memory (this process may be one)
-    print(f"{args.dataset} (synthetic, scale {args.scale:g}) in {args.root}: {g.num_nodes:,} nodes, {g.num_edges:,} "
+    LOG.info(f"{args.dataset} (synthetic, scale {args.scale:g}) in {args.root}: {g.num_nodes:,} nodes, {g.num_edges:,} "
           f"edges, {g.x.size(1)} features ({args.feature_dtype}), train/valid/test {g.train_idx.numel():,}/"
-          f"{g.valid_idx.numel():,}/{g.test_idx.numel():,} ({time.perf_counter() - t0:.1f} s)", flush=True)
+          f"{g.valid_idx.numel():,}/{g.test_idx.numel():,} ({time.perf_counter() - t0:.1f} s)")
     return g
 
 
@@ -303,7 +309,7 @@ def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops:
                           hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed,
                           sampler="device" if args.sampler == "static" else args.sampler,
                           sample_ahead=args.sample_ahead)
-    print(label + est.summary(), flush=True)
+    LOG.info(label + est.summary())
     return est.as_dict()
 
 
@@ -363,6 +369,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
 
     from cudnn_gnn.datasets.synthetic import load_mapped
 
+    setup_logging(args.verbose, args.quiet)  # a spawned rank starts with logging unset
     if ctx.local_rank == 0 and launched_by_torchrun():  # one writer per host (spawned: the launcher wrote it)
         prepare(args)
     if ctx.distributed:
@@ -426,16 +433,14 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         record["sampler_setup_seconds"] = time.perf_counter() - t_setup
         record["gpu_resident_graph_bytes"] = device_graph.resident_bytes()
         if ctx.is_main:
-            print(f"device sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
-                  f"{record['sampler_setup_seconds']:.1f} s", flush=True)
+            LOG.info(f"device sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
+                     f"{record['sampler_setup_seconds']:.1f} s")
     if not args.no_warm_up and (device.type == "cuda" or args.compile):  # kernel and compiled-graph builds here,
         # not in epoch 1; model state left unchanged. Eager on a CPU builds nothing: the step would only cost time.
-        if ctx.is_main:
-            print("building kernels: one warm-up step on a random batch ...", end=" ", flush=True)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=args.batch_size,
                                             fanout=args.fanout if hop_counts(args.sampler) else None)
         if ctx.is_main:
-            print(f"{record['warm_up_seconds']:.1f} s", flush=True)
+            LOG.info(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s")
     meter, sample_meter = BusyMeter(device), BusyMeter(device)  # the model's step; the device sampler's batches
     hops: tuple[list[int], list[int]] | None = None
     largest = (0, 0)  # the largest batch (nodes, edges) of epoch 1, for the model where there are no per-hop counts
@@ -506,8 +511,9 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                          + ("" if estimate is None else f", {100 * estimate:.0f}% of an unprofiled batch") + ")")
             peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
             acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
-            print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), "
-                  f"GPU busy {busy}{peak}, host RSS {rec['peak_host_rss_bytes'] / 2**30:.2f} GiB{acc}", flush=True)
+            LOG.info(format_epoch(epoch, args.epochs, {"loss": rec["loss"]}) + f", {wall:.2f} s "
+                     f"({rec['seeds_per_second']:,.0f} seeds/s), GPU busy {busy}{peak}, host RSS "
+                     f"{rec['peak_host_rss_bytes'] / 2**30:.2f} GiB{acc}")
     if ctx.is_main:
         if hops is not None:
             record["measured_hops"] = {"nodes": hops[0], "edges": hops[1]}
@@ -548,12 +554,12 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
                   gpu_resident_graph_bytes=sum(t.numel() * t.element_size() for t in resident),
                   static_slots_per_batch=sampler.num_slots,
                   static_batch_bytes=sampler.batch_bytes(feature_bytes=4 * g.x.size(1)))
-    print(f"static sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
+    LOG.info(f"static sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
           f"{record['sampler_setup_seconds']:.1f} s; {sampler.num_slots:,} slots a batch "
-          f"({record['static_batch_bytes'] / 2**20:.0f} MiB of batch tensors)", flush=True)
+          f"({record['static_batch_bytes'] / 2**20:.0f} MiB of batch tensors)")
     if not args.no_warm_up:  # Triton's kernel builds before epoch 1 (the captured step's own warm-up is in it)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=B, fanout=args.fanout)
-        print(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s", flush=True)
+        LOG.info(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s")
     loss_fn = sampled_loss(model, sampler, pyg=args.model == "pyg-gat", compile=args.compile)
     inputs = {"seeds": torch.zeros(B, dtype=torch.int64, device=device),
               "seed_valid": torch.ones(B, dtype=torch.bool, device=device)}
@@ -564,8 +570,8 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
         capture_ahead(step, sampler.epoch(train_idx))
         torch.cuda.synchronize(device)
         record["capture_seconds"] = time.perf_counter() - t_capture
-        print(f"captured the step before epoch 1 ({'replaying' if step.captured else step.eager_reason}): "
-              f"{record['capture_seconds']:.1f} s", flush=True)
+        LOG.info(f"captured the step before epoch 1 ({'replaying' if step.captured else step.eager_reason}): "
+                 f"{record['capture_seconds']:.1f} s")
     for epoch in range(1, args.epochs + 1):
         model.train()
         if device.type == "cuda":
@@ -602,8 +608,9 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
         peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
         acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
         mode = "captured" if step.captured else f"eager ({step.eager_reason or 'warming up'})"
-        print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), step "
-              f"{mode}{busy}{peak}{acc}", flush=True)
+        LOG.info(format_epoch(epoch, args.epochs, {"loss": rec["loss"]}) + f", {wall:.2f} s "
+                 f"({rec['seeds_per_second']:,.0f} seeds/s), step "
+                 f"{mode}{busy}{peak}{acc}")
     record["measured_hops"] = {"nodes": sampler.hop_sizes, "edges": sampler.hop_sizes[1:]}
     steady = [e["seconds"] for e in record["epochs"][1:]] or [e["seconds"] for e in record["epochs"]]
     record["sec_per_epoch"] = sum(steady) / len(steady)
@@ -748,7 +755,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out = launch(worker, nprocs=1 if torchrun else args.gpus, args=(args, result), device=args.device)
         if out is None and os.path.exists(result):
             out = json.loads(Path(result).read_text())
-    return out or {}
+    out = out or {}
+    last = out["epochs"][-1] if out.get("epochs") else {}
+    if "valid_acc" in last:  # the result line, in the other scripts' form
+        print(f"final: {args.dataset} {args.model} ({args.sampler} sampler, {out['world_size']} rank(s)) after "
+              f"{len(out['epochs'])} epochs: valid acc {100 * last['valid_acc']:.2f}, test acc {100 * last['test_acc']:.2f}, "
+              f"#params {out['params']:,}, {out['sec_per_epoch']:.3f} s/epoch")
+    return out
 
 
 if __name__ == "__main__":
