@@ -353,16 +353,14 @@ def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: st
 
 def require_sampler() -> None:
     """PyG's ``NeighborLoader`` samples with ``pyg-lib`` or ``torch-sparse``; say how to get one if neither."""
-    from cudnn_gnn.apps.distributed import sampler_available
+    from cudnn_gnn.apps.distributed import pyg_wheel_url, sampler_available
 
     if not sampler_available():
-        ver = torch.__version__.split("+")[0]
-        cuda = torch.version.cuda
-        tag = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
         raise RuntimeError(
-            "--sampled needs pyg-lib or torch-sparse for PyG's NeighborLoader, and neither is installed; "
-            f"install one with: pip install pyg-lib -f https://data.pyg.org/whl/torch-{ver}+{tag}.html "
-            "(or: pip install torch-sparse -f the same URL)"
+            "--sampled --sampler pyg needs pyg-lib or torch-sparse for PyG's NeighborLoader, and neither is "
+            "installed; --sampler static needs nothing extra (tree sampling with torch ops, on the CPU too), or "
+            f"install one with: pip install pyg-lib -f {pyg_wheel_url()} (or: pip install torch-sparse -f the same "
+            "URL)"
         )
 
 

@@ -65,9 +65,10 @@ global batch over the ranks instead, so that 1 and N GPUs take the same steps an
 ``--compile``: the model under ``torch.compile(dynamic=True)`` (``nn.Module.compile``, inside DDP): one graph for
 training and one for evaluation serve every batch size, and the glue between the attention kernels (the layers'
 self-loop plans, projections, activations and their backward) runs as a few fused kernels instead of hundreds of
-small ops, which a host-bound sampled step needs most. Both models take it; PyG's ``GATConv`` fails to compile
-this way on torch 2.11 (docs/scale.md). With ``--sampler static`` the model's part of the step (blocks to loss) is
-compiled with static shapes instead (sampling stays eager), and the whole step is then captured as without it.
+small ops, which a host-bound sampled step needs most. ``--model pyg-gat`` takes the flag too, but PyG's ``GATConv``
+failed to compile with ``dynamic=True`` on torch 2.11 (``InductorError``: docs/scale.md, "The sampled step
+alone"). With ``--sampler static`` the model's part of the step (blocks to loss) is compiled with static shapes
+instead (sampling stays eager), PyG's included, and the whole step is then captured as without it.
 
 Before epoch 1 (on CUDA, or with ``--compile``), one warm-up step (``_common.warm_up``; ``--no-warm-up`` skips
 it) on a random batch laid out hop by hop as the sampler lays one out (``_common.hop_batch`` of ``--batch-size``
@@ -143,6 +144,7 @@ from cudnn_gnn.apps.distributed import (
     launch,
     launched_by_torchrun,
     mapped_neighbor_loader,
+    pyg_wheel_url,
     sampler_available,
     sampler_reports_hops,
     shard_seeds,
@@ -731,7 +733,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     if not args.plan_only and args.sampler == "pyg" and not sampler_available():
         print("papers100m.py: error: --sampler pyg needs pyg-lib or torch-sparse for PyG's NeighborLoader; install one "
-              "with: pip install pyg-lib -f https://data.pyg.org/whl/torch-<version>+<cpu|cuXYZ>.html (or use "
+              f"with: pip install pyg-lib -f {pyg_wheel_url()} (or use "
               "--sampler device)", file=sys.stderr)
         raise SystemExit(2)
     torchrun = launched_by_torchrun()

@@ -490,3 +490,28 @@ def test_ogb_script_on_a_cpu_defaults_to_a_small_graph_and_logs_epoch_lines(scri
     assert all("loss " in ln and "valid " in ln for ln in lines)
     final = out.strip().splitlines()[-1]
     assert final.startswith("final: ogbn-arxiv gat over 1 run: valid acc ") and "±" not in final, final
+
+
+def test_pyg_wheel_url_names_the_minor_release_index(monkeypatch):
+    """PyG publishes one wheel index per torch minor release, named by its .0: a patch release must not end up in
+    the URL (torch 2.13.1 takes torch-2.13.0's index)."""
+    from cudnn_gnn.apps import distributed
+
+    monkeypatch.setattr(distributed.torch, "__version__", "2.13.1+cu130")
+    monkeypatch.setattr(distributed.torch.version, "cuda", "13.0")
+    assert distributed.pyg_wheel_url() == "https://data.pyg.org/whl/torch-2.13.0+cu130.html"
+    monkeypatch.setattr(distributed.torch, "__version__", "2.12.0")
+    monkeypatch.setattr(distributed.torch.version, "cuda", None)
+    assert distributed.pyg_wheel_url() == "https://data.pyg.org/whl/torch-2.12.0+cpu.html"
+
+
+def test_products_sampled_without_a_sampler_names_sampler_static(example_main, capsys, monkeypatch):
+    """On a CPU without pyg-lib or torch-sparse, --sampled's error names --sampler static (nothing extra needed)."""
+    from cudnn_gnn.apps import distributed
+
+    monkeypatch.setattr(distributed, "sampler_available", lambda: False)
+    main_ = example_main("ogbn_products")
+    with pytest.raises(SystemExit) as exc:
+        main_(["--device", "cpu", "--sampled", "--sampler", "pyg", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--sampler static needs nothing extra" in err and "torch-2" in err, err

@@ -179,3 +179,4 @@ def test_ogb_script_resume_several_seeds(tmp_path, example_main):
     assert sorted(os.listdir(tmp_path)) == ["c-seed0.pt", "c-seed1.pt"]
     rest = main_([*common, "--epochs", "3", "--resume", str(ckpt)])
     assert _summary(rest) == _summary(full)
+
