@@ -28,10 +28,10 @@ __all__ = ["LOG", "add_verbosity_arguments", "format_epoch", "setup_logging"]
 LOG = logging.getLogger("cudnn_gnn.apps")
 
 
-class _StdoutHandler(logging.StreamHandler):  # type: ignore[type-arg]
+class _StdoutHandler(logging.StreamHandler):
     """Writes to whatever ``sys.stdout`` is at the time (a redirect, pytest's capture), not the one at setup."""
 
-    @property  # type: ignore[override]
+    @property
     def stream(self) -> Any:
         return sys.stdout
 

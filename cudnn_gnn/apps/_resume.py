@@ -42,7 +42,7 @@ def get_rng_state() -> dict[str, Any]:
     """Every random generator a training step may draw from: torch's CPU generator, each initialised CUDA device's
     default generator, numpy's global generator (its key as an int64 tensor, so it loads with ``weights_only``) and
     Python's ``random``."""
-    kind, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)  # type: ignore[misc]
+    kind, key, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
     return {"torch": torch.get_rng_state(), "cuda": cuda,
             "numpy": {"kind": str(kind), "key": torch.from_numpy(np.asarray(key, dtype=np.int64)), "pos": int(pos),

@@ -305,6 +305,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
     t0 = time.perf_counter()
     start = epoch + 1 if bad < cfg.patience else cfg.epochs + 1  # a checkpoint of a run that stopped early: done
     for epoch in range(start, cfg.epochs + 1):
+        t_epoch = time.perf_counter()
         model.train()
         if step is not None:
             loss = step()
@@ -339,6 +340,8 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
             LOG.info(f"seed {cfg.seed} " + format_epoch(epoch, cfg.epochs, {
                 "loss": train_loss, "val loss": val_loss, "val acc": val_acc, "test acc": test_acc,
                 "test acc at best": chosen["test_acc"]}))
+            peak = f", peak {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB" if device.type == "cuda" else ""
+            LOG.debug(f"seed {cfg.seed} epoch {epoch}: {time.perf_counter() - t_epoch:.3f} s{peak}")
         if cfg.checkpoint:
             state = {"best_acc": best_acc, "best_loss": best_loss, "chosen": chosen, "bad": bad, "curves": curves,
                      "seconds": before + time.perf_counter() - t0, "best_state": best_state}
