@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--jobs", type=positive_int, default=1, help="parallel single-threaded runs (CPU only)")
     add_arguments(ap)
     ap.add_argument("--json", metavar="PATH", default=None, help="write every run and the summary as JSON")
-    ap.set_defaults(log_every=0)  # many runs: one line each (-v or --log-every N for their epochs)
+    ap.set_defaults(log_every=0)  # many runs: one line each (--log-every N for their epochs)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
