@@ -61,6 +61,9 @@ global batch over the ranks instead, so that 1 and N GPUs take the same steps an
     python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --gpus 2
     # only the memory model and the data folder, no training
     python examples/papers100m.py --scale 0.1 --plan-only [--sampler device]
+    # the training state after every epoch; a stopped run continued to the uninterrupted run's result
+    python examples/papers100m.py --scale 0.1 --epochs 3 --checkpoint p.pt
+    python examples/papers100m.py --scale 0.1 --epochs 6 --checkpoint p.pt --resume p.pt     # 3 epochs more
 
 ``--compile``: the model under ``torch.compile(dynamic=True)`` (``nn.Module.compile``, inside DDP): one graph for
 training and one for evaluation serve every batch size, and the glue between the attention kernels (the layers'
@@ -111,6 +114,7 @@ from _common import (
     LOG,
     ArgumentParser,
     OgbGAT,
+    add_resume_arguments,
     add_verbosity_arguments,
     check_backend,
     check_device,
@@ -120,6 +124,7 @@ from _common import (
     grad_scaler,
     int_list,
     nonnegative_int,
+    one_line,
     optimizer_step,
     positive_float,
     positive_int,
@@ -132,6 +137,14 @@ from _common import (
     write_json,
 )
 
+from cudnn_gnn.apps._resume import (
+    check_config,
+    get_rng_state,
+    load_checkpoint,
+    load_optimizer,
+    save_training,
+    set_rng_state,
+)
 from cudnn_gnn.apps.distributed import (
     BackgroundLoader,
     BusyMeter,
@@ -217,6 +230,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", metavar="PATH", default=None, help="the run's record as JSON (rank 0)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
     add_verbosity_arguments(ap)
+    add_resume_arguments(ap)
     ap.add_argument("--compile", action="store_true",
                     help="the model under torch.compile(dynamic=True): one graph for every batch size")
     ap.add_argument("--no-warm-up", action="store_true",
@@ -229,6 +243,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     device = check_device(ap, args.device)
     check_backend(ap, args.backend, device, ours=args.model == "gat")
     check_output_path(ap, "--json", args.json)
+    check_output_path(ap, "--checkpoint", args.checkpoint)
     if args.root is not None and os.path.exists(os.path.expanduser(args.root)) and \
             not os.path.isdir(os.path.expanduser(args.root)):
         ap.error(f"--root must be a folder (existing, or to be created), got the file {args.root!r}")
@@ -261,7 +276,76 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.root is None:  # the generating device in the name: each draws its own graph
         args.root = str(Path("~/.cache/cudnn_gnn/synthetic").expanduser()
                         / f"{args.dataset}-s{args.scale:g}-seed{args.seed}-{args.feature_dtype}-{args.generate_on}")
+    args.world_size = world
+    if args.resume:  # a missing, foreign or mismatched checkpoint: refused before the data is prepared
+        try:
+            resume_checkpoint(args)
+        except (FileNotFoundError, ValueError) as exc:
+            ap.error(one_line(exc))
     return args
+
+
+#: Flags that do not change what a run computes (outputs, display, where the data folder lives, speed knobs): a run
+#: may be resumed with other values. ``--epochs`` is a bound: a run can be extended.
+RUN_ONLY = ("epochs", "root", "generate_on", "json", "no_progress", "verbose", "quiet", "checkpoint", "resume",
+            "profile_batches", "plan_only", "no_warm_up", "backend", "gpus")
+
+
+def resume_checkpoint(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--resume`` checkpoint, checked against this run's settings (:data:`RUN_ONLY` aside; the number of
+    ranks counts: each rank's random streams are in it)."""
+    ckpt = load_checkpoint(args.resume)
+    check_config(ckpt, vars(args), args.resume, free=RUN_ONLY)
+    return ckpt
+
+
+class Checkpoints:
+    """``--checkpoint`` / ``--resume`` of the epoch loops: model, optimizer, scaler, the epochs' records, every rank's
+    random generators (torch's, numpy's, Python's and the device samplers' own, ``generators``), written by rank 0
+    after every epoch (every rank's generators gathered first). With ``--sampler pyg`` and ``--num-workers > 0``
+    the loader's worker processes draw from streams seeded when they start, so a resumed run continues from the
+    same state but samples other batches than the uninterrupted one; the other samplers resume exactly."""
+
+    def __init__(self, args: argparse.Namespace, ctx: DistContext, model: torch.nn.Module,
+                 opt: torch.optim.Optimizer, scaler: Any, generators: list[torch.Generator]) -> None:
+        self.args, self.ctx, self.model, self.opt = args, ctx, model, opt
+        self.scaler, self.generators = scaler, generators
+
+    def restore(self, record: dict[str, Any], extra: dict[str, Any]) -> int:
+        """Load ``--resume`` into the model, optimizer and generators, ``record``'s epochs and ``extra``; the first
+        epoch to run (1 without ``--resume``)."""
+        if not self.args.resume:
+            return 1
+        ckpt = resume_checkpoint(self.args)
+        self.model.load_state_dict(ckpt["model"])
+        load_optimizer(self.opt, ckpt["optimizer"])
+        if self.scaler is not None and ckpt["scaler"] is not None:
+            self.scaler.load_state_dict(ckpt["scaler"])
+        mine = ckpt["state"]["ranks"][self.ctx.rank]
+        set_rng_state(mine["rng"])
+        for gen, state in zip(self.generators, mine["generators"]):
+            gen.set_state(state)
+        record["epochs"] = ckpt["state"]["epochs"]
+        extra.update(ckpt["state"]["extra"])
+        if self.ctx.is_main:
+            LOG.info(f"resumed after epoch {ckpt['epoch']} from {self.args.resume}")
+        return int(ckpt["epoch"]) + 1
+
+    def save(self, epoch: int, record: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Write the checkpoint of ``epoch`` (rank 0), every rank's generators gathered first."""
+        if not self.args.checkpoint:
+            return
+        mine = {"rng": get_rng_state(), "generators": [gen.get_state() for gen in self.generators]}
+        ranks: list[Any] = [mine]
+        if self.ctx.distributed:
+            import torch.distributed as dist
+
+            ranks = [None] * self.ctx.world_size
+            dist.all_gather_object(ranks, mine)
+        if self.ctx.is_main:
+            save_training(self.args.checkpoint, config=vars(self.args), epoch=epoch, model=self.model,
+                          optimizer=self.opt, scaler=self.scaler,
+                          state={"ranks": ranks, "epochs": record["epochs"], "extra": extra})
 
 
 def window_record(window: KernelBusyWindow, wall: float, n_batches: int, device: torch.device) -> dict[str, Any]:
@@ -446,7 +530,14 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
     meter, sample_meter = BusyMeter(device), BusyMeter(device)  # the model's step; the device sampler's batches
     hops: tuple[list[int], list[int]] | None = None
     largest = (0, 0)  # the largest batch (nodes, edges) of epoch 1, for the model where there are no per-hop counts
-    for epoch in range(1, args.epochs + 1):
+    gens = [ld.generator for ld in (train_loader, *eval_loaders) if isinstance(ld, DeviceNeighborLoader)]
+    checkpoints = Checkpoints(args, ctx, model, opt, scaler, gens)
+    kept: dict[str, Any] = {"hops": None, "largest": [0, 0]}
+    first_epoch = checkpoints.restore(record, kept)
+    if kept["hops"] is not None:
+        hops = (list(kept["hops"][0]), list(kept["hops"][1]))
+    largest = (int(kept["largest"][0]), int(kept["largest"][1])) if first_epoch > 1 else largest
+    for epoch in range(first_epoch, args.epochs + 1):
         ddp.train()
         meter.reset()
         sample_meter.reset()
@@ -501,6 +592,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                        evaluate_full(model, args, ctx, g, device_graph))
             rec["eval_seconds"] = time.perf_counter() - t_eval
         record["epochs"].append(rec)
+        checkpoints.save(epoch, record, {"hops": hops, "largest": list(largest)})
         if ctx.is_main:
             busy = "n/a" if rec["gpu_busy_fraction"] is None else f"{100 * rec['gpu_busy_fraction']:.0f}%"
             if rec["gpu_busy_fraction_step_and_sampling"] is not None:
@@ -574,7 +666,9 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
         record["capture_seconds"] = time.perf_counter() - t_capture
         LOG.info(f"captured the step before epoch 1 ({'replaying' if step.captured else step.eager_reason}): "
                  f"{record['capture_seconds']:.1f} s")
-    for epoch in range(1, args.epochs + 1):
+    checkpoints = Checkpoints(args, ctx, model, opt, None, [])  # the sampler draws from torch's default generator
+    first_epoch = checkpoints.restore(record, {})
+    for epoch in range(first_epoch, args.epochs + 1):
         model.train()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -603,6 +697,7 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
                        else evaluate_full(model, args, ctx, g, sampler))
             rec["eval_seconds"] = time.perf_counter() - t_eval
         record["epochs"].append(rec)
+        checkpoints.save(epoch, record, {})
         busy = ""
         if rec["gpu_kernel_busy_fraction"] is not None:
             busy = (f", kernels {100 * rec['gpu_kernel_busy_fraction']:.0f}% of {rec['profiled_batches']} profiled "

@@ -180,3 +180,18 @@ def test_ogb_script_resume_several_seeds(tmp_path, example_main):
     rest = main_([*common, "--epochs", "3", "--resume", str(ckpt)])
     assert _summary(rest) == _summary(full)
 
+
+
+@pytest.mark.slow
+def test_papers100m_resumed_equals_uninterrupted(tmp_path, example_main):
+    """papers100m.py with the device sampler (its own generators, saved with torch's): three epochs in one go, and
+    two then --resume, give the same losses and accuracies epoch by epoch."""
+    main_ = example_main("papers100m")
+    common = ["--device", "cpu", "--scale", "0.0005", "--sampler", "device", "--batch-size", "256", "--eval-every",
+              "1", "--root", str(tmp_path / "data"), "-q", "--hidden", "8", "--heads", "2"]
+    full = main_([*common, "--epochs", "3"])
+    ckpt = tmp_path / "c.pt"
+    main_([*common, "--epochs", "2", "--checkpoint", str(ckpt)])
+    rest = main_([*common, "--epochs", "3", "--resume", str(ckpt)])
+    keys = ("loss", "valid_acc", "test_acc", "batches")
+    assert [[e[k] for k in keys] for e in rest["epochs"]] == [[e[k] for k in keys] for e in full["epochs"]]

@@ -61,3 +61,18 @@ def test_ogb_script_captured_resume_equals_uninterrupted(name, extra, tmp_path, 
     main_([*common, "--epochs", "3", "--checkpoint", str(ckpt)])
     rest = main_([*common, "--epochs", "6", "--resume", str(ckpt)])
     _same(rest, full)
+
+
+@pytest.mark.parametrize("sampler", ["static", "device"])
+def test_papers100m_resume_equals_uninterrupted(sampler, tmp_path, example_main):
+    """papers100m.py on one GPU: the static sampler's captured step (default CUDA generator) and the device sampler
+    (its own generators), three epochs against two and --resume."""
+    main_ = example_main("papers100m")
+    common = ["--scale", "0.01", "--sampler", sampler, "--eval-every", "1", "--precision", "bf16", "-q",
+              "--root", str(tmp_path / "data")]
+    full = main_([*common, "--epochs", "3"])
+    ckpt = tmp_path / "c.pt"
+    main_([*common, "--epochs", "2", "--checkpoint", str(ckpt)])
+    rest = main_([*common, "--epochs", "3", "--resume", str(ckpt)])
+    keys = ("loss", "valid_acc", "test_acc", "batches")
+    _same([{k: e[k] for k in keys} for e in rest["epochs"]], [{k: e[k] for k in keys} for e in full["epochs"]])
