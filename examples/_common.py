@@ -39,7 +39,9 @@ from cudnn_gnn.apps._cli import (  # noqa: F401
     run_main,
     seed_int,
 )
-from cudnn_gnn.apps._progress import default_log_every, progress
+from cudnn_gnn.apps._log import LOG, add_verbosity_arguments, format_epoch, setup_logging  # noqa: F401
+from cudnn_gnn.apps._progress import progress
+from cudnn_gnn.apps._resume import check_config, load_checkpoint, load_optimizer, save_training, set_rng_state
 from cudnn_gnn.apps._util import (  # noqa: F401
     conv_class,
     is_oom,
@@ -52,6 +54,7 @@ from cudnn_gnn.apps._util import (  # noqa: F401
 from cudnn_gnn.apps.models import OGB_MODELS as MODELS
 from cudnn_gnn.apps.models import OgbGAT  # noqa: F401 - the scripts' model, re-exported for them
 from cudnn_gnn.apps.train import (  # noqa: F401
+    add_resume_arguments,
     autocast,
     grad_scaler,
     optimizer_step,
@@ -116,17 +119,44 @@ def add_common_arguments(ap: argparse.ArgumentParser, *, epochs: int | None, run
     ap.add_argument("--runs", type=positive_int, default=runs, help="number of seeds when --seeds is not given")
     ap.add_argument("--log", metavar="PATH", default=None, help="JSON lines: one per epoch (time, memory, metrics)")
     ap.add_argument("--json", metavar="PATH", default=None, help="the summary as JSON")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars, and no progress lines")
-    ap.add_argument("--log-every", type=nonnegative_int, default=None, metavar="N",
-                    help="when not on a terminal: one progress line every N epochs (default: about 20 a run; 0: none)")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars, and no per-epoch lines")
+    ap.add_argument("--log-every", type=nonnegative_int, default=1, metavar="N",
+                    help="one history line every N epochs, and one for the last (0: none)")
+    add_verbosity_arguments(ap)
     ap.add_argument("--save", metavar="PATH", default=None,
                     help="save each run's model at its best valid score (the reported one): torch.save({'state_dict', "
                          "'config'}); several seeds: PATH gets -seedN")
     ap.add_argument("--plot", metavar="PATH", default=None, help="the loss and score curves of every run as a PNG")
+    add_resume_arguments(ap)
+
+
+#: Flags that do not change what a run computes (outputs, display, where and how fast it runs): a run may be resumed
+#: with other values. ``--epochs`` is a bound (a run can be extended); ``--seeds``/``--runs`` pick which runs, each
+#: seed's checkpoint holds its own ``seed``.
+RUN_ONLY = ("epochs", "device", "backend", "capture", "data_root", "json", "log", "save", "plot", "no_progress",
+            "log_every", "checkpoint", "resume", "seeds", "runs", "num_workers", "eval_batch_size", "verbose", "quiet")
+
+
+def resume_checkpoint(args: argparse.Namespace, seed: int) -> dict[str, Any] | None:
+    """The ``--resume`` checkpoint of ``seed`` (``PATH``, or ``PATH-seedN`` with several seeds), checked against this
+    run's settings (:data:`RUN_ONLY` aside); None without ``--resume``, or for a seed of several that has no file
+    yet (it starts afresh). Raises ``FileNotFoundError``/``ValueError`` (:func:`check_common_arguments` turns them
+    into one line)."""
+    if not args.resume:
+        return None
+    seeds = seeds_of(args)
+    path = save_path(args.resume, seed, seeds)
+    if len(seeds) > 1 and not os.path.exists(path):
+        return None
+    ckpt = load_checkpoint(path)
+    check_config(ckpt, {**vars(args), "seed": seed}, path, free=RUN_ONLY)
+    return ckpt
 
 
 def check_common_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> torch.device:
-    """Every user mistake in the common flags, as one ``ap.error`` line before any data is read; the device."""
+    """Every user mistake in the common flags, as one ``ap.error`` line before any data is read; the device. Sets up
+    the messages' verbosity (:func:`~cudnn_gnn.apps._log.setup_logging`)."""
+    setup_logging(args.verbose, args.quiet)
     check_data_root(ap, args.data_root)
     device = check_device(ap, args.device)
     if args.scale is None:
@@ -136,8 +166,19 @@ def check_common_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace
         check_output_path(ap, flag, getattr(args, flag[2:]))
     check_matplotlib(ap, args.plot)
     seeds = seeds_of(args)
+    check_output_path(ap, "--checkpoint", args.checkpoint)
     check_distinct_outputs(ap, {"--json": args.json, "--log": args.log, "--plot": args.plot,
-                                "--save": [save_path(args.save, s, seeds) for s in seeds] if args.save else None})
+                                "--save": [save_path(args.save, s, seeds) for s in seeds] if args.save else None,
+                                "--checkpoint": [save_path(args.checkpoint, s, seeds) for s in seeds]
+                                if args.checkpoint else None})
+    if args.resume:  # missing, foreign or mismatched checkpoints: refused before any data is read
+        try:
+            found = [resume_checkpoint(args, s) is not None for s in seeds]
+        except (FileNotFoundError, ValueError) as exc:
+            ap.error(one_line(exc))
+        if not any(found):
+            ap.error(f"--resume must name a checkpoint file, got {args.resume!r}: none of "
+                     f"{', '.join(repr(save_path(args.resume, s, seeds)) for s in seeds[:3])}... exists")
     return device
 
 
@@ -151,11 +192,12 @@ def seeds_of(args: argparse.Namespace) -> list[int]:
 def report_seed(seed: int, res: dict[str, Any], valid: str, test: str) -> bool:
     """Print one seed's result line; returns True when that run ran out of memory (stop the remaining seeds)."""
     if res.get("oom"):
-        print(f"seed {seed}: out of memory ({res['error']})")
+        LOG.warning(f"seed {seed}: out of memory ({res['error']})")
         return True
     peak = f", peak {res['peak_memory_bytes'] / 2**30:.2f} GiB" if res.get("peak_memory_bytes") else ""
-    print(f"seed {seed}: best {valid} {res['valid']:.4f} at epoch {res['epoch']}, {test} {res['test']:.4f}, "
-          f"{res['sec_per_epoch']:.3f} s/epoch{peak}")
+    per_epoch = "" if res["sec_per_epoch"] is None else f", {res['sec_per_epoch']:.3f} s/epoch"
+    LOG.info(f"seed {seed}: best {valid} {res['valid']:.4f} at epoch {res['epoch']}, {test} {res['test']:.4f}"
+             f"{per_epoch}{peak}")
     return False
 
 
@@ -315,16 +357,14 @@ def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: st
 
 def require_sampler() -> None:
     """PyG's ``NeighborLoader`` samples with ``pyg-lib`` or ``torch-sparse``; say how to get one if neither."""
-    from cudnn_gnn.apps.distributed import sampler_available
+    from cudnn_gnn.apps.distributed import pyg_wheel_url, sampler_available
 
     if not sampler_available():
-        ver = torch.__version__.split("+")[0]
-        cuda = torch.version.cuda
-        tag = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
         raise RuntimeError(
-            "--sampled needs pyg-lib or torch-sparse for PyG's NeighborLoader, and neither is installed; "
-            f"install one with: pip install pyg-lib -f https://data.pyg.org/whl/torch-{ver}+{tag}.html "
-            "(or: pip install torch-sparse -f the same URL)"
+            "--sampled --sampler pyg needs pyg-lib or torch-sparse for PyG's NeighborLoader, and neither is "
+            "installed; --sampler static needs nothing extra (tree sampling with torch ops, on the CPU too), or "
+            f"install one with: pip install pyg-lib -f {pyg_wheel_url()} (or: pip install torch-sparse -f the same "
+            "URL)"
         )
 
 
@@ -375,15 +415,23 @@ def summarize(name: str, model_name: str, metric: str, runs: list[dict[str, Any]
             "per_run": runs}
 
 
+def mean_pm_std(mean: float, std: float, runs: int, *, scale: float = 100.0, digits: int = 2) -> str:
+    """``"81.23 ± 0.45"`` over several runs, ``"81.23"`` for one (a single run has no spread to show)."""
+    m, d = f"{scale * mean:.{digits}f}", f"{scale * std:.{digits}f}"
+    return m if runs < 2 else f"{m} ± {d}"
+
+
 def print_summary(s: dict[str, Any]) -> None:
+    """The final line (stdout, at every verbosity): mean ± std over runs (OGB's report), the mean alone for one."""
     if s.get("oom") and not math.isfinite(s["test_mean"]):
         print(f"final: {s['dataset']} {s['model']}: out of memory, #params {s['params']:,}")
         return
     mem = f", peak {s['peak_memory_bytes'] / 2**30:.2f} GiB" if s.get("peak_memory_bytes") else ""
     epoch = f", {s['sec_per_epoch']:.3f} s/epoch" if s.get("sec_per_epoch") is not None else ""
-    print(f"final: {s['dataset']} {s['model']} over {s['runs']} run(s): valid {s['metric']} "
-          f"{100 * s['valid_mean']:.2f} ± {100 * s['valid_std']:.2f}, test {100 * s['test_mean']:.2f} ± "
-          f"{100 * s['test_std']:.2f}, #params {s['params']:,}{epoch}{mem}")
+    runs = "1 run" if s["runs"] == 1 else f"{s['runs']} runs"
+    print(f"final: {s['dataset']} {s['model']} over {runs}: valid {s['metric']} "
+          f"{mean_pm_std(s['valid_mean'], s['valid_std'], s['runs'])}, test "
+          f"{mean_pm_std(s['test_mean'], s['test_std'], s['runs'])}, #params {s['params']:,}{epoch}{mem}")
 
 
 def finish_summary(name: str, args: argparse.Namespace, device: torch.device, metric: str, runs: list[dict[str, Any]],
@@ -411,55 +459,87 @@ def save_path(path: str, seed: int, seeds: list[int]) -> str:
 
 def train_epochs(*, args: argparse.Namespace, device: torch.device, seed: int, label: str,
                  step: Callable[[int], float], evaluate: Callable[[], tuple[float, float, float]],
-                 log: JsonLines, higher_better: bool = True, model: nn.Module | None = None) -> dict[str, Any]:
+                 log: JsonLines, higher_better: bool = True, model: nn.Module | None = None,
+                 optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None,
+                 scaler: Any = None) -> dict[str, Any]:
     """The epoch loop every OGB script shares: time and peak memory per epoch (JSON lines), evaluation every
-    ``--eval-every`` epochs, the test score at the best valid score. A CUDA out-of-memory error ends the run
-    and is reported (``{"oom": True, "error": ...}``) instead of raised, so a baseline that does not fit is a
-    result, not a crash. With ``--save`` the ``model`` of the reported (best valid) evaluation is saved with
-    ``vars(args)``, its epoch and its constructor arguments (``model.config``); the curves for ``--plot`` come back
-    under ``"_curves"``."""
+    ``--eval-every`` epochs, the test score at the best valid score, one history line an epoch
+    (:func:`~cudnn_gnn.apps._log.format_epoch`). A CUDA out-of-memory error ends the run and is reported
+    (``{"oom": True, "error": ...}``) instead of raised, so a baseline that does not fit is a result, not a crash.
+    With ``--save`` the ``model`` of the reported (best valid) evaluation is saved with ``vars(args)``, its epoch and
+    its constructor arguments (``model.config``); the curves for ``--plot`` come back under ``"_curves"``.
+
+    With ``--checkpoint`` the training state (``model``, ``optimizer``, ``scheduler``, ``scaler``, random generators,
+    this loop's best scores, times and curves) is written after every epoch; with ``--resume`` it is read back here,
+    after whatever the script did before the loop (a captured step's warm-up included: the optimizer's tensors are
+    refilled in place), and the loop goes on from the next epoch as the uninterrupted run would."""
     best = {"epoch": 0, "train": float("nan"), "valid": -math.inf if higher_better else math.inf, "test": float("nan")}
     times: list[float] = []
     peaks: list[int] = []
     curves: dict[str, list[tuple[int, float]]] = {"loss": [], "train": [], "valid": [], "test": []}
-    log_every = default_log_every(args.epochs) if args.log_every is None else args.log_every
-    bar = progress(total=args.epochs, desc=f"{label} seed {seed}", enabled=not args.no_progress, log_every=log_every)
     kept: dict[str, Any] = {}
+    first = 1
+    ckpt = resume_checkpoint(args, seed)
+    if ckpt is not None:
+        if model is None or optimizer is None:
+            raise ValueError("train_epochs(model=, optimizer=) must be given to resume, got None")
+        model.load_state_dict(ckpt["model"])
+        load_optimizer(optimizer, ckpt["optimizer"])
+        if scheduler is not None:
+            scheduler.load_state_dict(ckpt["scheduler"])
+        if scaler is not None and ckpt["scaler"] is not None:
+            scaler.load_state_dict(ckpt["scaler"])
+        st = ckpt["state"]
+        best, times, peaks = st["best"], st["times"], st["peaks"]
+        curves = {k: [tuple(p) for p in v] for k, v in st["curves"].items()}  # type: ignore[misc]
+        if st.get("best_state") is not None:
+            kept["state"] = {k: v.to(device) for k, v in st["best_state"].items()}
+        set_rng_state(ckpt["rng"])
+        first = ckpt["epoch"] + 1
+        LOG.info(f"{label} seed {seed}: resumed after epoch {ckpt['epoch']} from {save_path(args.resume, seed, seeds_of(args))}")
 
-    def keep_best() -> None:  # the weights whose scores are reported, for --save
-        if args.save and model is not None:
+    def keep_best() -> None:  # the weights whose scores are reported, for --save (and kept in checkpoints)
+        if (args.save or args.checkpoint) and model is not None:
             kept["state"] = state_copy(model)
 
+    def checkpoint(epoch: int) -> None:
+        if not args.checkpoint or model is None or optimizer is None:
+            return
+        save_training(save_path(args.checkpoint, seed, seeds_of(args)), config={**vars(args), "seed": seed},
+                      epoch=epoch, model=model, optimizer=optimizer, scheduler=scheduler, scaler=scaler,
+                      state={"best": best, "times": times, "peaks": peaks, "curves": curves,
+                             "best_state": kept.get("state")})
+
     try:
-        _epoch_loop(args, device, seed, step, evaluate, log, higher_better, best, times, peaks, bar, curves,
-                    keep_best)
+        _epoch_loop(args, device, seed, first, step, evaluate, log, higher_better, best, times, peaks, curves,
+                    keep_best, checkpoint)
     except RuntimeError as err:  # torch.OutOfMemoryError is one
         if not is_oom(err):
             raise
-        bar.close()
         if device.type == "cuda":
             torch.cuda.empty_cache()
         message = str(err).splitlines()[0]
         log.write({"seed": seed, "model": args.model, "oom": True, "error": message})
         return {"seed": seed, "oom": True, "error": message, "epoch": 0, "valid": float("nan"), "test": float("nan"),
                 "sec_per_epoch": None, "peak_memory_bytes": None}
-    bar.close()
     if args.save and model is not None:
         config = {**vars(args), "seed": seed, "model_config": getattr(model, "config", None), "epoch": best["epoch"],
                   "valid": best["valid"], "test": best["test"]}
         save_checkpoint(save_path(args.save, seed, seeds_of(args)), kept.get("state", model), config)
     # Epoch 1 carries one-off costs (cuDNN plan building, allocator warm-up): leave it out when there are more.
     steady = times[1:] if len(times) > 1 else times
-    return {"seed": seed, **best, "sec_per_epoch": statistics.fmean(steady), "peak_memory_bytes": max(peaks, default=None),
-            "_curves": curves}
+    return {"seed": seed, **best, "sec_per_epoch": statistics.fmean(steady) if steady else None,
+            "peak_memory_bytes": max(peaks, default=None), "_curves": curves}
 
 
-def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step: Callable[[int], float],
+def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, first: int, step: Callable[[int], float],
                 evaluate: Callable[[], tuple[float, float, float]], log: JsonLines, higher_better: bool,
-                best: dict[str, Any], times: list[float], peaks: list[int], bar: Any,
-                curves: dict[str, list[tuple[int, float]]], on_best: Callable[[], None]) -> None:
-    shown: dict[str, str] = {}  # the progress line: this epoch's loss, the last evaluation's scores
-    for epoch in range(1, args.epochs + 1):
+                best: dict[str, Any], times: list[float], peaks: list[int],
+                curves: dict[str, list[tuple[int, float]]], on_best: Callable[[], None],
+                on_epoch_end: Callable[[int], None]) -> None:
+    log_every = 1 if args.log_every is None else args.log_every
+    shown: dict[str, float | None] = {"loss": None, "train": None, "valid": None, "test": None}
+    for epoch in range(first, args.epochs + 1):
         reset_peak(device)
         sync(device)
         t0 = time.perf_counter()
@@ -473,6 +553,7 @@ def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step:
         if epoch_peak is not None:
             peaks.append(epoch_peak)
         curves["loss"].append((epoch, loss))
+        shown["loss"] = loss
         if epoch % args.eval_every == 0 or epoch == args.epochs:
             train_s, valid_s, test_s = evaluate()
             record.update(train=train_s, valid=valid_s, test=test_s)
@@ -481,12 +562,13 @@ def _epoch_loop(args: argparse.Namespace, device: torch.device, seed: int, step:
             if (valid_s > best["valid"]) if higher_better else (valid_s < best["valid"]):
                 best.update(epoch=epoch, train=train_s, valid=valid_s, test=test_s)
                 on_best()
-            shown.update(valid=f"{valid_s:.4f}", test=f"{test_s:.4f}")
-        shown["loss"] = f"{loss:.4f}"
-        bar.set_postfix(**shown)
+            shown.update(train=train_s, valid=valid_s, test=test_s)
         log.write(record)
-        bar.update(1)
-
+        on_epoch_end(epoch)
+        if not args.no_progress and log_every and (epoch % log_every == 0 or epoch == args.epochs):
+            LOG.info(f"seed {seed} " + format_epoch(epoch, args.epochs, shown))
+            mem = "" if epoch_peak is None else f", peak {epoch_peak / 2**30:.2f} GiB"
+            LOG.debug(f"seed {seed} epoch {epoch}: training step {dt:.3f} s{mem}")
 
 
 def add_capture_argument(ap: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any
 
-from _common import ArgumentParser, mean_std, parse_seeds, positive_int, run_main, write_json
+from _common import LOG, ArgumentParser, mean_pm_std, mean_std, parse_seeds, positive_int, run_main, write_json
 
 from cudnn_gnn.apps.train import (
     MODELS,
@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--jobs", type=positive_int, default=1, help="parallel single-threaded runs (CPU only)")
     add_arguments(ap)
     ap.add_argument("--json", metavar="PATH", default=None, help="write every run and the summary as JSON")
+    ap.set_defaults(log_every=0)  # many runs: one line each (--log-every N for their epochs)
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     for m in models:
@@ -62,24 +63,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     plot=plots[i] if plots else None).__dict__
         for i, (m, s) in enumerate(runs)
     ]
-    print(f"{args.dataset}: models {', '.join(models)}, seeds {args.seeds}, device {device}, backend {args.backend}, "
+    LOG.info(f"{args.dataset}: models {', '.join(models)}, seeds {args.seeds}, device {device}, backend {args.backend}, "
           f"precision {args.precision}, {jobs} job(s)")
     t0 = time.perf_counter()
     results: list[dict[str, Any]] = []
     if jobs > 1:
         with cf.ProcessPoolExecutor(jobs, mp_context=mp.get_context("spawn")) as pool:
             for res in pool.map(run_config, configs):
-                print(format_result(res), flush=True)
+                LOG.info(format_result(res))
                 results.append(res)
     else:
         for cfg in configs:
             res = run_config(cfg)
-            print(format_result(res), flush=True)
+            LOG.info(format_result(res))
             results.append(res)
     wall = time.perf_counter() - t0
 
     summary = {}
-    print(f"\n| {args.dataset} ({device}, {args.precision}) | test acc (mean ± std) | val acc | epochs | s/run |")
+    spread = " (mean ± std)" if len(args.seeds) > 1 else ""
+    print(f"\n| {args.dataset} ({device}, {args.precision}) | test acc{spread} | val acc | epochs | s/run |")
     print("| --- | --- | --- | --- | --- |")
     for m in models:
         rs = [r for r in results if r["model"] == m]
@@ -89,8 +91,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sm, _ = mean_std([r["seconds"] for r in rs])
         summary[m] = {"test_mean": tm, "test_std": ts, "val_mean": vm, "val_std": vs, "epochs_mean": em,
                       "seconds_mean": sm, "runs": len(rs), "params": rs[0]["params"]}
-        print(f"| {m} | {100 * tm:.1f} ± {100 * ts:.1f} | {100 * vm:.1f} ± {100 * vs:.1f} | {em:.0f} | {sm:.1f} |")
-    print(f"({len(args.seeds)} seeds {args.seeds[0]}..{args.seeds[-1]}, std with ddof=1; {wall:.0f} s wall)")
+        n = len(rs)
+        print(f"| {m} | {mean_pm_std(tm, ts, n, digits=1)} | {mean_pm_std(vm, vs, n, digits=1)} | {em:.0f} | "
+              f"{sm:.1f} |")
+    std = ", std with ddof=1" if len(args.seeds) > 1 else ""
+    print(f"({len(args.seeds)} seed(s) {args.seeds[0]}..{args.seeds[-1]}{std}; {wall:.0f} s wall)")
     out = {"dataset": args.dataset, "device": str(device), "backend": args.backend, "precision": args.precision,
            "seeds": args.seeds, "wall_seconds": wall, "summary": summary, "runs": results}
     write_json(args.json, out)

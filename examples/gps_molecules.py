@@ -2,10 +2,14 @@
 
 Each layer is :class:`cudnn_gnn.layers.GPSConv`: a local GAT over the bonds (``cudnn_gnn.layers.GATConv`` when
 importable, else PyG's) plus global attention among the atoms of each molecule, computed on the packed batch
-(cuDNN SDPA on a GPU with cuDNN >= 9.28, else torch's flash / the reference). Metrics follow OGB: ROC-AUC for
-ogbg-molbace and -molbbbp, RMSE for ogbg-molesol and -molfreesolv, on OGB's scaffold split.
+(cuDNN SDPA on a GPU with cuDNN >= 9.28, else torch's flash / the reference). ``--impl pyg`` trains the same model
+built from PyG's own ``GPSConv`` and ``GATConv`` (global attention through ``nn.MultiheadAttention`` on padded
+graphs), the baseline. Metrics follow OGB: ROC-AUC for ogbg-molbace and -molbbbp, RMSE for ogbg-molesol and
+-molfreesolv, on OGB's scaffold split; over several seeds (``--seeds 0-4`` or ``--runs 5``) the mean and standard
+deviation of the test score at each run's best valid epoch.
 
-    python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --device cuda
+    python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5             # GPU if there is one
+    python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5 --impl pyg  # PyG's layers
     python examples/gps_molecules.py --dataset ogbg-molesol --epochs 2 --device cpu --limit 64   # smoke
 
 The datasets ship with the package (``cudnn_gnn.datasets.load_ogbg``); nothing is downloaded.
@@ -13,12 +17,14 @@ The datasets ship with the package (``cudnn_gnn.datasets.load_ogbg``); nothing i
 
 from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
 
+import statistics
 import sys
 import time
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from _common import mean_pm_std, mean_std, parse_seeds, save_path
 from torch import Tensor, nn
 from torch_geometric import seed_everything
 from torch_geometric.loader import DataLoader
@@ -36,10 +42,11 @@ from cudnn_gnn.apps._cli import (
     run_main,
     check_matplotlib,
     check_distinct_outputs,
-    seed_int,
 )
+from cudnn_gnn.apps._log import LOG, add_verbosity_arguments, format_epoch, setup_logging
 from cudnn_gnn.apps._progress import progress
 from cudnn_gnn.apps._util import plot_curves, save_checkpoint, state_copy, write_json
+from cudnn_gnn.apps.train import PRECISIONS, autocast, grad_scaler, optimizer_step
 from cudnn_gnn.layers.gps_conv import GPSConv
 
 DATASETS = ("ogbg-molbace", "ogbg-molbbbp", "ogbg-molesol", "ogbg-molfreesolv")
@@ -70,30 +77,50 @@ class FeatureEncoder(nn.Module):
         return sum(emb(x[:, i]) for i, emb in enumerate(self.embeddings))  # type: ignore[return-value]  # sum() starts at int 0
 
 
+IMPLS = ("ours", "pyg")
+
+
 class GPS(nn.Module):
-    def __init__(self, channels: int, layers: int, heads: int, num_tasks: int, dropout: float, backend: str) -> None:
+    """Atom and bond encoders, ``layers`` GPS layers (a local GATConv with bond features plus global attention),
+    mean pooling and an MLP head. ``impl="ours"``: :class:`cudnn_gnn.layers.GPSConv` on the packed batch with
+    ``backend`` for the global attention; ``impl="pyg"``: PyG's ``GPSConv`` and ``GATConv`` (``backend`` unused)."""
+
+    def __init__(self, channels: int, layers: int, heads: int, num_tasks: int, dropout: float, backend: str,
+                 impl: str = "ours") -> None:
         super().__init__()
-        gat, self.local_name = local_gat_class()
+        if impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
+        self.impl = impl
+        if impl == "pyg":
+            from torch_geometric.nn import GATConv as PygGATConv
+            from torch_geometric.nn import GPSConv as PygGPSConv
+
+            gat: type = PygGATConv
+            self.local_name = "torch_geometric.nn.GPSConv + GATConv"
+        else:
+            gat, self.local_name = local_gat_class()
         self.atom = FeatureEncoder(9, ATOM_VOCAB, channels)
         self.bond = FeatureEncoder(3, BOND_VOCAB, channels)
+        layer = PygGPSConv if impl == "pyg" else GPSConv
+        extra = {} if impl == "pyg" else {"attention_backend": backend}
         self.layers = nn.ModuleList(
-            GPSConv(
-                channels,
-                gat(channels, channels // heads, heads=heads, edge_dim=channels),
-                heads=heads,
-                dropout=dropout,
-                attention_backend=backend,
-            )
+            layer(channels, gat(channels, channels // heads, heads=heads, edge_dim=channels), heads=heads,
+                  dropout=dropout, **extra)
             for _ in range(layers)
         )
         self.head = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, num_tasks))
 
     def forward(self, data: Any) -> Tensor:
         x, edge_attr = self.atom(data.x), self.bond(data.edge_attr)
-        # Once per batch, for every layer: the graph offsets and the largest graph (no host sync inside layers).
-        max_num_nodes = int((data.ptr[1:] - data.ptr[:-1]).max())
-        for layer in self.layers:
-            x = layer(x, data.edge_index, data.batch, ptr=data.ptr, max_num_nodes=max_num_nodes, edge_attr=edge_attr)
+        if self.impl == "pyg":
+            for layer in self.layers:
+                x = layer(x, data.edge_index, data.batch, edge_attr=edge_attr)
+        else:
+            # Once per batch, for every layer: the graph offsets and the largest graph (no host sync inside layers).
+            max_num_nodes = int((data.ptr[1:] - data.ptr[:-1]).max())
+            for layer in self.layers:
+                x = layer(x, data.edge_index, data.batch, ptr=data.ptr, max_num_nodes=max_num_nodes,
+                          edge_attr=edge_attr)
         return self.head(global_mean_pool(x, data.batch, size=data.num_graphs))
 
 
@@ -106,12 +133,13 @@ def loss_fn(pred: Tensor, y: Tensor, task_type: str) -> Tensor:
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, loader: DataLoader, evaluator: Any, device: torch.device) -> float:
+def evaluate(model: nn.Module, loader: DataLoader, evaluator: Any, device: torch.device, precision: str) -> float:
     model.eval()
     ys, preds = [], []
     for data in loader:
         data = data.to(device)
-        preds.append(model(data).float().cpu())
+        with autocast(device, precision):
+            preds.append(model(data).float().cpu())
         ys.append(data.y.float().cpu())
     res = evaluator.eval({"y_true": torch.cat(ys).numpy(), "y_pred": torch.cat(preds).numpy()})
     return float(next(iter(res.values())))
@@ -120,10 +148,15 @@ def evaluate(model: nn.Module, loader: DataLoader, evaluator: Any, device: torch
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = ArgumentParser(description=__doc__)
     ap.add_argument("--dataset", choices=DATASETS, default="ogbg-molbace", help="bundled OGB molecule set")
+    ap.add_argument("--impl", choices=IMPLS, default="ours",
+                    help="ours: cudnn_gnn's GPSConv and GATConv; pyg: PyG's GPSConv and GATConv (the baseline)")
     ap.add_argument("--epochs", type=positive_int, default=50, help="training epochs")
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="'cpu', 'cuda' or 'cuda:N'")
-    ap.add_argument("--backend", choices=ATTENTION_BACKENDS, default="auto", help="global attention")
-    ap.add_argument("--seed", type=seed_int, default=0, help="random seed (weights, batches, --limit subsets)")
+    ap.add_argument("--device", default="auto", help="'auto' (cuda if available), 'cpu', 'cuda' or 'cuda:N'")
+    ap.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32", help="autocast dtype (fp32: none)")
+    ap.add_argument("--backend", choices=ATTENTION_BACKENDS, default="auto", help="global attention (--impl ours)")
+    ap.add_argument("--seeds", type=parse_seeds, default=None,
+                    help="e.g. 0-4, each at most once (weights, batches, --limit subsets; default: 0..runs-1)")
+    ap.add_argument("--runs", type=positive_int, default=1, help="number of seeds when --seeds is not given")
     ap.add_argument("--batch-size", type=positive_int, default=128, help="molecules per batch")
     ap.add_argument("--channels", type=positive_int, default=64, help="hidden channels (divisible by --heads)")
     ap.add_argument("--layers", type=positive_int, default=3, help="GPS layers")
@@ -131,28 +164,65 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--dropout", type=probability, default=0.1, help="dropout in every GPS layer")
     ap.add_argument("--lr", type=positive_float, default=1e-3, help="Adam learning rate")
     ap.add_argument("--limit", type=nonnegative_int, default=0, help="use N random graphs of each split (smoke tests)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars, and no per-epoch lines")
+    ap.add_argument("--log-every", type=nonnegative_int, default=1, metavar="N",
+                    help="one history line every N epochs, and one for the last (0: none)")
+    add_verbosity_arguments(ap)
     ap.add_argument("--json", metavar="PATH", default=None, help="the result as JSON")
     ap.add_argument("--save", metavar="PATH", default=None,
-                    help="save the model of the reported (best valid) epoch: torch.save({'state_dict', 'config'}); "
-                         "GPS(**config['model'])")
+                    help="save each run's model of its reported (best valid) epoch: torch.save({'state_dict', "
+                         "'config'}); GPS(**config['model']); several seeds: PATH gets -seedN")
     ap.add_argument("--plot", metavar="PATH", default=None, help="the loss and score curves as a PNG")
-    args = ap.parse_args(argv)
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logging(args.verbose, args.quiet)
     device = check_device(ap, args.device)
+    seeds = list(args.seeds) if args.seeds is not None else list(range(args.runs))
     for flag in ("--json", "--save", "--plot"):
         check_output_path(ap, flag, getattr(args, flag[2:]))
     check_matplotlib(ap, args.plot)
-    check_distinct_outputs(ap, {"--json": args.json, "--save": args.save, "--plot": args.plot})
+    check_distinct_outputs(ap, {"--json": args.json, "--plot": args.plot,
+                                "--save": [save_path(args.save, s, seeds) for s in seeds] if args.save else None})
     if args.channels % args.heads:
         ap.error(f"--channels must be divisible by --heads ({args.heads}), got {args.channels}")
 
     from cudnn_gnn.datasets import load_ogbg, ogbg_evaluator
 
-    seed_everything(args.seed)  # Python's, numpy's and torch's generators
-
     ds = load_ogbg(args.dataset)
     evaluator = ogbg_evaluator(args.dataset)
-    g = torch.Generator().manual_seed(args.seed)
+    model_config = dict(channels=args.channels, layers=args.layers, heads=args.heads, num_tasks=ds.num_tasks,
+                        dropout=args.dropout, backend=args.backend, impl=args.impl)
+    runs: list[dict[str, Any]] = []
+    curves: dict[str, list[tuple[int, float]]] = {}
+    t0 = time.perf_counter()
+    for seed in seeds:
+        res, seed_curves = train_seed(args, seed, ds, evaluator, model_config, device, seeds)
+        runs.append(res)
+        curves.update({f"seed {seed} {k}" if len(seeds) > 1 else k: v for k, v in seed_curves.items()})
+        LOG.info(f"seed {seed}: best valid {ds.eval_metric} {res['valid']:.4f} at epoch {res['epoch']}, test "
+                 f"{res['test']:.4f} ({res['seconds']:.1f} s)")
+    (vm, vs), (tm, ts) = mean_std([r["valid"] for r in runs]), mean_std([r["test"] for r in runs])
+    n = len(runs)
+    result = {"dataset": args.dataset, "metric": ds.eval_metric, "impl": args.impl, "precision": args.precision,
+              "device": str(device), "runs": n, "valid": vm, "valid_std": vs, "test": tm, "test_std": ts,
+              "epoch": statistics.fmean(r["epoch"] for r in runs), "seconds": time.perf_counter() - t0,
+              "per_run": runs}
+    runs_text = "1 run" if n == 1 else f"{n} runs"
+    print(f"final: {args.dataset} {ds.eval_metric} ({args.impl}) over {runs_text}: valid "
+          f"{mean_pm_std(vm, vs, n, scale=1.0, digits=4)}, test {mean_pm_std(tm, ts, n, scale=1.0, digits=4)} "
+          f"(best valid at epoch{'s' if n > 1 else ''} {', '.join(str(r['epoch']) for r in runs)}, "
+          f"{result['seconds']:.1f} s)")
+    write_json(args.json, result)
+    if args.plot:
+        plot_curves(args.plot, curves, title=f"{args.dataset} GPS ({args.impl})")
+    return result
+
+
+def train_seed(args: Any, seed: int, ds: Any, evaluator: Any, model_config: dict[str, Any], device: torch.device,
+               seeds: list[int]) -> tuple[dict[str, Any], dict[str, list[tuple[int, float]]]]:
+    """One run: seeded weights, batches and ``--limit`` subsets; returns its best-valid result and its curves (and
+    saves the model of that epoch with ``--save``)."""
+    seed_everything(seed)  # Python's, numpy's and torch's generators
+    g = torch.Generator().manual_seed(seed)
     parts = {}
     for part in ("train", "valid", "test"):
         graphs = ds.subset(part)
@@ -161,17 +231,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parts[part] = graphs
     train_loader = DataLoader(parts["train"], batch_size=args.batch_size, shuffle=True, generator=g)
     loaders = {p: DataLoader(parts[p], batch_size=args.batch_size) for p in ("valid", "test")}
-
-    model_config = dict(channels=args.channels, layers=args.layers, heads=args.heads, num_tasks=ds.num_tasks,
-                        dropout=args.dropout, backend=args.backend)
     model = GPS(**model_config).to(device)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    print(
-        f"{args.dataset}: {len(ds)} graphs ({', '.join(f'{p} {len(v)}' for p, v in parts.items())}), "
-        f"metric {ds.eval_metric}; local conv {model.local_name}; global attention backend={args.backend!r}"
-    )
+    scaler = grad_scaler(args.precision, device)
+    if seed == seeds[0]:
+        LOG.info(f"{args.dataset}: {len(ds)} graphs ({', '.join(f'{p} {len(v)}' for p, v in parts.items())}), "
+                 f"metric {ds.eval_metric}; local conv {model.local_name}; global attention "
+                 f"{'nn.MultiheadAttention (PyG)' if args.impl == 'pyg' else f'backend={args.backend!r}'}; "
+                 f"device {device}, precision {args.precision}, seeds {seeds}")
     higher_better = ds.eval_metric == "rocauc"
-    best: dict[str, float] = {}
+    best: dict[str, Any] = {}
     best_state: dict[str, Tensor] = {}
     curves: dict[str, list[tuple[int, float]]] = {"train loss": [], f"valid {ds.eval_metric}": [],
                                                   f"test {ds.eval_metric}": []}
@@ -181,13 +250,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         total, count = torch.zeros((), device=device), 0
         for data in progress(train_loader, desc=f"epoch {epoch}", enabled=not args.no_progress):
             data = data.to(device)
-            loss = loss_fn(model(data), data.y, ds.task_type)
             opt.zero_grad()
-            loss.backward()
-            opt.step()
+            with autocast(device, args.precision):
+                pred = model(data)
+            loss = loss_fn(pred.float(), data.y, ds.task_type)
+            optimizer_step(loss, opt, scaler)
             total, count = total + loss.detach() * data.num_graphs, count + data.num_graphs  # no host sync per step
-        valid = evaluate(model, loaders["valid"], evaluator, device)
-        test = evaluate(model, loaders["test"], evaluator, device)
+        valid = evaluate(model, loaders["valid"], evaluator, device, args.precision)
+        test = evaluate(model, loaders["test"], evaluator, device, args.precision)
         if not best or (valid > best["valid"] if higher_better else valid < best["valid"]):
             best = {"epoch": epoch, "valid": valid, "test": test}
             if args.save:  # the weights whose scores are reported, not the last epoch's
@@ -195,18 +265,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         train_loss = float(total) / max(count, 1)
         for name, value in zip(curves, (train_loss, valid, test)):
             curves[name].append((epoch, value))
-        print(f"epoch {epoch:3d}  loss {train_loss:.4f}  valid {ds.eval_metric} {valid:.4f}  test {test:.4f}")
-    result = {"dataset": args.dataset, "metric": ds.eval_metric, **best, "seconds": time.perf_counter() - t0}
-    print(
-        f"final: {args.dataset} {ds.eval_metric} valid {best['valid']:.4f} test {best['test']:.4f} "
-        f"(best valid at epoch {best['epoch']}, {result['seconds']:.1f} s)"
-    )
-    write_json(args.json, result)
+        if not args.no_progress and args.log_every and (epoch % args.log_every == 0 or epoch == args.epochs):
+            LOG.info(f"seed {seed} " + format_epoch(epoch, args.epochs, {
+                "loss": train_loss, f"valid {ds.eval_metric}": valid, f"test {ds.eval_metric}": test}))
     if args.save:  # the weights of the reported (best valid) epoch, with what rebuilds the model
-        save_checkpoint(args.save, best_state, {"model": model_config, "args": vars(args), **best})
-    if args.plot:
-        plot_curves(args.plot, curves, title=f"{args.dataset} GPS")
-    return result
+        save_checkpoint(save_path(args.save, seed, seeds), best_state,
+                        {"model": model_config, "args": {**vars(args), "seed": seed}, **best})
+    return {"seed": seed, **best, "seconds": time.perf_counter() - t0}, curves
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    LOG,
     ArgumentParser,
     JsonLines,
     OgbGAT,
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cudnn_gnn.layers import ToCscGraph
 
     data = load_node_data(NAME, args, device, ap)
-    print(describe(data, NAME, args))
+    LOG.info(describe(data, NAME, args))
     n = data.num_nodes
     edge_index = to_undirected(data.edge_index.to(device), num_nodes=n)  # DGL: to_bidirected (+ self-loops in conv)
     graph: Any = edge_index
@@ -154,7 +155,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             return acc(pred, split["train"]), acc(pred, split["valid"]), acc(pred, split["test"])
 
         res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", model=model, step=step,
-                           evaluate=evaluate, log=log)
+                           evaluate=evaluate, log=log, optimizer=opt, scaler=scaler)
         runs.append(res)
         if report_seed(seed, res, "valid acc", "test acc"):
             break

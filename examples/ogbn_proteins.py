@@ -28,6 +28,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    LOG,
     ArgumentParser,
     JsonLines,
     OgbGAT,
@@ -88,7 +89,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     from cudnn_gnn.layers import ToCscGraph
 
     data = load_node_data(NAME, args, device, ap)
-    print(describe(data, NAME, args))
+    LOG.info(describe(data, NAME, args))
     n = data.num_nodes
     edge_index = data.edge_index.to(device)
     edge_attr = data.edge_attr.to(device).float()
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             return scores
 
         res = train_epochs(args=args, device=device, seed=seed, label=f"{NAME} {args.model}", model=model, step=step,
-                           evaluate=evaluate, log=log)
+                           evaluate=evaluate, log=log, optimizer=opt, scheduler=sched, scaler=scaler)
         runs.append(res)
         del model, opt
         if report_seed(seed, res, "valid ROC-AUC", "test"):

@@ -61,13 +61,17 @@ global batch over the ranks instead, so that 1 and N GPUs take the same steps an
     python examples/papers100m.py --scale 0.1 --epochs 3 --precision bf16 --sampler device --gpus 2
     # only the memory model and the data folder, no training
     python examples/papers100m.py --scale 0.1 --plan-only [--sampler device]
+    # the training state after every epoch; a stopped run continued to the uninterrupted run's result
+    python examples/papers100m.py --scale 0.1 --epochs 3 --checkpoint p.pt
+    python examples/papers100m.py --scale 0.1 --epochs 6 --checkpoint p.pt --resume p.pt     # 3 epochs more
 
 ``--compile``: the model under ``torch.compile(dynamic=True)`` (``nn.Module.compile``, inside DDP): one graph for
 training and one for evaluation serve every batch size, and the glue between the attention kernels (the layers'
 self-loop plans, projections, activations and their backward) runs as a few fused kernels instead of hundreds of
-small ops, which a host-bound sampled step needs most. Both models take it; PyG's ``GATConv`` fails to compile
-this way on torch 2.11 (docs/scale.md). With ``--sampler static`` the model's part of the step (blocks to loss) is
-compiled with static shapes instead (sampling stays eager), and the whole step is then captured as without it.
+small ops, which a host-bound sampled step needs most. ``--model pyg-gat`` takes the flag too, but PyG's ``GATConv``
+failed to compile with ``dynamic=True`` on torch 2.11 (``InductorError``: docs/scale.md, "The sampled step
+alone"). With ``--sampler static`` the model's part of the step (blocks to loss) is compiled with static shapes
+instead (sampling stays eager), PyG's included, and the whole step is then captured as without it.
 
 Before epoch 1 (on CUDA, or with ``--compile``), one warm-up step (``_common.warm_up``; ``--no-warm-up`` skips
 it) on a random batch laid out hop by hop as the sampler lays one out (``_common.hop_batch`` of ``--batch-size``
@@ -107,15 +111,20 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from _common import (
+    LOG,
     ArgumentParser,
     OgbGAT,
+    add_resume_arguments,
+    add_verbosity_arguments,
     check_backend,
     check_device,
     check_output_path,
     count_params,
+    format_epoch,
     grad_scaler,
     int_list,
     nonnegative_int,
+    one_line,
     optimizer_step,
     positive_float,
     positive_int,
@@ -123,10 +132,19 @@ from _common import (
     run_main,
     seed_everything,
     seed_int,
+    setup_logging,
     warm_up,
     write_json,
 )
 
+from cudnn_gnn.apps._resume import (
+    check_config,
+    get_rng_state,
+    load_checkpoint,
+    load_optimizer,
+    save_training,
+    set_rng_state,
+)
 from cudnn_gnn.apps.distributed import (
     BackgroundLoader,
     BusyMeter,
@@ -139,6 +157,7 @@ from cudnn_gnn.apps.distributed import (
     launch,
     launched_by_torchrun,
     mapped_neighbor_loader,
+    pyg_wheel_url,
     sampler_available,
     sampler_reports_hops,
     shard_seeds,
@@ -210,17 +229,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--plan-only", action="store_true", help="prepare the data, print the memory model, exit")
     ap.add_argument("--json", metavar="PATH", default=None, help="the run's record as JSON (rank 0)")
     ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    add_verbosity_arguments(ap)
+    add_resume_arguments(ap)
     ap.add_argument("--compile", action="store_true",
                     help="the model under torch.compile(dynamic=True): one graph for every batch size")
     ap.add_argument("--no-warm-up", action="store_true",
                     help="skip the warm-up step that builds the kernels before epoch 1 (they are then built in it; "
                          "not run on a CPU without --compile, where there is nothing to build)")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    setup_logging(args.verbose, args.quiet)
     if len(args.fanout) != args.layers:
         ap.error(f"--fanout must have one entry per layer ({args.layers}), got {','.join(map(str, args.fanout))!r}")
     device = check_device(ap, args.device)
     check_backend(ap, args.backend, device, ours=args.model == "gat")
     check_output_path(ap, "--json", args.json)
+    check_output_path(ap, "--checkpoint", args.checkpoint)
     if args.root is not None and os.path.exists(os.path.expanduser(args.root)) and \
             not os.path.isdir(os.path.expanduser(args.root)):
         ap.error(f"--root must be a folder (existing, or to be created), got the file {args.root!r}")
@@ -253,7 +276,76 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     if args.root is None:  # the generating device in the name: each draws its own graph
         args.root = str(Path("~/.cache/cudnn_gnn/synthetic").expanduser()
                         / f"{args.dataset}-s{args.scale:g}-seed{args.seed}-{args.feature_dtype}-{args.generate_on}")
+    args.world_size = world
+    if args.resume:  # a missing, foreign or mismatched checkpoint: refused before the data is prepared
+        try:
+            resume_checkpoint(args)
+        except (FileNotFoundError, ValueError) as exc:
+            ap.error(one_line(exc))
     return args
+
+
+#: Flags that do not change what a run computes (outputs, display, where the data folder lives, speed knobs): a run
+#: may be resumed with other values. ``--epochs`` is a bound: a run can be extended.
+RUN_ONLY = ("epochs", "root", "generate_on", "json", "no_progress", "verbose", "quiet", "checkpoint", "resume",
+            "profile_batches", "plan_only", "no_warm_up", "backend", "gpus")
+
+
+def resume_checkpoint(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``--resume`` checkpoint, checked against this run's settings (:data:`RUN_ONLY` aside; the number of
+    ranks counts: each rank's random streams are in it)."""
+    ckpt = load_checkpoint(args.resume)
+    check_config(ckpt, vars(args), args.resume, free=RUN_ONLY)
+    return ckpt
+
+
+class Checkpoints:
+    """``--checkpoint`` / ``--resume`` of the epoch loops: model, optimizer, scaler, the epochs' records, every rank's
+    random generators (torch's, numpy's, Python's and the device samplers' own, ``generators``), written by rank 0
+    after every epoch (every rank's generators gathered first). With ``--sampler pyg`` and ``--num-workers > 0``
+    the loader's worker processes draw from streams seeded when they start, so a resumed run continues from the
+    same state but samples other batches than the uninterrupted one; the other samplers resume exactly."""
+
+    def __init__(self, args: argparse.Namespace, ctx: DistContext, model: torch.nn.Module,
+                 opt: torch.optim.Optimizer, scaler: Any, generators: list[torch.Generator]) -> None:
+        self.args, self.ctx, self.model, self.opt = args, ctx, model, opt
+        self.scaler, self.generators = scaler, generators
+
+    def restore(self, record: dict[str, Any], extra: dict[str, Any]) -> int:
+        """Load ``--resume`` into the model, optimizer and generators, ``record``'s epochs and ``extra``; the first
+        epoch to run (1 without ``--resume``)."""
+        if not self.args.resume:
+            return 1
+        ckpt = resume_checkpoint(self.args)
+        self.model.load_state_dict(ckpt["model"])
+        load_optimizer(self.opt, ckpt["optimizer"])
+        if self.scaler is not None and ckpt["scaler"] is not None:
+            self.scaler.load_state_dict(ckpt["scaler"])
+        mine = ckpt["state"]["ranks"][self.ctx.rank]
+        set_rng_state(mine["rng"])
+        for gen, state in zip(self.generators, mine["generators"]):
+            gen.set_state(state)
+        record["epochs"] = ckpt["state"]["epochs"]
+        extra.update(ckpt["state"]["extra"])
+        if self.ctx.is_main:
+            LOG.info(f"resumed after epoch {ckpt['epoch']} from {self.args.resume}")
+        return int(ckpt["epoch"]) + 1
+
+    def save(self, epoch: int, record: dict[str, Any], extra: dict[str, Any]) -> None:
+        """Write the checkpoint of ``epoch`` (rank 0), every rank's generators gathered first."""
+        if not self.args.checkpoint:
+            return
+        mine = {"rng": get_rng_state(), "generators": [gen.get_state() for gen in self.generators]}
+        ranks: list[Any] = [mine]
+        if self.ctx.distributed:
+            import torch.distributed as dist
+
+            ranks = [None] * self.ctx.world_size
+            dist.all_gather_object(ranks, mine)
+        if self.ctx.is_main:
+            save_training(self.args.checkpoint, config=vars(self.args), epoch=epoch, model=self.model,
+                          optimizer=self.opt, scaler=self.scaler,
+                          state={"ranks": ranks, "epochs": record["epochs"], "extra": extra})
 
 
 def window_record(window: KernelBusyWindow, wall: float, n_batches: int, device: torch.device) -> dict[str, Any]:
@@ -278,9 +370,9 @@ def prepare(args: argparse.Namespace) -> Any:
                             feature_dtype=args.feature_dtype, device=args.generate_on)
     if args.generate_on == "cuda":
         torch.cuda.empty_cache()  # the generator's buffers: the ranks need the memory (this process may be one)
-    print(f"{args.dataset} (synthetic, scale {args.scale:g}) in {args.root}: {g.num_nodes:,} nodes, {g.num_edges:,} "
+    LOG.info(f"{args.dataset} (synthetic, scale {args.scale:g}) in {args.root}: {g.num_nodes:,} nodes, {g.num_edges:,} "
           f"edges, {g.x.size(1)} features ({args.feature_dtype}), train/valid/test {g.train_idx.numel():,}/"
-          f"{g.valid_idx.numel():,}/{g.test_idx.numel():,} ({time.perf_counter() - t0:.1f} s)", flush=True)
+          f"{g.valid_idx.numel():,}/{g.test_idx.numel():,} ({time.perf_counter() - t0:.1f} s)")
     return g
 
 
@@ -303,7 +395,7 @@ def memory_plan(args: argparse.Namespace, g: Any, ranks: int, params: int, hops:
                           hop_nodes=hops[0] if hops else None, hop_edges=hops[1] if hops else None, trimmed=trimmed,
                           sampler="device" if args.sampler == "static" else args.sampler,
                           sample_ahead=args.sample_ahead)
-    print(label + est.summary(), flush=True)
+    LOG.info(label + est.summary())
     return est.as_dict()
 
 
@@ -363,6 +455,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
 
     from cudnn_gnn.datasets.synthetic import load_mapped
 
+    setup_logging(args.verbose, args.quiet)  # a spawned rank starts with logging unset
     if ctx.local_rank == 0 and launched_by_torchrun():  # one writer per host (spawned: the launcher wrote it)
         prepare(args)
     if ctx.distributed:
@@ -426,20 +519,25 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         record["sampler_setup_seconds"] = time.perf_counter() - t_setup
         record["gpu_resident_graph_bytes"] = device_graph.resident_bytes()
         if ctx.is_main:
-            print(f"device sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
-                  f"{record['sampler_setup_seconds']:.1f} s", flush=True)
+            LOG.info(f"device sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
+                     f"{record['sampler_setup_seconds']:.1f} s")
     if not args.no_warm_up and (device.type == "cuda" or args.compile):  # kernel and compiled-graph builds here,
         # not in epoch 1; model state left unchanged. Eager on a CPU builds nothing: the step would only cost time.
-        if ctx.is_main:
-            print("building kernels: one warm-up step on a random batch ...", end=" ", flush=True)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=args.batch_size,
                                             fanout=args.fanout if hop_counts(args.sampler) else None)
         if ctx.is_main:
-            print(f"{record['warm_up_seconds']:.1f} s", flush=True)
+            LOG.info(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s")
     meter, sample_meter = BusyMeter(device), BusyMeter(device)  # the model's step; the device sampler's batches
     hops: tuple[list[int], list[int]] | None = None
     largest = (0, 0)  # the largest batch (nodes, edges) of epoch 1, for the model where there are no per-hop counts
-    for epoch in range(1, args.epochs + 1):
+    gens = [ld.generator for ld in (train_loader, *eval_loaders) if isinstance(ld, DeviceNeighborLoader)]
+    checkpoints = Checkpoints(args, ctx, model, opt, scaler, gens)
+    kept: dict[str, Any] = {"hops": None, "largest": [0, 0]}
+    first_epoch = checkpoints.restore(record, kept)
+    if kept["hops"] is not None:
+        hops = (list(kept["hops"][0]), list(kept["hops"][1]))
+    largest = (int(kept["largest"][0]), int(kept["largest"][1])) if first_epoch > 1 else largest
+    for epoch in range(first_epoch, args.epochs + 1):
         ddp.train()
         meter.reset()
         sample_meter.reset()
@@ -494,6 +592,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                        evaluate_full(model, args, ctx, g, device_graph))
             rec["eval_seconds"] = time.perf_counter() - t_eval
         record["epochs"].append(rec)
+        checkpoints.save(epoch, record, {"hops": hops, "largest": list(largest)})
         if ctx.is_main:
             busy = "n/a" if rec["gpu_busy_fraction"] is None else f"{100 * rec['gpu_busy_fraction']:.0f}%"
             if rec["gpu_busy_fraction_step_and_sampling"] is not None:
@@ -506,8 +605,9 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
                          + ("" if estimate is None else f", {100 * estimate:.0f}% of an unprofiled batch") + ")")
             peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
             acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
-            print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), "
-                  f"GPU busy {busy}{peak}, host RSS {rec['peak_host_rss_bytes'] / 2**30:.2f} GiB{acc}", flush=True)
+            LOG.info(format_epoch(epoch, args.epochs, {"loss": rec["loss"]}) + f", {wall:.2f} s "
+                     f"({rec['seeds_per_second']:,.0f} seeds/s), GPU busy {busy}{peak}, host RSS "
+                     f"{rec['peak_host_rss_bytes'] / 2**30:.2f} GiB{acc}")
     if ctx.is_main:
         if hops is not None:
             record["measured_hops"] = {"nodes": hops[0], "edges": hops[1]}
@@ -548,12 +648,12 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
                   gpu_resident_graph_bytes=sum(t.numel() * t.element_size() for t in resident),
                   static_slots_per_batch=sampler.num_slots,
                   static_batch_bytes=sampler.batch_bytes(feature_bytes=4 * g.x.size(1)))
-    print(f"static sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
+    LOG.info(f"static sampler: graph on {device} ({record['gpu_resident_graph_bytes'] / 2**30:.2f} GiB) in "
           f"{record['sampler_setup_seconds']:.1f} s; {sampler.num_slots:,} slots a batch "
-          f"({record['static_batch_bytes'] / 2**20:.0f} MiB of batch tensors)", flush=True)
+          f"({record['static_batch_bytes'] / 2**20:.0f} MiB of batch tensors)")
     if not args.no_warm_up:  # Triton's kernel builds before epoch 1 (the captured step's own warm-up is in it)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=B, fanout=args.fanout)
-        print(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s", flush=True)
+        LOG.info(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s")
     loss_fn = sampled_loss(model, sampler, pyg=args.model == "pyg-gat", compile=args.compile)
     inputs = {"seeds": torch.zeros(B, dtype=torch.int64, device=device),
               "seed_valid": torch.ones(B, dtype=torch.bool, device=device)}
@@ -564,9 +664,11 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
         capture_ahead(step, sampler.epoch(train_idx))
         torch.cuda.synchronize(device)
         record["capture_seconds"] = time.perf_counter() - t_capture
-        print(f"captured the step before epoch 1 ({'replaying' if step.captured else step.eager_reason}): "
-              f"{record['capture_seconds']:.1f} s", flush=True)
-    for epoch in range(1, args.epochs + 1):
+        LOG.info(f"captured the step before epoch 1 ({'replaying' if step.captured else step.eager_reason}): "
+                 f"{record['capture_seconds']:.1f} s")
+    checkpoints = Checkpoints(args, ctx, model, opt, None, [])  # the sampler draws from torch's default generator
+    first_epoch = checkpoints.restore(record, {})
+    for epoch in range(first_epoch, args.epochs + 1):
         model.train()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
@@ -595,6 +697,7 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
                        else evaluate_full(model, args, ctx, g, sampler))
             rec["eval_seconds"] = time.perf_counter() - t_eval
         record["epochs"].append(rec)
+        checkpoints.save(epoch, record, {})
         busy = ""
         if rec["gpu_kernel_busy_fraction"] is not None:
             busy = (f", kernels {100 * rec['gpu_kernel_busy_fraction']:.0f}% of {rec['profiled_batches']} profiled "
@@ -602,8 +705,9 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
         peak = "" if rec["peak_gpu_bytes"] is None else f", peak GPU {rec['peak_gpu_bytes'] / 2**30:.2f} GiB"
         acc = f", valid {rec['valid_acc']:.4f} test {rec['test_acc']:.4f}" if "valid_acc" in rec else ""
         mode = "captured" if step.captured else f"eager ({step.eager_reason or 'warming up'})"
-        print(f"epoch {epoch}: loss {rec['loss']:.4f}, {wall:.2f} s ({rec['seeds_per_second']:,.0f} seeds/s), step "
-              f"{mode}{busy}{peak}{acc}", flush=True)
+        LOG.info(format_epoch(epoch, args.epochs, {"loss": rec["loss"]}) + f", {wall:.2f} s "
+                 f"({rec['seeds_per_second']:,.0f} seeds/s), step "
+                 f"{mode}{busy}{peak}{acc}")
     record["measured_hops"] = {"nodes": sampler.hop_sizes, "edges": sampler.hop_sizes[1:]}
     steady = [e["seconds"] for e in record["epochs"][1:]] or [e["seconds"] for e in record["epochs"]]
     record["sec_per_epoch"] = sum(steady) / len(steady)
@@ -724,7 +828,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse(argv)
     if not args.plan_only and args.sampler == "pyg" and not sampler_available():
         print("papers100m.py: error: --sampler pyg needs pyg-lib or torch-sparse for PyG's NeighborLoader; install one "
-              "with: pip install pyg-lib -f https://data.pyg.org/whl/torch-<version>+<cpu|cuXYZ>.html (or use "
+              f"with: pip install pyg-lib -f {pyg_wheel_url()} (or use "
               "--sampler device)", file=sys.stderr)
         raise SystemExit(2)
     torchrun = launched_by_torchrun()
@@ -748,7 +852,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out = launch(worker, nprocs=1 if torchrun else args.gpus, args=(args, result), device=args.device)
         if out is None and os.path.exists(result):
             out = json.loads(Path(result).read_text())
-    return out or {}
+    out = out or {}
+    last = out["epochs"][-1] if out.get("epochs") else {}
+    if "valid_acc" in last:  # the result line, in the other scripts' form
+        print(f"final: {args.dataset} {args.model} ({args.sampler} sampler, {out['world_size']} rank(s)) after "
+              f"{len(out['epochs'])} epochs: valid acc {100 * last['valid_acc']:.2f}, test acc {100 * last['test_acc']:.2f}, "
+              f"#params {out['params']:,}, {out['sec_per_epoch']:.3f} s/epoch")
+    return out
 
 
 if __name__ == "__main__":

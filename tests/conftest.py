@@ -103,3 +103,24 @@ def call_spec(graph: CscGraph, x_src: torch.Tensor, x_dst: torch.Tensor, attn_we
         activation_alpha=float(activation_alpha), dropout_mask=dropout_mask, dropout=dropout,
         dropout_seed=dropout_seed, return_attention=return_attention,
         deterministic=False, grad_precision="auto", backend="triton", max_degree=None)
+
+
+@pytest.fixture
+def example_main(monkeypatch):
+    """``example_main(name)`` -> the ``main(argv)`` of ``examples/<name>.py`` (its folder on sys.path for
+    ``_common``, which is dropped from ``sys.modules`` afterwards)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[1] / "examples"
+    monkeypatch.syspath_prepend(str(folder))
+
+    def _main(name: str) -> Callable[..., object]:
+        spec = importlib.util.spec_from_file_location(f"example_{name}", folder / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        return module.main  # type: ignore[no-any-return]
+
+    yield _main
+    sys.modules.pop("_common", None)

@@ -478,15 +478,18 @@ def test_run_main_reader_gone_is_quiet(capsys, monkeypatch):
     assert silenced == [1] and capsys.readouterr().err == ""
 
 
-def test_ogb_script_on_a_cpu_defaults_to_a_small_graph_and_logs_progress_lines(script, capsys):
-    """On a CPU the synthetic graph defaults to --scale 0.01 (the real size would run for hours), and off a terminal
-    each epoch (--log-every 1) gets one progress line with its loss and the last scores."""
-    summary = script("ogbn_arxiv")(["--device", "cpu", "--epochs", "2", "--hidden", "4", "--heads", "1",
-                                    "--log-every", "1"])
+def test_ogb_script_on_a_cpu_defaults_to_a_small_graph_and_logs_epoch_lines(script, capsys):
+    """On a CPU the synthetic graph defaults to --scale 0.01 (the real size would run for hours), and each epoch
+    gets one history line (stdout, the main job's format) with its loss and scores; a single run's final line shows
+    no spread (no "± 0.00")."""
+    summary = script("ogbn_arxiv")(["--device", "cpu", "--epochs", "2", "--hidden", "4", "--heads", "1"])
     assert summary["scale"] == 0.01
-    lines = capsys.readouterr().err.strip().splitlines()
-    assert [ln.split(": ")[1].split()[0] for ln in lines] == ["1/2", "2/2"], lines
-    assert all("loss=" in ln and "valid=" in ln for ln in lines)
+    out = capsys.readouterr().out
+    lines = [ln for ln in out.splitlines() if ln.startswith("seed 0 epoch ")]
+    assert [ln.split(": ")[0].split()[-1] for ln in lines] == ["1/2", "2/2"], out
+    assert all("loss " in ln and "valid " in ln for ln in lines)
+    final = out.strip().splitlines()[-1]
+    assert final.startswith("final: ogbn-arxiv gat over 1 run: valid acc ") and "±" not in final, final
 
 
 def test_a_symlinked_output_is_written_through_to_its_target(tmp_path):
@@ -622,3 +625,28 @@ def test_main_job_threads_default_to_the_free_cores_on_cpu(monkeypatch):
         args.seeds = [args.seed]
         train.check_arguments(ap, args, [args.model])
         assert args.threads == expected
+
+
+def test_pyg_wheel_url_names_the_minor_release_index(monkeypatch):
+    """PyG publishes one wheel index per torch minor release, named by its .0: a patch release must not end up in
+    the URL (torch 2.13.1 takes torch-2.13.0's index)."""
+    from cudnn_gnn.apps import distributed
+
+    monkeypatch.setattr(distributed.torch, "__version__", "2.13.1+cu130")
+    monkeypatch.setattr(distributed.torch.version, "cuda", "13.0")
+    assert distributed.pyg_wheel_url() == "https://data.pyg.org/whl/torch-2.13.0+cu130.html"
+    monkeypatch.setattr(distributed.torch, "__version__", "2.12.0")
+    monkeypatch.setattr(distributed.torch.version, "cuda", None)
+    assert distributed.pyg_wheel_url() == "https://data.pyg.org/whl/torch-2.12.0+cpu.html"
+
+
+def test_products_sampled_without_a_sampler_names_sampler_static(example_main, capsys, monkeypatch):
+    """On a CPU without pyg-lib or torch-sparse, --sampled's error names --sampler static (nothing extra needed)."""
+    from cudnn_gnn.apps import distributed
+
+    monkeypatch.setattr(distributed, "sampler_available", lambda: False)
+    main_ = example_main("ogbn_products")
+    with pytest.raises(SystemExit) as exc:
+        main_(["--device", "cpu", "--sampled", "--sampler", "pyg", "--epochs", "1"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "--sampler static needs nothing extra" in err and "torch-2" in err, err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,12 @@ def _load_example():
         pytest.skip(f"cudnn_gnn.datasets.load_ogbg is not available yet ({e})")
     spec = importlib.util.spec_from_file_location("gps_molecules", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    sys.path.insert(0, str(EXAMPLE.parent))  # the script imports _common from its folder
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(EXAMPLE.parent))
+        sys.modules.pop("_common", None)
     return module
 
 
@@ -45,3 +51,22 @@ def test_gps_molecules_saves_a_model_that_loads_back_and_plots(tmp_path):
     model.load_state_dict(saved["state_dict"], strict=True)
     assert saved["config"]["args"]["epochs"] == 2
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_gps_molecules_pyg_baseline_over_seeds_on_the_default_device(capsys):
+    """--impl pyg trains PyG's GPSConv + GATConv; --runs 2 reports mean ± std of the runs (one run: no spread);
+    --precision bf16 runs under autocast; no --device: auto (the CPU here). One history line an epoch per seed."""
+    example = _load_example()
+    argv = ["--dataset", "ogbg-molbace", "--epochs", "1", "--limit", "16", "--batch-size", "16", "--channels", "8",
+            "--layers", "1", "--heads", "2", "--precision", "bf16"]
+    res = example.main([*argv, "--impl", "pyg", "--runs", "2"])
+    out = capsys.readouterr().out.splitlines()
+    assert res["impl"] == "pyg" and res["runs"] == 2 and [r["seed"] for r in res["per_run"]] == [0, 1]
+    assert "torch_geometric.nn.GPSConv" in out[0] and "device cpu" in out[0]
+    assert [ln.split(":")[0] for ln in out if ln.split(":")[0].endswith("/1")] == ["seed 0 epoch 1/1",
+                                                                                   "seed 1 epoch 1/1"]
+    assert out[-1].startswith("final: ogbg-molbace rocauc (pyg) over 2 runs: valid ") and "±" in out[-1]
+    example.main([*argv, "--seeds", "1", "-q"])
+    out = capsys.readouterr().out.splitlines()
+    assert len(out) == 1 and "over 1 run" in out[0] and "±" not in out[0], out

@@ -74,24 +74,36 @@ def test_save_reproduces_the_reported_test_accuracy(tmp_path):
     assert curves["train_loss"][0] == pytest.approx(torch.log(torch.tensor(7.0)).item(), abs=0.1)  # 7 classes
 
 
-def test_progress_lines_when_not_a_terminal(capsys):
-    """Off a terminal: one line every --log-every epochs (and one for the last), not silence and not a flood."""
+def test_history_lines_one_per_epoch_through_logging(capsys):
+    """A line per epoch stays as the run's history (PyG's and DGL's examples print one), in one format, through
+    logging: every --log-every epochs and the last; -q leaves only the final result line."""
+    from cudnn_gnn.apps._log import setup_logging
     from cudnn_gnn.apps.train import TrainConfig, train_planetoid
     from cudnn_gnn.datasets import load_planetoid
 
+    def epoch_lines(text):
+        return [ln.split(": ")[0].split()[-1] for ln in text.splitlines() if ln.startswith("seed 1 epoch ")]
+
+    setup_logging()
     data = load_planetoid("Cora", normalize_features=True)[0]
-    small = {"device": "cpu", "hidden": 2, "heads": 1, "epochs": 5}
+    small = {"device": "cpu", "hidden": 2, "heads": 1, "epochs": 5, "seed": 1}
     train_planetoid(TrainConfig(**small, log_every=2), data=data)
-    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert [ln.split(": ")[1].split()[0] for ln in lines] == ["2/5", "4/5", "5/5"], lines
-    assert all("loss=" in ln and "val_acc=" in ln for ln in lines)
-    train_planetoid(TrainConfig(**small), data=data)  # default: about 20 lines a run, here one an epoch
-    assert len(capsys.readouterr().err.splitlines()) == 5
+    out = capsys.readouterr().out
+    assert epoch_lines(out) == ["2/5", "4/5", "5/5"], out
+    assert all("loss " in ln and "val acc " in ln for ln in out.splitlines())
+    train_planetoid(TrainConfig(**small), data=data)  # default: one an epoch
+    assert epoch_lines(capsys.readouterr().out) == ["1/5", "2/5", "3/5", "4/5", "5/5"]
     for quiet in ({"log_every": 0}, {"progress": False}):
         train_planetoid(TrainConfig(**small, **quiet), data=data)
-        assert capsys.readouterr().err == ""
-    assert main(["--epochs", "2", "--device", "cpu", "--log-every", "1"]) == 0  # the flag
-    assert len(capsys.readouterr().err.splitlines()) == 2
+        assert capsys.readouterr().out == ""
+    assert main(["--epochs", "2", "--device", "cpu", "--seed", "1"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("GAT paper setup on Cora") and epoch_lines("\n".join(out)) == ["1/2", "2/2"]
+    assert out[-1].startswith("final: Cora gat seed 1: test accuracy"), out
+    assert main(["--epochs", "2", "--device", "cpu", "--seed", "1", "-q"]) == 0  # -q: the result alone
+    quiet = capsys.readouterr().out.splitlines()
+    assert len(quiet) == 1 and quiet[0].split(" (")[0] == out[-1].split(" (")[0], quiet
+    setup_logging()
 
 
 def test_train_planetoid_refuses_out_of_range_seeds():

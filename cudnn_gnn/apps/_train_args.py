@@ -27,9 +27,10 @@ from typing import Any
 
 from cudnn_gnn._names import GAT_BACKENDS
 from cudnn_gnn.apps._cli import ArgumentParser, nonnegative_int, positive_int, seed_int
+from cudnn_gnn.apps._log import add_verbosity_arguments
 from cudnn_gnn.apps._util import CONV_MODELS
 
-__all__ = ["DATASET_PRESETS", "MODELS", "PRECISION_NAMES", "add_arguments", "build_parser"]
+__all__ = ["DATASET_PRESETS", "MODELS", "PRECISION_NAMES", "add_arguments", "add_resume_arguments", "build_parser"]
 
 MODELS = CONV_MODELS
 PRECISION_NAMES = ("fp32", "bf16", "fp16")
@@ -60,13 +61,24 @@ def add_arguments(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--threads", type=nonnegative_int, default=0,
                     help="torch CPU threads of a CPU run (0: the cores that other processes leave free, from the "
                          "load average, at least 1; torch's own thread a core slows several-fold on a shared machine)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar, and no progress lines")
-    ap.add_argument("--log-every", type=nonnegative_int, default=None, metavar="N",
-                    help="when not on a terminal: one progress line every N epochs (default: about 20 a run; 0: none)")
+    ap.add_argument("--no-progress", action="store_true", help="no per-epoch lines (as --log-every 0)")
+    ap.add_argument("--log-every", type=nonnegative_int, default=1, metavar="N",
+                    help="one history line every N epochs, and one for the last (0: none)")
+    add_verbosity_arguments(ap)
     ap.add_argument("--save", metavar="PATH", default=None,
                     help="save the model of the reported epoch: torch.save({'state_dict', 'config'}) (load with "
                          "load_gat)")
     ap.add_argument("--plot", metavar="PATH", default=None, help="draw the loss/accuracy curves to a PNG")
+
+
+def add_resume_arguments(ap: argparse.ArgumentParser) -> None:
+    """``--checkpoint PATH`` and ``--resume PATH`` (the main job and the OGB scripts)."""
+    ap.add_argument("--checkpoint", metavar="PATH", default=None,
+                    help="write the training state (model, optimizer, scheduler, epoch, random generators, best "
+                         "scores) to PATH after every epoch, atomically; several seeds: PATH gets -seedN")
+    ap.add_argument("--resume", metavar="PATH", default=None,
+                    help="continue the run whose --checkpoint is PATH (same settings; --epochs may be raised): the "
+                         "result is the one the uninterrupted run gives")
 
 
 def build_parser() -> ArgumentParser:
@@ -80,4 +92,5 @@ def build_parser() -> ArgumentParser:
     ap.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
                     help="on CUDA, capture our model's training step in one CUDA graph and replay it (default: on; "
                          "eager on CPU, for pyg-* models and with --precision fp16)")
+    add_resume_arguments(ap)
     return ap

@@ -589,6 +589,15 @@ class KernelBusyWindow:
         return min(1.0, (self.busy_seconds / self.count) / (outside / rest))
 
 
+def pyg_wheel_url() -> str:
+    """PyG's wheel index for this torch build: ``https://data.pyg.org/whl/torch-<major>.<minor>.0+<cpu|cuXYZ>.html``
+    (PyG builds one index per torch minor release, named by its ``.0``: torch 2.13.1 takes torch-2.13.0's)."""
+    major, minor = torch.__version__.split("+")[0].split(".")[:2]
+    cuda = torch.version.cuda
+    tag = f"cu{cuda.replace('.', '')}" if cuda else "cpu"
+    return f"https://data.pyg.org/whl/torch-{major}.{minor}.0+{tag}.html"
+
+
 def sampler_available() -> bool:
     """Whether PyG's ``NeighborLoader`` can sample here (``pyg-lib`` or ``torch-sparse`` installed)."""
     import torch_geometric.typing as pyg_typing
@@ -621,11 +630,9 @@ def mapped_neighbor_loader(colptr: Tensor, row: Tensor, *, node_attrs: dict[str,
         RuntimeError: neither ``pyg-lib`` nor ``torch-sparse`` is installed (the message has the pip command).
     """
     if not sampler_available():
-        ver = torch.__version__.split("+")[0]
-        tag = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
         raise RuntimeError(
             "sampled training needs pyg-lib or torch-sparse for PyG's NeighborLoader, and neither is installed; "
-            f"install one with: pip install pyg-lib -f https://data.pyg.org/whl/torch-{ver}+{tag}.html")
+            f"install one with: pip install pyg-lib -f {pyg_wheel_url()}")
     from torch_geometric.data import Data
     from torch_geometric.loader import NeighborLoader
     from torch_geometric.sampler import NeighborSampler

@@ -32,8 +32,15 @@ from cudnn_gnn.apps._cli import (
     one_line,
     run_main,
 )
-from cudnn_gnn.apps._progress import default_log_every, progress
-from cudnn_gnn.apps._train_args import DATASET_PRESETS, MODELS, add_arguments, build_parser
+from cudnn_gnn.apps._log import LOG, format_epoch, setup_logging
+from cudnn_gnn.apps._resume import check_config, load_checkpoint, load_optimizer, save_training, set_rng_state
+from cudnn_gnn.apps._train_args import (  # noqa: F401  (add_arguments, add_resume_arguments: the examples' too)
+    DATASET_PRESETS,
+    MODELS,
+    add_arguments,
+    add_resume_arguments,
+    build_parser,
+)
 from cudnn_gnn.apps._util import conv_class, plot_curves, save_checkpoint, state_copy, write_json
 
 __all__ = ["DATASET_PRESETS", "MODELS", "TrainConfig", "add_arguments", "build_gat", "load_gat", "main", "run_config",
@@ -62,11 +69,20 @@ class TrainConfig:
     weight_decay: float | None = None
     data_root: str | None = None
     threads: int = 0  # torch.set_num_threads (0: leave as is; the command line passes apps._cli.default_threads())
-    progress: bool = True
-    log_every: int | None = None  # off a terminal: a progress line every N epochs (None: about 20 a run; 0: none)
+    progress: bool = True  # the per-epoch history lines (logged at INFO, apps/_log.py)
+    log_every: int = 1  # a history line every N epochs and one for the last (0: none)
     save: str | None = None  # torch.save({"state_dict", "config"}) of the model at the reported epoch to this path
     plot: str | None = None  # the loss/accuracy curves as a PNG at this path
     capture: bool = True  # on CUDA, our models' training step captured in one CUDA graph (apps/capture.py)
+    checkpoint: str | None = None  # the training state after every epoch, to this path (apps/_resume.py)
+    resume: str | None = None  # continue the run a --checkpoint file holds (its epochs, generators, early stopping)
+
+
+#: TrainConfig fields that do not change what a run computes (outputs, display, speed): a run may be resumed with
+#: other values. ``epochs`` is a bound, so a stopped run can be extended; ``device``, ``backend`` and ``capture``
+#: decide where and how the same step runs.
+RUN_ONLY = ("epochs", "device", "backend", "capture", "data_root", "threads", "progress", "log_every", "save", "plot",
+            "checkpoint", "resume")
 
 
 class GAT(nn.Module):
@@ -129,6 +145,22 @@ def build_gat(model: str, in_channels: int, num_classes: int, *, hidden: int = 8
                conv_kwargs=kwargs)
 
 
+def resolved_config(cfg: TrainConfig) -> dict[str, Any]:
+    """``cfg`` as a dict with the dataset preset's values filled in (``out_heads``, ``lr``, ``weight_decay``)."""
+    preset = DATASET_PRESETS[cfg.dataset]
+    return {**asdict(cfg), "out_heads": preset["out_heads"] if cfg.out_heads is None else cfg.out_heads,
+            "lr": preset["lr"] if cfg.lr is None else cfg.lr,
+            "weight_decay": preset["weight_decay"] if cfg.weight_decay is None else cfg.weight_decay}
+
+
+def load_resume(cfg: TrainConfig, path: str) -> dict[str, Any]:
+    """The checkpoint at ``path`` (``cfg.resume``), refused (``ValueError`` naming each difference) when written under
+    settings other than ``cfg``'s (:data:`RUN_ONLY` fields aside)."""
+    ckpt = load_checkpoint(path)
+    check_config(ckpt, resolved_config(cfg), path, free=RUN_ONLY)
+    return ckpt
+
+
 def resolve_device(device: str) -> torch.device:
     if device == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -187,10 +219,9 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         raise ValueError(f"seed must be an int in [0, {SEED_MAX}], got {cfg.seed!r}")
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
-    preset = DATASET_PRESETS[cfg.dataset]
-    out_heads = preset["out_heads"] if cfg.out_heads is None else cfg.out_heads
-    lr = preset["lr"] if cfg.lr is None else cfg.lr
-    weight_decay = preset["weight_decay"] if cfg.weight_decay is None else cfg.weight_decay
+    resolved = resolved_config(cfg)
+    out_heads, lr, weight_decay = resolved["out_heads"], resolved["lr"], resolved["weight_decay"]
+    ckpt = load_resume(cfg, cfg.resume) if cfg.resume else None  # refused before any data is read
     device = resolve_device(cfg.device)
 
     if data is None:
@@ -233,13 +264,25 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
 
     best_acc, best_loss = -1.0, float("inf")  # running maxima/minima (the authors' vacc_mx / vlss_mn)
     chosen = {"best_epoch": 0, "val_acc": 0.0, "val_loss": float("inf"), "test_acc": 0.0}
-    bad, epoch = 0, 0
-    best_state = state_copy(model) if cfg.save else None
+    bad, epoch, before = 0, 0, 0.0
+    keep = bool(cfg.save or cfg.checkpoint)  # the weights of the reported epoch: for --save, kept in checkpoints
+    best_state = state_copy(model) if keep else None
     curves: dict[str, list[float]] = {"train_loss": [], "val_loss": [], "val_acc": [], "test_acc": []}  # per epoch
-    bar = progress(total=cfg.epochs, desc=f"{cfg.dataset} {cfg.model} seed {cfg.seed}", enabled=cfg.progress,
-                   log_every=default_log_every(cfg.epochs) if cfg.log_every is None else cfg.log_every)
+    if ckpt is not None:  # where the checkpoint's run stopped: its weights, optimizer, generators, early stopping
+        model.load_state_dict(ckpt["model"])
+        load_optimizer(opt, ckpt["optimizer"])
+        if scaler is not None and ckpt["scaler"] is not None:
+            scaler.load_state_dict(ckpt["scaler"])
+        st = ckpt["state"]
+        best_acc, best_loss, chosen, bad, curves = st["best_acc"], st["best_loss"], st["chosen"], st["bad"], st["curves"]
+        epoch, before = ckpt["epoch"], st["seconds"]
+        best_state = {k: v.to(device) for k, v in st["best_state"].items()} if keep else None
+        set_rng_state(ckpt["rng"])
+    log_every = cfg.log_every if cfg.progress else 0
     t0 = time.perf_counter()
-    for epoch in range(1, cfg.epochs + 1):
+    start = epoch + 1 if bad < cfg.patience else cfg.epochs + 1  # a checkpoint of a run that stopped early: done
+    for epoch in range(start, cfg.epochs + 1):
+        t_epoch = time.perf_counter()
         model.train()
         if step is not None:
             loss = step()
@@ -262,7 +305,7 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         if val_acc >= best_acc or val_loss <= best_loss:
             if val_acc >= best_acc and val_loss <= best_loss:
                 chosen = {"best_epoch": epoch, "val_acc": val_acc, "val_loss": val_loss, "test_acc": test_acc}
-                if cfg.save:  # the weights whose test accuracy is reported, not the last epoch's
+                if keep:  # the weights whose test accuracy is reported, not the last epoch's
                     best_state = state_copy(model)
             best_acc, best_loss = max(val_acc, best_acc), min(val_loss, best_loss)
             bad = 0
@@ -270,13 +313,23 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
             bad += 1
         for name, value in zip(curves, (train_loss, val_loss, val_acc, test_acc)):
             curves[name].append(value)
-        if bar.active:
-            bar.set_postfix(loss=f"{train_loss:.3f}", val_acc=f"{val_acc:.3f}", test_at_best=f"{chosen['test_acc']:.3f}")
-        bar.update(1)
+        if log_every and (epoch % log_every == 0 or epoch == cfg.epochs or bad >= cfg.patience):
+            LOG.info(f"seed {cfg.seed} " + format_epoch(epoch, cfg.epochs, {
+                "loss": train_loss, "val loss": val_loss, "val acc": val_acc, "test acc": test_acc,
+                "test acc at best": chosen["test_acc"]}))
+            peak = f", peak {torch.cuda.max_memory_allocated(device) / 2**30:.2f} GiB" if device.type == "cuda" else ""
+            LOG.debug(f"seed {cfg.seed} epoch {epoch}: {time.perf_counter() - t_epoch:.3f} s{peak}")
+        if cfg.checkpoint:
+            state = {"best_acc": best_acc, "best_loss": best_loss, "chosen": chosen, "bad": bad, "curves": curves,
+                     "seconds": before + time.perf_counter() - t0, "best_state": best_state}
+            save_training(cfg.checkpoint, config=resolved, epoch=epoch, model=model, optimizer=opt, scaler=scaler,
+                          state=state)
         if bad >= cfg.patience:
             break
-    seconds = time.perf_counter() - t0
-    bar.close()  # an early stop shows as complete
+    seconds = before + time.perf_counter() - t0
+    if bad >= cfg.patience and epoch < cfg.epochs:
+        LOG.info(f"seed {cfg.seed}: early stop after epoch {epoch} (no better val loss or val acc for {cfg.patience} "
+                 f"epochs); reporting epoch {chosen['best_epoch']}")
     if cfg.save:
         config = {**asdict(cfg), "in_channels": data.num_features, "num_classes": num_classes, "out_heads": out_heads,
                   "lr": lr, "weight_decay": weight_decay, "epoch": chosen["best_epoch"], "test_acc": chosen["test_acc"]}
@@ -319,7 +372,9 @@ def run_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace, models: list[str]) -> torch.device:
-    """Every user mistake in the shared flags, as one ``ap.error`` line before any work; returns the device."""
+    """Every user mistake in the shared flags, as one ``ap.error`` line before any work; returns the device. Sets up
+    the messages' verbosity (:func:`~cudnn_gnn.apps._log.setup_logging`)."""
+    setup_logging(args.verbose, args.quiet)
     if args.dataset == "PubMed" and args.data_root is None:
         ap.error("--dataset PubMed needs --data-root (PubMed is not bundled; see cudnn_gnn/datasets/README.md)")
     check_data_root(ap, args.data_root)
@@ -364,13 +419,22 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     args.seeds = [args.seed]
     device = check_arguments(ap, args, [args.model])
+    check_output_path(ap, "--checkpoint", args.checkpoint)
+    check_distinct_outputs(ap, {"--json": args.json, "--save": args.save, "--plot": args.plot,
+                                "--checkpoint": args.checkpoint})
 
     cfg = TrainConfig(dataset=args.dataset, model=args.model, backend=args.backend, device=str(device),
                       precision=args.precision, seed=args.seed, epochs=args.epochs, patience=args.patience,
                       data_root=args.data_root, threads=args.threads, progress=not args.no_progress,
-                      log_every=args.log_every, save=args.save, plot=args.plot, capture=args.capture)
+                      log_every=args.log_every, save=args.save, plot=args.plot, capture=args.capture,
+                      checkpoint=args.checkpoint, resume=args.resume)
+    if cfg.resume:  # a missing, foreign or mismatched checkpoint is refused before any data is read
+        try:
+            load_resume(cfg, cfg.resume)
+        except (FileNotFoundError, ValueError) as exc:
+            ap.error(one_line(exc))
     backend = args.backend if not args.model.startswith("pyg-") else "PyG's message passing"
-    print(f"GAT paper setup on {cfg.dataset}: model {cfg.model} ({backend}), device {device}, precision {cfg.precision}, "
+    LOG.info(f"GAT paper setup on {cfg.dataset}: model {cfg.model} ({backend}), device {device}, precision {cfg.precision}, "
           f"seed {cfg.seed}, up to {cfg.epochs} epochs, patience {cfg.patience}")
     res = train_planetoid(cfg)
     write_json(args.json, res)
