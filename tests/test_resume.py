@@ -24,7 +24,7 @@ TIMING = {"seconds", "sec_per_epoch", "epochs", "checkpoint", "resume", "per_run
 def cora():
     from cudnn_gnn.datasets import load_planetoid
 
-    return load_planetoid("Cora", normalize_features=True)
+    return load_planetoid("Cora", normalize_features=True)[0]
 
 
 def _computed(res: dict) -> dict:
