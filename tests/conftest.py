@@ -57,11 +57,21 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--shard", default=None, metavar="I/N",
         help="run shard I of N (0-based) of the collected tests, to spread cuDNN's first-call kernel builds "
              "(single-threaded, 40-120 s each) over N processes; tests marked slow all go to shard 0, the rest "
-             "round-robin over the other shards. tests/gpu/run_shards.py drives this.")
+             "round-robin over the other shards; tests marked gpu_alone go to none (see --alone). "
+             "tests/gpu/run_shards.py drives this.")
+    parser.addoption(
+        "--alone", action="store_true", default=False,
+        help="run only the tests marked gpu_alone (those that need most of the GPU's memory), which --shard leaves "
+             "out: tests/gpu/run_shards.py runs them in one process after the shards, with the GPU to themselves.")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     spec = config.getoption("--shard")
+    if config.getoption("--alone"):
+        if spec is not None:
+            raise pytest.UsageError("--alone and --shard exclude each other: --alone runs what the shards leave out")
+        _keep(config, items, [it for it in items if it.get_closest_marker("gpu_alone") is not None])
+        return
     if spec is None:
         return
     try:
@@ -70,17 +80,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         raise pytest.UsageError(f"--shard must be I/N with integers 0 <= I < N, got {spec!r}") from None
     if not 0 <= index < count:
         raise pytest.UsageError(f"--shard must be I/N with integers 0 <= I < N, got {spec!r}")
-    keep, drop = [], []
-    fast = [it for it in items if it.get_closest_marker("slow") is None]
+    shared = [it for it in items if it.get_closest_marker("gpu_alone") is None]  # --alone runs the others
+    keep = []
+    fast = [it for it in shared if it.get_closest_marker("slow") is None]
     position = {id(it): k for k, it in enumerate(fast)}
-    for it in items:
+    for it in shared:
         if count == 1:
             shard = 0
         elif id(it) not in position:
             shard = 0
         else:
             shard = 1 + position[id(it)] % (count - 1)
-        (keep if shard == index else drop).append(it)
+        if shard == index:
+            keep.append(it)
+    _keep(config, items, keep)
+
+
+def _keep(config: pytest.Config, items: list[pytest.Item], keep: list[pytest.Item]) -> None:
+    """Run ``keep`` of ``items`` (in place), reporting the rest as deselected."""
+    kept = {id(it) for it in keep}
+    drop = [it for it in items if id(it) not in kept]
     items[:] = keep
     if drop:
         config.hook.pytest_deselected(items=drop)

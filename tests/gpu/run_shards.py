@@ -9,6 +9,9 @@ Usage (from the repository root)::
 
     python tests/gpu/run_shards.py --shards 12 --out gpu-run -- tests/gpu -m gpu
 
+Tests marked ``gpu_alone`` (those that need most of the GPU's memory) run after the shards, in one process with the
+GPU to themselves (their "shard" is N in the report).
+
 Writes ``<out>/tests.log`` (every shard's output, one after the other) and ``<out>/tests.json`` (one record per
 test: outcome, seconds, shard, message), prints the failures and a one-line summary, and exits 0 only when no
 test failed or errored and every shard finished.
@@ -44,6 +47,21 @@ def parse_junit(path: str, shard: int) -> list[dict[str, Any]]:
     return out
 
 
+def _wait(procs: list[tuple[subprocess.Popen[bytes], Any]], which: Any, left: float, timed_out: list[int]) -> None:
+    """Wait for the processes ``which`` of ``procs`` until ``left`` seconds have passed; kill the rest (their
+    indices appended to ``timed_out``) and close every log."""
+    t0 = time.perf_counter()
+    for i in which:
+        p, log = procs[i]
+        try:
+            p.wait(timeout=max(1.0, left - (time.perf_counter() - t0)))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+            timed_out.append(i)
+        log.close()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shards", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)))
@@ -63,22 +81,22 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rfEs", "--durations=0",
                f"--shard={i}/{args.shards}", f"--junitxml={os.path.join(work, f'shard{i}.xml')}", *rest]
         procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=False), log))
-    timed_out = []
-    for i, (p, log) in enumerate(procs):
-        left = args.timeout - (time.perf_counter() - t0)
-        try:
-            p.wait(timeout=max(1.0, left))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            timed_out.append(i)
-        log.close()
+    timed_out: list[int] = []
+    _wait(procs, range(args.shards), args.timeout - (time.perf_counter() - t0), timed_out)
+    # then the tests marked gpu_alone (most of the GPU's memory), in one process with the GPU to themselves
+    alone = args.shards
+    log = open(os.path.join(work, f"shard{alone}.log"), "w")
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-v", "-rfEs", "--durations=0", "--alone",
+           f"--junitxml={os.path.join(work, f'shard{alone}.xml')}", *rest]
+    procs.append((subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))
+    _wait(procs, [alone], args.timeout - (time.perf_counter() - t0), timed_out)
     wall = time.perf_counter() - t0
 
     records: list[dict[str, Any]] = []
     with open(os.path.join(args.out, "tests.log"), "w") as combined:
         for i, (p, _) in enumerate(procs):
-            combined.write(f"\n======== shard {i}/{args.shards} (exit {p.returncode}"
+            name = f"shard {i}/{args.shards}" if i < args.shards else "the gpu_alone tests, alone"
+            combined.write(f"\n======== {name} (exit {p.returncode}"
                            f"{', killed at the timeout' if i in timed_out else ''}) ========\n")
             with open(os.path.join(work, f"shard{i}.log")) as f:
                 combined.write(f.read())

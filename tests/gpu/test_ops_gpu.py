@@ -286,6 +286,7 @@ print('OK', g.to_index_dtype(torch.int64) is not None)
 
 
 @pytest.mark.slow
+@pytest.mark.gpu_alone
 @pytest.mark.parametrize("n, d, e", [(8_500_000, 256, 1_000_000), (2_450_000, 256, 61_000_000)],
                          ids=["N*D>=2^31", "products-61M-edges"])
 def test_int32_graph_that_crashed_raw_kernels_runs_promoted(n, d, e):
