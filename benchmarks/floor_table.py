@@ -62,6 +62,8 @@ CASES: dict[str, tuple[tuple[Layer, ...], float]] = {
 }
 KERNELS = ("_node_scores_kernel", "_fwd_kernel", "_bwd_gat_delta_kernel", "_bwd_gat_src_kernel",
            "_bwd_gat_dst_kernel", "_node_scores_bwd_kernel")
+FOLLOWERS = {"_bwd_gat_dst_kernel": ("_bwd_gat_dst_join_kernel",)}
+"""Kernels whose time counts in a row's: the destination sum's join of the rows that cross its blocks."""
 
 
 def _sectors(row_bytes: float) -> float:
@@ -98,7 +100,7 @@ def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4)
         streamed=rows + e * index + scores + n * d * out_elem + scores,  # offsets, indices, score_dst, out, lse
         gathered=((e, d * elem, x), (e, h * f, scores)),  # x_j and score_src_j per edge
         compulsory=rows + e * index + x + 2 * scores + n * d * out_elem + scores)
-    delta = KernelBytes(streamed=rows + 2 * n * d * out_elem + scores, compulsory=rows + 2 * n * d * out_elem + scores)
+    delta = KernelBytes(streamed=2 * n * d * out_elem + scores, compulsory=2 * n * d * out_elem + scores)
     # the source pass: x_j and score_src_j once per source; per out-edge dout_i, score_dst_i, lse_i, delta_i
     # gathered and dz written at the edge's CSC position
     src = KernelBytes(
@@ -106,7 +108,8 @@ def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4)
         gathered=((e, d * out_elem, n * d * out_elem), (e, h * f, scores), (e, h * f, scores), (e, h * f, scores),
                   (e, h * f, e * h * f)),
         compulsory=rows + 2 * e * index + 2 * x + 2 * scores + n * d * out_elem + 3 * scores + e * h * f)
-    dst = KernelBytes(streamed=rows + e * h * f + scores, compulsory=rows + e * h * f + scores)
+    # the segmented sum reads each edge's row index beside dz (the offsets would do: rows, not edges, compulsory)
+    dst = KernelBytes(streamed=e * index + e * h * f + scores, compulsory=rows + e * h * f + scores)
     score = KernelBytes(streamed=x + 2 * scores, compulsory=x + 2 * scores)
     score_bwd = KernelBytes(streamed=x + 2 * scores + 2 * x, compulsory=x + 2 * scores + 2 * x)
     return dict(zip(KERNELS, (score, fwd, delta, src, dst, score_bwd)))
@@ -230,7 +233,8 @@ def table_rows(case: str, dtype: str, us: dict[str, float], nodes: int, edges: i
     rows = []
     for name in KERNELS:
         kb = total[name]
-        t = next((v for k, v in us.items() if k.startswith(name)), None)
+        times = [v for k, v in us.items() if any(k.startswith(part) for part in (name, *FOLLOWERS.get(name, ())))]
+        t = sum(times) if times else None
         floor = floor_us(kb, rates)
         rows.append({"kernel": name, "bytes_as_coded": kb.as_coded(), "bytes_compulsory": kb.compulsory,
                      "us": t, "floor_us": floor, "fraction_of_floor": None if not t else floor / t})

@@ -635,9 +635,17 @@ def launched(monkeypatch):
     return names
 
 
-GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat_dst_kernel"],
+GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat_dst_kernel", "_bwd_gat_dst_join_kernel"],
                 False: ["_bwd_dst_kernel", "_bwd_src_kernel"]}
-"""The backward launches of a static graph without hubs: GAT's one-gather backward, or the two-gather one."""
+"""The backward launches of a static graph without hubs: GAT's one-gather backward (delta, source pass, destination
+sum and its join), or the two-gather one. With a gradient on the returned attention the delta pass is
+``_bwd_gat_delta_att_kernel`` (see :func:`_gat_backward_launches`)."""
+
+
+def _gat_backward_launches(one_gather: bool, attention_grad: bool) -> list[str]:
+    if one_gather and attention_grad:
+        return ["_bwd_gat_delta_att_kernel", *GAT_BACKWARD[True][1:]]
+    return GAT_BACKWARD[one_gather]
 
 SCORE_KERNELS = ("_node_scores_kernel", "_node_scores_bwd_kernel")
 """GAT's node-score launches, one in the op's forward and, after the one-gather backward, one in its backward (the
@@ -658,8 +666,8 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
     the two-gather backward's two, besides the node scores' kernels (forward, and the one-gather backward's fold);
     the same
     graph marked rebuilt every call (no degree sync) keeps the bounded lists
-    and launches the merges over padding (GAT's one-gather backward: four, for delta, dx, d score_src and d
-    score_dst). Results agree."""
+    and launches the merges over padding (GAT's one-gather backward: three, for delta, dx and d score_src; the
+    destination sum has no work list). Results agree."""
     gb = _gat_backward(one_gather)
     ns = 40
     ei = torch.randint(0, ns, (2, 300), generator=torch.Generator().manual_seed(3))  # 300 edges > one 256-edge chunk
@@ -674,13 +682,13 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
         assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
         rows = _attention_launches(launched)
         if not rebuilt:
-            assert rows == ["_fwd_kernel", *GAT_BACKWARD[one_gather]], launched
+            assert rows == ["_fwd_kernel", *_gat_backward_launches(one_gather, True)], launched
         else:
             assert "_fwd_merge_kernel" in rows and "_merge_sum_kernel" in rows, launched
             if one_gather:
-                assert rows[2:] == ["_bwd_gat_delta_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
+                assert rows[2:] == ["_bwd_gat_delta_att_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
                                         "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel",
-                                        "_merge_sum_kernel"], launched
+                                        "_bwd_gat_dst_join_kernel"], launched
     for a, b in zip(*results):
         if a is not None:
             torch.testing.assert_close(a, b)
@@ -713,6 +721,43 @@ def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, m
         grads.append([xl.grad, *(p.grad for conv in convs for p in conv.parameters())])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("heads", [2, 3])
+@pytest.mark.parametrize("tile", [64, None], ids=["blocks_of_16_edges", "default_blocks"])
+def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, tile, monkeypatch, launched):
+    """GAT's training backward (no attention returned, so the dense delta pass): the destination sum's segmented
+    blocks (16 edges at a tile of 64) cut a 70-edge hub over five blocks, rows end on block edges and inside them,
+    rows with no edge get zero; heads padded (3 -> 4). Gradients equal the float64 reference's; launches are the
+    dense delta pass, the source pass, the destination sum and its join."""
+    from cudnn_gnn import gat
+    from cudnn_gnn.backends.triton.kernels import gat_backward
+
+    if tile is not None:
+        monkeypatch.setattr(gat_backward, "DENSE_TILE", tile)
+    n, c = 24, 3
+    gen = torch.Generator().manual_seed(7)
+    hub = torch.stack([torch.randint(0, n, (70,), generator=gen), torch.full((70,), 5)])
+    light = torch.stack([torch.randint(0, n, (90,), generator=gen), torch.randint(8, n, (90,), generator=gen)])
+    ei = torch.cat([hub, light, torch.tensor([[1, 2, 3], [1, 1, 1]])], 1)  # rows 0, 2-4 and 6, 7: no edge
+    graph = CscGraph.from_edge_index(ei, num_nodes=n)
+    assert int((graph.offsets.diff() == 0).sum()) == 6
+    x = torch.randn(n, heads * c, generator=gen, dtype=torch.float64)
+    w = torch.randn(2 * heads * c, generator=gen, dtype=torch.float64)
+    g_out = torch.randn(n, heads * c, generator=gen, dtype=torch.float64)
+    grads = []
+    for backend in ("triton", "reference"):
+        xs, ws = x.float().requires_grad_(), w.float().requires_grad_()
+        if backend == "reference":
+            xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
+        out = gat(graph, xs, ws, heads=heads, backend=backend)
+        launched.clear()
+        (out.double() * g_out).sum().backward()
+        grads.append((xs.grad.double(), ws.grad.double()))
+        if backend == "triton":
+            assert _attention_launches(launched) == GAT_BACKWARD[True], launched
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
 
 @pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
@@ -1437,7 +1482,8 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
     r_out, _, r_grads = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
     for a, b in zip((out, *grads), (r_out, *r_grads)):  # sums of up to 30 x 320 terms in another order
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
-    assert set(GAT_BACKWARD[one_gather]) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, launched
+    expected = _gat_backward_launches(one_gather, True)
+    assert set(expected) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, launched
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])

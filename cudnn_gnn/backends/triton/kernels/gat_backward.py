@@ -1,6 +1,6 @@
-"""GAT's backward with one feature-row gather per edge: a delta pass over the destinations, the source pass (the
-only one that gathers rows: ``dout_i`` per out-edge), and a destination sum over the ``[E, H]`` buffer it wrote. No
-program reads back what it stored itself: no barriers needed."""
+"""GAT's backward with one feature-row gather per edge: a delta pass over the destinations (dense over their rows),
+the source pass (the only one that gathers rows: ``dout_i`` per out-edge), and a destination sum over the ``[E, H]``
+buffer it wrote (a segmented sum in CSC order). No program reads back what it stored itself: no barriers needed."""
 
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _head_group,
     _item,
     _logits,
+    _max,
     _merge_sum,
     _or,
     _partial,
@@ -35,6 +36,10 @@ from cudnn_gnn.backends.triton.kernels.common import (
 from cudnn_gnn.backends.triton.launch import cached_launch
 
 __all__ = ["launch_gat_backward"]
+
+DENSE_TILE = 4096
+"""Elements of one input a program of the dense light passes holds (the delta pass's ``dout`` and ``out`` rows;
+the destination sum's ``dz`` takes half as many edges x heads, beside its row indices and scan)."""
 
 
 @triton.jit
@@ -58,20 +63,17 @@ def _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, acc,
 
 @cached_launch
 @triton.jit
-def _bwd_gat_delta_kernel(
+def _bwd_gat_delta_att_kernel(
     work_ptr, offsets_ptr, indices_ptr, map_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     drop_ptr, drop_thr, lse_ptr, dout_ptr, out_ptr, datt_ptr,
     delta_ptr, delta_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
-    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
-    ACT: tl.constexpr,
+    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """``delta_i = sum_e alpha_e (g_e + datt_e)`` per destination ``i`` and head, the softmax backward's row sum
-    (FlashAttention's ``D = rowsum(dO * O)``): ``sum_e alpha_e g_e = <dout_i, out_i>`` per head, with ``out_i =
-    sum_e alpha_e x_j`` the forward's per-head output (``out [Nd, H*C]``, any float dtype; dropout inside
-    ``alpha``), so no source row is read. With ``HAS_DATT`` (a gradient on the returned attention) the row's edges
-    add ``sum_e alpha_e datt_e``, from the per-node scores, ``lse`` and ``[E, H]`` data only.
+    """The delta pass where the returned attention has a gradient ``datt [E, H]`` (COO): ``delta_i = <dout_i,
+    out_i> + sum_e alpha_e datt_e`` per destination ``i`` and head (see :func:`_bwd_gat_delta_kernel`), the edge
+    term from the per-node scores, ``lse`` and ``[E, H]`` data only, over the row work list.
 
     A whole row writes ``delta [Nd, H]``; a chunk of a hub row writes its edges' sum (plus the dot product if it is
     the row's first chunk) to its partial slot, merged in slot order afterwards."""
@@ -84,15 +86,34 @@ def _bwd_gat_delta_kernel(
     dmask = hc_mask & first[:, None]
     g = tl.load(dout_ptr + row * D + hc, mask=dmask, other=0.0).to(tl.float32)
     delta = _sum(g * tl.load(out_ptr + row * D + hc, mask=dmask, other=0.0).to(tl.float32), 1)
-    if HAS_DATT:
-        sd = tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)
-        lse = tl.load(lse_ptr + row * H + h_off, mask=hm, other=0.0)
-        for e0 in range(start, end, BLOCK_E):
-            delta = _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, delta,
-                                     indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, drop_ptr, drop_thr,
-                                     datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, DROP, ACT, BLOCK_E)
+    sd = tl.load(sdst_ptr + row * H + h_off, mask=hm, other=0.0)
+    lse = tl.load(lse_ptr + row * H + h_off, mask=hm, other=0.0)
+    for e0 in range(start, end, BLOCK_E):
+        delta = _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, delta,
+                                 indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, drop_ptr, drop_thr,
+                                 datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, DROP, ACT, BLOCK_E)
     tl.store(delta_ptr + row * H + h_off, delta, mask=hm & whole)
     tl.store(delta_part_ptr + tl.maximum(slot, 0) * H + h_off, delta, mask=hm & part)
+
+
+@cached_launch
+@triton.jit
+def _bwd_gat_delta_kernel(dout_ptr, out_ptr, delta_ptr, N, H: tl.constexpr, C: tl.constexpr,
+                          BLOCK_R: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The delta pass, the softmax backward's row sum (FlashAttention's ``D = rowsum(dO * O)``): ``delta_i = sum_e
+    alpha_e g_e = <dout_i, out_i>`` per row and head, with ``out_i = sum_e alpha_e x_j`` the forward's per-head
+    output (dropout inside ``alpha``), so no source row and no edge is read. ``dout, out [N, H*C]`` (contiguous, any
+    float dtype) -> ``delta [N, H]`` float32: a dense pass over ``BLOCK_R`` consecutive rows and the ``HG`` heads of
+    the program's group (axis 1 of the grid), no work list (no one-row programs: the rows' bytes stream in order)."""
+    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    h = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    c = tl.arange(0, BLOCK_C)
+    rh_mask = (r < N)[:, None] & (h < H)[None, :]
+    mask = rh_mask[:, :, None] & (c < C)[None, None, :]
+    at = r[:, None, None] * (H * C) + h[None, :, None] * C + c[None, None, :]
+    g = tl.load(dout_ptr + at, mask=mask, other=0.0).to(tl.float32)
+    o = tl.load(out_ptr + at, mask=mask, other=0.0).to(tl.float32)
+    tl.store(delta_ptr + r[:, None] * H + h[None, :], _sum(g * o, 2), mask=rh_mask)
 
 
 @triton.jit
@@ -186,28 +207,83 @@ def _bwd_gat_src_kernel(
     tl.store(dss_part_ptr + ps * H + h_off, dss, mask=hm & part)
 
 
+@triton.jit
+def _segment_sum(row_a, sum_a, row_b, sum_b):
+    """The combine of a segmented inclusive sum over edges in CSC order: ``b`` continues ``a``'s sum while both are
+    edges of one destination row."""
+    return row_b, tl.where(row_a == row_b, sum_a + sum_b, sum_b)
+
+
+@triton.jit
+def _row_at(dst_index_ptr, e, E):
+    """The destination row of CSC position ``e`` (a scalar), -1 outside ``0 .. E``."""
+    inside = (e >= 0) & (e < E)
+    return tl.where(inside, tl.load(dst_index_ptr + tl.where(inside, e, 0)).to(tl.int64), -1)
+
+
+@triton.jit
+def _crossing_runs(dst_index_ptr, b, E, zero, BLOCK: tl.constexpr):
+    """Block ``b``'s runs that cross its edges, as vectors shaped like ``zero``: ``head`` (its first run's row began
+    before it), ``tail`` (its last run's row began in it and goes on past it), the rows of its first and last
+    edges."""
+    block_end = tl.minimum(b * BLOCK + BLOCK, E)
+    first = zero + _row_at(dst_index_ptr, b * BLOCK, E)
+    last = zero + _row_at(dst_index_ptr, block_end - 1, E)
+    head = first == zero + _row_at(dst_index_ptr, b * BLOCK - 1, E)
+    tail = (last == zero + _row_at(dst_index_ptr, block_end, E)) & ((head & (first == last)) == 0)
+    return head, tail, first, last
+
+
 @cached_launch
 @triton.jit
-def _bwd_gat_dst_kernel(work_ptr, dz_buf_ptr, dsdst_ptr, dsd_part_ptr, H,
-                        BLOCK_E: tl.constexpr, BIG_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr):
-    """``d score_dst_i = sum_e dz_e`` over destination ``i``'s in-edges, for the heads of the program's group: a
-    contiguous range of ``dz_buf [E, H]`` (CSC order); no feature rows, no indices. A chunk of a hub row writes its
-    sum to its partial slot."""
-    row, start, end, slot = _item(work_ptr, WHOLE)
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
-    hm = h_off < H
-    acc = tl.full([HG], 0.0, tl.float32)
-    big_end = start + (end - start) // BIG_E * BIG_E
-    for e0 in range(start, big_end, BIG_E):
-        e_pos = e0 + tl.arange(0, BIG_E)
-        acc += _sum(tl.load(dz_buf_ptr + e_pos[:, None] * H + h_off[None, :],
-                            mask=(e_pos < end)[:, None] & hm[None, :], other=0.0), 0)
-    for e0 in range(big_end, end, BLOCK_E):
-        e_pos = e0 + tl.arange(0, BLOCK_E)
-        acc += _sum(tl.load(dz_buf_ptr + e_pos[:, None] * H + h_off[None, :],
-                            mask=(e_pos < end)[:, None] & hm[None, :], other=0.0), 0)
-    tl.store(dsdst_ptr + row * H + h_off, acc, mask=hm & ((h_off * 0 + slot) == -1))
-    tl.store(dsd_part_ptr + tl.maximum(slot, 0) * H + h_off, acc, mask=hm & ((h_off * 0 + slot) >= 0))
+def _bwd_gat_dst_kernel(dz_buf_ptr, dst_index_ptr, dsdst_ptr, part_ptr, E, H: tl.constexpr, HG: tl.constexpr,
+                        BLOCK: tl.constexpr):
+    """``d score_dst_i = sum_e dz_e`` over destination ``i``'s in-edges, as a segmented sum in CSC order: program
+    ``b`` reads the ``BLOCK`` edges ``b*BLOCK ..`` of ``dz_buf [E, H]`` and ``dst_index [E]`` (both in order,
+    whole sectors), sums each row's run of edges with one segmented scan, and stores a row that begins and ends in
+    the block to ``dsdst [Nd, H]``. A row that crosses the block's edge leaves its run's sum in ``part [B, 2, H]``:
+    slot 0 the block's first run where its row began before the block (the whole block when one row covers it),
+    slot 1 its last run where its row began in the block and goes on past it; :func:`_bwd_gat_dst_join_kernel`
+    adds them up. Rows with no edge are not touched (the launcher zeroes ``dsdst`` first)."""
+    b = tl.program_id(0).to(tl.int64)
+    e = b * BLOCK + tl.arange(0, BLOCK)
+    h = tl.arange(0, HG)
+    e_mask = e < E
+    eh_mask = e_mask[:, None] & (h < H)[None, :]
+    row = tl.load(dst_index_ptr + e, mask=e_mask, other=-1).to(tl.int64)
+    following = tl.load(dst_index_ptr + e + 1, mask=(e + 1) < E, other=-1).to(tl.int64)
+    dz = tl.load(dz_buf_ptr + e[:, None] * H + h[None, :], mask=eh_mask, other=0.0)
+    rows = tl.broadcast_to(row[:, None], (BLOCK, HG))
+    _, run = tl.associative_scan((rows, dz), 0, _segment_sum)
+    block_end = tl.minimum(b * BLOCK + BLOCK, E)
+    zero = row * 0  # the block's scalars as vectors: they combine with its masks (and Triton's interpreter takes them)
+    head, tail, first, last = _crossing_runs(dst_index_ptr, b, E, zero, BLOCK)
+    run_end = e_mask & ((row != following) | (e == block_end - 1))  # the last edge of each run in the block
+    is_head = run_end & (row == first) & head
+    is_tail = run_end & (row == last) & tail & (is_head == 0)
+    whole = run_end & ((is_head | is_tail) == 0)
+    tl.store(dsdst_ptr + row[:, None] * H + h[None, :], run, mask=whole[:, None] & eh_mask)
+    at = b * (2 * H) + h[None, :] + tl.where(is_tail, H, 0)[:, None]
+    tl.store(part_ptr + at, run, mask=(is_head | is_tail)[:, None] & eh_mask)
+
+
+@cached_launch
+@triton.jit
+def _bwd_gat_dst_join_kernel(dst_index_ptr, dsdst_ptr, part_ptr, E, n_blocks, H: tl.constexpr, HG: tl.constexpr,
+                             BLOCK: tl.constexpr):
+    """For each row that crosses block edges, begun in block ``b`` (this program's): ``dsdst[row] = part[b, 1] +
+    part[k, 0]`` over the following blocks ``k`` it covers, in block order (float32 sums, no atomics)."""
+    b = tl.program_id(0).to(tl.int64)
+    h = tl.arange(0, HG)
+    hm = h < H
+    _, tail, _, last = _crossing_runs(dst_index_ptr, b, E, h * 0, BLOCK)
+    acc = tl.load(part_ptr + b * (2 * H) + H + h, mask=hm & tail, other=0.0)
+    row = _max(tl.where(tail, last, -1), 0)  # the row begun here that goes on (-1: none)
+    k = b + 1
+    while (row >= 0) & (k < n_blocks) & (_row_at(dst_index_ptr, k * BLOCK, E) == row):
+        acc += tl.load(part_ptr + k * (2 * H) + h, mask=hm, other=0.0)
+        k += 1
+    tl.store(dsdst_ptr + last * H + h, acc, mask=hm & tail)
 
 
 def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, row_work: Tensor,
@@ -222,16 +298,19 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
 
     ``out [Nd, H*C]``: the forward's per-head output (any float dtype); ``dout [Nd, H*C]``: its gradient (any float
     dtype); ``datt [E, H]`` float32 COO, the returned attention's gradient, or None; ``rev_dst``: as for
-    :func:`launch_backward_src`. Three passes, in this order:
-    :func:`_bwd_gat_delta_kernel` over the destinations, :func:`_bwd_gat_src_kernel` over the sources (the only
-    one that gathers feature rows: ``dout_i`` per edge), :func:`_bwd_gat_dst_kernel` over the destinations, through
-    ``delta [Nd, H]`` and ``dz [E, H]`` float32 buffers allocated here (one ``[E, H]`` buffer where the two-gather
-    backward takes two); where the work lists hold hubs, four ``_merge_sum`` launches more (``delta``, ``dx_src``,
-    ``dscore_src``, ``dscore_dst``), each in slot order.
+    :func:`launch_backward_src`. Three passes, in this order, through ``delta [Nd, H]`` and ``dz [E, H]`` float32
+    buffers allocated here (one ``[E, H]`` buffer where the two-gather backward takes two):
 
-    Launch shapes: the source pass and the delta pass take :func:`launch_shape` of ``"gat_src"`` and
-    ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide); the destination sum, whose rows are
-    one float a head, :func:`default_launch_shape` of heads of width 1 (8 heads: blocks of 16 and 64 edges, 2 warps)."""
+    1. the delta pass: :func:`_bwd_gat_delta_kernel`, dense over the rows' ``dout`` and ``out``; with ``datt``,
+       :func:`_bwd_gat_delta_att_kernel` over the row work list (plus a ``_merge_sum`` of its hub chunks);
+    2. the source pass: :func:`_bwd_gat_src_kernel` over the source work list, the only one that gathers feature
+       rows (``dout_i`` per out-edge; a ``_merge_sum`` each for ``dx_src`` and ``dscore_src`` where it holds hubs);
+    3. the destination sum: ``dscore_dst`` zeroed, :func:`_bwd_gat_dst_kernel` (a segmented sum of ``dz`` in CSC
+       order, blocks of edges) and :func:`_bwd_gat_dst_join_kernel` (the rows that cross blocks).
+
+    Launch shapes: the source pass and the attention-gradient delta pass take :func:`launch_shape` of
+    ``"gat_src"`` and ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide); the dense passes
+    hold :data:`DENSE_TILE` elements a program."""
     nd, e, n_src, n_rows = offsets.shape[0] - 1, indices.shape[0], n_items(src_work), n_items(row_work)
     c, groups, cfg = tuning.launch_config(x_src, heads, False, "gat_src", dout)
     d = heads * c
@@ -240,14 +319,18 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     dz_buf = torch.empty(e, heads, **f32)
     has_map, has_edge = map_csc_to_coo is not None, score_edge is not None
     dropout = drop_args(drop, lse)
-    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), HAS_DATT=datt is not None,
-                 ACT=ACTIVATION_CODES[act])
-    if n_rows:  # whole rows and hub chunks in one launch; the chunks' sums merged per row in slot order
+    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[act])
+    if datt is None:  # delta = <dout, out> per row and head: a dense pass over the rows
+        hg_d, block_c_d = tuning.default_launch_shape(heads, c, False, tuning.MAX_TILE_D)[2:4]
+        block_r = max(1, DENSE_TILE // (hg_d * block_c_d))
+        _bwd_gat_delta_kernel[(tuning.cdiv(nd, block_r), tuning.cdiv(heads, hg_d))](
+            dout, out, delta, nd, heads, c, BLOCK_R=block_r, HG=hg_d, BLOCK_C=block_c_d, num_warps=4)
+    elif n_rows:  # plus each row's sum_e alpha_e datt_e: whole rows and hub chunks, the chunks merged in slot order
         _, delta_groups, delta_cfg = tuning.launch_config(x_src, heads, False, "gat_delta", dout)
         delta_part = _partial(row_hub_work.shape[0], heads, lse)
-        _bwd_gat_delta_kernel[(n_rows, delta_groups)](
+        _bwd_gat_delta_att_kernel[(n_rows, delta_groups)](
             row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst, _or(score_edge, lse),
-            *dropout, lse, dout, out, _or(datt, lse), delta, delta_part,
+            *dropout, lse, dout, out, datt, delta, delta_part,
             heads, c, alpha, WHOLE=row_work.dim() == 1, **flags, **delta_cfg)
         _merge_sum(row_hubs, delta_part, delta, heads)
     if n_src:
@@ -257,13 +340,17 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
             src_work, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
             x_src, score_src, score_dst, _or(score_edge, lse), *dropout,
             lse, delta, dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part, dss_part,
-            heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, **flags, **cfg)
+            heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, HAS_DATT=datt is not None,
+            **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d)
         _merge_sum(src_hubs, dss_part, dscore_src, heads)
-    if n_rows:
-        block_e, big_e, hg, _, num_warps = tuning.default_launch_shape(heads, 1, False, tuning.MAX_TILE_D)
-        dsd_part = _partial(row_hub_work.shape[0], heads, lse)
-        _bwd_gat_dst_kernel[(n_rows, tuning.cdiv(heads, hg))](
-            row_work, dz_buf, dscore_dst, dsd_part, heads, BLOCK_E=block_e, BIG_E=big_e, WHOLE=row_work.dim() == 1,
-            HG=hg, num_warps=num_warps)
-        _merge_sum(row_hubs, dsd_part, dscore_dst, heads)
+    dscore_dst.zero_()  # rows with no edge; the others are written below
+    if e:  # the segmented sum over dz_buf in CSC order, then the rows that cross blocks
+        hg = tuning.next_pow2(heads)
+        block = max(16, DENSE_TILE // 2 // hg)
+        n_blocks = tuning.cdiv(e, block)
+        part = torch.empty(n_blocks, 2, heads, **f32)
+        _bwd_gat_dst_kernel[(n_blocks,)](dz_buf, dst_index, dscore_dst, part, e, heads, HG=hg, BLOCK=block,
+                                         num_warps=4)
+        _bwd_gat_dst_join_kernel[(n_blocks,)](dst_index, dscore_dst, part, e, n_blocks, heads, HG=hg, BLOCK=block,
+                                              num_warps=1)
