@@ -100,13 +100,15 @@ def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4)
         streamed=rows + e * index + scores + n * d * out_elem + scores,  # offsets, indices, score_dst, out, lse
         gathered=((e, d * elem, x), (e, h * f, scores)),  # x_j and score_src_j per edge
         compulsory=rows + e * index + x + 2 * scores + n * d * out_elem + scores)
-    delta = KernelBytes(streamed=2 * n * d * out_elem + scores, compulsory=2 * n * d * out_elem + scores)
-    # the source pass: x_j and score_src_j once per source; per out-edge dout_i, score_dst_i, lse_i, delta_i
-    # gathered and dz written at the edge's CSC position
+    # the delta pass reads dout, out, score_dst and lse and writes the destinations' record (score_dst, lse, delta,
+    # padding: 4 H floats a row)
+    delta = KernelBytes(streamed=2 * n * d * out_elem + 2 * scores + 4 * scores,
+                        compulsory=2 * n * d * out_elem + scores)
+    # the source pass: x_j and score_src_j once per source; per out-edge dout_i and the record of i gathered, and dz
+    # written at the edge's CSC position
     src = KernelBytes(
         streamed=rows + 2 * e * index + x + scores + x + scores,  # work, rev_to_csc, rev_dst, x, score_src, dx, dss
-        gathered=((e, d * out_elem, n * d * out_elem), (e, h * f, scores), (e, h * f, scores), (e, h * f, scores),
-                  (e, h * f, e * h * f)),
+        gathered=((e, d * out_elem, n * d * out_elem), (e, 4 * h * f, 4 * scores), (e, h * f, e * h * f)),
         compulsory=rows + 2 * e * index + 2 * x + 2 * scores + n * d * out_elem + 3 * scores + e * h * f)
     # the segmented sum reads each edge's row index beside dz (the offsets would do: rows, not edges, compulsory)
     dst = KernelBytes(streamed=e * index + e * h * f + scores, compulsory=rows + e * h * f + scores)

@@ -98,13 +98,14 @@ def _bwd_gat_delta_att_kernel(
 
 @cached_launch
 @triton.jit
-def _bwd_gat_delta_kernel(dout_ptr, out_ptr, delta_ptr, N, H: tl.constexpr, C: tl.constexpr,
+def _bwd_gat_delta_kernel(dout_ptr, out_ptr, sdst_ptr, lse_ptr, rec_ptr, N, H: tl.constexpr, C: tl.constexpr,
                           BLOCK_R: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr):
     """The delta pass, the softmax backward's row sum (FlashAttention's ``D = rowsum(dO * O)``): ``delta_i = sum_e
     alpha_e g_e = <dout_i, out_i>`` per row and head, with ``out_i = sum_e alpha_e x_j`` the forward's per-head
     output (dropout inside ``alpha``), so no source row and no edge is read. ``dout, out [N, H*C]`` (contiguous, any
-    float dtype) -> ``delta [N, H]`` float32: a dense pass over ``BLOCK_R`` consecutive rows and the ``HG`` heads of
-    the program's group (axis 1 of the grid), no work list (no one-row programs: the rows' bytes stream in order)."""
+    float dtype), ``score_dst, lse [N, H]`` float32 -> the destinations' record ``rec [N, 4, H] = (score_dst, lse,
+    delta, unused)`` float32, what the source pass reads per out-edge in one place. A dense pass over ``BLOCK_R``
+    consecutive rows and the ``HG`` heads of the program's group (axis 1 of the grid), no work list."""
     r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
     h = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
     c = tl.arange(0, BLOCK_C)
@@ -113,7 +114,11 @@ def _bwd_gat_delta_kernel(dout_ptr, out_ptr, delta_ptr, N, H: tl.constexpr, C: t
     at = r[:, None, None] * (H * C) + h[None, :, None] * C + c[None, None, :]
     g = tl.load(dout_ptr + at, mask=mask, other=0.0).to(tl.float32)
     o = tl.load(out_ptr + at, mask=mask, other=0.0).to(tl.float32)
-    tl.store(delta_ptr + r[:, None] * H + h[None, :], _sum(g * o, 2), mask=rh_mask)
+    rh = r[:, None] * H + h[None, :]
+    rec = rec_ptr + r[:, None] * (4 * H) + h[None, :]
+    tl.store(rec, tl.load(sdst_ptr + rh, mask=rh_mask, other=0.0), mask=rh_mask)
+    tl.store(rec + H, tl.load(lse_ptr + rh, mask=rh_mask, other=0.0), mask=rh_mask)
+    tl.store(rec + 2 * H, _sum(g * o, 2), mask=rh_mask)
 
 
 @triton.jit
@@ -122,15 +127,16 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                    lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
                    H, D, alpha,
                    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
-                   ACT: tl.constexpr, REV_DST: tl.constexpr, BLOCK: tl.constexpr):
+                   ACT: tl.constexpr, REV_DST: tl.constexpr, RS: tl.constexpr, BLOCK: tl.constexpr):
     """One block of a source's out-edges (reverse-CSC positions ``k0 .. k0 + BLOCK``): the softmax and score
-    gradients of each edge, and ``dx_j``'s and ``d score_src_j``'s sums."""
+    gradients of each edge, and ``dx_j``'s and ``d score_src_j``'s sums. ``score_dst``, ``lse`` and ``delta`` are
+    read at ``i * RS + h``: ``RS = 4H`` where they are one record a destination, ``H`` where three tensors."""
     k = k0 + tl.arange(0, BLOCK)
     k_mask = k < end
     kh_mask = k_mask[:, None] & hm[None, :]
     e_pos, i = _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST)
     coo = _coo_ids(map_ptr, e_pos, k_mask, HAS_MAP)
-    ih = i[:, None] * H + h_off[None, :]
+    ih = i[:, None] * RS + h_off[None, :]
     coo_h = coo[:, None] * H + h_off[None, :]
     t = ssj[None, :] + tl.load(sdst_ptr + ih, mask=kh_mask, other=0.0)
     if HAS_EDGE:
@@ -166,7 +172,7 @@ def _bwd_gat_src_kernel(
     dz_buf_ptr, dx_src_ptr, dssrc_ptr, dsedge_ptr, dx_part_ptr, dss_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
-    ACT: tl.constexpr, REV_DST: tl.constexpr,
+    ACT: tl.constexpr, REV_DST: tl.constexpr, RS: tl.constexpr,
     BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """GAT's source pass, the one that gathers feature rows: for source ``j`` (a work item over reverse-CSC
@@ -195,12 +201,12 @@ def _bwd_gat_src_kernel(
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
                                  drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, BLOCK_E)
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E)
     for k0 in range(full_end, end, BLOCK_E):
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
                                  drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, BLOCK_E)
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     tl.store(dssrc_ptr + j * H + h_off, dss, mask=hm & whole)
@@ -298,10 +304,11 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
 
     ``out [Nd, H*C]``: the forward's per-head output (any float dtype); ``dout [Nd, H*C]``: its gradient (any float
     dtype); ``datt [E, H]`` float32 COO, the returned attention's gradient, or None; ``rev_dst``: as for
-    :func:`launch_backward_src`. Three passes, in this order, through ``delta [Nd, H]`` and ``dz [E, H]`` float32
+    :func:`launch_backward_src`. Three passes, in this order, through ``delta`` and ``dz [E, H]`` float32
     buffers allocated here (one ``[E, H]`` buffer where the two-gather backward takes two):
 
-    1. the delta pass: :func:`_bwd_gat_delta_kernel`, dense over the rows' ``dout`` and ``out``; with ``datt``,
+    1. the delta pass: :func:`_bwd_gat_delta_kernel`, dense over the rows' ``dout`` and ``out``, writes ``delta``
+       with ``score_dst`` and ``lse`` as one ``[Nd, 4, H]`` record a destination; with ``datt``,
        :func:`_bwd_gat_delta_att_kernel` over the row work list (plus a ``_merge_sum`` of its hub chunks);
     2. the source pass: :func:`_bwd_gat_src_kernel` over the source work list, the only one that gathers feature
        rows (``dout_i`` per out-edge; a ``_merge_sum`` each for ``dx_src`` and ``dscore_src`` where it holds hubs);
@@ -315,33 +322,40 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     c, groups, cfg = tuning.launch_config(x_src, heads, False, "gat_src", dout)
     d = heads * c
     f32: dict[str, Any] = dict(device=x_src.device, dtype=torch.float32)
-    delta = torch.empty(nd, heads, **f32)
     dz_buf = torch.empty(e, heads, **f32)
     has_map, has_edge = map_csc_to_coo is not None, score_edge is not None
     dropout = drop_args(drop, lse)
     flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[act])
-    if datt is None:  # delta = <dout, out> per row and head: a dense pass over the rows
+    # what the source pass reads per out-edge of destination i, score_dst_i, lse_i and delta_i: one record
+    # [Nd, 4, H] (three used, padded to four so that a record never straddles a 32-byte sector at H = 1 or a 128-byte
+    # line at H = 8) or, with datt, three [Nd, H] tensors
+    if datt is None:  # delta = <dout, out> per row and head: a dense pass over the rows, which writes the record
+        rec = torch.empty(nd, 4, heads, **f32)
         hg_d, block_c_d = tuning.default_launch_shape(heads, c, False, tuning.MAX_TILE_D)[2:4]
         block_r = max(1, DENSE_TILE // (hg_d * block_c_d))
         _bwd_gat_delta_kernel[(tuning.cdiv(nd, block_r), tuning.cdiv(heads, hg_d))](
-            dout, out, delta, nd, heads, c, BLOCK_R=block_r, HG=hg_d, BLOCK_C=block_c_d, num_warps=4)
-    elif n_rows:  # plus each row's sum_e alpha_e datt_e: whole rows and hub chunks, the chunks merged in slot order
-        _, delta_groups, delta_cfg = tuning.launch_config(x_src, heads, False, "gat_delta", dout)
-        delta_part = _partial(row_hub_work.shape[0], heads, lse)
-        _bwd_gat_delta_att_kernel[(n_rows, delta_groups)](
-            row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst, _or(score_edge, lse),
-            *dropout, lse, dout, out, datt, delta, delta_part,
-            heads, c, alpha, WHOLE=row_work.dim() == 1, **flags, **delta_cfg)
-        _merge_sum(row_hubs, delta_part, delta, heads)
+            dout, out, score_dst, lse, rec, nd, heads, c, BLOCK_R=block_r, HG=hg_d, BLOCK_C=block_c_d, num_warps=4)
+        per_dst, rs = rec.unbind(1)[:3], 4 * heads
+    else:  # plus each row's sum_e alpha_e datt_e: whole rows and hub chunks, the chunks merged in slot order
+        delta = torch.empty(nd, heads, **f32)
+        if n_rows:
+            _, delta_groups, delta_cfg = tuning.launch_config(x_src, heads, False, "gat_delta", dout)
+            delta_part = _partial(row_hub_work.shape[0], heads, lse)
+            _bwd_gat_delta_att_kernel[(n_rows, delta_groups)](
+                row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst,
+                _or(score_edge, lse), *dropout, lse, dout, out, datt, delta, delta_part,
+                heads, c, alpha, WHOLE=row_work.dim() == 1, **flags, **delta_cfg)
+            _merge_sum(row_hubs, delta_part, delta, heads)
+        per_dst, rs = (score_dst, lse, delta), heads
     if n_src:
         dx_part = _partial(src_hub_work.shape[0], d, lse)
         dss_part = _partial(src_hub_work.shape[0], heads, lse)
         _bwd_gat_src_kernel[(n_src, groups)](
             src_work, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
-            x_src, score_src, score_dst, _or(score_edge, lse), *dropout,
-            lse, delta, dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part, dss_part,
-            heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, HAS_DATT=datt is not None,
-            **flags, **cfg)
+            x_src, score_src, per_dst[0], _or(score_edge, lse), *dropout,
+            per_dst[1], per_dst[2], dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part,
+            dss_part, heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, HAS_DATT=datt is not None,
+            RS=rs, **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d)
         _merge_sum(src_hubs, dss_part, dscore_src, heads)
     dscore_dst.zero_()  # rows with no edge; the others are written below
