@@ -14,12 +14,16 @@ how long a random row takes on this GPU, for rows of 64, 128, 256 and 512 bytes,
 (DRAM-resident) and from one that fits in it (L2-resident); a device-to-device copy measures the streaming rate.
 A kernel's floor is its streamed bytes over the copy rate plus, for each stream of rows it gathers per edge, the
 edges times the measured time of a row of that size (rounded up to 64 bytes; from the L2-resident table where the
-gathered tensor fits in half of L2). Its bytes are counted two ways (:func:`layer_bytes`): *as coded*, what its
+gathered tensor fits in half of L2). A second floor (*graph order*, :func:`graph_rates`) times the same gather kernel
+over a node table in the case graph's own orders (each CSC edge's source, as the forward gathers; each out-edge's
+destination in reverse-CSC order, as the source pass gathers) and takes that for the per-edge node-table streams:
+the reuse a power-law graph offers (its hubs' rows stay in L2), which random rows do not; a kernel can beat the
+first floor, not the second (short of reading less). Its bytes are counted two ways (:func:`layer_bytes`): *as coded*, what its
 loads and stores move (a gathered or scattered row of fewer than 32 bytes costs a 32-byte sector; a gathered row
 is read once per edge), and *compulsory*, each input read once and each output written once.
 
-Output: per case and dtype a table per kernel (bytes compulsory and as coded, time per step, floor, fraction of the
-floor), the microbenchmark's rates (measured once a run), JSON with everything (``--out``) and markdown (``--md``).
+Output: per case and dtype a table per kernel (bytes compulsory and as coded, time per step, both floors and the
+fraction of each), the microbenchmark's rates (measured once a run), JSON with everything (``--out``) and markdown (``--md``).
 """
 
 from __future__ import annotations
@@ -74,14 +78,17 @@ def _sectors(row_bytes: float) -> float:
 @dataclass
 class KernelBytes:
     """One kernel's traffic: ``streamed`` bytes (read or written in order), ``gathered`` streams ``(rows, row
-    bytes, table bytes)`` read (or scattered) one row a place, and the ``compulsory`` bytes."""
+    bytes, table bytes, order)`` read (or scattered) one row a place, and the ``compulsory`` bytes. ``order``: the
+    graph order in which a per-edge stream walks a node table (``"csc"``: each CSC edge's source, as the forward
+    gathers; ``"rev"``: each out-edge's destination in reverse-CSC order, as the source pass gathers), or None
+    (rows at random places)."""
 
     streamed: float = 0.0
-    gathered: tuple[tuple[float, float, float], ...] = ()
+    gathered: tuple[tuple[float, float, float, str | None], ...] = ()
     compulsory: float = 0.0
 
     def as_coded(self) -> float:
-        return self.streamed + sum(rows * _sectors(row) for rows, row, _ in self.gathered)
+        return self.streamed + sum(rows * _sectors(row) for rows, row, _, _ in self.gathered)
 
     def add(self, other: KernelBytes) -> KernelBytes:
         return KernelBytes(self.streamed + other.streamed, self.gathered + other.gathered,
@@ -98,7 +105,7 @@ def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4)
     x, scores, rows = n * d * elem, n * h * f, (n + 1) * index
     fwd = KernelBytes(
         streamed=rows + e * index + scores + n * d * out_elem + scores,  # offsets, indices, score_dst, out, lse
-        gathered=((e, d * elem, x), (e, h * f, scores)),  # x_j and score_src_j per edge
+        gathered=((e, d * elem, x, "csc"), (e, h * f, scores, "csc")),  # x_j and score_src_j per edge
         compulsory=rows + e * index + x + 2 * scores + n * d * out_elem + scores)
     # the delta pass reads dout, out, score_dst and lse and writes the destinations' record (score_dst, lse, delta,
     # padding: 4 H floats a row)
@@ -108,7 +115,8 @@ def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4)
     # written at the edge's CSC position
     src = KernelBytes(
         streamed=rows + 2 * e * index + x + scores + x + scores,  # work, rev_to_csc, rev_dst, x, score_src, dx, dss
-        gathered=((e, d * out_elem, n * d * out_elem), (e, 4 * h * f, 4 * scores), (e, h * f, e * h * f)),
+        gathered=((e, d * out_elem, n * d * out_elem, "rev"), (e, 4 * h * f, 4 * scores, "rev"),
+                  (e, h * f, e * h * f, None)),
         compulsory=rows + 2 * e * index + 2 * x + 2 * scores + n * d * out_elem + 3 * scores + e * h * f)
     # the segmented sum reads each edge's row index beside dz (the offsets would do: rows, not edges, compulsory)
     dst = KernelBytes(streamed=e * index + e * h * f + scores, compulsory=rows + e * h * f + scores)
@@ -117,23 +125,31 @@ def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4)
     return dict(zip(KERNELS, (score, fwd, delta, src, dst, score_bwd)))
 
 
-def floor_us(kb: KernelBytes, rates: dict[str, Any]) -> float:
-    """A kernel's floor: streamed bytes at the copy rate, each gathered stream at the measured time of a random row
-    of its size (rounded up to 64 bytes, at most 512 a row counted as whole 512-byte rows) from DRAM, or from L2
-    where its table fits in half of it."""
+def _row_size(row: float) -> tuple[int, int]:
+    """``(measured row size, pieces)``: ``row`` bytes rounded up to a measured size; a row past 512 bytes as that
+    many 512-byte rows."""
+    return next((s for s in ROW_SIZES if s >= row), ROW_SIZES[-1]), math.ceil(row / ROW_SIZES[-1])
+
+
+def floor_us(kb: KernelBytes, rates: dict[str, Any], graph_order: bool = False) -> float:
+    """A kernel's floor: streamed bytes at the copy rate, plus each gathered stream at the measured time of a row of
+    its size (:func:`_row_size`): a random row from DRAM, or from L2 where its table fits in half of it; with
+    ``graph_order``, a stream that walks a node table in a graph order at the time measured in that order on the
+    case's graph (:func:`graph_rates`: the reuse a real graph offers, which random rows do not)."""
     t = kb.streamed / rates["copy_bytes_per_us"]
-    for count, row, table in kb.gathered:
+    for count, row, table, order in kb.gathered:
+        size, pieces = _row_size(row)
+        if graph_order and order is not None:
+            t += count * pieces * rates["graph"][order][str(size)]
+            continue
         place = "l2" if table <= rates["l2_bytes"] / 2 else "dram"
-        size = next((s for s in ROW_SIZES if s >= row), ROW_SIZES[-1])
-        pieces = math.ceil(row / ROW_SIZES[-1])  # a row past 512 bytes: that many 512-byte rows
         t += count * pieces * rates[place][str(size)]
     return t
 
 
-def gather_rates(device: torch.device, quick: bool) -> dict[str, Any]:
-    """The measured floor ingredients: ``{"dram" | "l2": {row bytes: us a row}, "copy_bytes_per_us", "l2_bytes"}``:
-    a Triton kernel sums random rows of a float32 table (one program per 64 rows, the rows' sum written once), from
-    a DRAM-resident table (8x L2, at least 1 GiB) and an L2-resident one (a quarter of L2)."""
+def _gather_kernel() -> Any:
+    """A Triton kernel that sums the rows ``table[idx[e]]`` (one program per ``BLOCK`` indices, the rows' sum written
+    once): what a gather of one row per edge costs, and nothing else."""
     import triton
     import triton.language as tl
 
@@ -149,27 +165,50 @@ def gather_rates(device: torch.device, quick: bool) -> dict[str, Any]:
         # where triton was imported before TRITON_INTERPRET=1 was set)
         tl.store(out_ptr + pid * W + cols, tl.reduce(v, 0, tl.standard._sum_combine))
 
+    return gather_sum
+
+
+def _us_a_row(rows: int, row_bytes: int, idx: torch.Tensor, repeats: int) -> float:
+    """Microseconds a row of :func:`_gather_kernel` over a float32 table of ``rows`` rows of ``row_bytes``, in the
+    order of ``idx`` (int32)."""
+    w = row_bytes // 4
+    table = torch.randn(max(1, rows), w, device=idx.device)
+    out = torch.empty(-(-idx.numel() // 64), w, device=idx.device)
+    kernel = _gather_kernel()
+
+    def run() -> None:
+        kernel[(out.shape[0],)](table, idx, out, idx.numel(), W=w, BLOCK=64, num_warps=4)
+
+    return _time_us(run, idx.device, repeats) / idx.numel()
+
+
+def gather_rates(device: torch.device, quick: bool) -> dict[str, Any]:
+    """The measured floor ingredients: ``{"dram" | "l2": {row bytes: us a row}, "copy_bytes_per_us", "l2_bytes"}``:
+    :func:`_gather_kernel` over random rows of a DRAM-resident table (8x L2, at least 1 GiB) and an L2-resident one
+    (a quarter of L2), and a device-to-device copy."""
     props = torch.cuda.get_device_properties(device) if device.type == "cuda" else None
     l2 = int(getattr(props, "L2_cache_size", 50 * 2**20)) if props is not None else 50 * 2**20
     count = 4096 if quick else 1 << 24
     rates: dict[str, Any] = {"l2_bytes": l2, "dram": {}, "l2": {}}
     for place, table_bytes in (("dram", 4096 * 64 if quick else max(8 * l2, 2**30)), ("l2", l2 // 4)):
         for row in ROW_SIZES:
-            w = row // 4
-            table = torch.randn(max(1, table_bytes // row), w, device=device)
-            idx = torch.randint(0, table.shape[0], (count,), device=device, dtype=torch.int32)
-            out = torch.empty(triton.cdiv(count, 64), w, device=device)
-
-            def run(table: torch.Tensor = table, idx: torch.Tensor = idx, out: torch.Tensor = out,
-                    w: int = w) -> None:
-                gather_sum[(out.shape[0],)](table, idx, out, count, W=w, BLOCK=64, num_warps=4)
-
-            rates[place][str(row)] = _time_us(run, device, 1 if quick else 10) / count
-            del table, idx, out
+            rows = max(1, table_bytes // row)
+            idx = torch.randint(0, rows, (count,), device=device, dtype=torch.int32)
+            rates[place][str(row)] = _us_a_row(rows, row, idx, 1 if quick else 10)
     a = torch.empty((2**24 if quick else 2**28) // 4, device=device)
     b = torch.empty_like(a)
     rates["copy_bytes_per_us"] = 2 * a.numel() * 4 / _time_us(lambda: b.copy_(a), device, 1 if quick else 10)
     return rates
+
+
+def graph_rates(graph: Any, quick: bool) -> dict[str, dict[str, float]]:
+    """``{"csc" | "rev": {row bytes: us a row}}``: :func:`_gather_kernel` over a node table of ``graph`` (a
+    :class:`~cudnn_gnn.CscGraph`) in its two gather orders, each CSC edge's source (the forward's) and each
+    out-edge's destination in reverse-CSC order (the source pass's)."""
+    _, rev_to_csc = graph.reverse_csc()
+    orders = {"csc": graph.indices, "rev": graph.dst_index.long()[rev_to_csc.long()]}
+    return {name: {str(row): _us_a_row(graph.num_src_nodes, row, idx.to(torch.int32), 1 if quick else 10)
+                   for row in ROW_SIZES} for name, idx in orders.items()}
 
 
 def _time_us(fn: Any, device: torch.device, repeats: int) -> float:
@@ -192,18 +231,22 @@ def _time_us(fn: Any, device: torch.device, repeats: int) -> float:
     return sorted(times)[len(times) // 2]
 
 
-def kernel_us(case: str, dtype: torch.dtype, device: torch.device, quick: bool, steps: int
-              ) -> tuple[dict[str, float], int, int]:
-    """``({kernel: us a step}, nodes, edges)`` of the case's layer stack, forward and backward, under the profiler
-    (kernel names as Triton's; empty on CPU, where the kernels run in Triton's interpreter, not as CUDA kernels)."""
-    import cudnn_gnn
+def case_graph(device: torch.device, quick: bool) -> Any:
+    """The cases' graph as the layers run it: ogbn-arxiv-shaped (tiny with ``quick``), a self-loop a node."""
     from cudnn_gnn.graph import CscGraph
 
-    layers, p = CASES[case]
     g = make_graph(TINY if quick else ARXIV, seed=0, device=device)
-    n = g.num_nodes
-    loops = torch.arange(n, device=device)
-    graph = CscGraph.from_edge_index(torch.cat([g.edge_index, torch.stack([loops, loops])], 1), num_nodes=n)
+    loops = torch.arange(g.num_nodes, device=device)
+    return CscGraph.from_edge_index(torch.cat([g.edge_index, torch.stack([loops, loops])], 1), num_nodes=g.num_nodes)
+
+
+def kernel_us(case: str, dtype: torch.dtype, graph: Any, steps: int) -> dict[str, float]:
+    """``{kernel: us a step}`` of the case's layer stack on ``graph``, forward and backward, under the profiler
+    (kernel names as Triton's; empty on CPU, where the kernels run in Triton's interpreter, not as CUDA kernels)."""
+    import cudnn_gnn
+
+    layers, p = CASES[case]
+    device, n = graph.offsets.device, graph.num_src_nodes
     gen = torch.Generator(device=device).manual_seed(0)
     x0 = torch.randn(n, layers[0].in_channels, device=device, generator=gen, dtype=dtype)
     lins = [torch.nn.Linear(ly.in_channels, ly.heads * ly.channels, bias=False).to(device, dtype) for ly in layers]
@@ -221,12 +264,13 @@ def kernel_us(case: str, dtype: torch.dtype, device: torch.device, quick: bool, 
     for _ in range(2):  # builds, work lists, the reverse CSC
         step()
     table = kernel_table(lambda: [step() for _ in range(steps)], steps, device)
-    return {k: us for k, (us, _) in table.items()}, n, graph.num_edges
+    return {k: us for k, (us, _) in table.items()}
 
 
 def table_rows(case: str, dtype: str, us: dict[str, float], nodes: int, edges: int,
                rates: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per kernel: bytes (as coded, compulsory) over the case's layers, time, floor, fraction of it."""
+    """One row per kernel: bytes (as coded, compulsory) over the case's layers, time, the two floors (random rows;
+    the graph's own gather orders, where ``rates`` has them) and the fraction of each."""
     layers, _ = CASES[case]
     total: dict[str, KernelBytes] = {}
     for ly in layers:
@@ -238,25 +282,34 @@ def table_rows(case: str, dtype: str, us: dict[str, float], nodes: int, edges: i
         times = [v for k, v in us.items() if any(k.startswith(part) for part in (name, *FOLLOWERS.get(name, ())))]
         t = sum(times) if times else None
         floor = floor_us(kb, rates)
+        graph_floor = floor_us(kb, rates, graph_order=True) if "graph" in rates else None
         rows.append({"kernel": name, "bytes_as_coded": kb.as_coded(), "bytes_compulsory": kb.compulsory,
-                     "us": t, "floor_us": floor, "fraction_of_floor": None if not t else floor / t})
+                     "us": t, "floor_us": floor, "fraction_of_floor": None if not t else floor / t,
+                     "graph_floor_us": graph_floor,
+                     "fraction_of_graph_floor": None if not t or graph_floor is None else graph_floor / t})
     return rows
 
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [f"{result['case']}, {result['dtype']}, {result['gpu']}: {result['nodes']:,} nodes, "
              f"{result['edges']:,} edges (self-loops included)", "",
-             "| kernel | MB as coded | MB compulsory | us a step | floor us | of floor |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| kernel | MB as coded | MB compulsory | us a step | floor us, random rows | of it "
+             "| floor us, graph order | of it |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+
+    def cell(v: float | None, fmt: str) -> str:
+        return "-" if v is None else format(v, fmt)
+
     for r in result["rows"]:
-        us = "-" if r["us"] is None else f"{r['us']:.1f}"
-        frac = "-" if r["fraction_of_floor"] is None else f"{r['fraction_of_floor']:.0%}"
-        lines.append(f"| `{r['kernel']}` | {r['bytes_as_coded'] / 1e6:.1f} | {r['bytes_compulsory'] / 1e6:.1f} | {us} "
-                     f"| {r['floor_us']:.1f} | {frac} |")
+        lines.append(f"| `{r['kernel']}` | {r['bytes_as_coded'] / 1e6:.1f} | {r['bytes_compulsory'] / 1e6:.1f} "
+                     f"| {cell(r['us'], '.1f')} | {r['floor_us']:.1f} | {cell(r['fraction_of_floor'], '.0%')} "
+                     f"| {cell(r['graph_floor_us'], '.1f')} | {cell(r['fraction_of_graph_floor'], '.0%')} |")
     rates = result["rates"]
-    lines += ["", f"Copy: {rates['copy_bytes_per_us'] / 1e6:.2f} TB/s; a random row (ns): " + "; ".join(
-        f"{place} " + ", ".join(f"{row} B {rates[place][row] * 1e3:.2f}" for row in rates[place])
-        for place in ("dram", "l2")), ""]
+    places = [p for p in ("dram", "l2") if p in rates] + [f"graph {o}" for o in rates.get("graph", {})]
+    row_ns = {**{p: rates[p] for p in ("dram", "l2")}, **{f"graph {o}": v for o, v in rates.get("graph", {}).items()}}
+    lines += ["", f"Copy: {rates['copy_bytes_per_us'] / 1e6:.2f} TB/s; a row (ns): " + "; ".join(
+        f"{place} " + ", ".join(f"{row} B {row_ns[place][row] * 1e3:.2f}" for row in row_ns[place])
+        for place in places), ""]
     return "\n".join(lines)
 
 
@@ -283,11 +336,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     else:
         device = torch.device("cuda")
     rates = gather_rates(device, args.quick)
+    graph = case_graph(device, args.quick)
+    rates["graph"] = graph_rates(graph, args.quick)
+    nodes, edges = graph.num_src_nodes, graph.num_edges
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (interpreter)"
     results = []
     for case in args.case:
         for dtype in args.dtype:
-            us, nodes, edges = kernel_us(case, DTYPES[dtype], device, args.quick, 1 if args.quick else args.steps)
+            us = kernel_us(case, DTYPES[dtype], graph, 1 if args.quick else args.steps)
             results.append({"case": case, "dtype": dtype, "gpu": gpu, "nodes": nodes, "edges": edges,
                             "rates": rates, "rows": table_rows(case, dtype, us, nodes, edges, rates)})
             print(markdown(results[-1]), flush=True)

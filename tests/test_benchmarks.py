@@ -545,14 +545,20 @@ def test_floor_table_counts_bytes_and_floors() -> None:
     assert fwd.as_coded() - fwd.streamed == 1000 * (256 + 32)
     assert fwd.compulsory < fwd.as_coded()
     one_head = ft.layer_bytes(ft.Layer(64, 1, 40, False), 100, 1000, 4)["_bwd_gat_src_kernel"]
-    assert all(ft._sectors(row) == 32 for _, row, _ in one_head.gathered[1:])
+    assert all(ft._sectors(row) == 32 for _, row, _, _ in one_head.gathered[1:])
     rates = {"copy_bytes_per_us": 1e6, "l2_bytes": 10**9,
              "dram": {str(s): 1.0 for s in ft.ROW_SIZES}, "l2": {str(s): 0.5 for s in ft.ROW_SIZES}}
     dst = b["_bwd_gat_dst_kernel"]
     assert ft.floor_us(dst, rates) == dst.streamed / 1e6
     assert ft.floor_us(fwd, rates) == fwd.streamed / 1e6 + 2 * 1000 * 0.5  # both tables fit in half of L2
-    big = ft.KernelBytes(gathered=((10, 1024, 10**10),))
+    big = ft.KernelBytes(gathered=((10, 1024, 10**10, None),))
     assert ft.floor_us(big, rates) == 10 * 2 * 1.0  # a 1 KiB row from DRAM: two 512-byte rows
+    # in graph order the per-edge node-table streams take the rate measured in that order; others stay random
+    rates["graph"] = {"csc": {str(s): 0.25 for s in ft.ROW_SIZES}, "rev": {str(s): 0.125 for s in ft.ROW_SIZES}}
+    assert ft.floor_us(fwd, rates, graph_order=True) == fwd.streamed / 1e6 + 2 * 1000 * 0.25
+    src = b["_bwd_gat_src_kernel"]
+    assert [order for *_, order in src.gathered] == ["rev", "rev", None]
+    assert ft.floor_us(src, rates, graph_order=True) == src.streamed / 1e6 + 2 * 1000 * 0.125 + 1000 * 0.5
 
 
 @pytest.mark.slow
@@ -568,4 +574,5 @@ def test_floor_table_quick_runs_the_gather_kernel_and_the_layers_in_the_interpre
     rows = payload["results"][0]["rows"]
     assert [r["kernel"] for r in rows] == list(_floor_table().KERNELS)
     assert all(r["bytes_as_coded"] >= r["bytes_compulsory"] > 0 and r["floor_us"] > 0 for r in rows)
+    assert all(0 < r["graph_floor_us"] for r in rows) and set(payload["rates"]["graph"]) == {"csc", "rev"}
     assert "| `_fwd_kernel` |" in md.read_text()
