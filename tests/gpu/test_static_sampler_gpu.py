@@ -219,7 +219,10 @@ def test_capture_ahead_puts_the_scheduler_and_the_learning_rate_back() -> None:
 
 def test_capture_ahead_without_model_puts_the_parameters_back() -> None:
     sampler, model = _sampler(), _model()
-    before = {k: v.clone() for k, v in model.named_parameters()}
+    # detached: a clone recorded by autograd would keep the parameters' gradient accumulators alive, made on the
+    # default stream, where the captured backward may not accumulate ("would make the legacy stream depend on a
+    # capturing blocking stream")
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
     opt = torch.optim.Adam(model.parameters(), lr=0.01, capturable=True, fused=True)
     step = CapturedStep(sampled_loss(model, sampler), optimizer=opt, inputs=_inputs())  # no model=
     with warnings.catch_warnings():

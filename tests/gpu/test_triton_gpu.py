@@ -439,14 +439,15 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
     """Every kernel launched through :class:`~cudnn_gnn.backends.triton.launch.CachedLaunch`'s shortcut gives
     bitwise what Triton's own dispatch gives: GAT with its one-gather and its two-gather backward and GATv2 with its
     fused edge projection, on a graph with a 3,000-edge hub row and hub source (so the merge kernels run too), with
-    edge features, a dropout mask and returned attention; every one of the eleven kernels holds a variant after the
-    first run, and the third run launches none through Triton's dispatch (all through the shortcut)."""
+    edge features, a dropout mask and returned attention, and GAT's training call (no attention returned: the dense
+    delta pass); every one of the thirteen kernels holds a variant after the first run, and the third run launches
+    none through Triton's dispatch (all through the shortcut)."""
     from cudnn_gnn.backends.triton.launch import CachedLaunch
 
     # (module, name) -> the CachedLaunch a launcher finds in its own module's globals
     kernels = {(module, name): k for module in tk.KERNEL_MODULES for name, k in vars(module).items()
                if isinstance(k, CachedLaunch)}
-    assert len(kernels) == 11, sorted(name for _, name in kernels)
+    assert len(kernels) == 13, sorted(name for _, name in kernels)
     n = 3000
     graph = _hub_graph(n, 30_000, 3000, seed=11)
     assert graph.num_edges > 4 * tuning.chunk_size(graph.num_edges)
@@ -467,16 +468,19 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
         w = (w_v2 if v2 else w_gat).detach().clone().requires_grad_()
         f = (ea if v2 else score_edge).detach().clone().requires_grad_()
         wt = ew.detach().clone().requires_grad_() if v2 else None
-        options = tb.TritonOptions(gat_backward="one_gather" if case == "gat_one_gather" else "two_gather")
-        spec = call_spec(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True, return_attention=True,
-                         lin_edge_weight=wt)
+        one_gather = case in ("gat_one_gather", "gat_training")
+        options = tb.TritonOptions(gat_backward="one_gather" if one_gather else "two_gather")
+        spec = call_spec(graph, x, x, w, f, m, v2=v2, heads=heads, concat=True,
+                         return_attention=case != "gat_training", lin_edge_weight=wt)
         out, att = tb.triton_gat(spec, options=options)
         cot = torch.Generator(device=DEV).manual_seed(0)
-        ((out * torch.randn(out.shape, device=DEV, generator=cot)).sum()
-         + (att * torch.randn(att.shape, device=DEV, generator=cot)).sum()).backward()
-        return [out, att, x.grad, w.grad, f.grad] + ([wt.grad] if v2 else [])
+        loss = (out * torch.randn(out.shape, device=DEV, generator=cot)).sum()
+        if att is not None:
+            loss = loss + (att * torch.randn(att.shape, device=DEV, generator=cot)).sum()
+        loss.backward()
+        return [t for t in (out, att, x.grad, w.grad, f.grad, wt.grad if v2 else None) if t is not None]
 
-    cases = ("gat_one_gather", "gat_two_gather", "gatv2_fused")
+    cases = ("gat_one_gather", "gat_two_gather", "gatv2_fused", "gat_training")
     with monkeypatch.context() as plain_dispatch:  # every kernel through Triton's own dispatch
         for (module, name), k in kernels.items():
             plain_dispatch.setattr(module, name, k.fn)
