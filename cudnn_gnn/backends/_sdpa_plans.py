@@ -247,7 +247,7 @@ class PlanStore:
         path = self.path(tag, key_text)
         try:
             data = path.read_bytes()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # absent (or the folder is not one): nothing to trust
             return None
         except OSError as e:
             self.reject(path, f"unreadable ({e.strerror or e})")
