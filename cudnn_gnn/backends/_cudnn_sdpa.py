@@ -190,6 +190,7 @@ class _Plan(NamedTuple):
 _CACHE: PlanCache[_Plan] = PlanCache(PLAN_CACHE_SIZE)
 _UNSUPPORTED: dict[tuple[Any, ...], str] = {}  # (device, key) -> cuDNN's reason; not retried in this process
 _SERIALIZE_WARNED = False
+_USED = False  # whether this process has run cuDNN SDPA (see _cudnn.explain_failure)
 
 
 def plan_cache_info() -> PlanCacheInfo:
@@ -203,12 +204,19 @@ def clear_plan_cache() -> None:
     _UNSUPPORTED.clear()
 
 
+_STORES: dict[Any, PlanStore] = {}
+
+
 def _store() -> PlanStore | None:
+    """The store of the current plan folder (one per folder: it warns once about a folder it cannot write)."""
     folder = plan_dir()
     if folder is None:
         return None
-    return PlanStore(folder, on_write=lambda: _CACHE.count("disk_writes"),
-                     on_reject=lambda: _CACHE.count("disk_rejects"))
+    store = _STORES.get(folder)
+    if store is None:
+        store = _STORES[folder] = PlanStore(folder, on_write=lambda: _CACHE.count("disk_writes"),
+                                            on_reject=lambda: _CACHE.count("disk_rejects"))
+    return store
 
 
 def _io_type(fe: Any, dtype: str) -> Any:
@@ -392,11 +400,16 @@ def draw_dropout_rng(device: torch.device, generator: torch.Generator | None = N
 
 def _forward(q: Tensor, k: Tensor, v: Tensor, cu: Tensor, seed: Tensor | None, offset: Tensor | None, seqlen: int,
              scale: float, dropout_p: float) -> tuple[Tensor, Tensor]:
+    global _USED
+    if not _USED:  # here, at run time (not when torch.compile traces the call)
+        _warn_if_it_disables_gat()
+    _USED = True
     fe = _frontend()
     t, h, d = q.shape
     dv = v.shape[2]
     b = cu.numel() - 1
     plan = _plan(fe, q.device, plan_key("fwd", q.dtype, b, h, d, dv, seqlen, scale, dropout_p))
+    q, k, v = _operand(q), _operand(k), _operand(v)
     out = q.new_empty(t, h, dv)
     stats = torch.empty(t, h, 1, dtype=torch.float32, device=q.device)
     rq, rk, rv, ro, rs = ragged_columns(cu, (h * d, h * d, h * dv, h * dv, h))
@@ -421,7 +434,7 @@ def _backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, stats:
     key = plan_key("bwd", q.dtype, b, h, d, dv, seqlen, scale, dropout_p, deterministic=deterministic,
                    total_tokens=bucket_tokens(t))
     plan = _plan(fe, q.device, key)
-    grad = _operand(grad.to(q.dtype))
+    q, k, v, out, grad = _operand(q), _operand(k), _operand(v), _operand(out), _operand(grad.to(q.dtype))
     dq, dk, dvv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     rq, rk, rv, ro, rdq, rdk, rdv = ragged_columns(cu, (h * d, h * d, h * dv, h * dv, h * d, h * d, h * dv))
     len_q, len_kv = length_columns(cu, seqlen)
@@ -486,9 +499,6 @@ _fwd_op.register_autograd(_autograd_backward, setup_context=_setup_context)
 # ----------------------------------------------------------------------------------------------- entry point
 
 
-_USED = False  # whether this process has run cuDNN SDPA (see _cudnn.explain_failure)
-
-
 def _warn_if_it_disables_gat() -> None:
     """At the first cuDNN SDPA call of a process: warn where this cuDNN lacks its precompiled engines, so that
     the SDPA backward will switch cuDNN to JIT-only mode and break the cuDNN GAT calls after it."""
@@ -548,17 +558,13 @@ def sdpa_varlen(
     out_dtype = q.dtype
     if q.dtype not in KERNEL_DTYPES:
         q, k, v = q.to(compute_dtype), k.to(compute_dtype), v.to(compute_dtype)
-    q, k, v = _operand(q), _operand(k), _operand(v)
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()  # base alignment: inside the op (no data_ptr when traced)
     if deterministic is None:
         deterministic = torch.are_deterministic_algorithms_enabled()
     seed = offset = None
     dropout_p = float(dropout_p)
     if dropout_p > 0:
         seed, offset = draw_dropout_rng(q.device, generator)
-    global _USED
-    if not _USED:
-        _warn_if_it_disables_gat()
-    _USED = True
     out, _ = _fwd_op(q, k, v, cu_seqlens, seed, offset, bucket_seqlen(max_seqlen), float(scale), dropout_p,
                      bool(deterministic))
     return out.to(out_dtype)

@@ -316,3 +316,15 @@ def test_ops_pass_opcheck(fake_cudnn):
     args = (q.requires_grad_(), k, v, cu, seed, offset, 16, 0.25, 0.2, False)
     torch.library.opcheck(torch.ops.cudnn_gnn.sdpa_varlen_fwd.default, args,
                           test_utils=("test_schema", "test_faketensor", "test_autograd_registration"))
+
+
+@pytest.mark.slow
+def test_compiles_without_graph_breaks(fake_cudnn):
+    """The adapter touches no data pointer outside its ops, so torch.compile(fullgraph=True) traces it."""
+    q, k, v = _qkv(9, dtype=torch.bfloat16)
+    ptr = _ptr([4, 5])
+    fn = torch.compile(lambda q, k, v: _cudnn_sdpa.sdpa_varlen(q, k, v, ptr, 5, 0.25, dropout_p=0.2),
+                       fullgraph=True, backend="aot_eager")
+    out = fn(q, k, v)
+    out.float().sum().backward()
+    assert out.shape == q.shape and q.grad is not None and fake_cudnn.executes == 2
