@@ -89,7 +89,7 @@ def graph_attention(
               math kernels (any dtype).
             * ``"reference"``: plain PyTorch math on graphs padded to ``max_num_nodes``: any device and dtype,
               the test oracle; memory ``B * H * max_num_nodes**2``.
-            * ``"auto"``: CPU -> reference. CUDA -> ``cudnn`` where ``cudnn.sdpa_torch`` is available, the call
+            * ``"auto"``: CPU -> reference. CUDA -> ``cudnn`` where the frontend's graph API is available, the call
               fits it (head size, ``dropout < 1``) and every cuDNN mapped into the process has
               ``libcudnn_engines_precompiled``; else ``flash``. Without those engines the SDPA backward switches
               cuDNN to JIT-only mode and later cuDNN GAT calls fail with

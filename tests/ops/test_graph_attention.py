@@ -305,7 +305,7 @@ def test_supports():
 
 
 def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
-    """The H200 failure mode of cuDNN GAT after cudnn.sdpa_torch gets its known cause and fix appended; other
+    """The H200 failure mode of cuDNN GAT after cuDNN SDPA gets its known cause and fix appended; other
     errors, and the same status without cuDNN SDPA in the process, pass through unchanged."""
     from cudnn_gnn.backends import _cudnn, _cudnn_sdpa
 
