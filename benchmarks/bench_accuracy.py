@@ -66,13 +66,13 @@ from _bench_common import environment, free_memory, write_json  # noqa: E402
 
 from cudnn_gnn.apps._cli import (  # noqa: E402
     ArgumentParser,
-    check_data_root,
     check_device,
-    check_matplotlib,
-    check_output_path,
+    check_outputs,
+    check_planetoid_root,
     positive_float,
     positive_int,
 )
+from cudnn_gnn.apps._util import write_text  # noqa: E402
 
 MODES = ("captured", "eager")
 WORKLOADS = ("cora", "citeseer", "arxiv")
@@ -435,10 +435,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.device.type != "cuda" and not args.smoke:
         ap.error(f"--device must be a CUDA device for the full benchmark (capture is CUDA-only and the arxiv-shaped "
                  f"runs take hours on a CPU), got {str(args.device)!r}; use --smoke for the CPU smoke run")
-    check_data_root(ap, args.data_root)
-    check_output_path(ap, "--out", args.out)
-    check_output_path(ap, "--md", args.md)
-    check_matplotlib(ap, args.plot)
+    check_outputs(ap, {"--out": args.out, "--md": args.md, "--plot": args.plot})
+    check_planetoid_root(ap, [PLANETOID[w] for w in args.workloads if w in PLANETOID], args.data_root)
     return args
 
 
@@ -455,8 +453,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = markdown(result)
     print(table)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write(table)
+        write_text(args.md, table)
     if args.plot:
         plot(result, args.plot)
     return result
