@@ -69,6 +69,7 @@ from cudnn_gnn.apps._cli import (  # noqa: E402
     check_device,
     check_outputs,
     check_planetoid_root,
+    fraction,
     positive_float,
     positive_int,
 )
@@ -414,7 +415,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--arxiv-eval-every", type=positive_int, default=None,
                     help=f"arxiv: evaluate every N epochs and after the last (default: {DEFAULTS['arxiv_eval_every']}; "
                          f"--smoke {SMOKE['arxiv_eval_every']})")
-    ap.add_argument("--arxiv-scale", type=positive_float, default=None,
+    ap.add_argument("--arxiv-scale", type=fraction, default=None,
                     help=f"arxiv: fraction of ogbn-arxiv's size (default: {DEFAULTS['arxiv_scale']:g}; --smoke "
                          f"{SMOKE['arxiv_scale']:g})")
     ap.add_argument("--data-root", default=None,
@@ -429,8 +430,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.arxiv_scale > 1:
-        ap.error(f"--arxiv-scale must be in (0, 1], got {args.arxiv_scale:g}")
     args.device = check_device(ap, args.device or ("cpu" if args.smoke else "cuda"))
     if args.device.type != "cuda" and not args.smoke:
         ap.error(f"--device must be a CUDA device for the full benchmark (capture is CUDA-only and the arxiv-shaped "

@@ -121,7 +121,7 @@ from _bench_common import (  # noqa: E402
 )
 from _graphs import GraphSpec, make_graph  # noqa: E402
 
-from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs  # noqa: E402
+from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs, fraction  # noqa: E402
 from cudnn_gnn.apps._util import atomic_path, write_text  # noqa: E402
 
 VARIANTS = ("pyg-eager", "pyg-compiled", "pyg-captured", "pyg-compiled-captured", "ours-eager", "ours-compiled",
@@ -654,8 +654,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--feature-dtype", choices=tuple(FEATURE_DTYPES), default="float32",
                     help="stored dtype of the sampled graphs' node features (the examples' --feature-dtype and "
                          "default)")
-    ap.add_argument("--scale", type=float, default=1.0, help="products-sampled: fraction of the real graph's size")
-    ap.add_argument("--papers-scale", type=float, default=1.0,
+    ap.add_argument("--scale", type=fraction, default=1.0, help="products-sampled: fraction of the real graph's size")
+    ap.add_argument("--papers-scale", type=fraction, default=1.0,
                     help="papers100m-sampled: fraction of the real graph's size (1: 111M nodes, 1.6G edges, the "
                          "largest that fits a 10-minute call on an H200; 0.1: 11.1M nodes, 162M edges)")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=None,
@@ -683,9 +683,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.variants = list(VARIANTS) if cuda else ["pyg-eager", "ours-eager", "ours-captured"]
     if args.epoch_variants is None:
         args.epoch_variants = list(args.variants)
-    for flag, value in (("--scale", args.scale), ("--papers-scale", args.papers_scale)):
-        if not 0 < value <= 1:
-            ap.error(f"{flag} must be in (0, 1], got {value}")
     args.warmup = args.warmup if args.warmup is not None else (10 if cuda else 4)  # > CapturedStep's warm-up + 1
     args.repeats = args.repeats if args.repeats is not None else (50 if cuda else 3)
     args.time_budget = args.time_budget if args.time_budget is not None else (510.0 if cuda else 0.0)

@@ -81,7 +81,8 @@ def test_time_budget_stops_between_rounds(tmp_path) -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--device", "cpu"], "--device must be a CUDA device for the full benchmark"),
-    (["--smoke", "--arxiv-scale", "2"], "--arxiv-scale must be in (0, 1], got 2"),
+    (["--smoke", "--arxiv-scale", "2"], "argument --arxiv-scale: must be a number in (0, 1] (a fraction of the real "
+                                         "size), got '2'"),
     (["--smoke", "--seeds", "0"], "--seeds: must be an integer >= 1"),
 ])
 def test_bad_flags_are_refused(argv, message, capsys) -> None:

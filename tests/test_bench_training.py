@@ -119,7 +119,8 @@ def test_time_budget_skips_epochs_and_variants_saying_why(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--papers-scale", "0"], "--papers-scale must be in (0, 1], got 0.0"),
+    (["--papers-scale", "0"], "argument --papers-scale: must be a number in (0, 1] (a fraction of the real size), got '0'"),
+    (["--scale", "2"], "argument --scale: must be a number in (0, 1]"),
     (["--epochs", "-1"], "--epochs must be >= 0, got -1"),
     (["--time-budget", "-5"], "--time-budget must be >= 0, got -5.0"),
     (["--top-kernels", "-1"], "--top-kernels must be >= 0, got -1"),

@@ -24,7 +24,7 @@ from cudnn_gnn.apps._util import output_file
 
 __all__ = [
     "ArgumentParser", "HelpFormatter", "plain_text", "positive_int", "nonnegative_int", "positive_float",
-    "nonnegative_float", "probability", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
+    "nonnegative_float", "probability", "fraction", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
     "check_output_path", "check_distinct_outputs", "check_outputs", "check_data_root", "check_planetoid_root",
     "check_matplotlib", "default_threads", "run_main",
     "silence_stdout",
@@ -130,6 +130,15 @@ def probability(text: str) -> float:
     value = _number(text, float, "a number in [0, 1]")
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be a number in [0, 1], got {text!r}")
+    return float(value)
+
+
+def fraction(text: str) -> float:
+    """argparse type: a number in ``(0, 1]``, a share of a real dataset's size (``--scale``): above 1 the synthetic
+    graph outgrows the dataset it stands for (and, on a CPU, the memory)."""
+    value = _number(text, float, "a number in (0, 1]")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1] (a fraction of the real size), got {text!r}")
     return float(value)
 
 
