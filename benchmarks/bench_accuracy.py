@@ -66,13 +66,14 @@ from _bench_common import environment, free_memory, write_json  # noqa: E402
 
 from cudnn_gnn.apps._cli import (  # noqa: E402
     ArgumentParser,
-    check_data_root,
     check_device,
-    check_matplotlib,
-    check_output_path,
+    check_outputs,
+    check_planetoid_root,
+    fraction,
     positive_float,
     positive_int,
 )
+from cudnn_gnn.apps._util import write_text  # noqa: E402
 
 MODES = ("captured", "eager")
 WORKLOADS = ("cora", "citeseer", "arxiv")
@@ -414,7 +415,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--arxiv-eval-every", type=positive_int, default=None,
                     help=f"arxiv: evaluate every N epochs and after the last (default: {DEFAULTS['arxiv_eval_every']}; "
                          f"--smoke {SMOKE['arxiv_eval_every']})")
-    ap.add_argument("--arxiv-scale", type=positive_float, default=None,
+    ap.add_argument("--arxiv-scale", type=fraction, default=None,
                     help=f"arxiv: fraction of ogbn-arxiv's size (default: {DEFAULTS['arxiv_scale']:g}; --smoke "
                          f"{SMOKE['arxiv_scale']:g})")
     ap.add_argument("--data-root", default=None,
@@ -429,16 +430,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.arxiv_scale > 1:
-        ap.error(f"--arxiv-scale must be in (0, 1], got {args.arxiv_scale:g}")
     args.device = check_device(ap, args.device or ("cpu" if args.smoke else "cuda"))
     if args.device.type != "cuda" and not args.smoke:
         ap.error(f"--device must be a CUDA device for the full benchmark (capture is CUDA-only and the arxiv-shaped "
                  f"runs take hours on a CPU), got {str(args.device)!r}; use --smoke for the CPU smoke run")
-    check_data_root(ap, args.data_root)
-    check_output_path(ap, "--out", args.out)
-    check_output_path(ap, "--md", args.md)
-    check_matplotlib(ap, args.plot)
+    check_outputs(ap, {"--out": args.out, "--md": args.md, "--plot": args.plot})
+    check_planetoid_root(ap, [PLANETOID[w] for w in args.workloads if w in PLANETOID], args.data_root)
     return args
 
 
@@ -455,8 +452,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     table = markdown(result)
     print(table)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write(table)
+        write_text(args.md, table)
     if args.plot:
         plot(result, args.plot)
     return result

@@ -22,7 +22,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -36,6 +35,7 @@ from _bench_common import environment, free_memory, is_oom, peak_memory, time_fn
 from _graphs import GraphSpec, make_graph  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
+from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs  # noqa: E402
 
 SPECS: dict[str, GraphSpec] = {
     "products": GraphSpec(2_449_029, 123_718_280, exponent=0.5, ogbn="ogbn-products"),
@@ -61,16 +61,18 @@ def cases(edge_index: torch.Tensor, n: int) -> dict[str, Callable[[], Any]]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="bench_conversion.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=None, choices=sorted(SPECS), help="graph shape (default products; quick: tiny)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--out", default=None, help="JSON path (default bench_conversion.json)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke test on a tiny graph")
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--device", default=None, help="default: cuda if available (cpu with --quick)")
     ap.add_argument("--no-ogbn", action="store_true", help="always use benchmarks/_graphs.py's generator")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu"))
+    args.out = args.out or "bench_conversion.json"
+    device = check_device(ap, args.device or ("cpu" if args.quick else "auto"))
+    check_outputs(ap, {"--out": args.out})
     preset = args.preset or ("tiny" if args.quick else "products")
     graph = make_graph(SPECS[preset], seed=args.seed, device=device, prefer_ogbn=not args.no_ogbn)
     ei, n = graph.edge_index, graph.num_nodes
@@ -98,7 +100,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"   ratio {k}: {v:.2f}x (>1: ours faster)", flush=True)
     payload = {"schema": "cudnn-gnn/bench_conversion/1", "quick": args.quick, "environment": environment(device),
                "graph_source": graph.source, "records": records, "ratios": ratios}
-    write_json(args.out or "bench_conversion.json", payload)
+    write_json(args.out, payload)
     return payload
 
 

@@ -16,7 +16,6 @@ standalone time of one conversion. JSON on stdout and in ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -30,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench_common import environment, synchronize, write_json  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
+from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs  # noqa: E402
 from cudnn_gnn.layers import GATConv, ToCscGraph, _plan_cache  # noqa: E402
 
 
@@ -82,7 +82,7 @@ def run(mode: str, x, ei, y, epochs: int, device: torch.device) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = ArgumentParser(prog="bench_epoch_conversion.py", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tiny CPU smoke test (no timing claims)")
     ap.add_argument("--nodes", type=int, default=169_343)
     ap.add_argument("--edges", type=int, default=2_315_598)
@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.nodes, args.edges, args.features, args.epochs = 300, 2000, 16, 4
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu"))
+    device = check_device(ap, args.device or ("cpu" if args.quick else "auto"))
+    check_outputs(ap, {"--out": args.out})
     g = torch.Generator().manual_seed(0)
     ei = torch.randint(0, args.nodes, (2, args.edges), generator=g).to(device)
     x = torch.randn(args.nodes, args.features, generator=g).to(device)

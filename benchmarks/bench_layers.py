@@ -88,6 +88,8 @@ from _bench_common import (  # noqa: E402
 from _graphs import BenchGraph, GraphSpec, make_graph  # noqa: E402
 
 import cudnn_gnn  # noqa: E402
+from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs  # noqa: E402
+from cudnn_gnn.apps._util import write_text  # noqa: E402
 from cudnn_gnn.backends import GAT_BACKENDS, gat_backend  # noqa: E402
 from cudnn_gnn.backends.cudnn import EDGE_ELEMS_LIMIT, NODE_ELEMS_LIMIT  # noqa: E402
 
@@ -758,7 +760,7 @@ def markdown_table(rows: list[dict[str, Any]], conversions: list[dict[str, Any]]
 
 # ----------------------------------------------------------------------------------------------- main
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="bench_layers.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="CPU smoke test: tiny presets, reference + PyG, no timing claims")
     ap.add_argument("--out", default=None, help="JSON output path (default: bench_layers.json, or bench_quick.json)")
     ap.add_argument("--md", default=None, help="markdown table path (default: the JSON path with .md)")
@@ -784,7 +786,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--device", default=None, help="default: cuda if available, cpu with --quick")
     ap.add_argument("--no-ogbn", action="store_true", help="always use benchmarks/_graphs.py's generator")
     ap.add_argument("--seed", type=int, default=0)
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.device = check_device(ap, args.device or ("cpu" if args.quick else "auto"))
+    args.out = args.out or ("bench_quick.json" if args.quick else "bench_layers.json")
+    args.md = args.md or os.path.splitext(args.out)[0] + ".md"
+    check_outputs(ap, {"--out": args.out, "--md": args.md, "--plot": args.plot})
+    return args
 
 
 def prebuild_kernels(presets: list[Preset], layers: list[str], dtypes: list[str], impl_filter: set[str] | None,
@@ -889,10 +896,7 @@ def _run_preset(p: Preset, device: torch.device, args: argparse.Namespace, layer
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     quick = args.quick
-    if args.device is not None:
-        device = torch.device(args.device)
-    else:
-        device = torch.device("cuda" if torch.cuda.is_available() and not quick else "cpu")
+    device = args.device
     if device.type == "cpu" and not quick:
         raise SystemExit("the full benchmark needs a CUDA GPU; use --quick for the CPU smoke test")
     if device.type == "cuda" and device.index is None:
@@ -917,8 +921,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                              f"(or leave {b} out of --backends)")
     compile_presets = {s for s in args.compile_presets.split(",") if s}
     compile_passes = set(args.compile_passes.split(","))
-    out_path = args.out or ("bench_quick.json" if quick else "bench_layers.json")
-    md_path = args.md or os.path.splitext(out_path)[0] + ".md"
+    out_path, md_path = args.out, args.md
 
     if quick and device.type == "cpu":
         torch.set_num_threads(1)  # tiny graphs: threads only add spin contention on a shared 2-core CI box
@@ -951,14 +954,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             # Write what we have after every preset: a later crash still leaves valid JSON behind.
             payload = _payload(env, preset_info, records, conversions, quick, time.perf_counter() - t_run)
             write_json(out_path, payload)
-            os.makedirs(os.path.dirname(os.path.abspath(md_path)), exist_ok=True)
-            with open(md_path, "w") as f:
-                f.write(payload["summary_markdown"] + "\n")
+            write_text(md_path, payload["summary_markdown"] + "\n")
 
     payload = _payload(env, preset_info, records, conversions, quick, time.perf_counter() - t_run)
     write_json(out_path, payload)
-    with open(md_path, "w") as f:
-        f.write(payload["summary_markdown"] + "\n")
+    write_text(md_path, payload["summary_markdown"] + "\n")
     print("\n" + payload["summary_markdown"], flush=True)
     print(f"\nwrote {out_path} and {md_path} ({payload['wall_s']:.0f} s)", flush=True)
     if args.plot:

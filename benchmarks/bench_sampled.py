@@ -46,6 +46,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "examples"))
 from _bench_common import environment, kernel_times, synchronize, write_json  # noqa: E402
 
+from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs  # noqa: E402
+
 VARIANTS = ("pyg", "ours", "ours_compiled",
             "pyg_compiled")
 
@@ -206,7 +208,7 @@ def host_profile(step: Any, batches: list[Any], device: torch.device, top: int =
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="bench_sampled.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dataset", default="ogbn-papers100M")
     ap.add_argument("--scale", type=float, default=0.05)
     ap.add_argument("--fanout", default="10,10,5")
@@ -228,10 +230,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--quick", action="store_true", help="CPU smoke run: tiny graph, 2 batches, reference backend")
     ap.add_argument("--out", default="bench_sampled.json")
     args = ap.parse_args(argv)
+    device = check_device(ap, args.device or ("cpu" if args.quick else "auto"))
+    check_outputs(ap, {"--out": args.out})
     if args.quick:
         args.scale, args.batches, args.warmup, args.precision = 0.0002, 2, 1, "fp32"
         args.backend = args.backend or "reference"
-        args.device = args.device or "cpu"
         args.variants = args.variants or "pyg,ours"
     args.variants = args.variants or ",".join(VARIANTS)
     args.backend = args.backend or "triton"
@@ -244,7 +247,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     unknown = sorted(v for v in set(variants) - set(VARIANTS) if sweep_variant(v) is None)
     if unknown:
         ap.error(f"--variants must be among {', '.join(VARIANTS)}, got {', '.join(unknown)}")
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     t0 = time.perf_counter()
     batches, in_channels, classes = draw_batches(args, device)
     nodes = statistics.fmean(int(b.num_nodes) for b in batches)

@@ -121,6 +121,9 @@ from _bench_common import (  # noqa: E402
 )
 from _graphs import GraphSpec, make_graph  # noqa: E402
 
+from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs, fraction  # noqa: E402
+from cudnn_gnn.apps._util import atomic_path, write_text  # noqa: E402
+
 VARIANTS = ("pyg-eager", "pyg-compiled", "pyg-captured", "pyg-compiled-captured", "ours-eager", "ours-compiled",
             "ours-captured", "ours-compiled-captured")
 FULL_GRAPH = ("cora", "arxiv")
@@ -615,8 +618,7 @@ def write_outputs(result: dict[str, Any], args: argparse.Namespace) -> str:
     write_json(args.out, result)
     table = markdown(result)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write(table)
+        write_text(args.md, table)
     return table
 
 
@@ -635,12 +637,16 @@ def plot(result: dict[str, Any], path: str) -> None:
         ax.set_ylabel("ms (median)")
         ax.tick_params(axis="x", rotation=30)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    try:
+        with atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=120)
+    finally:
+        plt.close(fig)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap = ArgumentParser(prog="bench_training.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--device", default="auto", help="'auto' (cuda if available, else cpu), 'cpu', 'cuda', 'cuda:N'")
     ap.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
     ap.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="autocast of every variant's forward: auto (default) is bf16 for the sampled workloads, as "
@@ -648,8 +654,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--feature-dtype", choices=tuple(FEATURE_DTYPES), default="float32",
                     help="stored dtype of the sampled graphs' node features (the examples' --feature-dtype and "
                          "default)")
-    ap.add_argument("--scale", type=float, default=1.0, help="products-sampled: fraction of the real graph's size")
-    ap.add_argument("--papers-scale", type=float, default=1.0,
+    ap.add_argument("--scale", type=fraction, default=1.0, help="products-sampled: fraction of the real graph's size")
+    ap.add_argument("--papers-scale", type=fraction, default=1.0,
                     help="papers100m-sampled: fraction of the real graph's size (1: 111M nodes, 1.6G edges, the "
                          "largest that fits a 10-minute call on an H200; 0.1: 11.1M nodes, 162M edges)")
     ap.add_argument("--variants", nargs="+", choices=VARIANTS, default=None,
@@ -670,14 +676,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--md", default=None, help="also write the markdown table here")
     ap.add_argument("--plot", default=None, help="also draw a bar chart here (needs matplotlib)")
     args = ap.parse_args(argv)
+    args.device = str(check_device(ap, args.device))  # before any data is built, as every output path below
+    check_outputs(ap, {"--out": args.out, "--md": args.md, "--plot": args.plot})
     cuda = torch.device(args.device).type == "cuda"
     if args.variants is None:
         args.variants = list(VARIANTS) if cuda else ["pyg-eager", "ours-eager", "ours-captured"]
     if args.epoch_variants is None:
         args.epoch_variants = list(args.variants)
-    for flag, value in (("--scale", args.scale), ("--papers-scale", args.papers_scale)):
-        if not 0 < value <= 1:
-            ap.error(f"{flag} must be in (0, 1], got {value}")
     args.warmup = args.warmup if args.warmup is not None else (10 if cuda else 4)  # > CapturedStep's warm-up + 1
     args.repeats = args.repeats if args.repeats is not None else (50 if cuda else 3)
     args.time_budget = args.time_budget if args.time_budget is not None else (510.0 if cuda else 0.0)

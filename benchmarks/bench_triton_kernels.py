@@ -17,7 +17,6 @@ Run (GPU): ``python benchmarks/bench_triton_kernels.py --preset arxiv --out resu
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Callable
@@ -30,6 +29,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _bench_common import H200_BYTES_PER_S as HBM_BYTES_PER_S  # noqa: E402
 from _bench_common import gather_floor_bytes, triton_spec  # noqa: E402
+
+from cudnn_gnn.apps._cli import ArgumentParser, check_outputs  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -138,7 +139,7 @@ def _implementations(p: Preset, graph: Any, ei: torch.Tensor, x_in: torch.Tensor
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="bench_triton_kernels.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", choices=sorted(PRESETS), default="arxiv")
     parser.add_argument("--ops", nargs="+", choices=["gat", "gatv2"], default=["gat", "gatv2"])
     parser.add_argument("--dtypes", nargs="+", choices=["fp32", "bf16"], default=["fp32", "bf16"])
@@ -146,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
                         default=["triton", "reference", "pyg", "pyg-compiled"])
     parser.add_argument("--out", default=None, help="write the records as JSON here")
     args = parser.parse_args(argv)
+    check_outputs(parser, {"--out": args.out})
 
     from _bench_common import environment, free_memory, is_oom, peak_memory, time_fn, write_json
 

@@ -28,7 +28,6 @@ fraction of each), the microbenchmark's rates (measured once a run), JSON with e
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import sys
@@ -42,6 +41,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from _bench_common import environment, kernel_table, synchronize, write_json  # noqa: E402
 from _graphs import GraphSpec, make_graph  # noqa: E402
+
+from cudnn_gnn.apps._cli import ArgumentParser, check_outputs  # noqa: E402
+from cudnn_gnn.apps._util import write_text  # noqa: E402
 
 SECTOR = 32
 ROW_SIZES = (64, 128, 256, 512)
@@ -314,7 +316,7 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="floor_table.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", nargs="+", default=["step"], choices=sorted(CASES))
     ap.add_argument("--dtype", nargs="+", default=["fp32"], choices=sorted(DTYPES))
     ap.add_argument("--steps", type=int, default=5)
@@ -322,11 +324,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--out", default=None, help="JSON output path")
     ap.add_argument("--md", default=None, help="markdown output path")
     args = ap.parse_args(argv)
-    for flag, path in (("--out", args.out), ("--md", args.md)):
-        if path is not None and os.path.isdir(path):
-            ap.error(f"{flag} must be a file path, got the folder {path!r}")
-    if args.out is not None and args.out == args.md:
-        ap.error(f"--md must differ from --out, got {args.md!r} for both")
+    check_outputs(ap, {"--out": args.out, "--md": args.md})
     if args.quick:
         if os.environ.get("TRITON_INTERPRET") != "1":
             ap.error("--quick runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1")
@@ -351,8 +349,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.out:
         write_json(args.out, out)
     if args.md:
-        with open(args.md, "w") as fh:
-            fh.write("\n".join(markdown(r) for r in results))
+        write_text(args.md, "\n".join(markdown(r) for r in results))
     return out
 
 

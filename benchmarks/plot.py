@@ -14,6 +14,7 @@ Triton, ...: one colour per layer x dtype, one hatch per backend, side by side).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Any
 
@@ -104,13 +105,21 @@ def plot(payload: dict[str, Any], path: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        raise SystemExit("usage: python benchmarks/plot.py BENCH.json OUT.png")
-    with open(argv[0]) as f:
+    from cudnn_gnn.apps._cli import ArgumentParser, check_outputs
+
+    ap = ArgumentParser(prog="plot.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("bench", metavar="BENCH.json", help="a bench_layers.py JSON")
+    ap.add_argument("png", metavar="OUT.png", help="the chart to write")
+    args = ap.parse_args(sys.argv[1:] if argv is None else argv)
+    if not os.path.isfile(args.bench):
+        ap.error(f"BENCH.json must be an existing file, got {args.bench!r}")
+    if os.path.realpath(args.bench) == os.path.realpath(args.png):
+        ap.error(f"OUT.png must differ from BENCH.json (the chart would replace the results), got {args.png!r} for both")
+    check_outputs(ap, {"OUT.png": args.png}, plots=("OUT.png",))
+    with open(args.bench) as f:
         payload = json.load(f)
-    plot(payload, argv[1])
-    print(f"wrote {argv[1]}")
+    plot(payload, args.png)
+    print(f"wrote {args.png}")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench_layers as bl  # noqa: E402
 from _bench_common import H200_BYTES_PER_S, environment, gather_floor_bytes, synchronize, time_fn, write_json  # noqa: E402
 
+from cudnn_gnn.apps._cli import ArgumentParser, check_device, check_outputs  # noqa: E402
+
 H200_COPY_BW = H200_BYTES_PER_S  # bytes/s, measured device-to-device copy bandwidth (issue 5)
 TRITON_TARGET = 0.5  # the Triton forward's target: at least half the speed of its gather-bound floor
 OUR_OPS = re.compile(r"^(cudnn_gnn::|cudnn::)")
@@ -180,7 +182,7 @@ def triton_forward_efficiency(inp: bl.Inputs, dtype: str, fwd_us: float) -> dict
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = ArgumentParser(prog="profile_layers.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default=None, help="bench_layers preset (default arxiv; quick: tiny)")
     ap.add_argument("--layer", default="GAT", choices=bl.LAYERS)
     ap.add_argument("--dtype", default="fp32", choices=sorted(bl.DTYPES))
@@ -200,11 +202,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--gaps", type=int, default=0, metavar="N",
                     help="also profile N steps, each synchronised, for where the GPU waits within a step (CUDA)")
     ap.add_argument("--quick", action="store_true", help="CPU smoke test")
-    ap.add_argument("--device", default=None)
+    ap.add_argument("--device", default=None, help="default: cuda if available (cpu with --quick)")
     ap.add_argument("--no-ogbn", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.quick else "cpu"))
+    args.out = args.out or "profile_layers.json"
+    device = check_device(ap, args.device or ("cpu" if args.quick else "auto"))
+    check_outputs(ap, {"--out": args.out, "--trace": args.trace})
     preset = bl.resolve_presets([args.preset or ("tiny" if args.quick else "arxiv")], args.quick)[0]
     backend = args.backend or "cudnn"
     if args.impl is not None:
@@ -326,7 +330,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         table = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=args.top)
         print(table)
         result["cpu_table"] = table
-    write_json(args.out or "profile_layers.json", result)
+    write_json(args.out, result)
     return result
 
 

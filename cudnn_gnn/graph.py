@@ -383,14 +383,26 @@ class CscGraph:
 
     @classmethod
     def from_data(cls, data: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:
-        """Build from a PyG ``Data`` (its ``edge_index`` or ``adj_t`` and ``num_nodes``)."""
-        if getattr(data, "csc_graph", None) is not None:
-            return data.csc_graph
+        """Build from a PyG ``Data`` (its ``edge_index`` or ``adj_t`` and ``num_nodes``).
+
+        An attached ``data.csc_graph`` (:class:`~cudnn_gnn.ToCscGraph`'s) is returned as it is while it was built
+        from the data's current ``edge_index``/``adj_t``: the very object, not modified in place since (its version
+        counter; no device read). One built from a tensor since replaced or modified is stale, and a fresh graph is
+        built instead. A ``csc_graph`` attached by hand (not built here) is returned as it is."""
+        source = _data_graph_source(data)
+        attached = getattr(data, "csc_graph", None)
+        if attached is not None:
+            built_from = attached._cache.get("data_source")
+            if built_from is None or source is None or (built_from[0] is source and built_from[1] == _version(source)):
+                return attached
+        if source is None:
+            raise ValueError(f"data must have an edge_index or adj_t attribute, got keys {list(data.keys())}")
         if getattr(data, "edge_index", None) is not None:
-            return cls.from_edge_index(data.edge_index, num_nodes=int(data.num_nodes), index_dtype=index_dtype)
-        if getattr(data, "adj_t", None) is not None:
-            return cls.from_sparse(data.adj_t, index_dtype=index_dtype)
-        raise ValueError(f"data must have an edge_index or adj_t attribute, got keys {list(data.keys())}")
+            graph = cls.from_edge_index(data.edge_index, num_nodes=int(data.num_nodes), index_dtype=index_dtype)
+        else:
+            graph = cls.from_sparse(data.adj_t, index_dtype=index_dtype)
+        graph._keep("data_source", (source, _version(source)))  # what it was built from, and that object's version
+        return graph
 
     # ------------------------------------------------------------------ conversions
     def to(self, device: torch.device | str) -> CscGraph:
@@ -635,3 +647,19 @@ class CscGraph:
     def replace(self, **changes: Any) -> CscGraph:
         """A new graph with fields replaced (caches are not carried over)."""
         return replace(self, **changes, _cache={})
+
+
+def _data_graph_source(data: Any) -> Any:
+    """The ``edge_index`` (else ``adj_t``) of a PyG ``Data``: what :meth:`CscGraph.from_data` builds from; None if
+    it has neither."""
+    for name in ("edge_index", "adj_t"):
+        value = getattr(data, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _version(obj: Any) -> int | None:
+    """A tensor's version counter (bumped by every in-place write; read on the host, no device sync); None for
+    objects without one (a ``SparseTensor``: its identity alone is compared)."""
+    return obj._version if isinstance(obj, Tensor) else None

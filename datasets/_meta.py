@@ -74,6 +74,8 @@ class OgbgMeta:
         split: Name of the split folder under ``split/``.
         url: OGB download URL.
         num_classes: OGB's ``num classes``: 2 for binary classification, -1 for regression.
+        num_features: Width of ``x`` (OGB's 9 atom features).
+        num_edge_features: Width of ``edge_attr`` (OGB's 3 bond features).
     """
 
     name: str
@@ -85,6 +87,8 @@ class OgbgMeta:
     split: str
     url: str
     num_classes: int
+    num_features: int = 9
+    num_edge_features: int = 3
 
     @property
     def dir_name(self) -> str:

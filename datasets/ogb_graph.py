@@ -142,6 +142,20 @@ class OgbgDataset:
         return [self.graphs[i] for i in self.split[part].tolist()]
 
 
+def _check_labels(meta: OgbgMeta, label: np.ndarray) -> None:
+    """Labels as ``meta`` says: 0 or 1 for binary classification, finite numbers for regression; NaN (missing)
+    in either."""
+    known = label[~np.isnan(label)]
+    if "classification" in meta.task_type:
+        bad = known[(known != 0) & (known != 1)]
+        want = "0 or 1 (binary classification)"
+    else:
+        bad = known[~np.isfinite(known)]
+        want = "finite numbers (regression)"
+    if bad.size:
+        raise ValueError(f"`graph-label.csv.gz` must hold {want} or NaN ({meta.name}), got {bad.flat[0]:g}")
+
+
 def _resolve_root(meta: OgbgMeta, root: str | os.PathLike[str] | None) -> Path:
     if root is not None:
         return as_folder(root, "root")
@@ -197,10 +211,11 @@ def load_ogbg(name: str, root: str | os.PathLike[str] | None = None) -> OgbgData
 
     nodes = read_csv_gz(raw / "num-node-list.csv.gz", np.int64, ncols=1)[:, 0]
     edges = read_csv_gz(raw / "num-edge-list.csv.gz", np.int64, ncols=1)[:, 0]
-    x = read_csv_gz(raw / "node-feat.csv.gz", np.int64)
+    x = read_csv_gz(raw / "node-feat.csv.gz", np.int64, ncols=meta.num_features)
     edge = read_csv_gz(raw / "edge.csv.gz", np.int64, ncols=2)
-    edge_attr = read_csv_gz(raw / "edge-feat.csv.gz", np.int64)
+    edge_attr = read_csv_gz(raw / "edge-feat.csv.gz", np.int64, ncols=meta.num_edge_features)
     label = read_csv_gz(raw / "graph-label.csv.gz", np.float32, ncols=meta.num_tasks)
+    _check_labels(meta, label)
     num_graphs = len(label)
     for what, got, want in (
         ("num-node-list.csv.gz rows", len(nodes), num_graphs),

@@ -11,8 +11,11 @@ the user filled beforehand; it never downloads and never prompts::
     <root>/ogbn_papers100M/raw/{data.npz,node-label.npz}                                  split/time/...
 
 Parsed arrays are cached as ``.npy`` files in ``<root>/<dir>/processed_cudnn_gnn/`` and reloaded without
-parsing while the raw files keep their size and modification time. ogbn-papers100M's arrays are streamed out of
-the ``.npz`` archives (never held in memory whole) and memory-mapped copy-on-write on load.
+parsing while the raw files keep their size, modification time and the hash of their first and last megabyte
+(:func:`~cudnn_gnn.datasets._io.file_fingerprint`, kept in the cache's manifest with every array's shape and dtype).
+Feature widths and label values are checked against the dataset's metadata when the raw files are parsed; a cached
+array whose shape disagrees with the manifest or the metadata is rebuilt, never served. ogbn-papers100M's arrays are
+streamed out of the ``.npz`` archives (never held in memory whole) and memory-mapped copy-on-write on load.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from torch_geometric.data import Data
 from cudnn_gnn.datasets._io import (
     as_folder,
     atomic_save_npy,
+    file_fingerprint,
     read_csv_gz,
     reading,
     remove_stale_temps,
@@ -47,7 +51,7 @@ __all__ = ["OgbnData", "load_ogbn", "ogb_evaluator", "ogbn_dataset", "add_invers
 
 #: Name of the cache folder created next to ``raw/`` and ``split/``.
 CACHE_DIR_NAME = "processed_cudnn_gnn"
-_CACHE_FORMAT = 1
+_CACHE_FORMAT = 2  # 2: sources keyed on [size, mtime_ns, hash of both ends]; every array's shape and dtype
 _SPLIT_PARTS = ("train", "valid", "test")
 
 
@@ -137,8 +141,8 @@ def _optional_node_files(meta: OgbnMeta, ds_dir: Path) -> dict[str, Path]:
     return found
 
 
-def _stamp(paths: list[Path], ds_dir: Path) -> dict[str, list[int]]:
-    return {str(p.relative_to(ds_dir)): [p.stat().st_size, p.stat().st_mtime_ns] for p in paths}
+def _stamp(paths: list[Path], ds_dir: Path) -> dict[str, list[int | str]]:
+    return {str(p.relative_to(ds_dir)): file_fingerprint(p) for p in paths}
 
 
 def _check(condition: bool, message: str) -> None:
@@ -166,15 +170,16 @@ def _parse_csv_raw(meta: OgbnMeta, ds_dir: Path) -> dict[str, np.ndarray]:
         "edge_index": np.ascontiguousarray(edge.T),
     }
     if meta.num_features:
-        x = read_csv_gz(raw / "node-feat.csv.gz", np.float32)
+        x = read_csv_gz(raw / "node-feat.csv.gz", np.float32, ncols=meta.num_features)
         _check(x.shape[0] == num_nodes, f"`node-feat.csv.gz` must have {num_nodes} rows, got {x.shape[0]}")
         arrays["x"] = x
     if meta.num_edge_features:
-        edge_attr = read_csv_gz(raw / "edge-feat.csv.gz", np.float32)
+        edge_attr = read_csv_gz(raw / "edge-feat.csv.gz", np.float32, ncols=meta.num_edge_features)
         _check(len(edge_attr) == len(edge), f"`edge-feat.csv.gz` must have {len(edge)} rows, got {len(edge_attr)}")
         arrays["edge_attr"] = edge_attr
     y = read_csv_gz(raw / "node-label.csv.gz", np.float32, ncols=meta.num_tasks)
     _check(len(y) == num_nodes, f"`node-label.csv.gz` must have {num_nodes} rows, got {len(y)}")
+    _check_labels(meta, y, "node-label.csv.gz")
     arrays["y"] = y
     for key, path in _optional_node_files(meta, ds_dir).items():
         values = read_csv_gz(path, np.int64)
@@ -244,8 +249,57 @@ def _parse_binary_raw(meta: OgbnMeta, ds_dir: Path, out_dir: Path | None) -> dic
     _check(len(arrays["y"]) == num_nodes, f"`node-label.npz` must have {num_nodes} rows, got {len(arrays['y'])}")
     arrays["num_nodes"] = np.array(num_nodes, dtype=np.int64)
     arrays["y"] = arrays["y"].reshape(num_nodes, -1) if arrays["y"].ndim == 1 else arrays["y"]
+    _check(arrays["y"].shape[1:] == (meta.num_tasks,),
+           f"`node-label.npz` must have {meta.num_tasks} column(s) ({meta.name}'s tasks), got shape {arrays['y'].shape}")
+    _check_labels(meta, arrays["y"], "node-label.npz")
+    if "x" in arrays:
+        _check(arrays["x"].ndim == 2 and arrays["x"].shape == (num_nodes, meta.num_features),
+               f"`data.npz` node_feat must have shape ({num_nodes}, {meta.num_features}) ({meta.name}'s feature width), "
+               f"got {arrays['x'].shape}")
     arrays.update(_parse_split(meta, ds_dir, num_nodes))
     return arrays
+
+
+def _check_labels(meta: OgbnMeta, y: np.ndarray, source: str, rows: int = 1 << 22) -> None:
+    """Every label a class id of ``meta``: a whole number in ``[0, num_classes)`` (binary tasks: 0 or 1), or NaN
+    (unlabelled). Read ``rows`` rows at a time (papers100M's labels are memory-mapped)."""
+    for start in range(0, len(y), rows):
+        part = np.asarray(y[start:start + rows])
+        if part.dtype.kind == "f":
+            part = part[~np.isnan(part)]
+        bad = (part < 0) | (part >= meta.num_classes) | (part != np.floor(part))
+        if bad.any():
+            raise ValueError(f"`{source}` must hold class ids in [0, {meta.num_classes}) ({meta.name}'s "
+                             f"{meta.num_classes} classes) or NaN, got {part[bad].flat[0]:g}")
+
+
+def _shapes(arrays: dict[str, np.ndarray]) -> dict[str, list[Any]]:
+    """``{key: [shape, dtype]}`` of the arrays, as the manifest records them."""
+    return {key: [list(a.shape), str(a.dtype)] for key, a in arrays.items()}
+
+
+def _shape_problem(meta: OgbnMeta, arrays: dict[str, np.ndarray], recorded: Any) -> str | None:
+    """Why cached ``arrays`` cannot be served (a shape or dtype other than the manifest ``recorded``, or one that
+    disagrees with ``meta`` and the other arrays), or None."""
+    if not isinstance(recorded, dict) or _shapes(arrays) != {k: recorded.get(k) for k in arrays}:
+        return f"shapes and dtypes must be the manifest's {str(recorded)[:200]}, got {_shapes(arrays)}"
+    n = int(arrays["num_nodes"])
+    edges = arrays["edge_index"].shape
+    want = {"edge_index": (2, edges[1] if len(edges) == 2 else -1), "y": (n, meta.num_tasks)}
+    if meta.num_features:
+        want["x"] = (n, meta.num_features)
+    if meta.num_edge_features:
+        want["edge_attr"] = (want["edge_index"][1], meta.num_edge_features)
+    for key, shape in want.items():
+        if arrays[key].shape != shape:
+            return f"{key}.npy must have shape {shape} ({meta.name}), got {arrays[key].shape}"
+    for key in [f"{part}_idx" for part in _SPLIT_PARTS]:
+        if arrays[key].ndim != 1:
+            return f"{key}.npy must be 1-D, got shape {arrays[key].shape}"
+    for key in meta.additional_node_files:
+        if key in arrays and (arrays[key].ndim == 0 or arrays[key].shape[0] != n):
+            return f"{key}.npy must have {n} rows, got shape {arrays[key].shape}"
+    return None
 
 
 def _cache_keys(meta: OgbnMeta) -> tuple[set[str], set[str]]:
@@ -294,6 +348,10 @@ def _load_cache(meta: OgbnMeta, cache_dir: Path, stamp: dict, mmap: bool) -> dic
         except (ValueError, OSError, EOFError) as exc:  # missing, truncated or overwritten: rebuild from the raw files
             _stale_cache(path, f"{type(exc).__name__}: {' '.join(str(exc).split())}")
             return None
+    problem = _shape_problem(meta, arrays, info.get("shapes"))
+    if problem is not None:
+        _stale_cache(cache_dir, problem)
+        return None
     return arrays
 
 
@@ -302,7 +360,7 @@ def _write_cache(cache_dir: Path, stamp: dict, arrays: dict[str, np.ndarray]) ->
         if isinstance(value, np.memmap):  # already streamed into the cache by _parse_binary_raw
             continue
         atomic_save_npy(cache_dir / f"{key}.npy", value)
-    info = {"format": _CACHE_FORMAT, "sources": stamp, "arrays": sorted(arrays)}
+    info = {"format": _CACHE_FORMAT, "sources": stamp, "arrays": sorted(arrays), "shapes": _shapes(arrays)}
     tmp = temp_path(cache_dir / "manifest.json")
     try:
         tmp.write_text(json.dumps(info, indent=1))
@@ -372,10 +430,12 @@ def load_ogbn(
         root: Directory holding ``<name with - replaced by _>/raw`` and ``.../split`` (the ``ogb`` layout), or the
             folder OGB's zip unpacks to (``arxiv``, ``products``, ``proteins``, ``papers100M-bin``) in its place.
         cache: Keep parsed arrays as ``.npy`` in ``<root>/<dir>/processed_cudnn_gnn/`` and reuse them while the raw
-            files are unchanged (size and mtime). If that folder cannot be written, a warning is issued and the
-            data is returned uncached. Processes may load one dataset at once: each writes its own temporaries
-            (``.<file>.<host>.<pid>.<random>.tmp``) and renames them into place (manifest last), never rewriting a
-            file another has mapped; temporaries of killed loaders of this host are deleted at the next rebuild.
+            files are unchanged (size, mtime and a hash of their first and last megabyte; a cached array of another
+            shape than recorded, or than the dataset has, is rebuilt with a warning). If that folder cannot be
+            written, a warning is issued and the data is returned uncached. Processes may load one dataset at once:
+            each writes its own temporaries (``.<file>.<host>.<pid>.<random>.tmp``) and renames them into place
+            (manifest last), never rewriting a file another has mapped; temporaries of killed loaders of this host
+            are deleted at the next rebuild.
         mmap: Memory-map the cached arrays (copy-on-write) instead of reading them. Default: only for
             ogbn-papers100M. Needs ``cache=True``.
 
@@ -390,7 +450,8 @@ def load_ogbn(
     Raises:
         TypeError: An argument has the wrong type.
         ValueError: Unknown ``name``; ``root`` a file; ``mmap=True`` with ``cache=False``; raw files inconsistent
-            with each other; a raw file corrupt (truncated or not gzip/zip: the file is named). A damaged cache (a
+            with each other or with the dataset's metadata (feature width, label columns, labels that are not class
+            ids); a raw file corrupt (truncated or not gzip/zip: the file is named). A damaged cache (a
             manifest that is not JSON, not an object with ``format``/``sources``/``arrays``, or lists arrays this
             dataset does not have; an array missing, truncated or not ``.npy``) is not an error: it is reported with
             a warning naming the file and rebuilt from the raw files.

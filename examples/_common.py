@@ -29,6 +29,7 @@ from cudnn_gnn.apps._cli import (  # noqa: F401
     check_distinct_outputs,
     check_matplotlib,
     check_output_path,
+    fraction,
     int_list,
     nonnegative_float,
     nonnegative_int,
@@ -103,7 +104,7 @@ def add_common_arguments(ap: argparse.ArgumentParser, *, epochs: int | None, run
     src = ap.add_mutually_exclusive_group()
     src.add_argument("--data-root", default=None, help="folder with the OGB download (<root>/ogbn_<name>/raw, split)")
     src.add_argument("--synthetic", action="store_true", help="an OGB-shaped seeded power-law graph (the default)")
-    ap.add_argument("--scale", type=positive_float, default=None,
+    ap.add_argument("--scale", type=fraction, default=None,
                     help=f"--synthetic: fraction of the real node and edge counts (default: 1, the real size, on CUDA; "
                          f"{CPU_SCALE:g} on a CPU, which the real size would keep for hours)")
     ap.add_argument("--model", choices=MODELS, default="gat", help="gat: cudnn_gnn.layers.GATConv; pyg-gat: PyG's")

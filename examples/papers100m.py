@@ -121,6 +121,7 @@ from _common import (
     check_output_path,
     count_params,
     format_epoch,
+    fraction,
     grad_scaler,
     int_list,
     nonnegative_int,
@@ -174,7 +175,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     """The command line, every user mistake refused here in one line naming the flag (exit status 2)."""
     ap = ArgumentParser(description=__doc__)
     ap.add_argument("--dataset", choices=DATASETS, default="ogbn-papers100M", help="synthetic preset")
-    ap.add_argument("--scale", type=positive_float, default=0.01, help="fraction of the real node and edge counts")
+    ap.add_argument("--scale", type=fraction, default=0.01, help="fraction of the real node and edge counts, in (0, 1]")
     ap.add_argument("--root", default=None,
                     help="folder of the memory-mapped dataset (generated if missing; default: a folder under "
                          "~/.cache/cudnn_gnn/synthetic named by the dataset's settings)")

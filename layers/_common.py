@@ -6,12 +6,13 @@ from typing import Any
 
 import torch
 from torch import Tensor
+from torch.nn.parameter import UninitializedParameter
 
-from cudnn_gnn._validation import check_bool, check_choice
+from cudnn_gnn._validation import check_bool, check_choice, check_int
 from cudnn_gnn.backends import GAT_BACKENDS
 from cudnn_gnn.spec import GRAD_PRECISIONS
 
-from ._graph_inputs import is_sparse_form, is_sparse_tensor
+from ._graph_inputs import graph_sizes, is_sparse_form, is_sparse_tensor
 
 __all__: list[str] = []
 
@@ -21,6 +22,43 @@ def check_knobs(backend: str, deterministic: bool, grad_precision: str, cache_gr
     check_bool("deterministic", deterministic)
     check_choice("grad_precision", grad_precision, GRAD_PRECISIONS)
     check_bool("cache_graph", cache_graph)
+
+
+#: ``fill_value`` reductions PyG's ``add_self_loops`` takes (``torch_geometric.utils.scatter``'s).
+FILL_REDUCTIONS = ("add", "sum", "mean", "min", "max", "mul")
+
+
+def check_layer_args(in_channels: object, out_channels: object, heads: object, edge_dim: object,
+                     fill_value: object) -> None:
+    """The constructor arguments PyG's layers take unchecked and fail on deep in a later forward (or never):
+    widths ints >= 1 (``in_channels`` also ``-1``, lazy, or a ``(src, dst)`` pair of them), ``heads >= 1``,
+    ``edge_dim`` None or >= 1, ``fill_value`` None, a number, one of :data:`FILL_REDUCTIONS` or a Tensor of one
+    value or ``edge_dim`` values."""
+    pair = in_channels if isinstance(in_channels, (tuple, list)) else None
+    if pair is not None and len(pair) != 2:
+        raise ValueError(f"in_channels must be an int or a (src, dst) pair of ints, got {in_channels!r}")
+    for i, value in enumerate(pair if pair is not None else (in_channels,)):
+        name = "in_channels" if pair is None else f"in_channels[{i}]"
+        if check_int(name, value, minimum=-1) == 0:
+            raise ValueError(f"{name} must be >= 1 (or -1: lazy, read from the first input), got 0")
+    check_int("out_channels", out_channels, minimum=1)
+    check_int("heads", heads, minimum=1)
+    if edge_dim is not None:
+        check_int("edge_dim", edge_dim, minimum=1)
+    if fill_value is None or isinstance(fill_value, str) and fill_value in FILL_REDUCTIONS:
+        return
+    if isinstance(fill_value, str):
+        raise ValueError(f"fill_value must be a float, a Tensor or one of {', '.join(map(repr, FILL_REDUCTIONS))}, "
+                         f"got {fill_value!r}")
+    if isinstance(fill_value, Tensor):
+        if edge_dim is not None and (fill_value.numel() not in (1, edge_dim) or fill_value.dim() > 2
+                                     or fill_value.dim() == 2 and fill_value.shape[0] != 1):
+            raise ValueError(f"fill_value must hold one value or edge_dim={edge_dim} values (shape ({edge_dim},)), "
+                             f"got shape {tuple(fill_value.shape)}")
+        return
+    if isinstance(fill_value, bool) or not isinstance(fill_value, (int, float)):
+        raise TypeError(f"fill_value must be a float, a Tensor or one of {', '.join(map(repr, FILL_REDUCTIONS))}, "
+                        f"got {type(fill_value).__name__}")
 
 
 def check_message_passing_kwargs(name: str, kwargs: dict[str, Any]) -> None:
@@ -35,13 +73,52 @@ def check_message_passing_kwargs(name: str, kwargs: dict[str, Any]) -> None:
         )
 
 
-def check_node_features(name: str, x: object) -> Tensor:
+def check_node_features(name: str, x: object, lin: Any = None) -> Tensor:
+    """``x`` a ``[num_nodes, in_channels]`` floating Tensor; with ``lin`` (the projection it feeds), its width
+    ``lin``'s ``in_channels`` and, outside autocast, its dtype ``lin``'s weight dtype: a TypeError/ValueError naming
+    ``name`` before any kernel, instead of the matmul's message. A lazy ``lin`` (weights not made yet) takes any
+    width and dtype."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 2:
         raise ValueError(f"{name} must have shape (num_nodes, in_channels) (static graphs are not supported), "
                          f"got {tuple(x.shape)}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point Tensor (node features), got {x.dtype}; convert it with "
+                        f"{name}.float()")
+    weight = None if lin is None else getattr(lin, "weight", None)
+    if not isinstance(weight, Tensor) or isinstance(weight, UninitializedParameter):
+        return x
+    if x.shape[1] != weight.shape[1]:
+        raise ValueError(f"{name} must have shape (num_nodes, in_channels={weight.shape[1]}), got {tuple(x.shape)}")
+    # autocast casts float32/bfloat16/float16 operands to one dtype, never float64 ones
+    autocast = torch.is_autocast_enabled(x.device.type) and torch.float64 not in (x.dtype, weight.dtype)
+    if x.dtype != weight.dtype and not autocast:
+        raise TypeError(f"{name} must have the layer's weight dtype {weight.dtype} (or, in float32/bfloat16/float16, "
+                        f"run under torch.autocast), got {x.dtype}; convert {name} with .to({weight.dtype}) or the "
+                        f"layer with .to({x.dtype})")
     return x
+
+
+def check_graph_rows(edge_index: Any, x: object, x_src: Tensor, x_dst: Tensor | None) -> None:
+    """The node rows the caller gave against the node counts a graph fixes by itself (a CscGraph, a sparse
+    ``adj_t``; a ``[2, E]`` edge_index fixes none), naming the caller's ``x`` / ``x[0]`` / ``x[1]`` before any
+    self-loop or plan is built from them. One Tensor ``x`` feeds both sides, so its graph must be square."""
+    g_src, g_dst = graph_sizes(edge_index)
+    if g_src is None or g_dst is None:
+        return
+    if isinstance(x, Tensor):
+        if not g_src == g_dst == x.shape[0]:
+            bipartite = "" if g_src == g_dst else "; a bipartite graph takes x=(x_src, x_dst)"
+            raise ValueError(f"x must have shape (num_nodes={g_src}, in_channels) for a graph of {g_src} source and "
+                             f"{g_dst} destination nodes{bipartite}, got {tuple(x.shape)}")
+        return
+    if x_src.shape[0] != g_src:
+        raise ValueError(f"x[0] must have shape (num_src_nodes={g_src}, in_channels) for this graph, got "
+                         f"{tuple(x_src.shape)}")
+    if x_dst is not None and x_dst.shape[0] != g_dst:
+        raise ValueError(f"x[1] must have shape (num_dst_nodes={g_dst}, in_channels) for this graph, got "
+                         f"{tuple(x_dst.shape)}")
 
 
 def check_sparse_loop_edge_attr(edge_index: Any, has_edge_attr: bool) -> None:

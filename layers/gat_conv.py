@@ -17,7 +17,9 @@ from cudnn_gnn.ops.gat import gat
 from cudnn_gnn.spec import gat_attention_vector
 
 from ._common import (
+    check_graph_rows,
     check_knobs,
+    check_layer_args,
     check_message_passing_kwargs,
     check_node_features,
     check_sparse_loop_edge_attr,
@@ -115,6 +117,7 @@ class GATConv(MessagePassing):
         **kwargs: Any,
     ) -> None:
         kwargs.setdefault("aggr", "add")
+        check_layer_args(in_channels, out_channels, heads, edge_dim, fill_value)
         check_message_passing_kwargs(type(self).__name__, kwargs)
         check_knobs(backend, deterministic, grad_precision, cache_graph)
         super().__init__(node_dim=0, **kwargs)
@@ -203,20 +206,21 @@ class GATConv(MessagePassing):
         H, C = self.heads, self.out_channels
         res: Tensor | None = None
         x_dst: Tensor | None
+        lin_s, lin_d = self._projections()
         if isinstance(x, Tensor):
-            check_node_features("x", x)
+            check_node_features("x", x, lin_s)
+            check_graph_rows(edge_index, x, x, x)
             if self.res is not None:
                 res = self.res(x)
-            lin_s, lin_d = self._projections()
             x_src = lin_s(x)
             x_dst = x_src if lin_d is lin_s else lin_d(x)
         elif isinstance(x, (tuple, list)) and len(x) == 2:
-            x_src, x_dst = check_node_features("x[0]", x[0]), x[1]
+            x_src, x_dst = check_node_features("x[0]", x[0], lin_s), x[1]
             if x_dst is not None:
-                check_node_features("x[1]", x_dst)
-                if self.res is not None:
-                    res = self.res(x_dst)
-            lin_s, lin_d = self._projections()
+                check_node_features("x[1]", x_dst, lin_d)
+            check_graph_rows(edge_index, x, x_src, x_dst)
+            if x_dst is not None and self.res is not None:
+                res = self.res(x_dst)
             x_src = lin_s(x_src)
             x_dst = None if x_dst is None else lin_d(x_dst)
         else:

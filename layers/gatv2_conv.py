@@ -16,7 +16,9 @@ from cudnn_gnn._validation import check_edge_attr, check_probability
 from cudnn_gnn.ops.gatv2 import gatv2
 
 from ._common import (
+    check_graph_rows,
     check_knobs,
+    check_layer_args,
     check_message_passing_kwargs,
     check_node_features,
     check_sparse_loop_edge_attr,
@@ -87,6 +89,7 @@ class GATv2Conv(MessagePassing):
         cache_graph: bool = True,
         **kwargs: Any,
     ) -> None:
+        check_layer_args(in_channels, out_channels, heads, edge_dim, fill_value)
         check_message_passing_kwargs(type(self).__name__, kwargs)
         check_knobs(backend, deterministic, grad_precision, cache_graph)
         super().__init__(node_dim=0, **kwargs)
@@ -156,16 +159,18 @@ class GATv2Conv(MessagePassing):
         H, C = self.heads, self.out_channels
         res: Tensor | None = None
         if isinstance(x, Tensor):
-            check_node_features("x", x)
+            check_node_features("x", x, self.lin_l)
+            check_graph_rows(edge_index, x, x, x)
             if self.res is not None:
                 res = self.res(x)
             x_l = project(self.lin_l, x)
             x_r = x_l if self.share_weights else project(self.lin_r, x)
         elif isinstance(x, (tuple, list)) and len(x) == 2:
-            check_node_features("x[0]", x[0])
+            check_node_features("x[0]", x[0], self.lin_l)
             if x[1] is None:
                 raise ValueError("x[1] must be a Tensor for GATv2Conv (target features enter the attention), got None")
-            check_node_features("x[1]", x[1])
+            check_node_features("x[1]", x[1], self.lin_r)
+            check_graph_rows(edge_index, x, x[0], x[1])
             if self.res is not None:
                 res = self.res(x[1])
             x_l, x_r = project(self.lin_l, x[0]), project(self.lin_r, x[1])

@@ -53,8 +53,7 @@ class ToCscGraph(BaseTransform):
         self.index_dtype = index_dtype
 
     def forward(self, data: Any) -> Any:
-        if getattr(data, "csc_graph", None) is None:
-            data.csc_graph = CscGraph.from_data(data, index_dtype=self.index_dtype)
+        data.csc_graph = CscGraph.from_data(data, index_dtype=self.index_dtype)  # the attached one unless stale
         prepare_graph(data.csc_graph, add_self_loops=self.add_self_loops)
         return data
 

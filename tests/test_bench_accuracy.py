@@ -81,7 +81,8 @@ def test_time_budget_stops_between_rounds(tmp_path) -> None:
 
 @pytest.mark.parametrize(("argv", "message"), [
     (["--device", "cpu"], "--device must be a CUDA device for the full benchmark"),
-    (["--smoke", "--arxiv-scale", "2"], "--arxiv-scale must be in (0, 1], got 2"),
+    (["--smoke", "--arxiv-scale", "2"], "argument --arxiv-scale: must be a number in (0, 1] (a fraction of the real "
+                                         "size), got '2'"),
     (["--smoke", "--seeds", "0"], "--seeds: must be an integer >= 1"),
 ])
 def test_bad_flags_are_refused(argv, message, capsys) -> None:
@@ -109,3 +110,22 @@ def test_a_diverged_run_is_never_within_noise() -> None:
     c = bench_accuracy.compare([0.5, float("nan")], [0.5, 0.6], [(0.5, 0.5), (float("nan"), 0.6)])
     assert math.isnan(c["captured_mean"]) and math.isnan(c["z"]) and c["within_noise"] is False
     assert math.isnan(bench_accuracy.compare([], [0.5], [])["z"])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--out", "{d}/r.json", "--md", "{d}/r.json"], "--md and --out both write"),
+    (["--out", "{d}/r.json", "--plot", "{d}/r.json"], "--plot and --out both write"),
+    (["--data-root", "{d}/empty"], "--data-root: "),
+])
+def test_outputs_and_data_root_are_checked_before_any_work(tmp_path, capsys, monkeypatch, flags, message) -> None:
+    """The table or the plot would overwrite the results; an empty --data-root would fail after the environment
+    probe: each is one line and status 2 before any data is read, the earlier results kept."""
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "r.json").write_text('{"runs": "earlier"}')
+    monkeypatch.setattr(bench_accuracy, "run_all", lambda args: pytest.fail("the work ran"))
+    with pytest.raises(SystemExit) as exc:
+        bench_accuracy.main(["--smoke", "--workloads", "cora", *[f.format(d=tmp_path) for f in flags]])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and "\n" not in err.strip(), err
+    assert (tmp_path / "r.json").read_text() == '{"runs": "earlier"}'

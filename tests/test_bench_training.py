@@ -119,7 +119,8 @@ def test_time_budget_skips_epochs_and_variants_saying_why(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--papers-scale", "0"], "--papers-scale must be in (0, 1], got 0.0"),
+    (["--papers-scale", "0"], "argument --papers-scale: must be a number in (0, 1] (a fraction of the real size), got '0'"),
+    (["--scale", "2"], "argument --scale: must be a number in (0, 1]"),
     (["--epochs", "-1"], "--epochs must be >= 0, got -1"),
     (["--time-budget", "-5"], "--time-budget must be >= 0, got -5.0"),
     (["--top-kernels", "-1"], "--top-kernels must be >= 0, got -1"),
@@ -163,3 +164,31 @@ def test_markdown_lists_the_captured_variants_top_kernels() -> None:
     assert "Top kernels of products-sampled ours-captured (bf16), a batch: 9.50 ms in 412 kernels" in text
     assert "| `sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n` | 1.250 | 6 |" in text
     assert "Top kernels of products-sampled pyg-eager" not in text
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--out", "{d}/r.json", "--md", "{d}/r.json"], "--md and --out both write"),
+    (["--out", "{d}/r.json", "--plot", "{d}/r.json"], "--plot and --out both write"),
+    (["--out", "{d}"], "--out must be a file path, got the folder"),
+    (["--md", "{d}/r.json/t.md"], "is a file, not a folder"),
+    (["--device", "gpu"], "--device must be 'auto', 'cpu', 'cuda' or 'cuda:N', got 'gpu'"),
+    (["--device", "meta"], "--device must be a device that holds data"),
+])
+def test_outputs_and_device_are_checked_before_any_work(tmp_path, capsys, monkeypatch, flags, message) -> None:
+    """A clash of outputs (the table would overwrite the results), a folder, an unwritable path and an unknown
+    device: one line and status 2 before any data is built, the earlier results left as they were."""
+    (tmp_path / "r.json").write_text('{"records": "earlier"}')
+    monkeypatch.setattr(bench_training, "run", lambda args: pytest.fail("the work ran"))
+    with pytest.raises(SystemExit) as exc:
+        bench_training.main(["--device", "cpu", *[f.format(d=tmp_path) for f in flags]])
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
+    assert (tmp_path / "r.json").read_text() == '{"records": "earlier"}'
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_refused_up_front(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        bench_training.parse_args(["--device", "cuda"])
+    assert exc.value.code == 2
+    assert "--device cuda: no CUDA GPU is visible" in capsys.readouterr().err

@@ -576,3 +576,43 @@ def test_floor_table_quick_runs_the_gather_kernel_and_the_layers_in_the_interpre
     assert all(r["bytes_as_coded"] >= r["bytes_compulsory"] > 0 and r["floor_us"] > 0 for r in rows)
     assert all(0 < r["graph_floor_us"] for r in rows) and set(payload["rates"]["graph"]) == {"csc", "rev"}
     assert "| `_fwd_kernel` |" in md.read_text()
+
+
+@pytest.mark.slow
+def test_every_benchmark_checks_its_outputs_and_device_before_any_work(tmp_path) -> None:
+    """Each script with an output refuses a folder there (and two outputs that are one file, a device this machine
+    does not have) with one line and status 2 before it builds any data: one process for all of them."""
+    d = str(tmp_path)
+    cases = {
+        "bench_conversion.py": (["--quick", "--out", d], "--out must be a file path, got the folder"),
+        "bench_epoch_conversion.py": (["--quick", "--device", "gpu"], "--device must be 'auto', 'cpu', 'cuda'"),
+        "bench_layers.py": (["--quick", "--out", f"{d}/r.json", "--md", f"{d}/r.json"], "--md and --out both write"),
+        "bench_sampled.py": (["--quick", "--out", d], "--out must be a file path, got the folder"),
+        "bench_triton_kernels.py": (["--out", d], "--out must be a file path, got the folder"),
+        "floor_table.py": (["--quick", "--out", f"{d}/r.json", "--md", f"{d}/r.json"], "--md and --out both write"),
+        "profile_layers.py": (["--quick", "--out", f"{d}/r.json", "--trace", f"{d}/r.json"],
+                              "--trace and --out both write"),
+        "plot.py": ([f"{d}/r.json", f"{d}/r.json"], "OUT.png must differ from BENCH.json"),
+    }
+    code = f"""
+import contextlib, io, json, os, runpy, sys
+res = {{}}
+for script, (argv, _) in {cases!r}.items():
+    path = os.path.join({BENCH!r}, script)
+    sys.argv, sys.path[0], err = [path, *argv], {BENCH!r}, io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            runpy.run_path(path, run_name="__main__")
+        res[script] = [None, "ran"]
+    except SystemExit as e:
+        res[script] = [e.code, err.getvalue()]
+print(json.dumps(res))
+"""
+    (tmp_path / "r.json").write_text('{"records": []}')
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=300,
+                          env={**_without_interpreter(), "CUDA_VISIBLE_DEVICES": "", "TRITON_INTERPRET": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    bad = {s: got for s, got in res.items() if got[0] != 2 or cases[s][1] not in got[1] or got[1].count("\n") != 1}
+    assert not bad, bad
+    assert (tmp_path / "r.json").read_text() == '{"records": []}'

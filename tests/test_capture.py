@@ -454,3 +454,22 @@ def test_an_input_that_requires_grad_is_copied_as_data() -> None:
         step(x=t)
     assert not inputs["x"].requires_grad and inputs["x"].grad_fn is None  # type: ignore[union-attr]
     assert t.grad is None and torch.equal(inputs["x"], t.detach())  # type: ignore[arg-type]
+
+
+def test_a_loss_without_grad_and_inputs_that_are_no_keyword_mapping_are_refused_naming_the_argument() -> None:
+    """A loss cut from the parameters fails in autograd ("element 0 of tensors does not require grad"), an int
+    ``inputs`` with Python's "not iterable", an int key with "keywords must be strings": each names the argument."""
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(TypeError, match=r"inputs must be a mapping \{name: Tensor or CscGraph\}.*got int"):
+        CapturedStep(lambda: model.weight.sum(), optimizer=opt, inputs=5)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"inputs must be a mapping .*got list"):
+        CapturedStep(lambda x: model.weight.sum(), optimizer=opt, inputs=[("x", torch.ones(1))])  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match=r"inputs must have str keys \(loss_fn's keyword names\), got the key 1"):
+        CapturedStep(lambda **kw: model.weight.sum(), optimizer=opt, inputs={1: torch.ones(1)})  # type: ignore[dict-item]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        for loss_fn in (lambda: model.weight.sum().detach(), lambda: torch.tensor(1.0)):
+            step = CapturedStep(loss_fn, optimizer=opt)
+            with pytest.raises(ValueError, match=r"loss_fn must return a loss that requires grad"):
+                step()

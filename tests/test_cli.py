@@ -54,7 +54,7 @@ def refused(capsys, main, argv: list[str], *words: str) -> str:
 NUMERIC = {
     "train": {"--epochs": ["0", "-1", "x"], "--patience": ["0", "-5"], "--threads": ["-1"]},
     "gat_cora": {"--epochs": ["0", "-1"], "--patience": ["-5"], "--threads": ["-2"], "--jobs": ["0"]},
-    "ogbn_arxiv": {"--epochs": ["0", "-1"], "--eval-every": ["0"], "--runs": ["0"], "--scale": ["0", "-1", "nan"],
+    "ogbn_arxiv": {"--epochs": ["0", "-1"], "--eval-every": ["0"], "--runs": ["0"], "--scale": ["0", "-1", "nan", "1.5"],
                    "--layers": ["0"], "--heads": ["0"], "--hidden": ["0"], "--dropout": ["1.5", "-0.1"],
                    "--input-drop": ["2"], "--attn-drop": ["-1"], "--lr": ["0", "-0.1"], "--wd": ["-1"],
                    "--warmup": ["-1"], "--mask-rate": ["1.1"]},
@@ -82,6 +82,13 @@ def test_device_cuda_without_cuda(capsys, script, name):
 @pytest.mark.parametrize("name", ALL_SCRIPTS)
 def test_device_unknown(capsys, script, name):
     refused(capsys, script(name), ["--device", "gpu0"], "--device", "'gpu0'")
+
+
+@pytest.mark.parametrize("name", ALL_SCRIPTS)
+def test_device_meta_is_refused_not_a_bug(capsys, script, name):
+    """The meta device holds shapes, no data: it used to pass the device check and end in the "this is a bug"
+    traceback."""
+    refused(capsys, script(name), ["--device", "meta"], "--device must be a device that holds data", "'meta'")
 
 
 @pytest.mark.parametrize("backend", ["cudnn", "triton"])

@@ -229,6 +229,17 @@ def test_ogbn_products_static_sampler_refuses_fanout_all(load, capsys):
     assert "--fanout must hold positive ints with --sampler static" in err and "'3,-1,2'" in err
 
 
+@pytest.mark.parametrize("script", ["ogbn_arxiv", "ogbn_products", "ogbn_proteins", "papers100m"])
+def test_a_scale_above_one_is_refused_before_any_graph_is_drawn(load, capsys, script):
+    """--scale is a fraction of the real dataset: 3 used to draw a graph three times papers100M's size (and end
+    a CPU run in the kernel's OOM killer)."""
+    with pytest.raises(SystemExit) as exc:
+        load(script).main(["--scale", "3", "--device", "cpu"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "argument --scale: must be a number in (0, 1] (a fraction of the real size), got '3'" in err
+
+
 def test_trimmed_forward_matches_full_subgraph(load):
     """Layer-by-layer bipartite blocks give the seeds the same outputs as running on the whole subgraph."""
     load("ogbn_products")

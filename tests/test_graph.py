@@ -188,6 +188,29 @@ def test_from_pyg_edge_index_and_data():
     assert CscGraph.from_data(d).num_dst_nodes == 6
 
 
+def test_from_data_rebuilds_an_attached_graph_whose_edges_were_replaced_or_modified():
+    """``ToCscGraph`` attaches a graph; once ``data.edge_index`` is replaced (or written in place) that graph
+    describes other edges: ``from_data`` (and ``ToCscGraph`` again) builds a fresh one instead of serving it. A
+    graph attached by hand is the user's word and is returned as it is."""
+    from torch_geometric.data import Data
+
+    from cudnn_gnn import ToCscGraph
+
+    data = ToCscGraph()(Data(edge_index=torch.tensor([[0, 1], [1, 2]]), num_nodes=3))
+    attached = data.csc_graph
+    assert CscGraph.from_data(data) is attached  # still the data's edges
+    data.edge_index = torch.tensor([[2, 2, 0], [0, 1, 1]])
+    fresh = CscGraph.from_data(data)
+    assert fresh is not attached and torch.equal(fresh.edge_index(), data.edge_index)
+    data = ToCscGraph()(data)
+    assert data.csc_graph is not attached and torch.equal(data.csc_graph.edge_index(), data.edge_index)
+    data.edge_index[0, 0] = 1  # in place: the version counter moves
+    assert torch.equal(CscGraph.from_data(data).edge_index(), torch.tensor([[1, 2, 0], [0, 1, 1]]))
+    mine = CscGraph.from_edge_index(torch.tensor([[0], [1]]), num_nodes=3)
+    data.csc_graph = mine
+    assert CscGraph.from_data(data) is mine
+
+
 
 @pytest.mark.parametrize("sort", [None, "col", "row"])
 def test_edge_index_input_leaves_no_wrapper_tensor_in_the_graph(sort):

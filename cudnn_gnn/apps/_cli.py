@@ -24,8 +24,9 @@ from cudnn_gnn.apps._util import output_file
 
 __all__ = [
     "ArgumentParser", "HelpFormatter", "plain_text", "positive_int", "nonnegative_int", "positive_float",
-    "nonnegative_float", "probability", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
-    "check_output_path", "check_distinct_outputs", "check_data_root", "check_matplotlib", "default_threads", "run_main",
+    "nonnegative_float", "probability", "fraction", "int_list", "seed_int", "SEED_MAX", "check_device", "check_backend",
+    "check_output_path", "check_distinct_outputs", "check_outputs", "check_data_root", "check_planetoid_root",
+    "check_matplotlib", "default_threads", "run_main",
     "silence_stdout",
     "BUG_HINT",
 ]
@@ -132,6 +133,15 @@ def probability(text: str) -> float:
     return float(value)
 
 
+def fraction(text: str) -> float:
+    """argparse type: a number in ``(0, 1]``, a share of a real dataset's size (``--scale``): above 1 the synthetic
+    graph outgrows the dataset it stands for (and, on a CPU, the memory)."""
+    value = _number(text, float, "a number in (0, 1]")
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1] (a fraction of the real size), got {text!r}")
+    return float(value)
+
+
 def seed_int(text: str) -> int:
     """argparse type: a random seed, an int in ``[0, 2**32 - 1]`` (what numpy, Python and torch all accept)."""
     value = _number(text, int, f"an integer in [0, {SEED_MAX}]")
@@ -168,6 +178,8 @@ def check_device(ap: argparse.ArgumentParser, device: str, flag: str = "--device
         if dev.index is not None and dev.index >= torch.cuda.device_count():
             ap.error(f"{flag} must name one of the {torch.cuda.device_count()} GPU(s) (cuda:0 .. "
                      f"cuda:{torch.cuda.device_count() - 1}), got {device!r}")
+    elif dev.type == "meta":  # shapes only, no data: a run there has nothing to train or report
+        ap.error(f"{flag} must be a device that holds data ('auto', 'cpu', 'cuda' or 'cuda:N'), got {device!r}")
     elif dev.type != "cpu":
         try:
             torch.empty(0, device=dev)
@@ -277,6 +289,26 @@ def check_distinct_outputs(ap: argparse.ArgumentParser, outputs: dict[str, str |
             seen[key] = flag
 
 
+def check_outputs(ap: argparse.ArgumentParser, outputs: dict[str, str | None], *,
+                  plots: Iterable[str] = ("--plot",)) -> None:
+    """Every output flag of a script at once, before any work: each path writable (:func:`check_output_path`; the
+    flags in ``plots`` also need matplotlib, :func:`check_matplotlib`) and no two of them one file
+    (:func:`check_distinct_outputs`: ``--out r.json --md r.json`` would leave the table where the results were).
+
+    Args:
+        ap: The parser whose ``error`` reports the first mistake.
+        outputs: ``{flag: path or None}`` (None: that output is not written).
+        plots: The flags of ``outputs`` that are drawn with matplotlib.
+    """
+    plots = set(plots)
+    for flag, path in outputs.items():
+        if flag in plots:
+            check_matplotlib(ap, path, flag)
+        else:
+            check_output_path(ap, flag, path)
+    check_distinct_outputs(ap, dict(outputs))
+
+
 def check_data_root(ap: argparse.ArgumentParser, root: str | None, flag: str = "--data-root") -> None:
     """``--data-root`` must be an existing folder."""
     if root is None:
@@ -285,6 +317,23 @@ def check_data_root(ap: argparse.ArgumentParser, root: str | None, flag: str = "
     if not os.path.isdir(full):
         what = "is a file" if os.path.exists(full) else "does not exist"
         ap.error(f"{flag} must be an existing folder, got {root!r} ({what}); pass the folder holding the dataset")
+
+
+def check_planetoid_root(ap: argparse.ArgumentParser, names: Iterable[str], root: str | None,
+                         flag: str = "--data-root") -> None:
+    """``--data-root`` must be a folder holding the raw files of every Planetoid dataset in ``names`` (the loader
+    names each missing or damaged one); ``None`` reads the bundled copies. Checked before any work, by loading each
+    dataset once (Cora and CiteSeer take well under a second)."""
+    check_data_root(ap, root, flag)
+    if root is None:
+        return
+    from cudnn_gnn.datasets import load_planetoid
+
+    for name in names:
+        try:
+            load_planetoid(name, root)
+        except (FileNotFoundError, ValueError) as exc:
+            ap.error(f"{flag}: {one_line(exc)}")
 
 
 def check_matplotlib(ap: argparse.ArgumentParser, path: str | None, flag: str = "--plot") -> None:

@@ -362,7 +362,14 @@ class CapturedStep:
             raise TypeError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
         if not isinstance(optimizer, torch.optim.Optimizer):
             raise TypeError(f"optimizer must be a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if inputs is not None and not isinstance(inputs, Mapping):
+            raise TypeError(f"inputs must be a mapping {{name: Tensor or CscGraph}} (loss_fn's keyword arguments) or "
+                            f"None, got {type(inputs).__name__}")
         self.inputs: dict[str, Any] = dict(inputs or {})
+        for name in self.inputs:
+            if not isinstance(name, str):
+                raise TypeError(f"inputs must have str keys (loss_fn's keyword names), got the key {name!r} of type "
+                                f"{type(name).__name__}")
         for name, value in self.inputs.items():
             if not isinstance(value, (Tensor, CscGraph)):
                 raise TypeError(f"inputs[{name!r}] must be a Tensor or a CscGraph, got {type(value).__name__}")
@@ -498,6 +505,9 @@ class CapturedStep:
         if not isinstance(loss, Tensor) or loss.dim() != 0 or not loss.is_floating_point():
             got = f"shape {tuple(loss.shape)}, dtype {loss.dtype}" if isinstance(loss, Tensor) else type(loss).__name__
             raise ValueError(f"loss_fn must return a 0-dim floating Tensor (the loss), got {got}")
+        if not loss.requires_grad:  # a host-side flag: no sync
+            raise ValueError("loss_fn must return a loss that requires grad (computed from the optimizer's parameters, "
+                             "outside torch.no_grad), got one that does not: nothing would be trained")
         loss.backward()
         if self.max_grad_norm is not None:
             grads = [p for p in _parameters(self.optimizer) if p.grad is not None]

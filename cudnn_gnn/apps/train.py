@@ -28,6 +28,7 @@ from cudnn_gnn.apps._cli import (
     check_distinct_outputs,
     check_matplotlib,
     check_output_path,
+    check_planetoid_root,
     default_threads,
     one_line,
     run_main,
@@ -387,13 +388,7 @@ def check_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace, model
                                 "--plot": save_paths(args.plot, models, args.seeds)})
     if args.threads == 0 and device.type == "cpu":
         args.threads = default_threads()
-    if args.data_root is not None:  # a folder without the files: the loader names every missing one
-        from cudnn_gnn.datasets import load_planetoid
-
-        try:
-            load_planetoid(args.dataset, args.data_root)
-        except (FileNotFoundError, ValueError) as exc:
-            ap.error(f"--data-root: {one_line(exc)}")
+    check_planetoid_root(ap, [args.dataset], args.data_root)  # a folder without the files: each missing one named
     return device
 
 

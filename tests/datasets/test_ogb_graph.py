@@ -176,3 +176,30 @@ def test_root_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
     with pytest.raises(ValueError, match=f"`root` must be a folder, got the file '{tmp_path / 'f'}'"):
         load_ogbg("ogbg-molbace", root=tmp_path / "f")
+
+
+def _rewrite_raw(path: Path, rows: list[str]) -> None:
+    with gzip.open(path, "wt") as f:
+        f.write("".join(row + "\n" for row in rows))
+
+
+@pytest.mark.parametrize(("file", "name", "row", "match"), [
+    ("node-feat.csv.gz", "ogbg-molbace", "1,2,3", r"`node-feat.csv.gz` must have 9 columns, got 3"),
+    ("edge-feat.csv.gz", "ogbg-molbace", "1,2", r"`edge-feat.csv.gz` must have 3 columns, got 2"),
+    ("graph-label.csv.gz", "ogbg-molbace", "2", r"`graph-label.csv.gz` must hold 0 or 1 \(binary classification\) "
+                                               r"or NaN \(ogbg-molbace\), got 2"),
+    ("graph-label.csv.gz", "ogbg-molesol", "inf", r"must hold finite numbers \(regression\) or NaN \(ogbg-molesol\), "
+                                                 r"got inf"),
+])
+def test_feature_widths_and_labels_are_checked_against_the_metadata(tmp_path: Path, file: str, name: str, row: str,
+                                                                    match: str) -> None:
+    """A raw file of another width, a label outside the task's values: refused naming the file, instead of graphs
+    whose features a model reads wrongly or labels an evaluator scores as they come."""
+    folder = name.replace("-", "_")
+    shutil.copytree(package_data_dir() / "ogb" / folder, tmp_path / folder)
+    path = tmp_path / folder / "raw" / file
+    with gzip.open(path, "rt") as f:
+        rows = f.read().splitlines()
+    _rewrite_raw(path, rows[:-1] + [row] if file == "graph-label.csv.gz" else [row] * len(rows))
+    with pytest.raises(ValueError, match=match):
+        load_ogbg(name, root=tmp_path)

@@ -532,3 +532,71 @@ def test_the_folder_ogbs_zip_unpacks_to_is_read_without_a_rename(tmp_path: Path,
     data = load_ogbn(name, tmp_path)[0]
     assert data.num_nodes == N and (tmp_path / folder / ogb_node.CACHE_DIR_NAME).is_dir()
     assert not (tmp_path / name.replace("-", "_")).exists()
+
+
+def _write_stored_gz(path: Path, rows: list[int]) -> None:
+    """A gzip file without compression (and a fixed header time): its size depends only on the text's length."""
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=0, mtime=0) as f:
+        f.write("".join(f"{r}\n" for r in rows).encode())
+
+
+def test_a_raw_file_rewritten_with_its_size_and_mtime_is_noticed(tmp_path: Path) -> None:
+    """New labels in a file of the same size and modification time (a copy that keeps them, ``touch -r``): the
+    cache keyed on size and mtime alone served the old labels; the hash of the file's ends sees the change."""
+    make_csv_dataset(tmp_path, "ogbn-arxiv")
+    label = tmp_path / "ogbn_arxiv" / "raw" / "node-label.csv.gz"
+    _write_stored_gz(label, [1, 2, 3, 4, 5, 6])
+    assert load_ogbn("ogbn-arxiv", tmp_path)[0].y.view(-1).tolist() == [1, 2, 3, 4, 5, 6]  # cached now
+    before = label.stat()
+    _write_stored_gz(label, [9, 8, 7, 6, 5, 4])
+    os.utime(label, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert (label.stat().st_size, label.stat().st_mtime_ns) == (before.st_size, before.st_mtime_ns)
+    assert load_ogbn("ogbn-arxiv", tmp_path)[0].y.view(-1).tolist() == [9, 8, 7, 6, 5, 4]
+
+
+@pytest.mark.parametrize(("key", "array"), [
+    ("x", np.zeros((N, 3), dtype=np.float32)),  # another width
+    ("edge_index", np.zeros((2, 2), dtype=np.int64)),  # fewer edges than the manifest says
+    ("y", np.zeros((N, 1), dtype=np.float64)),  # another dtype
+])
+def test_a_cached_array_of_the_wrong_shape_is_rebuilt_not_served(tmp_path: Path, key: str, array: np.ndarray) -> None:
+    written = make_csv_dataset(tmp_path, "ogbn-arxiv")
+    load_ogbn("ogbn-arxiv", tmp_path)
+    np.save(tmp_path / "ogbn_arxiv" / ogb_node.CACHE_DIR_NAME / f"{key}.npy", array)  # a valid .npy, wrong content
+    with pytest.warns(UserWarning, match=r"is corrupt .*rebuilding the cache from the raw files"):
+        data = load_ogbn("ogbn-arxiv", tmp_path)[0]
+    assert data.x.shape == (N, 128) and torch.equal(data.edge_index, torch.from_numpy(EDGES.T))
+    assert torch.equal(data.y, torch.from_numpy(written["y"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_ogbn("ogbn-arxiv", tmp_path)  # rebuilt: served from the cache again, quietly
+
+
+@pytest.mark.parametrize(("name", "file", "rows", "match"), [
+    ("ogbn-arxiv", "node-feat.csv.gz", np.zeros((N, 100)), r"`node-feat.csv.gz` must have 128 columns, got 100"),
+    ("ogbn-proteins", "edge-feat.csv.gz", np.zeros((len(EDGES), 4)), r"`edge-feat.csv.gz` must have 8 columns, got 4"),
+    ("ogbn-arxiv", "node-label.csv.gz", np.array([0, 1, 2, 40, 3, 4]),
+     r"`node-label.csv.gz` must hold class ids in \[0, 40\) \(ogbn-arxiv's 40 classes\) or NaN, got 40"),
+    ("ogbn-arxiv", "node-label.csv.gz", np.array([0, 1, -1, 3, 3, 4]), r"class ids in \[0, 40\).*got -1"),
+    ("ogbn-proteins", "node-label.csv.gz", np.full((N, 112), 2), r"class ids in \[0, 2\).*got 2"),
+])
+def test_raw_widths_and_labels_are_checked_against_the_metadata(tmp_path: Path, name: str, file: str,
+                                                                rows: np.ndarray, match: str) -> None:
+    make_csv_dataset(tmp_path, name)
+    _write_csv_gz(tmp_path / name.replace("-", "_") / "raw" / file, rows)
+    with pytest.raises(ValueError, match=match):
+        load_ogbn(name, tmp_path)
+
+
+def test_papers_feature_width_and_labels_are_checked(tmp_path: Path) -> None:
+    make_papers(tmp_path)
+    raw = tmp_path / "ogbn_papers100M" / "raw"
+    np.savez_compressed(raw / "node-label.npz", node_label=np.array([[3], [172], [np.nan], [1], [2], [0]], np.float32))
+    with pytest.raises(ValueError, match=r"`node-label.npz` must hold class ids in \[0, 172\).*got 172"):
+        load_ogbn("ogbn-papers100M", tmp_path, cache=False)
+    np.savez_compressed(raw / "node-label.npz", node_label=np.zeros((N, 1), np.float32))
+    with np.load(raw / "data.npz") as npz:
+        parts = dict(npz)
+    np.savez(raw / "data.npz", **{**parts, "node_feat": np.zeros((N, 64), np.float32)})
+    with pytest.raises(ValueError, match=r"node_feat must have shape \(6, 128\) \(ogbn-papers100M's feature width\)"):
+        load_ogbn("ogbn-papers100M", tmp_path, cache=False)

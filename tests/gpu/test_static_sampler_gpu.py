@@ -231,3 +231,32 @@ def test_capture_ahead_without_model_puts_the_parameters_back() -> None:
     assert step.captured
     for k, v in model.named_parameters():
         assert torch.equal(v, before[k]), k
+
+
+def test_out_of_range_seeds_on_cuda_are_padding_without_a_sync() -> None:
+    """Negative and too-large seeds on CUDA: marked invalid in the batch (never node -1 served as valid, never an
+    IndexError or a device-side assert about colptr), with no host sync; ``validate=True`` names ``seeds``."""
+    sampler = _sampler()
+    seeds = torch.arange(B, device=DEV)
+    seeds[0], seeds[1], seeds[2] = -1, N, 10 * N
+    sampler.sample(torch.arange(B, device=DEV))  # warm: first-call allocations out of the way
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        batch = sampler.sample(seeds)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    valid = batch.seed_valid.cpu()
+    assert valid[:3].tolist() == [False, False, False] and bool(valid[3:].all())
+    assert bool(((batch.n_id >= 0) & (batch.n_id < N)).all())
+    assert not bool(batch.valid[B:B + 6 * B].view(B, 6)[:3].any())  # no children below an invalid seed
+    with pytest.raises(ValueError, match=r"seeds must be node ids in \[0, num_nodes=5000\), got 3 outside"):
+        sampler.sample(seeds, validate=True)
+
+
+def test_a_cuda_index_this_machine_lacks_is_refused_naming_device() -> None:
+    g = torch.Generator().manual_seed(0)
+    colptr = torch.arange(0, 2 * N + 1, 2)
+    row = torch.randint(0, N, (2 * N,), generator=g)
+    with pytest.raises(ValueError, match=r"device must be"):
+        StaticNeighborSampler(colptr, row, fanout=[2], batch_size=4, device=f"cuda:{torch.cuda.device_count()}")

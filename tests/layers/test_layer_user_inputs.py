@@ -300,3 +300,88 @@ def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
     with pytest.raises(NotImplementedError, match=r"edge_dim must be None for .* with add_self_loops=True when "
                                                   r"edge_index is a torch sparse tensor with \[num_edges, edge_dim\]"):
         ours(5, 4, heads=2, edge_dim=2)(x, adj)
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
+@pytest.mark.parametrize(("kwargs", "exc", "match"), [
+    ({"heads": 0}, ValueError, r"heads must be >= 1, got 0"),
+    ({"heads": -2}, ValueError, r"heads must be >= 1, got -2"),
+    ({"heads": 2.0}, TypeError, r"heads must be an int, got float"),
+    ({"out_channels": 0}, ValueError, r"out_channels must be >= 1, got 0"),
+    ({"in_channels": 0}, ValueError, r"in_channels must be >= 1 \(or -1: lazy"),
+    ({"in_channels": (5, 0)}, ValueError, r"in_channels\[1\] must be >= 1"),
+    ({"edge_dim": 0}, ValueError, r"edge_dim must be >= 1, got 0"),
+    ({"edge_dim": 3, "fill_value": "median"}, ValueError, r"fill_value must be a float, a Tensor or one of 'add'"),
+    ({"edge_dim": 3, "fill_value": [1.0]}, TypeError, r"fill_value must be a float, a Tensor or one of .*got list"),
+    ({"edge_dim": 3, "fill_value": torch.zeros(2)}, ValueError,
+     r"fill_value must hold one value or edge_dim=3 values \(shape \(3,\)\), got shape \(2,\)"),
+])
+def test_constructor_arguments_refused_naming_the_argument(ours, kwargs, exc, match):
+    """PyG's layers take these and fail later, deep in a forward (or build zero-width parameters); ours refuse them
+    at construction."""
+    args = {"in_channels": 5, "out_channels": 4, **kwargs}
+    with pytest.raises(exc, match=match):
+        ours(args.pop("in_channels"), args.pop("out_channels"), **args)
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
+@pytest.mark.parametrize("fill_value", ["add", "sum", "mul", 0.5, 1, torch.zeros(3), torch.zeros(1, 3),
+                                        torch.tensor(2.0)])
+def test_fill_values_pyg_takes_are_accepted(ours, fill_value):
+    x, ei, ea = _graph()
+    assert ours(5, 4, edge_dim=3, fill_value=fill_value)(x, ei, ea).shape == (7, 4)
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
+@pytest.mark.parametrize(("x", "exc", "match"), [
+    (torch.randn(7, 6), ValueError, r"x must have shape \(num_nodes, in_channels=5\), got \(7, 6\)"),
+    (torch.ones(7, 5, dtype=torch.long), TypeError, r"x must be a floating-point Tensor \(node features\), got "
+                                                    r"torch.int64"),
+    (torch.randn(7, 5, dtype=torch.float64), TypeError, r"x must have the layer's weight dtype torch.float32"),
+    ((torch.randn(7, 5), torch.randn(7, 4)), ValueError, r"x\[1\] must have shape \(num_nodes, in_channels=5\), "
+                                                         r"got \(7, 4\)"),
+    ((torch.randn(7, 5).half(), torch.randn(7, 5)), TypeError, r"x\[0\] must have the layer's weight dtype"),
+])
+def test_node_features_refused_before_any_kernel(ours, x, exc, match):
+    """Wrong width, integer or float64 features with float32 weights: PyG's layers fail inside the matmul; ours
+    name the argument first."""
+    _, ei, _ = _graph()
+    with pytest.raises(exc, match=match):
+        ours(5, 4)(x, ei)
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
+def test_lazy_layer_checks_the_width_it_was_initialised_with(ours):
+    x, ei, _ = _graph()
+    conv = ours(-1, 4)
+    conv(x, ei)
+    with pytest.raises(ValueError, match=r"x must have shape \(num_nodes, in_channels=5\), got \(7, 3\)"):
+        conv(x[:, :3], ei)
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
+def test_mixed_precision_features_run_under_autocast(ours):
+    x, ei, _ = _graph()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert ours(5, 4, backend="reference")(x.bfloat16(), ei).shape == (7, 4)
+        with pytest.raises(TypeError, match=r"x must have the layer's weight dtype torch.float32"):
+            ours(5, 4)(x.double(), ei)  # autocast never casts float64
+
+
+@pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
+@pytest.mark.parametrize("add_self_loops", [True, False])
+def test_bipartite_rows_that_disagree_with_the_graph_name_the_users_x(ours, add_self_loops):
+    """A CscGraph of 5 sources and 3 destinations: x[1] of 4 rows used to be reported by the self-loop plan built
+    from it ("edge_index[1] (destinations) must be < num_dst_nodes=3"); the user's x[1] is named instead."""
+    g = CscGraph.from_edge_index(torch.tensor([[0, 1, 4], [0, 1, 2]]), size=(5, 3))
+    conv = ours((5, 5), 4, add_self_loops=add_self_loops)
+    assert conv((torch.randn(5, 5), torch.randn(3, 5)), g).shape == (3, 4)
+    with pytest.raises(ValueError, match=r"x\[1\] must have shape \(num_dst_nodes=3, in_channels\) for this graph, "
+                                         r"got \(4, 5\)"):
+        conv((torch.randn(5, 5), torch.randn(4, 5)), g)
+    with pytest.raises(ValueError, match=r"x\[0\] must have shape \(num_src_nodes=5, in_channels\) for this graph, "
+                                         r"got \(6, 5\)"):
+        conv((torch.randn(6, 5), torch.randn(3, 5)), g)
+    with pytest.raises(ValueError, match=r"x must have shape \(num_nodes=5, in_channels\) for a graph of 5 source "
+                                         r"and 3 destination nodes; a bipartite graph takes x=\(x_src, x_dst\)"):
+        ours(5, 4, add_self_loops=add_self_loops)(torch.randn(5, 5), g)
