@@ -42,7 +42,7 @@ class FeatureEncoder(nn.Module):
         self.embeddings = nn.ModuleList(nn.Embedding(vocab, channels) for _ in range(columns))
 
     def forward(self, x: Tensor) -> Tensor:
-        return sum(emb(x[:, i]) for i, emb in enumerate(self.embeddings))  # type: ignore[return-value]  # sum() starts at int 0
+        return sum(emb(x[:, i]) for i, emb in enumerate(self.embeddings))  # sum() starts at int 0, Tensor + int is a Tensor
 
 
 class GPS(nn.Module):
