@@ -194,20 +194,19 @@ def train_seed(args: Any, seed: int, ds: Any, evaluator: Any, model_config: dict
         total, count = torch.zeros((), device=device), 0
         if step is not None:  # fixed-shape batches, one captured step (after its warm-up) replayed per batch
             batcher, captured = step
-            for packed in progress(batcher.epoch(generator=g), desc=f"epoch {epoch}", enabled=not args.no_progress,
-                                   total=batcher.num_batches()):
-                captured(**packed.to(device, non_blocking=True).inputs())
-                count += 1
-            total = torch.tensor(captured.mean_loss(reset=True) * count)
-        for data in progress(train_loader if step is None else [], desc=f"epoch {epoch}",
-                             enabled=not args.no_progress and step is None):
-            data = data.to(device)
-            opt.zero_grad()
-            with autocast(device, args.precision):
-                pred = model(data)
-            loss = loss_fn(pred.float(), data.y, ds.task_type)
-            optimizer_step(loss, opt, scaler)
-            total, count = total + loss.detach() * data.num_graphs, count + data.num_graphs  # no host sync per step
+            plan = batcher.plan(torch.randperm(len(batcher), generator=g))  # every graph once, shuffled
+            for ids in progress(plan, desc=f"epoch {epoch}", enabled=not args.no_progress):
+                captured(**batcher.pack(ids).to(device, non_blocking=True).inputs())
+            total, count = torch.tensor(captured.mean_loss(reset=True)), 1  # the mean over the epoch's batches
+        else:
+            for data in progress(train_loader, desc=f"epoch {epoch}", enabled=not args.no_progress):
+                data = data.to(device)
+                opt.zero_grad()
+                with autocast(device, args.precision):
+                    pred = model(data)
+                loss = loss_fn(pred.float(), data.y, ds.task_type)
+                optimizer_step(loss, opt, scaler)
+                total, count = total + loss.detach() * data.num_graphs, count + data.num_graphs  # no host sync
         valid = evaluate(model, loaders["valid"], evaluator, device, args.precision)
         test = evaluate(model, loaders["test"], evaluator, device, args.precision)
         if not best or (valid > best["valid"] if higher_better else valid < best["valid"]):

@@ -290,9 +290,10 @@ class StaticGraphBatcher:
         for ids in self.plan(order):
             yield self.pack(ids)
 
-    def num_batches(self, *, shuffle: bool = False, generator: torch.Generator | None = None) -> int:
-        """Batches of an unshuffled epoch (a shuffled one packs within a batch or two of it)."""
-        return len(self.plan(torch.randperm(len(self), generator=generator) if shuffle else None))
+    def num_batches(self) -> int:
+        """Batches of an unshuffled epoch (a shuffled epoch packs the same graphs greedily in another order, so its
+        count can differ)."""
+        return len(self.plan())
 
     def pack(self, ids: Sequence[int]) -> StaticGraphBatch:
         """One batch of the graphs ``ids`` (which must fit the budget together: as :meth:`plan` cuts them)."""
