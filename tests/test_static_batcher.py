@@ -129,3 +129,30 @@ def test_a_graph_larger_than_the_budget_is_refused_naming_it() -> None:
     assert batcher.budget.max_nodes == 9
     with pytest.raises(ValueError, match="ids must be 1 to"):
         batcher.pack([])
+
+
+def test_a_warm_packed_step_syncs_only_in_the_cpu_only_checks() -> None:
+    """On a CPU, the only ops of a warm packed GPS step (forward, masked loss, backward) that would sync on CUDA are
+    ``GPSConv``'s ptr/batch value check, which runs only where the forward syncs anyway (on a CPU; on CUDA with
+    ``max_num_nodes`` it checks shapes only): the graph, the local GAT's self-loop rule, the masked batch norms,
+    the pooling and the loss read no device value. (tests/gpu/test_gps_packed_gpu.py checks CUDA itself.)"""
+    import inspect
+
+    from cudnn_gnn.apps.capture import host_syncs
+    from cudnn_gnn.layers import gps_conv
+
+    lines, first = inspect.getsourcelines(gps_conv._check_ptr_matches_batch)
+    allowed = range(first, first + len(lines))
+    batcher = StaticGraphBatcher(ragged_graphs(20), GraphBudget(max_graphs=6, max_tokens=50, max_edges=100,
+                                                                max_nodes=12))
+    torch.manual_seed(0)
+    model = GPS(8, 1, 2, 1, 0.1, "reference", in_channels=5, edge_channels=3)
+    loss_fn = packed_loss(model, batcher.budget, "regression")
+    first_batch, second = list(batcher.epoch(shuffle=False))[:2]
+    loss_fn(**first_batch.inputs()).backward()  # warm: what a first call builds
+    found = host_syncs(lambda: loss_fn(**second.inputs()).backward())
+    assert found  # the CPU check is seen, so the filter below is not vacuous
+    for sync in found:
+        where = sync.split(" at ")[1].split(": ")[0]
+        path, line = where.rsplit(":", 1)
+        assert path.endswith("layers/gps_conv.py") and int(line) in allowed, sync
