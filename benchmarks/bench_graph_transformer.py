@@ -13,6 +13,10 @@ local layer, each side its own: PyG's ``GATConv`` in PyG's row, ``cudnn_gnn.laye
 graph prepared once with ``ToCscGraph``, as a training loop over a fixed batch would); and ``gps_pyg_gat``, PyG's
 ``GATConv`` as the local layer on both sides, so that the difference is the global branch alone.
 
+Each case also times our global attention alone (``cudnn_gnn.graph_attention`` on the batch, forward and
+forward+backward): ``non_attention_share_*`` is the share of our layer's time spent outside it (projections, norms,
+MLP, residuals, the local layer), what fusing can shorten.
+
 ``--compiled`` adds, per case, our layer through ``torch.compile`` (``dynamic=False``): what Inductor fuses in the
 transformer's non-attention work (the QKV and output projections' epilogues, the residual adds, the batch norms,
 the MLP's bias and activation) around the attention, which it does not trace into (``ours_compiled`` columns,
@@ -159,9 +163,38 @@ def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device
         row[f"{label}_mib_pyg"], row[f"{label}_mib_ours"] = m_p, m_o
         row[f"{label}_speedup"] = t_p / t_o
         row[f"{label}_mem_ratio"] = m_p / m_o if m_p is not None and m_o else None
+    row.update(attention_columns(data, x, p["heads"], ours.attention_backend, row, device, warmup, reps))
     if compiled:
         row.update(compiled_columns(ours_call, ours, x, fwd, fwd_bwd, device, warmup, reps))
     return row
+
+
+def attention_columns(data: dict[str, Any], x: torch.Tensor, heads: int, backend: str, row: dict[str, Any],
+                      device: torch.device, warmup: int, reps: int) -> dict[str, Any]:
+    """Our global attention alone (:func:`cudnn_gnn.graph_attention` on the batch's ``[N, H, C / H]`` q, k, v, the
+    layer's backend), forward and forward+backward: ``attention_{pass}_ms``, and ``non_attention_share_{pass}``, the
+    share of our layer's time that is not the attention (the projections, norms, MLP, residuals and, for the GPS
+    variants, the local layer): the part that fusing (``--compiled``) can shorten."""
+    n, c = x.shape
+    q, k, v = (t.view(n, heads, c // heads) for t in torch.randn(3, n, c, device=x.device, dtype=x.dtype))
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return cudnn_gnn.graph_attention(q, k, v, data["ptr"], max_num_nodes=data["max_num_nodes"], backend=backend)
+
+    def fwd() -> Any:
+        with torch.no_grad():
+            return call(q, k, v)
+
+    def fwd_bwd() -> None:
+        qi, ki, vi = (t.detach().requires_grad_() for t in (q, k, v))
+        call(qi, ki, vi).float().square().mean().backward()
+
+    out: dict[str, Any] = {}
+    for label, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
+        t = time_fn(fn, device=device, warmup=warmup, repeats=reps)["median_ms"]
+        out[f"attention_{label}_ms"] = t
+        out[f"non_attention_share_{label}"] = max(0.0, 1.0 - t / row[f"{label}_ms_ours"])
+    return out
 
 
 def compiled_columns(ours_call: Callable[[torch.Tensor], torch.Tensor], ours: torch.nn.Module, x: torch.Tensor,
@@ -214,12 +247,12 @@ def summary(rows: list[dict[str, Any]], attention_backend: str) -> list[dict[str
 
 
 def markdown(result: dict[str, Any]) -> str:
-    """One row per case: both sides' forward and forward+backward medians, the ratios, peak memory, and (with
-    ``--compiled``) our compiled layer."""
+    """One row per case: both sides' forward and forward+backward medians, the ratios, peak memory, the share of our
+    layer's forward+backward outside the attention, and (with ``--compiled``) our compiled layer."""
     lines = ["| preset | variant | dtype | nodes | fwd PyG / ours (ms) | fwd x | fwd+bwd PyG / ours (ms) | fwd+bwd x | "
-             "peak PyG / ours (MiB) | ours compiled fwd / fwd+bwd (ms) | compiled vs eager ours (fwd+bwd) | "
-             "rel. err. |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "peak PyG / ours (MiB) | not attention, ours fwd+bwd | ours compiled fwd / fwd+bwd (ms) | "
+             "compiled vs eager ours (fwd+bwd) | rel. err. |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
         mib = "-" if r["fwd_bwd_mib_pyg"] is None else f"{r['fwd_bwd_mib_pyg']:.1f} / {r['fwd_bwd_mib_ours']:.1f}"
         if r.get("fwd_ms_ours_compiled") is not None:
@@ -227,9 +260,10 @@ def markdown(result: dict[str, Any]) -> str:
             comp_x = f"{r['fwd_bwd_compiled_speedup']:.2f}x"
         else:
             comp, comp_x = r.get("compiled_error", "-")[:60], "-"
+        share = "-" if r.get("non_attention_share_fwd_bwd") is None else f"{100 * r['non_attention_share_fwd_bwd']:.0f}%"
         lines.append(f"| {r['preset']} | {r['variant']} | {r['dtype']} | {r['num_nodes']} | {r['fwd_ms_pyg']:.3f} / "
                      f"{r['fwd_ms_ours']:.3f} | {r['fwd_speedup']:.2f}x | {r['fwd_bwd_ms_pyg']:.3f} / "
-                     f"{r['fwd_bwd_ms_ours']:.3f} | {r['fwd_bwd_speedup']:.2f}x | {mib} | {comp} | {comp_x} | "
+                     f"{r['fwd_bwd_ms_ours']:.3f} | {r['fwd_bwd_speedup']:.2f}x | {mib} | {share} | {comp} | {comp_x} | "
                      f"{r['rel_err_vs_pyg']:.1e} |")
     note = "" if result["timing_claims"] else "\n(--quick CPU smoke run: not timing claims)\n"
     return "\n".join(lines) + "\n" + note

@@ -575,7 +575,7 @@ def _gt_row(**extra: object) -> dict:
     row = {"preset": "molecules", "variant": "gps_gat", "dtype": "bfloat16", "num_nodes": 100, "rel_err_vs_pyg": 1e-3,
            "fwd_ms_pyg": 4.0, "fwd_ms_ours": 2.0, "fwd_bwd_ms_pyg": 9.0, "fwd_bwd_ms_ours": 3.0,
            "fwd_mib_pyg": 10.0, "fwd_mib_ours": 5.0, "fwd_bwd_mib_pyg": 30.0, "fwd_bwd_mib_ours": 10.0,
-           "fwd_speedup": 2.0, "fwd_bwd_speedup": 3.0}
+           "fwd_speedup": 2.0, "fwd_bwd_speedup": 3.0, "non_attention_share_fwd_bwd": 0.4}
     return {**row, **extra}
 
 
@@ -598,7 +598,7 @@ def test_graph_transformer_summary_and_table_with_compiled_columns() -> None:
     assert all(keys <= set(r) for r in rows)
     assert rows[3]["speedup_vs_pyg"] == 6.0 and rows[3]["mem_ratio_pyg_over_ours"] == 30.0 / 8.0
     table = gt.markdown({"rows": [compiled, failed], "timing_claims": True})
-    assert "| molecules | gps_gat | bfloat16 | 100 | 4.000 / 2.000 | 2.00x | 9.000 / 3.000 | 3.00x | 30.0 / 10.0 | " \
+    assert "| molecules | gps_gat | bfloat16 | 100 | 4.000 / 2.000 | 2.00x | 9.000 / 3.000 | 3.00x | 30.0 / 10.0 | 40% | " \
            "1.000 / 1.500 | 2.00x |" in table
     assert "BackendCompilerFailed: boom" in table and "not timing claims" not in table
 
@@ -613,6 +613,7 @@ def test_bench_graph_transformer_quick_writes_json_markdown_and_plot(tmp_path) -
     assert payload["quick"] is True and payload["timing_claims"] is False and payload["environment"]["torch"]
     assert [r["variant"] for r in payload["rows"]] == ["transformer", "gps_gat", "gps_pyg_gat"]
     assert all(r["rel_err_vs_pyg"] < 1e-4 and r["fwd_ms_ours"] > 0 for r in payload["rows"])
+    assert all(r["attention_fwd_bwd_ms"] > 0 and 0 <= r["non_attention_share_fwd_bwd"] <= 1 for r in payload["rows"])
     assert len(payload["summary"]) == 6 and {r["pass"] for r in payload["summary"]} == {"fwd", "fwd+bwd"}
     assert "| quick | gps_gat | float32 | 64 |" in md.read_text()
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
