@@ -17,10 +17,10 @@ Each case also times our global attention alone (``cudnn_gnn.graph_attention`` o
 forward+backward): ``non_attention_share_*`` is the share of our layer's time spent outside it (projections, norms,
 MLP, residuals, the local layer), what fusing can shorten.
 
-``--compiled`` adds, per case, our layer through ``torch.compile`` (``dynamic=False``): what Inductor fuses in the
-transformer's non-attention work (the QKV and output projections' epilogues, the residual adds, the batch norms,
-the MLP's bias and activation) around the attention, which it does not trace into (``ours_compiled`` columns,
-timed in the same run; a compile that fails is recorded as the case's ``compiled_error``). PyG's attention runs under
+``--compiled`` adds, per case, our layer through ``torch.compile`` (``dynamic=False``), to measure what Inductor's
+fusion of the non-attention work (the projections' bias epilogues, residual adds, batch norms, the MLP's bias and
+activation) saves against the eager layer (``ours_compiled`` columns, timed in the same run; a compile that fails is
+recorded as the case's ``compiled_error``). PyG's attention runs under
 ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH])``: torch's cuDNN attention backend is kept out of this
 process because it breaks later cuDNN calls on the project's H200 (``shared/device/README.md``).
 
