@@ -32,6 +32,18 @@ def molecules() -> tuple[list[Data], str]:
     return ds.subset("valid")[:48], ds.task_type
 
 
+def test_an_ogb_dataset_split_packs_as_its_list() -> None:
+    """``ds[split["valid"]]`` (an OgbgDataset, as OGB's scripts index one) packs as the list of its graphs."""
+    ds = load_ogbg("ogbg-molfreesolv")
+    part = ds[ds.get_idx_split()["valid"]]
+    a, b = StaticGraphBatcher(part, max_graphs=16), StaticGraphBatcher(list(part), max_graphs=16)
+    assert a.budget == b.budget and len(a) == len(part)
+    first_a, first_b = next(a.epoch(shuffle=False)), next(b.epoch(shuffle=False))
+    assert all(torch.equal(first_a.inputs()[k], v) for k, v in first_b.inputs().items())
+    with pytest.raises(TypeError, match="graphs must be a sequence of torch_geometric Data, got int"):
+        StaticGraphBatcher(3)  # type: ignore[arg-type]
+
+
 def test_every_graph_once_an_epoch_and_shapes_fixed(molecules) -> None:
     graphs, _ = molecules
     batcher = StaticGraphBatcher(graphs, max_graphs=8)

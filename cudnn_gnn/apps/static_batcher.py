@@ -36,7 +36,7 @@ edge entries, ``T + 1`` offsets, ``T`` batch ids, ``B + S + 1`` offsets of graph
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -189,13 +189,14 @@ class StaticGraphBatcher:
     """Packs a list of graphs into batches of one fixed :class:`GraphBudget` (see the module docstring).
 
     Args:
-        graphs: PyG ``Data`` objects with ``x [n, F]``, ``edge_index [2, e]`` (local node ids), optionally
+        graphs: PyG ``Data`` objects (a list, an :class:`~cudnn_gnn.datasets.OgbgDataset`, any iterable) with
+            ``x [n, F]``, ``edge_index [2, e]`` (local node ids), optionally
             ``edge_attr [e, D]`` (all or none) and ``y`` (``num_tasks`` values a graph, any shape).
         budget: the batch sizes; None: :meth:`GraphBudget.for_graphs` with ``max_graphs``.
         max_graphs: graphs a batch when ``budget`` is None.
 
     Raises:
-        TypeError: ``graphs`` is not a sequence, or a ``budget`` of another type.
+        TypeError: ``graphs`` is not an iterable of graphs, or a ``budget`` of another type.
         ValueError: no graphs, graphs whose feature widths or label counts differ, or a graph larger than the budget
             (its index and size, and the budget, named).
 
@@ -206,12 +207,13 @@ class StaticGraphBatcher:
         ...           num_nodes=n) for n in (2, 3, 4)]
         >>> b = next(StaticGraphBatcher(g, GraphBudget(2, 8, 4, 4)).epoch(shuffle=False))
         >>> b.x.shape, b.ptr.tolist(), b.graph_valid.tolist()
-        (torch.Size([8, 2]), [0, 2, 5, 7, 8], [True, True])
+        (torch.Size([8, 2]), [0, 2, 5, 8, 8], [True, True])
     """
 
-    def __init__(self, graphs: Sequence[Any], budget: GraphBudget | None = None, *, max_graphs: int = 128) -> None:
-        if isinstance(graphs, (str, bytes)) or not isinstance(graphs, Sequence):
+    def __init__(self, graphs: Iterable[Any], budget: GraphBudget | None = None, *, max_graphs: int = 128) -> None:
+        if isinstance(graphs, (str, bytes)) or not isinstance(graphs, Iterable):
             raise TypeError(f"graphs must be a sequence of torch_geometric Data, got {type(graphs).__name__}")
+        graphs = list(graphs)  # an OgbgDataset (``ds[split["train"]]``), a generator, a list
         if len(graphs) == 0:
             raise ValueError("graphs must hold at least one graph, got none")
         if budget is None:
