@@ -38,12 +38,13 @@ def test_gps_molecules_smoke(dataset, metric, capsys):
     assert "local conv" in out and out.strip().splitlines()[-1].startswith(f"final: {dataset} {metric}")
 
 
+@pytest.mark.slow
 def test_gps_molecules_packed_batches_on_cpu(capsys):
     """``--batching packed`` on a CPU: the packed batches and the CapturedStep's eager path train (the warning names
     why nothing is captured); ``--impl pyg`` cannot pack."""
     example = _load_example()
-    argv = ["--dataset", "ogbg-molesol", "--epochs", "2", "--device", "cpu", "--limit", "48", "--batch-size", "16",
-            "--channels", "16", "--layers", "1", "--heads", "2", "--no-progress", "--batching", "packed"]
+    argv = ["--dataset", "ogbg-molfreesolv", "--epochs", "1", "--device", "cpu", "--limit", "24", "--batch-size", "16",
+            "--channels", "8", "--layers", "1", "--heads", "2", "--no-progress", "--batching", "packed"]
     with pytest.warns(RuntimeWarning, match="not captured"):
         res = example.main(argv)
     assert math.isfinite(res["valid"]) and res["batching"] == "packed"
