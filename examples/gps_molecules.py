@@ -6,7 +6,10 @@ importable, else PyG's) plus global attention among the atoms of each molecule, 
 built from PyG's own ``GPSConv`` and ``GATConv`` (global attention through ``nn.MultiheadAttention`` on padded
 graphs), the baseline. Metrics follow OGB: ROC-AUC for ogbg-molbace and -molbbbp, RMSE for ogbg-molesol and
 -molfreesolv, on OGB's scaffold split; over several seeds (``--seeds 0-4`` or ``--runs 5``) the mean and standard
-deviation of the test score at each run's best valid epoch.
+deviation of the test score at each run's best valid epoch. On CUDA the training batches are packed into fixed
+shapes (``cudnn_gnn.apps.static_batcher``) and the whole step (forward, loss, backward, Adam) is captured once in a
+CUDA graph and replayed on every batch (``--batching packed``, the default there; ``--batching pyg``: PyG's
+``DataLoader`` and an eager step, the CPU default).
 
     python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5             # GPU if there is one
     python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5 --impl pyg  # PyG's layers
@@ -47,9 +50,8 @@ from cudnn_gnn.apps._progress import progress
 from cudnn_gnn.apps._util import plot_curves, save_checkpoint, state_copy, write_json
 from cudnn_gnn.apps.train import PRECISIONS, autocast, grad_scaler, optimizer_step
 from cudnn_gnn.apps.capture import CapturedStep
-from cudnn_gnn.apps.gps import GPS, IMPLS  # noqa: F401 (GPS(**config["model"]) rebuilds a saved model)
+from cudnn_gnn.apps.gps import GPS, IMPLS, packed_loss  # GPS(**config["model"]) rebuilds a saved model
 from cudnn_gnn.apps.static_batcher import StaticGraphBatcher
-from cudnn_gnn.apps.gps import packed_loss
 
 DATASETS = ("ogbg-molbace", "ogbg-molbbbp", "ogbg-molesol", "ogbg-molfreesolv")
 BATCHING = ("auto", "packed", "pyg")
