@@ -8,13 +8,28 @@ Presets (``--preset``, default all):
   ragged     128 graphs of 10-500 nodes (uniform), C=128, 4 heads
   molecules  512 graphs of 15-35 nodes, C=128, 4 heads
 
-Variants: ``transformer`` (conv=None: global attention + MLP + norms) and ``gps_gat`` (PyG GATConv as the local
-conv in both, so the difference is the global branch). PyG's attention runs under
+Variants: ``transformer`` (conv=None: global attention + MLP + norms); ``gps_gat``, the GPS layer with a GATConv
+local layer, each side its own: PyG's ``GATConv`` in PyG's row, ``cudnn_gnn.layers.GATConv`` in ours (the batch's
+graph prepared once with ``ToCscGraph``, as a training loop over a fixed batch would); and ``gps_pyg_gat``, PyG's
+``GATConv`` as the local layer on both sides, so that the difference is the global branch alone.
+
+Each case also times our global attention alone (``cudnn_gnn.graph_attention`` on the batch, forward and
+forward+backward): ``non_attention_share_*`` is the share of our layer's time spent outside it (projections, norms,
+MLP, residuals, the local layer), what fusing can shorten.
+
+``--compiled`` adds, per case, our layer through ``torch.compile`` (``dynamic=False``), to measure what Inductor's
+fusion of the non-attention work (the projections' bias epilogues, residual adds, batch norms, the MLP's bias and
+activation) saves against the eager layer (``ours_compiled`` columns, timed in the same run; a compile that fails is
+recorded as the case's ``compiled_error``). PyG's attention runs under
 ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH])``: torch's cuDNN attention backend is kept out of this
 process because it breaks later cuDNN calls on the project's H200 (``shared/device/README.md``).
 
-    python benchmarks/bench_graph_transformer.py --out out/gt.json        # GPU, ~1-2 min on an H200
+    python benchmarks/bench_graph_transformer.py --out out/gt.json --md out/gt.md --plot out/gt.png  # GPU
+    python benchmarks/bench_graph_transformer.py --compiled --out out/gt_compiled.json   # + torch.compile of ours
     python benchmarks/bench_graph_transformer.py --quick --out /tmp/q.json  # CPU smoke, tiny, no timing claims
+
+The JSON holds ``environment``, one ``rows`` entry per case (both sides' times, memory, ratios, the error against
+PyG) and ``summary`` in ``benchmarks/plot.py``'s format (one row per case and pass), which ``--plot`` draws.
 """
 
 from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
@@ -30,21 +45,24 @@ import os
 
 import torch
 import torch_geometric.nn as pyg_nn
+from torch_geometric.data import Data
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import cudnn_gnn
 from cudnn_gnn.backends import _cudnn_sdpa
+from cudnn_gnn.layers import GATConv, ToCscGraph
 from cudnn_gnn.layers.gps_conv import GPSConv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import peak_memory, time_fn, write_json  # noqa: E402
+from _bench_common import environment, peak_memory, time_fn, write_json  # noqa: E402
 
 PRESETS: dict[str, dict[str, Any]] = {
     "ragged": {"graphs": 128, "min_nodes": 10, "max_nodes": 500, "channels": 128, "heads": 4, "edges_per_node": 4},
     "molecules": {"graphs": 512, "min_nodes": 15, "max_nodes": 35, "channels": 128, "heads": 4, "edges_per_node": 2},
     "quick": {"graphs": 6, "min_nodes": 1, "max_nodes": 20, "channels": 16, "heads": 2, "edges_per_node": 2},
 }
-VARIANTS = ("transformer", "gps_gat")
+VARIANTS = ("transformer", "gps_gat", "gps_pyg_gat")
+PASSES = (("fwd", "fwd"), ("fwd_bwd", "fwd+bwd"))
 SAFE_SDPA = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 
 
@@ -68,11 +86,15 @@ def make_batch(p: dict[str, Any], device: torch.device, seed: int = 0) -> dict[s
 
 
 def make_layers(p: dict[str, Any], variant: str, device: torch.device, dtype: torch.dtype):
+    """PyG's GPSConv and ours with one state_dict; the local GATConv of ``variant`` on each side (None for
+    ``transformer``; ours for ``gps_gat``, PyG's for ``gps_pyg_gat``)."""
     c, h = p["channels"], p["heads"]
     torch.manual_seed(0)
-    conv = (lambda: pyg_nn.GATConv(c, c // h, heads=h)) if variant == "gps_gat" else (lambda: None)
-    pyg = pyg_nn.GPSConv(c, conv(), heads=h).to(device, dtype)
-    ours = GPSConv(c, conv(), heads=h).to(device, dtype)
+    pyg_conv = pyg_nn.GATConv(c, c // h, heads=h) if variant != "transformer" else None
+    our_conv = GATConv(c, c // h, heads=h) if variant == "gps_gat" else \
+        (pyg_nn.GATConv(c, c // h, heads=h) if variant == "gps_pyg_gat" else None)
+    pyg = pyg_nn.GPSConv(c, pyg_conv, heads=h).to(device, dtype)
+    ours = GPSConv(c, our_conv, heads=h).to(device, dtype)
     ours.load_state_dict(pyg.state_dict(), strict=True)
     return pyg, ours
 
@@ -84,11 +106,15 @@ def time_it(fn: Callable[[], Any], device: torch.device, warmup: int, reps: int)
     return median, None if peak is None else peak / 2**20
 
 
-def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device, warmup: int, reps: int) -> dict[str, Any]:
+def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device, warmup: int, reps: int,
+             compiled: bool = False) -> dict[str, Any]:
     p = PRESETS[preset]
     data = make_batch(p, device)
     x = data["x"].to(dtype)
     pyg, ours = make_layers(p, variant, device, dtype)
+    # our GATConv reads the batch's graph prepared once (self-loops included); PyG's layers the edge_index
+    our_graph = data["edge_index"] if variant != "gps_gat" else \
+        ToCscGraph()(Data(edge_index=data["edge_index"], num_nodes=data["num_nodes"])).csc_graph
     pyg.train()
     ours.train()  # dropout 0: train mode only switches BatchNorm to batch statistics, alike in both
 
@@ -100,7 +126,7 @@ def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device
             return pyg(xi, data["edge_index"], data["batch"])
 
     def ours_call(xi: torch.Tensor) -> torch.Tensor:
-        return ours(xi, data["edge_index"], data["batch"], ptr=data["ptr"], max_num_nodes=data["max_num_nodes"])
+        return ours(xi, our_graph, data["batch"], ptr=data["ptr"], max_num_nodes=data["max_num_nodes"])
 
     def fwd(call: Callable[[torch.Tensor], torch.Tensor]) -> Callable[[], Any]:
         return lambda: torch.no_grad()(call)(x)
@@ -137,7 +163,110 @@ def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device
         row[f"{label}_mib_pyg"], row[f"{label}_mib_ours"] = m_p, m_o
         row[f"{label}_speedup"] = t_p / t_o
         row[f"{label}_mem_ratio"] = m_p / m_o if m_p is not None and m_o else None
+    row.update(attention_columns(data, x, p["heads"], ours.attention_backend, row, device, warmup, reps))
+    if compiled:
+        row.update(compiled_columns(ours_call, ours, x, fwd, fwd_bwd, device, warmup, reps))
     return row
+
+
+def attention_columns(data: dict[str, Any], x: torch.Tensor, heads: int, backend: str, row: dict[str, Any],
+                      device: torch.device, warmup: int, reps: int) -> dict[str, Any]:
+    """Our global attention alone (:func:`cudnn_gnn.graph_attention` on the batch's ``[N, H, C / H]`` q, k, v, the
+    layer's backend), forward and forward+backward: ``attention_{pass}_ms``, and ``non_attention_share_{pass}``, the
+    share of our layer's time that is not the attention (the projections, norms, MLP, residuals and, for the GPS
+    variants, the local layer): the part that fusing (``--compiled``) can shorten."""
+    n, c = x.shape
+    q, k, v = (t.view(n, heads, c // heads) for t in torch.randn(3, n, c, device=x.device, dtype=x.dtype))
+
+    def call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return cudnn_gnn.graph_attention(q, k, v, data["ptr"], max_num_nodes=data["max_num_nodes"], backend=backend)
+
+    def fwd() -> Any:
+        with torch.no_grad():
+            return call(q, k, v)
+
+    def fwd_bwd() -> None:
+        qi, ki, vi = (t.detach().requires_grad_() for t in (q, k, v))
+        call(qi, ki, vi).float().square().mean().backward()
+
+    out: dict[str, Any] = {}
+    for label, fn in (("fwd", fwd), ("fwd_bwd", fwd_bwd)):
+        t = time_fn(fn, device=device, warmup=warmup, repeats=reps)["median_ms"]
+        out[f"attention_{label}_ms"] = t
+        out[f"non_attention_share_{label}"] = max(0.0, 1.0 - t / row[f"{label}_ms_ours"])
+    return out
+
+
+def compiled_columns(ours_call: Callable[[torch.Tensor], torch.Tensor], ours: torch.nn.Module, x: torch.Tensor,
+                     fwd: Callable[..., Callable[[], Any]], fwd_bwd: Callable[..., Callable[[], Any]],
+                     device: torch.device, warmup: int, reps: int) -> dict[str, Any]:
+    """Our layer through ``torch.compile(dynamic=False)``, timed as the eager one: ``{pass}_ms_ours_compiled``,
+    ``{pass}_compiled_speedup`` (eager ours / compiled ours) and ``{pass}_compiled_vs_pyg`` (PyG / compiled ours),
+    the compiled forward's error against our eager one; ``compiled_error`` where the compile fails."""
+    torch._dynamo.reset()
+    call = torch.compile(ours_call, dynamic=False)
+    out: dict[str, Any] = {}
+    try:
+        with torch.no_grad():
+            want, got = ours_call(x).float(), call(x).float()
+        out["compiled_rel_err_vs_ours"] = float((got - want).norm() / want.norm().clamp_min(1e-12))
+        for label, fn in (("fwd", fwd(call)), ("fwd_bwd", fwd_bwd(call, ours))):
+            t, m = time_it(fn, device, max(warmup, 2), reps)  # the first call compiles
+            out[f"{label}_ms_ours_compiled"], out[f"{label}_mib_ours_compiled"] = t, m
+    except Exception as exc:  # noqa: BLE001 - a failed compile is a result of the case, not the end of the run
+        return {"compiled_error": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
+    return out
+
+
+def add_compiled_ratios(row: dict[str, Any]) -> None:
+    """The compiled columns' ratios, from the row's eager times."""
+    for label, _ in PASSES:
+        t = row.get(f"{label}_ms_ours_compiled")
+        if t:
+            row[f"{label}_compiled_speedup"] = row[f"{label}_ms_ours"] / t
+            row[f"{label}_compiled_vs_pyg"] = row[f"{label}_ms_pyg"] / t
+
+
+def summary(rows: list[dict[str, Any]], attention_backend: str) -> list[dict[str, Any]]:
+    """``benchmarks/plot.py``'s rows: one per case and pass (``layer``: the variant; ``<variant> compiled`` for the
+    compiled columns), speed-up and memory ratio against PyG."""
+    out = []
+    for r in rows:
+        for label, pass_ in PASSES:
+            sides = [("", r[f"{label}_ms_ours"], r[f"{label}_mib_ours"])]
+            if r.get(f"{label}_ms_ours_compiled") is not None:
+                sides.append((" compiled", r[f"{label}_ms_ours_compiled"], r[f"{label}_mib_ours_compiled"]))
+            for suffix, ms, mib in sides:
+                pyg_mib = r[f"{label}_mib_pyg"]
+                out.append({"preset": r["preset"], "layer": r["variant"] + suffix, "dtype": r["dtype"],
+                            "backend": attention_backend, "pass": pass_, "pyg_ms": r[f"{label}_ms_pyg"], "ours_ms": ms,
+                            "ours_mem": None if mib is None else mib * 2**20, "pyg_status": "ok", "ours_status": "ok",
+                            "speedup_vs_pyg": r[f"{label}_ms_pyg"] / ms,
+                            "mem_ratio_pyg_over_ours": pyg_mib / mib if pyg_mib is not None and mib else None})
+    return out
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """One row per case: both sides' forward and forward+backward medians, the ratios, peak memory, the share of our
+    layer's forward+backward outside the attention, and (with ``--compiled``) our compiled layer."""
+    lines = ["| preset | variant | dtype | nodes | fwd PyG / ours (ms) | fwd x | fwd+bwd PyG / ours (ms) | fwd+bwd x | "
+             "peak PyG / ours (MiB) | not attention, ours fwd+bwd | ours compiled fwd / fwd+bwd (ms) | "
+             "compiled vs eager ours (fwd+bwd) | rel. err. |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    for r in result["rows"]:
+        mib = "-" if r["fwd_bwd_mib_pyg"] is None else f"{r['fwd_bwd_mib_pyg']:.1f} / {r['fwd_bwd_mib_ours']:.1f}"
+        if r.get("fwd_ms_ours_compiled") is not None:
+            comp = f"{r['fwd_ms_ours_compiled']:.3f} / {r['fwd_bwd_ms_ours_compiled']:.3f}"
+            comp_x = f"{r['fwd_bwd_compiled_speedup']:.2f}x"
+        else:
+            comp, comp_x = r.get("compiled_error", "-")[:60], "-"
+        share = "-" if r.get("non_attention_share_fwd_bwd") is None else f"{100 * r['non_attention_share_fwd_bwd']:.0f}%"
+        lines.append(f"| {r['preset']} | {r['variant']} | {r['dtype']} | {r['num_nodes']} | {r['fwd_ms_pyg']:.3f} / "
+                     f"{r['fwd_ms_ours']:.3f} | {r['fwd_speedup']:.2f}x | {r['fwd_bwd_ms_pyg']:.3f} / "
+                     f"{r['fwd_bwd_ms_ours']:.3f} | {r['fwd_bwd_speedup']:.2f}x | {mib} | {share} | {comp} | {comp_x} | "
+                     f"{r['rel_err_vs_pyg']:.1e} |")
+    note = "" if result["timing_claims"] else "\n(--quick CPU smoke run: not timing claims)\n"
+    return "\n".join(lines) + "\n" + note
 
 
 def _mib(v: float | None) -> str:
@@ -153,6 +282,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--quick", action="store_true", help="CPU smoke run on a tiny batch; no timing claims")
+    ap.add_argument("--compiled", action="store_true",
+                    help="also time our layer through torch.compile(dynamic=False) (the non-attention work fused)")
+    ap.add_argument("--md", help="also write the markdown table here")
+    ap.add_argument("--plot", help="also draw benchmarks/plot.py's figure here (needs matplotlib)")
     args = ap.parse_args(argv)
 
     if args.quick:
@@ -173,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     for preset in presets:
         for dtype in dtypes:
             for variant in variants:
-                row = run_case(preset, variant, dtype, device, warmup, reps)
+                row = run_case(preset, variant, dtype, device, warmup, reps, compiled=args.compiled)
+                add_compiled_ratios(row)
                 rows.append(row)
                 print(
                     f"{preset:9s} {row['dtype']:8s} {variant:11s} N={row['num_nodes']:6d} "
@@ -193,11 +327,22 @@ def main(argv: list[str] | None = None) -> int:
         "sdpa_plan_ledger": _cudnn_sdpa.plan_cache_info()._asdict(),
         "fp32_note": "on the cuDNN backend fp32 inputs run the attention kernel in bf16 (cast inside)",
         "seconds": time.perf_counter() - t0,
+        "environment": environment(device),
         "rows": rows,
+        "summary": summary(rows, attention_backend),
     }
     if args.out:
         write_json(args.out, result)
         print(f"wrote {args.out}")
+    table = markdown(result)
+    print(table)
+    if args.md:
+        with open(args.md, "w") as f:
+            f.write(table)
+    if args.plot:
+        from plot import plot
+
+        plot(result, args.plot)
     return 0
 
 

@@ -37,6 +37,23 @@ self-loops in it and ``add_self_loops=False``; the ``*-compiled`` variants compi
 (static shapes), sampling eager; ``*-captured`` replay the whole step, sampling and gather included (the static
 shapes make PyG's step capturable too; ``pyg-compiled-captured`` with the model's part compiled).
 
+Graph-level workloads (one step = one batch of whole graphs), every variant fed the same packed batches of one
+fixed budget (:class:`cudnn_gnn.apps.static_batcher.StaticGraphBatcher`: at most ``B`` graphs, ``T`` node rows and
+``E`` edges a batch, padded with sink graphs that carry no loss; packed on the host once, before the variants, and
+cycled through on the device): **molecules-gps**, ogbg-molbace's training split (the bundled OGB molecules, 1,210
+graphs of 10-97 atoms), 128 graphs a batch, ``examples/gps_molecules.py``'s model (3 GPS layers of 64 channels, 4
+heads, dropout 0.1, categorical atom and bond encoders, mean pooling, an MLP head; ``cudnn_gnn.apps.gps.GPS``);
+**ragged-gps**, 512 synthetic graphs of 10-500 nodes (uniform; 4 random in-graph edges a node, 16 float features,
+4 edge features, a regression label), 32 graphs a batch, the same model with 128 channels and 2 layers. Both run
+the masked loss (binary cross-entropy, squared error) and Adam. ``ours-*`` is our ``GPSConv`` with our ``GATConv`` as
+the local layer on the batch's CSC graph (rebuilt every call from the batch's CSC tensors, no sort), global attention
+with the budget's ``max_num_nodes`` (fixed plans), batch norms over the real tokens (``node_mask``); ``pyg-*`` is
+PyG's ``GPSConv`` and ``GATConv`` on the batch's ``edge_index`` (its ``to_dense_batch`` and self-loop removal read
+sizes on the host, so PyG's step is not capturable: its captured variants run eagerly, with the reason in the
+record's ``note``). ``*-compiled``: the model's part (batch to predictions) through ``torch.compile(dynamic=False)``.
+A record also has the budget (``max_graphs``, ``max_tokens``, ``max_edges``, ``max_nodes``) and the epoch
+extrapolated from the median step.
+
 **papers100M's scale.** Full size fits one H200 and a 10-minute call: the graph is drawn on the GPU (about 65 GB at
 the peak of ``synthetic_ogbn``: the int64 COO, 26 GB, and the label passes over ``[N, 16]`` rows), sorted to an int32
 CSC (about 85 GB at the peak: the COO, the int32 keys and the stable sort's int64 permutation and buffers), then the
@@ -128,7 +145,8 @@ VARIANTS = ("pyg-eager", "pyg-compiled", "pyg-captured", "pyg-compiled-captured"
             "ours-captured", "ours-compiled-captured")
 FULL_GRAPH = ("cora", "arxiv")
 SAMPLED = ("products-sampled", "papers100m-sampled")
-WORKLOADS = FULL_GRAPH + SAMPLED
+GRAPH_LEVEL = ("molecules-gps", "ragged-gps")
+WORKLOADS = FULL_GRAPH + SAMPLED + GRAPH_LEVEL
 PRECISIONS = ("auto", "fp32", "bf16")
 FEATURE_DTYPES = {"float32": torch.float32, "float16": torch.float16}
 # (nodes, directed edges, features, classes, train share, batch size, fan-out, symmetric) of the real graphs
@@ -224,6 +242,85 @@ def load_sampled(name: str, device: torch.device, smoke: bool, scale: float,
             "resident_bytes": sum(t.numel() * t.element_size() for t in (colptr, row, x, y, train))}
 
 
+# (dataset or graph count, graphs a batch, channels, layers, heads) of the graph-level workloads; smoke: tiny
+GRAPH_LEVEL_SHAPES = {"molecules-gps": ("ogbg-molbace", 128, 64, 3, 4), "ragged-gps": (512, 32, 128, 2, 4)}
+
+
+def ragged_graphs(count: int, lo: int, hi: int, seed: int = 0) -> list[Any]:
+    """``count`` graphs of ``lo .. hi`` nodes (uniform), 4 random edges a node within its graph, 16 float features,
+    4 edge features, one regression label."""
+    from torch_geometric.data import Data
+
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(count):
+        n = int(torch.randint(lo, hi + 1, (), generator=g))
+        e = 4 * n
+        out.append(Data(x=torch.randn(n, 16, generator=g), edge_index=torch.randint(0, n, (2, e), generator=g),
+                        edge_attr=torch.randn(e, 4, generator=g), y=torch.randn(1, 1, generator=g), num_nodes=n))
+    return out
+
+
+def load_graph_level(name: str, device: torch.device, smoke: bool) -> dict[str, Any]:
+    """A graph-level workload: its graphs packed into one epoch of fixed-shape batches on ``device`` (the batches every
+    variant is fed), and the model's settings."""
+    from cudnn_gnn.apps.static_batcher import StaticGraphBatcher
+
+    source, per_batch, channels, layers, heads = GRAPH_LEVEL_SHAPES[name]
+    t0 = time.perf_counter()
+    if name == "molecules-gps":
+        from cudnn_gnn.datasets import load_ogbg
+
+        ds = load_ogbg(str(source))
+        graphs, task, model = ds.subset("train"), ds.task_type, {}
+        label = f"{source} train split"
+    else:
+        graphs = ragged_graphs(24 if smoke else int(source), 10, 40 if smoke else 500)
+        task, model = "regression", {"in_channels": 16, "edge_channels": 4}
+        label = f"{len(graphs)} synthetic graphs of 10-{40 if smoke else 500} nodes"
+    if smoke:
+        graphs, per_batch, channels, layers, heads = graphs[:48], 8, 16, 1, 2
+    batcher = StaticGraphBatcher(graphs, max_graphs=per_batch)
+    batches = [b.to(device) for b in batcher.epoch(generator=torch.Generator().manual_seed(0))]
+    b = batcher.budget
+    return {"batches": batches, "budget": b, "task_type": task, "source": label, "num_graphs": len(graphs),
+            "num_nodes": int(batcher.num_nodes.sum()), "num_edges": int(batcher.num_edges.sum()),
+            "model": {"channels": channels, "layers": layers, "heads": heads, "num_tasks": batcher.num_tasks,
+                      "dropout": 0.1, "backend": "auto", **model},
+            "batches_per_epoch": len(batches), "graph_seconds": time.perf_counter() - t0}
+
+
+def build_graph_step(variant: str, w: dict[str, Any], device: torch.device, precision: str) -> VariantStep:
+    """One training step of ``variant`` on a graph-level workload, ``run(batch)`` for a packed batch on the device:
+    the GPS model (``impl="pyg"`` for PyG's variants), the masked loss of :func:`cudnn_gnn.apps.gps.packed_loss`, fused
+    Adam, the forward under ``precision``'s autocast. ``*-compiled``: the model's part through ``torch.compile`` with
+    static shapes; ``*-captured``: the whole step, one :class:`CapturedStep` replay."""
+    from cudnn_gnn.apps.capture import CapturedStep
+    from cudnn_gnn.apps.gps import GPS, packed_loss
+
+    cuda = device.type == "cuda"
+    torch.manual_seed(0)
+    model = GPS(**w["model"], impl="pyg" if variant.startswith("pyg") else "ours").to(device)
+    captured = variant.endswith("captured")
+    opt = torch.optim.Adam(model.parameters(), lr=0.001, fused=True if cuda else None, capturable=captured and cuda)
+    forward = torch.compile(model.run_packed, dynamic=False) if "compiled" in variant else None
+    loss_fn = packed_loss(model, w["budget"], w["task_type"], forward)
+    if captured:
+        cs = CapturedStep(loss_fn, optimizer=opt, model=model, inputs=w["batches"][0].inputs(),
+                          autocast_dtype=torch.bfloat16 if precision == "bf16" else None)
+        return VariantStep(lambda batch: cs(**batch.inputs()), lambda: cs.captured)
+
+    def step(batch: Any) -> Tensor:
+        opt.zero_grad(set_to_none=True)
+        with autocast(device, precision):
+            loss = loss_fn(**batch.inputs())
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return VariantStep(step, lambda: False)
+
+
 # Device bytes a sampled workload needs while it is built and while it runs (the memory model of the papers100M
 # paragraph of the module docstring, measured at full size on an H200): the CSC sort's peak, about 85 GB for
 # papers100M's 1.62G edges (the int64 COO, the int32 keys, the stable sort's int64 permutation and buffers), and
@@ -297,12 +394,16 @@ def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, pr
 
 
 def cycled(step: VariantStep, w: dict[str, Any]) -> Callable[[], Tensor]:
-    """``step`` as a function of nothing for the per-batch timing: each call runs it on the sampled workload's next
-    batch, epoch after epoch (a new permutation of the train seeds each)."""
+    """``step`` as a function of nothing for the per-batch timing: each call runs it on the workload's next batch,
+    epoch after epoch (a sampled workload: a new permutation of the train seeds each; a graph-level one: its packed
+    batches over again)."""
 
-    def batches() -> Iterator[tuple[Tensor, Tensor]]:
+    def batches() -> Iterator[tuple[Any, ...]]:
         while True:
-            yield from w["sampler"].epoch(w["train"])
+            if "batches" in w:
+                yield from ((b,) for b in w["batches"])
+            else:
+                yield from w["sampler"].epoch(w["train"])
 
     it = batches()
     return lambda: step.run(*next(it))
@@ -476,8 +577,9 @@ def measure(rec: dict[str, Any], variant: str, name: str, w: dict[str, Any], dev
             args: argparse.Namespace, budget: Budget, reserve: float, first_epochs: list[float]) -> VariantStep | None:
     """Fill ``rec`` with one variant's measurements: whole epochs (sampled, asked for), then per-batch times, kernel
     share and top kernels; returns the step (to be dropped by the caller before the next variant)."""
-    sampled = name in SAMPLED
-    build = functools.partial(build_sampled_step if sampled else build_step, variant, w, device, rec["precision"])
+    sampled, graph_level = name in SAMPLED, name in GRAPH_LEVEL
+    builder = build_graph_step if graph_level else build_sampled_step if sampled else build_step
+    build = functools.partial(builder, variant, w, device, rec["precision"])
     step: VariantStep | None = None
     if sampled and args.epochs:
         if variant in args.epoch_variants:
@@ -490,8 +592,14 @@ def measure(rec: dict[str, Any], variant: str, name: str, w: dict[str, Any], dev
             rec["epochs_skipped"] = "not in --epoch-variants"
     if step is None:
         step = build()
-    timed = cycled(step, w) if sampled else step.run
+    timed = cycled(step, w) if sampled or graph_level else step.run
     rec.update(time_fn(timed, device=device, warmup=args.warmup, repeats=args.repeats))
+    if graph_level:
+        b = w["budget"]
+        rec.update(kernel_share(timed, device), max_graphs=b.max_graphs, max_tokens=b.max_tokens,
+                   max_edges=b.max_edges, max_nodes=b.max_nodes, num_graphs=w["num_graphs"],
+                   batches_per_epoch=w["batches_per_epoch"],
+                   epoch_seconds_extrapolated=rec["median_ms"] * w["batches_per_epoch"] / 1e3)
     if sampled:
         sampler = w["sampler"]
         rec.update(kernel_share(timed, device), batch_size=sampler.batch_size, fanout=sampler.fanout,
@@ -518,13 +626,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             scale, scale_note = fitting_scale(name, scale, args.feature_dtype, torch.cuda.mem_get_info(device)[0])
             if scale_note is not None:
                 print(scale_note, flush=True)
-        w = load_sampled(name, device, smoke, scale, args.feature_dtype) if sampled else \
-            load_workload(name, device, smoke)
+        if name in GRAPH_LEVEL:
+            w = load_graph_level(name, device, smoke)
+        else:
+            w = load_sampled(name, device, smoke, scale, args.feature_dtype) if sampled else \
+                load_workload(name, device, smoke)
         first_epochs: list[float] = []  # epoch-1 seconds of this workload's variants so far (the budget's guess)
         for k, variant in enumerate(args.variants):
             rec: dict[str, Any] = {"workload": name, "variant": variant, "graph": w["source"],
                                    "precision": precision_of(name, args.precision), "num_nodes": w["num_nodes"],
-                                   "num_edges": w["num_edges"] if sampled else int(w["edge_index"].shape[1])}
+                                   "num_edges": w["num_edges"] if "num_edges" in w else int(w["edge_index"].shape[1])}
+            if name in GRAPH_LEVEL:
+                rec["graph_seconds"] = w["graph_seconds"]
             if sampled:
                 rec.update(feature_dtype=w["feature_dtype"], graph_seconds=w["graph_seconds"],
                            resident_graph_bytes=w["resident_bytes"], scale=scale, scale_note=scale_note)

@@ -6,7 +6,10 @@ importable, else PyG's) plus global attention among the atoms of each molecule, 
 built from PyG's own ``GPSConv`` and ``GATConv`` (global attention through ``nn.MultiheadAttention`` on padded
 graphs), the baseline. Metrics follow OGB: ROC-AUC for ogbg-molbace and -molbbbp, RMSE for ogbg-molesol and
 -molfreesolv, on OGB's scaffold split; over several seeds (``--seeds 0-4`` or ``--runs 5``) the mean and standard
-deviation of the test score at each run's best valid epoch.
+deviation of the test score at each run's best valid epoch. On CUDA the training batches are packed into fixed
+shapes (``cudnn_gnn.apps.static_batcher``) and the whole step (forward, loss, backward, Adam) is captured once in a
+CUDA graph and replayed on every batch (``--batching packed``, the default there; ``--batching pyg``: PyG's
+``DataLoader`` and an eager step, the CPU default).
 
     python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5             # GPU if there is one
     python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5 --impl pyg  # PyG's layers
@@ -28,7 +31,6 @@ from _common import mean_pm_std, mean_std, parse_seeds, save_path
 from torch import Tensor, nn
 from torch_geometric import seed_everything
 from torch_geometric.loader import DataLoader
-from torch_geometric.nn import global_mean_pool
 
 from cudnn_gnn.backends import ATTENTION_BACKENDS
 from cudnn_gnn.apps._cli import (
@@ -47,81 +49,12 @@ from cudnn_gnn.apps._log import LOG, add_verbosity_arguments, format_epoch, setu
 from cudnn_gnn.apps._progress import progress
 from cudnn_gnn.apps._util import plot_curves, save_checkpoint, state_copy, write_json
 from cudnn_gnn.apps.train import PRECISIONS, autocast, grad_scaler, optimizer_step
-from cudnn_gnn.layers.gps_conv import GPSConv
+from cudnn_gnn.apps.capture import CapturedStep
+from cudnn_gnn.apps.gps import GPS, IMPLS, packed_loss  # GPS(**config["model"]) rebuilds a saved model
+from cudnn_gnn.apps.static_batcher import StaticGraphBatcher
 
 DATASETS = ("ogbg-molbace", "ogbg-molbbbp", "ogbg-molesol", "ogbg-molfreesolv")
-ATOM_VOCAB = 128  # every OGB atom feature column has < 128 values (atomic number: 119)
-BOND_VOCAB = 16  # every OGB bond feature column has < 16 values
-
-
-def local_gat_class() -> tuple[type, str]:
-    """Our cuDNN GATConv when importable, else PyG's."""
-    try:
-        from cudnn_gnn.layers import GATConv
-
-        return GATConv, "cudnn_gnn.layers.GATConv"
-    except ImportError:
-        from torch_geometric.nn import GATConv
-
-        return GATConv, "torch_geometric.nn.GATConv (cudnn_gnn.layers.GATConv not importable)"
-
-
-class FeatureEncoder(nn.Module):
-    """Sum of one embedding per categorical column (OGB's AtomEncoder/BondEncoder, without needing ``ogb``)."""
-
-    def __init__(self, columns: int, vocab: int, channels: int) -> None:
-        super().__init__()
-        self.embeddings = nn.ModuleList(nn.Embedding(vocab, channels) for _ in range(columns))
-
-    def forward(self, x: Tensor) -> Tensor:
-        return sum(emb(x[:, i]) for i, emb in enumerate(self.embeddings))  # type: ignore[return-value]  # sum() starts at int 0
-
-
-IMPLS = ("ours", "pyg")
-
-
-class GPS(nn.Module):
-    """Atom and bond encoders, ``layers`` GPS layers (a local GATConv with bond features plus global attention),
-    mean pooling and an MLP head. ``impl="ours"``: :class:`cudnn_gnn.layers.GPSConv` on the packed batch with
-    ``backend`` for the global attention; ``impl="pyg"``: PyG's ``GPSConv`` and ``GATConv`` (``backend`` unused)."""
-
-    def __init__(self, channels: int, layers: int, heads: int, num_tasks: int, dropout: float, backend: str,
-                 impl: str = "ours") -> None:
-        super().__init__()
-        if impl not in IMPLS:
-            raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
-        self.impl = impl
-        if impl == "pyg":
-            from torch_geometric.nn import GATConv as PygGATConv
-            from torch_geometric.nn import GPSConv as PygGPSConv
-
-            gat: type = PygGATConv
-            self.local_name = "torch_geometric.nn.GPSConv + GATConv"
-        else:
-            gat, self.local_name = local_gat_class()
-        self.atom = FeatureEncoder(9, ATOM_VOCAB, channels)
-        self.bond = FeatureEncoder(3, BOND_VOCAB, channels)
-        layer = PygGPSConv if impl == "pyg" else GPSConv
-        extra = {} if impl == "pyg" else {"attention_backend": backend}
-        self.layers = nn.ModuleList(
-            layer(channels, gat(channels, channels // heads, heads=heads, edge_dim=channels), heads=heads,
-                  dropout=dropout, **extra)
-            for _ in range(layers)
-        )
-        self.head = nn.Sequential(nn.Linear(channels, channels), nn.ReLU(), nn.Linear(channels, num_tasks))
-
-    def forward(self, data: Any) -> Tensor:
-        x, edge_attr = self.atom(data.x), self.bond(data.edge_attr)
-        if self.impl == "pyg":
-            for layer in self.layers:
-                x = layer(x, data.edge_index, data.batch, edge_attr=edge_attr)
-        else:
-            # Once per batch, for every layer: the graph offsets and the largest graph (no host sync inside layers).
-            max_num_nodes = int((data.ptr[1:] - data.ptr[:-1]).max())
-            for layer in self.layers:
-                x = layer(x, data.edge_index, data.batch, ptr=data.ptr, max_num_nodes=max_num_nodes,
-                          edge_attr=edge_attr)
-        return self.head(global_mean_pool(x, data.batch, size=data.num_graphs))
+BATCHING = ("auto", "packed", "pyg")
 
 
 def loss_fn(pred: Tensor, y: Tensor, task_type: str) -> Tensor:
@@ -158,6 +91,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     help="e.g. 0-4, each at most once (weights, batches, --limit subsets; default: 0..runs-1)")
     ap.add_argument("--runs", type=positive_int, default=1, help="number of seeds when --seeds is not given")
     ap.add_argument("--batch-size", type=positive_int, default=128, help="molecules per batch")
+    ap.add_argument("--batching", choices=BATCHING, default="auto",
+                    help="packed: training batches of fixed shapes (cudnn_gnn.apps.static_batcher) and the whole step "
+                         "captured in one CUDA graph (--impl ours, fp32 or bf16; on a CPU the same step runs "
+                         "eagerly); pyg: PyG's DataLoader and an eager step; auto (default): packed on CUDA where it "
+                         "applies, else pyg")
     ap.add_argument("--channels", type=positive_int, default=64, help="hidden channels (divisible by --heads)")
     ap.add_argument("--layers", type=positive_int, default=3, help="GPS layers")
     ap.add_argument("--heads", type=positive_int, default=4, help="attention heads")
@@ -184,6 +122,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                 "--save": [save_path(args.save, s, seeds) for s in seeds] if args.save else None})
     if args.channels % args.heads:
         ap.error(f"--channels must be divisible by --heads ({args.heads}), got {args.channels}")
+    packable = args.impl == "ours" and args.precision != "fp16"
+    if args.batching == "packed" and not packable:
+        ap.error(f"--batching packed needs --impl ours and --precision fp32 or bf16 (a captured step cannot run fp16's "
+                 f"GradScaler), got --impl {args.impl}, --precision {args.precision}")
+    if args.batching == "auto":
+        args.batching = "packed" if packable and device.type == "cuda" else "pyg"
 
     from cudnn_gnn.datasets import load_ogbg, ogbg_evaluator
 
@@ -202,7 +146,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                  f"{res['test']:.4f} ({res['seconds']:.1f} s)")
     (vm, vs), (tm, ts) = mean_std([r["valid"] for r in runs]), mean_std([r["test"] for r in runs])
     n = len(runs)
-    result = {"dataset": args.dataset, "metric": ds.eval_metric, "impl": args.impl, "precision": args.precision,
+    result = {"dataset": args.dataset, "metric": ds.eval_metric, "impl": args.impl, "batching": args.batching,
+              "precision": args.precision,
               "device": str(device), "runs": n, "valid": vm, "valid_std": vs, "test": tm, "test_std": ts,
               "epoch": statistics.fmean(r["epoch"] for r in runs), "seconds": time.perf_counter() - t0,
               "per_run": runs}
@@ -245,17 +190,25 @@ def train_seed(args: Any, seed: int, ds: Any, evaluator: Any, model_config: dict
     curves: dict[str, list[tuple[int, float]]] = {"train loss": [], f"valid {ds.eval_metric}": [],
                                                   f"test {ds.eval_metric}": []}
     t0 = time.perf_counter()
+    step = packed_step(args, model, opt, parts["train"], ds.task_type, device) if args.batching == "packed" else None
     for epoch in range(1, args.epochs + 1):
         model.train()
         total, count = torch.zeros((), device=device), 0
-        for data in progress(train_loader, desc=f"epoch {epoch}", enabled=not args.no_progress):
-            data = data.to(device)
-            opt.zero_grad()
-            with autocast(device, args.precision):
-                pred = model(data)
-            loss = loss_fn(pred.float(), data.y, ds.task_type)
-            optimizer_step(loss, opt, scaler)
-            total, count = total + loss.detach() * data.num_graphs, count + data.num_graphs  # no host sync per step
+        if step is not None:  # fixed-shape batches, one captured step (after its warm-up) replayed per batch
+            batcher, captured = step
+            plan = batcher.plan(torch.randperm(len(batcher), generator=g))  # every graph once, shuffled
+            for ids in progress(plan, desc=f"epoch {epoch}", enabled=not args.no_progress):
+                captured(**batcher.pack(ids).to(device, non_blocking=True).inputs())
+            total, count = torch.tensor(captured.mean_loss(reset=True)), 1  # the mean over the epoch's batches
+        else:
+            for data in progress(train_loader, desc=f"epoch {epoch}", enabled=not args.no_progress):
+                data = data.to(device)
+                opt.zero_grad()
+                with autocast(device, args.precision):
+                    pred = model(data)
+                loss = loss_fn(pred.float(), data.y, ds.task_type)
+                optimizer_step(loss, opt, scaler)
+                total, count = total + loss.detach() * data.num_graphs, count + data.num_graphs  # no host sync
         valid = evaluate(model, loaders["valid"], evaluator, device, args.precision)
         test = evaluate(model, loaders["test"], evaluator, device, args.precision)
         if not best or (valid > best["valid"] if higher_better else valid < best["valid"]):
@@ -272,6 +225,22 @@ def train_seed(args: Any, seed: int, ds: Any, evaluator: Any, model_config: dict
         save_checkpoint(save_path(args.save, seed, seeds), best_state,
                         {"model": model_config, "args": {**vars(args), "seed": seed}, **best})
     return {"seed": seed, **best, "seconds": time.perf_counter() - t0}, curves
+
+
+def packed_step(args: Any, model: nn.Module, opt: torch.optim.Optimizer, graphs: list[Any], task_type: str,
+                device: torch.device) -> tuple[StaticGraphBatcher, CapturedStep]:
+    """The training graphs packed into batches of one fixed budget (``--batch-size`` graphs, tokens and edges sized
+    to the split) and the step that trains on them, captured once and replayed on every batch."""
+    batcher = StaticGraphBatcher(graphs, max_graphs=args.batch_size)
+    first = batcher.pack(batcher.plan()[0]).to(device)
+    step = CapturedStep(packed_loss(model, batcher.budget, task_type), optimizer=opt, inputs=first.inputs(),
+                        model=model, autocast_dtype=PRECISIONS[args.precision])
+    b = batcher.budget
+    LOG.info(f"packed batches: at most {b.max_graphs} graphs, {b.max_tokens - 1} atoms, {b.max_edges} bonds; "
+             f"{batcher.num_batches()} a train epoch; the step "
+             + (f"captured in a CUDA graph after {step.warmup} warm-up steps" if device.type == "cuda" else
+                "eager (no CUDA graph on a CPU)"))
+    return batcher, step
 
 
 if __name__ == "__main__":

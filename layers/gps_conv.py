@@ -8,7 +8,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn import Dropout, Linear, Module, MultiheadAttention, Sequential
+from torch.nn import BatchNorm1d, Dropout, Linear, Module, MultiheadAttention, Sequential
 from torch_geometric.nn.inits import reset
 from torch_geometric.nn.resolver import activation_resolver, normalization_resolver
 
@@ -35,6 +35,34 @@ def _check_ptr_matches_batch(ptr: Tensor, batch: Tensor, n: int, values: bool) -
     if not torch.equal(expected.to(batch.device), batch.long()):
         raise ValueError(f"ptr and batch must describe the same graphs, got graph sizes {counts.tolist()[:8]} from ptr "
                          f"and {torch.bincount(batch.long().clamp(min=0)).tolist()[:8]} from batch")
+
+
+def _batch_norm_module(norm: Module) -> BatchNorm1d | None:
+    """The ``torch.nn.BatchNorm1d`` a norm is (PyG's ``BatchNorm`` wraps one as ``.module``), else None."""
+    inner = getattr(norm, "module", norm)
+    return inner if isinstance(inner, BatchNorm1d) else None
+
+
+def _masked_batch_norm(bn: BatchNorm1d, x: Tensor, mask: Tensor) -> Tensor:
+    """``bn`` in training mode with its statistics over the rows of ``x`` ``[N, C]`` that ``mask`` ``[N]`` keeps:
+    the same output on those rows as ``bn`` on them alone, and the same running-statistics update (momentum, or the
+    cumulative average with ``momentum=None``; the unbiased variance). Fixed-shape ops, no host sync."""
+    w = mask.to(torch.float32)[:, None]
+    xf = x.float()
+    count = w.sum()
+    mean = (xf * w).sum(0) / count.clamp(min=1)
+    var = ((xf - mean).square() * w).sum(0) / count.clamp(min=1)
+    if bn.training and bn.track_running_stats and bn.running_mean is not None and bn.running_var is not None:
+        with torch.no_grad():
+            bn.num_batches_tracked.add_(1)  # type: ignore[union-attr]
+            momentum = (1.0 / bn.num_batches_tracked.float()) if bn.momentum is None else bn.momentum  # type: ignore[union-attr]
+            unbiased = var * count / (count - 1).clamp(min=1)
+            bn.running_mean.lerp_(mean.to(bn.running_mean.dtype), momentum)
+            bn.running_var.lerp_(unbiased.to(bn.running_var.dtype), momentum)
+    out = (xf - mean) * torch.rsqrt(var + bn.eps)
+    if bn.affine:
+        out = out * bn.weight + bn.bias
+    return out.to(x.dtype)
 
 
 class GPSConv(Module):
@@ -135,9 +163,13 @@ class GPSConv(Module):
             if norm is not None:
                 norm.reset_parameters()
 
-    def _norm(self, norm: Module | None, h: Tensor, batch: Tensor | None) -> Tensor:
+    def _norm(self, norm: Module | None, h: Tensor, batch: Tensor | None, node_mask: Tensor | None) -> Tensor:
         if norm is None:
             return h
+        if node_mask is not None:
+            bn = _batch_norm_module(norm)
+            if bn is not None and (bn.training or not bn.track_running_stats):
+                return _masked_batch_norm(bn, h, node_mask)
         return norm(h, batch=batch) if self.norm_with_batch else norm(h)
 
     def forward(
@@ -148,11 +180,16 @@ class GPSConv(Module):
         *,
         ptr: Tensor | None = None,
         max_num_nodes: int | None = None,
+        node_mask: Tensor | None = None,
         **kwargs: Any,
     ) -> Tensor:
         """Runs the layer. ``kwargs`` go to ``conv`` (e.g. ``edge_attr``). ``ptr`` (PyG's ``data.ptr``) and
         ``max_num_nodes``, given once per batch, spare the attention its host syncs; ``batch`` still feeds
-        normalizations that take it. Given both, ``ptr`` and ``batch`` must describe the same graphs: checked
+        normalizations that take it. ``node_mask`` (``[N]`` bool, e.g. a packed batch's
+        :attr:`~cudnn_gnn.apps.static_batcher.StaticGraphBatch.token_valid`): batch norms (PyG's ``BatchNorm`` or
+        ``torch.nn.BatchNorm1d``) compute their batch statistics, and update their running ones, over the rows it
+        keeps only (padding rows are normalised too, and reach nothing); other norms ignore it.
+        Given both, ``ptr`` and ``batch`` must describe the same graphs: checked
         (``ValueError``) wherever the forward syncs anyway (on a CPU, or without ``max_num_nodes``); on CUDA with
         ``max_num_nodes`` only their shapes are, since comparing the values would cost a host sync."""
         if ptr is not None and batch is not None:
@@ -161,7 +198,7 @@ class GPSConv(Module):
         if self.conv is not None:  # local message passing
             h = self.conv(x, edge_index, **kwargs)
             h = F.dropout(h, p=self.dropout, training=self.training)
-            hs.append(self._norm(self.norm1, h + x, batch))
+            hs.append(self._norm(self.norm1, h + x, batch, node_mask))
 
         # Global attention within each graph, on the packed batch.
         h = packed_mha(
@@ -175,11 +212,11 @@ class GPSConv(Module):
             backend=self.attention_backend,
         )
         h = F.dropout(h, p=self.dropout, training=self.training)
-        hs.append(self._norm(self.norm2, h + x, batch))
+        hs.append(self._norm(self.norm2, h + x, batch, node_mask))
 
         out = hs[0] if len(hs) == 1 else hs[0] + hs[1]
         out = out + self.mlp(out)
-        return self._norm(self.norm3, out, batch)
+        return self._norm(self.norm3, out, batch, node_mask)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, conv={self.conv}, heads={self.heads}, attn_type={self.attn_type})"

@@ -616,3 +616,62 @@ print(json.dumps(res))
     bad = {s: got for s, got in res.items() if got[0] != 2 or cases[s][1] not in got[1] or got[1].count("\n") != 1}
     assert not bad, bad
     assert (tmp_path / "r.json").read_text() == '{"records": []}'
+
+
+def _gt_row(**extra: object) -> dict:
+    row = {"preset": "molecules", "variant": "gps_gat", "dtype": "bfloat16", "num_nodes": 100, "rel_err_vs_pyg": 1e-3,
+           "fwd_ms_pyg": 4.0, "fwd_ms_ours": 2.0, "fwd_bwd_ms_pyg": 9.0, "fwd_bwd_ms_ours": 3.0,
+           "fwd_mib_pyg": 10.0, "fwd_mib_ours": 5.0, "fwd_bwd_mib_pyg": 30.0, "fwd_bwd_mib_ours": 10.0,
+           "fwd_speedup": 2.0, "fwd_bwd_speedup": 3.0, "non_attention_share_fwd_bwd": 0.4}
+    return {**row, **extra}
+
+
+def test_graph_transformer_summary_and_table_with_compiled_columns() -> None:
+    """bench_graph_transformer's plot rows (plot.py's schema: one per case and pass, the compiled layer as its own
+    series) and markdown table, eager and compiled, and a failed compile said in the table."""
+    with _bench_on_path():
+        import bench_graph_transformer as gt
+    compiled = _gt_row(fwd_ms_ours_compiled=1.0, fwd_bwd_ms_ours_compiled=1.5, fwd_mib_ours_compiled=4.0,
+                       fwd_bwd_mib_ours_compiled=8.0)
+    gt.add_compiled_ratios(compiled)
+    assert compiled["fwd_bwd_compiled_speedup"] == 2.0 and compiled["fwd_bwd_compiled_vs_pyg"] == 6.0
+    failed = _gt_row(variant="transformer", compiled_error="BackendCompilerFailed: boom")
+    rows = gt.summary([compiled, failed], "cudnn")
+    assert [(r["layer"], r["pass"]) for r in rows] == [
+        ("gps_gat", "fwd"), ("gps_gat compiled", "fwd"), ("gps_gat", "fwd+bwd"), ("gps_gat compiled", "fwd+bwd"),
+        ("transformer", "fwd"), ("transformer", "fwd+bwd")]
+    keys = {"preset", "layer", "dtype", "backend", "pass", "speedup_vs_pyg", "mem_ratio_pyg_over_ours", "pyg_status",
+            "ours_status", "ours_ms", "ours_mem"}
+    assert all(keys <= set(r) for r in rows)
+    assert rows[3]["speedup_vs_pyg"] == 6.0 and rows[3]["mem_ratio_pyg_over_ours"] == 30.0 / 8.0
+    table = gt.markdown({"rows": [compiled, failed], "timing_claims": True})
+    assert "| molecules | gps_gat | bfloat16 | 100 | 4.000 / 2.000 | 2.00x | 9.000 / 3.000 | 3.00x | 30.0 / 10.0 | 40% | " \
+           "1.000 / 1.500 | 2.00x |" in table
+    assert "BackendCompilerFailed: boom" in table and "not timing claims" not in table
+
+
+@pytest.mark.slow
+def test_bench_graph_transformer_quick_writes_json_markdown_and_plot(tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    out, md, png = tmp_path / "gt.json", tmp_path / "gt.md", tmp_path / "gt.png"
+    proc = _run("bench_graph_transformer.py", "--quick", "--out", str(out), "--md", str(md), "--plot", str(png))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["quick"] is True and payload["timing_claims"] is False and payload["environment"]["torch"]
+    assert [r["variant"] for r in payload["rows"]] == ["transformer", "gps_gat", "gps_pyg_gat"]
+    assert all(r["rel_err_vs_pyg"] < 1e-4 and r["fwd_ms_ours"] > 0 for r in payload["rows"])
+    assert all(r["attention_fwd_bwd_ms"] > 0 and 0 <= r["non_attention_share_fwd_bwd"] <= 1 for r in payload["rows"])
+    assert len(payload["summary"]) == 6 and {r["pass"] for r in payload["summary"]} == {"fwd", "fwd+bwd"}
+    assert "| quick | gps_gat | float32 | 64 |" in md.read_text()
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_bench_graph_transformer_compiled_columns_on_cpu(tmp_path) -> None:
+    out = tmp_path / "gt.json"
+    proc = _run("bench_graph_transformer.py", "--quick", "--compiled", "--variant", "transformer", "--out", str(out),
+                timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert "compiled_error" not in row and row["compiled_rel_err_vs_ours"] < 1e-4
+    assert row["fwd_bwd_ms_ours_compiled"] > 0 and row["fwd_bwd_compiled_speedup"] > 0

@@ -38,6 +38,22 @@ def test_gps_molecules_smoke(dataset, metric, capsys):
     assert "local conv" in out and out.strip().splitlines()[-1].startswith(f"final: {dataset} {metric}")
 
 
+@pytest.mark.slow
+def test_gps_molecules_packed_batches_on_cpu(capsys):
+    """``--batching packed`` on a CPU: the packed batches and the CapturedStep's eager path train (the warning names
+    why nothing is captured); ``--impl pyg`` cannot pack."""
+    example = _load_example()
+    argv = ["--dataset", "ogbg-molfreesolv", "--epochs", "1", "--device", "cpu", "--limit", "24", "--batch-size", "16",
+            "--channels", "8", "--layers", "1", "--heads", "2", "--no-progress", "--batching", "packed"]
+    with pytest.warns(RuntimeWarning, match="not captured"):
+        res = example.main(argv)
+    assert math.isfinite(res["valid"]) and res["batching"] == "packed"
+    assert "packed batches: at most 16 graphs" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        example.main([*argv, "--impl", "pyg"])
+    assert "--batching packed needs --impl ours" in capsys.readouterr().err
+
+
 def test_gps_molecules_saves_a_model_that_loads_back_and_plots(tmp_path):
     import torch
 

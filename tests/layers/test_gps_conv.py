@@ -165,3 +165,44 @@ def test_gps_ptr_and_batch_that_disagree_refused():
     with pytest.raises(ValueError, match=r"batch must have shape \[N=13\]"):
         ours(x, edge_index, batch[:-1], ptr=ptr)
     ours(x, edge_index, batch, ptr=ptr)  # agreeing: fine
+
+
+@pytest.mark.parametrize("norm_cls", ["pyg", "torch"])
+def test_masked_batch_norm_reads_only_the_kept_rows(norm_cls) -> None:
+    """``node_mask``: a batch norm's output on the kept rows and its running statistics are those of the same norm
+    run on the kept rows alone (the padding rows of a packed batch weigh nothing); in eval mode the mask changes
+    nothing."""
+    from cudnn_gnn.layers.gps_conv import _masked_batch_norm
+
+    torch.manual_seed(0)
+    bn = pyg_nn.BatchNorm(6) if norm_cls == "pyg" else torch.nn.BatchNorm1d(6, momentum=None)
+    inner = bn.module if norm_cls == "pyg" else bn
+    with torch.no_grad():
+        inner.weight.uniform_(0.5, 1.5)
+        inner.bias.uniform_(-1, 1)
+    ref = __import__("copy").deepcopy(inner)
+    x = torch.randn(10, 6) * 3
+    keep = torch.tensor([True, False, True, True, False, True, True, True, False, True])
+    for _ in range(2):
+        got = _masked_batch_norm(inner, x, keep)
+        want = ref(x[keep])
+        torch.testing.assert_close(got[keep], want)
+    torch.testing.assert_close(inner.running_mean, ref.running_mean)
+    torch.testing.assert_close(inner.running_var, ref.running_var)
+    assert int(inner.num_batches_tracked) == int(ref.num_batches_tracked) == 2
+
+
+def test_gps_node_mask_leaves_the_real_rows_as_if_alone() -> None:
+    """A GPS layer in training mode with batch norms: extra padding rows in a graph of their own, masked out, leave
+    the real rows' outputs unchanged."""
+    torch.manual_seed(0)
+    layer = GPSConv(8, None, heads=2, attention_backend="reference")
+    x = torch.randn(7, 8)
+    ptr, batch = torch.tensor([0, 3, 7]), torch.tensor([0, 0, 0, 1, 1, 1, 1])
+    want = layer(x, None, batch, ptr=ptr)
+    pad = torch.cat([x, torch.randn(4, 8) * 10])
+    got = layer(pad, None, torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]), ptr=torch.tensor([0, 3, 7, 11]),
+                node_mask=torch.arange(11) < 7)
+    torch.testing.assert_close(got[:7], want)
+    unmasked = layer(pad, None, torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]), ptr=torch.tensor([0, 3, 7, 11]))
+    assert not torch.allclose(unmasked[:7], want, atol=1e-3)
