@@ -56,6 +56,9 @@ from cudnn_gnn.layers.gps_conv import GPSConv
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _bench_common import environment, peak_memory, time_fn, write_json  # noqa: E402
 
+from cudnn_gnn.apps._cli import ArgumentParser, check_outputs  # noqa: E402
+from cudnn_gnn.apps._util import write_text  # noqa: E402
+
 PRESETS: dict[str, dict[str, Any]] = {
     "ragged": {"graphs": 128, "min_nodes": 10, "max_nodes": 500, "channels": 128, "heads": 4, "edges_per_node": 4},
     "molecules": {"graphs": 512, "min_nodes": 15, "max_nodes": 35, "channels": 128, "heads": 4, "edges_per_node": 2},
@@ -274,7 +277,8 @@ def _mib(v: float | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ArgumentParser(prog="bench_graph_transformer.py", description=__doc__,
+                        formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="write the results as JSON here")
     ap.add_argument("--preset", choices=["ragged", "molecules"], action="append", help="default: both")
     ap.add_argument("--dtype", choices=["bf16", "fp32"], action="append", help="default: both")
@@ -287,13 +291,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--md", help="also write the markdown table here")
     ap.add_argument("--plot", help="also draw benchmarks/plot.py's figure here (needs matplotlib)")
     args = ap.parse_args(argv)
+    check_outputs(ap, {"--out": args.out, "--md": args.md, "--plot": args.plot})  # before any batch is built
 
     if args.quick:
         device, presets, dtypes, warmup, reps = torch.device("cpu"), ["quick"], [torch.float32], 1, 1
     else:
         if not torch.cuda.is_available():
-            print("no CUDA GPU: use --quick for a CPU smoke run", file=sys.stderr)
-            return 2
+            ap.error("a CUDA GPU is needed (or --quick for a CPU smoke run)")
         device = torch.device("cuda")
         presets = args.preset or ["ragged", "molecules"]
         dtypes = [{"bf16": torch.bfloat16, "fp32": torch.float32}[d] for d in (args.dtype or ["bf16", "fp32"])]
@@ -337,8 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     table = markdown(result)
     print(table)
     if args.md:
-        with open(args.md, "w") as f:
-            f.write(table)
+        write_text(args.md, table)
     if args.plot:
         from plot import plot
 

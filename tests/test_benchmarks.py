@@ -593,6 +593,8 @@ def test_every_benchmark_checks_its_outputs_and_device_before_any_work(tmp_path)
         "profile_layers.py": (["--quick", "--out", f"{d}/r.json", "--trace", f"{d}/r.json"],
                               "--trace and --out both write"),
         "plot.py": ([f"{d}/r.json", f"{d}/r.json"], "OUT.png must differ from BENCH.json"),
+        "bench_graph_transformer.py": (["--quick", "--out", f"{d}/r.json", "--md", f"{d}/r.json"],
+                                       "--md and --out both write"),
     }
     code = f"""
 import contextlib, io, json, os, runpy, sys
