@@ -90,8 +90,16 @@ def test_captured_replays_equal_eager_steps_across_batches(dtype: torch.dtype | 
     tol = {"rtol": 2e-2, "atol": 2e-2} if dtype is not None else {"rtol": 1e-3, "atol": 1e-4}
     torch.testing.assert_close(torch.tensor(captured), torch.tensor(eager), **tol)
     if dtype is None:
+        # Adam turns float noise in a near-zero gradient (the embeddings' backward sums with atomics, in another order
+        # each run) into a step of up to lr: on the H100, 20 of 8,192 embedding entries differed by up to 1.5e-3
+        # after 8 steps. A replay on stale state moves every entry; so: at most 1% of a tensor's entries beyond
+        # 1e-4, none beyond 2 lr a step.
+        bound = 2 * 1e-3 * len(batches)
         for (name, a), b in zip(eager_model.named_parameters(), step_model.parameters()):
-            torch.testing.assert_close(b, a, rtol=1e-3, atol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
+            diff = (b - a).abs()
+            off = diff > 1e-4 + 1e-3 * a.abs()
+            assert float(off.float().mean()) <= 0.01 and float(diff.max()) <= bound, (
+                f"{name}: {int(off.sum())} of {a.numel()} entries differ, by up to {float(diff.max()):.2e}")
 
 
 def test_gps_molecules_trains_packed_and_captured_by_default_on_cuda() -> None:
