@@ -259,10 +259,11 @@ def _gat_backward(c: TritonCall, grad_out: Tensor, grad_attention: Tensor | None
                   score_src: Tensor, score_dst: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """GAT's backward with one feature-row gather per edge (:func:`~cudnn_gnn.backends.triton.kernels.
     launch_gat_backward`): a delta pass over the destinations (``delta_i = <dout_i, out_i> + sum_e alpha_e
-    datt_e`` per head: the rows of ``dout`` and ``out`` once per node, per edge only ``[E, H]`` data and only with an
-    attention gradient), the source pass (``x_j`` once per source, ``dout_i`` gathered per out-edge: ``dx_j``,
-    ``<dout_i, x_j>``, the softmax and score gradients, ``dz [E, H]`` written per edge), and a destination sum over
-    ``dz`` (no indices or rows). A static graph without hubs launches three kernels; with hubs, four merges more.
+    datt_e`` per head: dense over the rows of ``dout`` and ``out``; per edge ``[E, H]`` data only with an attention
+    gradient), the source pass (``x_j`` once per source, ``dout_i`` gathered per out-edge: ``dx_j``, ``<dout_i,
+    x_j>``, the softmax and score gradients, ``dz [E, H]`` written per edge), and a destination sum over ``dz`` (a
+    segmented sum in CSC order and a join of the rows that cross its blocks). A static graph without hubs launches
+    four kernels; with source hubs, two merges more.
     Returns ``(d_x_src, d_score_src, d_score_dst, d_score_edge)``, the attention's share of ``d_x_src`` only (see
     :func:`_fold_node_scores`)."""
     # narrowing for mypy: the caller checked the reverse CSC
@@ -495,7 +496,7 @@ def triton_gat(spec: AttentionSpec, graph: TritonGraph | None = None, *,
         Everything is differentiable in ``x_src``, ``x_dst``, ``attn_weights``, ``edge_attr`` and ``lin_edge_weight``.
 
     Cost: one kernel launch forward (plus, for GAT, the ``[N, H]`` node scores; plus a merge launch where the work
-    list may hold hub rows); backward, GAT three (a light delta pass, the source pass, a light destination sum; only
+    list may hold hub rows); backward, GAT three passes (a dense delta pass, the source pass, a segmented destination sum; only
     the source pass gathers feature rows), GATv2 two (plus, where the lists may hold hub rows or sources, a pass-1
     launch over the hub chunks), and small merge launches where they may hold hubs. GAT keeps its per-head output
     ``[Nd, H*C]`` (the input dtype with ``concat``, float32 without) from the forward to the backward (see

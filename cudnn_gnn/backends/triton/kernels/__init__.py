@@ -20,13 +20,14 @@ forward, plain sums for the backward).
 
 A program walks its row (or chunk) in blocks of ``BLOCK_E`` edges, one block size for every row: a kernel's
 registers are allocated for its largest tile, so a bigger block that only long rows used would cost every program
-(mostly light rows) its occupancy (measured: docs/performance.md, "One block size"). GAT's destination sum, over
-``[E, H]`` floats only, walks long rows in blocks of ``BIG_E`` first (:func:`default_launch_shape`' pair).
+(mostly light rows) its occupancy (measured: docs/performance.md, "One block size"). GAT's delta pass and
+destination sum are not row walks: dense passes over the rows' ``dout`` and ``out``, and a segmented sum of ``[E, H]``
+floats in CSC order over blocks of edges.
 
 Softmax statistics are kept per (destination, head) as a log-sum-exp ``[Nd, H]`` float32; the backward recomputes
 the logits from it and never stores anything of size ``[E, H*C]``. GAT's backward (:func:`launch_gat_backward`)
-gathers one feature row per edge, in its source pass; its delta pass and destination sum read per-edge ``[E, H]``
-data only. GATv2's (:func:`launch_backward_dst`, :func:`launch_backward_src`) gathers rows in both passes.
+gathers one feature row per edge, in its source pass; its delta pass reads node rows in order and its destination
+sum per-edge ``[E, H]`` data only. GATv2's (:func:`launch_backward_dst`, :func:`launch_backward_src`) gathers rows in both passes.
 
 Node-sized gradients are written by exactly one program each (destinations in a destination pass, sources in the
 source pass over the reverse CSC; for a hub, its merge program), per-edge gradients once per edge (GAT's by the

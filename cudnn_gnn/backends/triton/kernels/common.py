@@ -75,10 +75,10 @@ def _act_grad(z, ACT: tl.constexpr, alpha):
     return d
 
 
-# GAT's backward with one row gather per edge (see launch_gat_backward): a delta pass over the destinations (the
-# rows of dout and out once per node; per edge only [E, H] data, and only for a gradient on the attention), the
-# source pass (dout_i gathered per out-edge, x_j loaded once per source), and a destination sum over the [E, H]
-# buffer the source pass wrote. No program reads back what it stored itself: no barriers needed.
+# GAT's backward with one row gather per edge (see launch_gat_backward): a delta pass over the destinations (dense
+# over the rows of dout and out; per edge [E, H] data only for a gradient on the attention), the source pass (dout_i
+# gathered per out-edge, x_j loaded once per source), and a destination sum over the [E, H] buffer the source pass
+# wrote (a segmented sum in CSC order). No program reads back what it stored itself: no barriers needed.
 @triton.jit
 def _head_group(H, C, HG: tl.constexpr, BLOCK_C: tl.constexpr):
     """The program's head group (axis 1 of the grid): ``h_off [HG]`` (int64), its mask, the feature offsets
