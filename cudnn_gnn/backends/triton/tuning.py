@@ -47,8 +47,8 @@ def default_launch_shape(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TIL
     ``BLOCK_C`` = ``c`` rounded up to a power of two; ``HG`` (heads per program) = ``heads`` rounded up to a power of
     two, halved until ``HG * BLOCK_C <= max_tile_d`` (at least 1). With the tile width ``W = HG * BLOCK_C``:
     ``BLOCK_E = clamp(2048 / W, 2, 16)`` edges for light rows (16 x 128 ... 8 x 256 ... 2 x 1024) and
-    ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` (the long-row block GAT's destination sum walked before it became a
-    segmented sum; the warps rule below reads it for every kernel), with a register budget of 8192 tile elements (GAT, one
+    ``BIG_E = clamp(budget / W, BLOCK_E, 64)`` (a long-row block size: the warps rule below reads it for every
+    kernel), with a register budget of 8192 tile elements (GAT, one
     live feature tile) or 4096 (GATv2, whose backward holds several); ``num_warps = clamp(min(BIG_E * W, 4096) / 1024,
     2, 8)``: about 32 float32 registers a thread per GATv2 big tile, 64 for GAT's. GAT used to take 8 warps at 8 x 32
     (twice GATv2's 4): a light row's ``[8, 8, 32]`` tile is then 8 elements a thread and every reduction over the edge
