@@ -63,24 +63,16 @@ def sweep_variant(name: str) -> tuple[str, int, int] | None:
 
 @contextlib.contextmanager
 def variant_switches(name: str) -> Iterator[None]:
-    """The module-level switches a variant flips, restored afterwards."""
-    from cudnn_gnn.backends.triton import tuning as tk
-    saved_shape = tk.launch_shape
-    try:
-        swept = sweep_variant(name)
-        if swept is not None:
-            kernel, block_e, warps = swept
-
-            def launch_shape(k: str, *args: Any, **kwargs: Any) -> tuple[int, int, int, int]:
-                default = saved_shape(k, *args, **kwargs)
-                if k != kernel:
-                    return default
-                return block_e, default[1], default[2], warps
-
-            tk.launch_shape = launch_shape  # type: ignore[assignment]
+    """The Triton options a variant runs under (a ``--sweep`` variant's launch shape for its kernel, through
+    ``TritonOptions(launch=...)``); the defaults otherwise."""
+    from cudnn_gnn.backends import triton as tb
+    swept = sweep_variant(name)
+    if swept is None:
         yield
-    finally:
-        tk.launch_shape = saved_shape  # type: ignore[assignment]
+        return
+    kernel, block_e, warps = swept
+    with tb.use_options(tb.TritonOptions(launch={kernel: (block_e, warps)})):
+        yield
 
 
 def draw_batches(args: argparse.Namespace, device: torch.device) -> tuple[list[Any], int, int]:

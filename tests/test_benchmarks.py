@@ -269,6 +269,17 @@ def test_host_timeline_on_the_reference_layer(tmp_path) -> None:
         assert order.index((name, "enter")) < order.index((name, "exit")), (name, order)
 
 
+def test_op_host_times_the_wiring_with_the_launchers_stubbed(tmp_path) -> None:
+    """op_host.py on a CPU: GAT and GATv2 rows with a positive host time per call and the rounds asked for."""
+    pytest.importorskip("triton")
+    out = tmp_path / "op_host.json"
+    proc = _run("investigations/op_host.py", "--device", "cpu", "--steps", "2", "--rounds", "2", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert [r["op"] for r in rows] == ["gat", "gatv2"]
+    assert all(len(r["rounds_us"]) == 2 and 0 < r["best_us"] <= r["median_us"] for r in rows), rows
+
+
 @pytest.mark.slow
 def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     """kernel_registers.py compiles a kernel for sm_90a with the installed Triton and its bundled ptxas (no GPU) and
@@ -283,10 +294,10 @@ def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_triton_launch_sweep_patches_the_swept_kernels_only() -> None:
+def test_triton_launch_sweep_replaces_the_swept_kernels_shape_only() -> None:
     """triton_tuning's sweep on Triton's interpreter (a 40-node graph): one row per shape and a single default per
-    (op, pass, dtype); a fwd row launches the forward with the swept shape, a dst (src) row the destination (source)
-    pass with it and every other kernel with its default; the real function is restored afterwards."""
+    (op, pass, dtype); a fwd row launches the forward with the swept shape (``TritonOptions(launch=...)``), a dst
+    (src) row the destination (source) pass with it and every other kernel with its default; nothing patched."""
     code = f"""
 import runpy, sys, torch
 sys.path.insert(0, {BENCH!r})
@@ -295,21 +306,21 @@ from cudnn_gnn.backends.triton import tuning as tk
 ns = runpy.run_path({os.path.join(INVESTIGATIONS, "triton_tuning.py")!r}, run_name="not_main")
 seen = []
 real = tk.launch_config
-def spy(x_src, heads, v2, kernel, gathered):
-    out = real(x_src, heads, v2, kernel, gathered)
+def spy(x_src, heads, v2, kernel, gathered, launch=()):
+    out = real(x_src, heads, v2, kernel, gathered, launch)
     seen.append((kernel, gathered.dtype, out[2]["BLOCK_E"], out[2]["num_warps"]))
     return out
 tk.launch_config = spy
 original = tk.launch_shape
 rows = ns["launch_sweep"](torch.device("cpu"), 1, ["gat"], ["fwd", "src"], graph=GraphSpec(40, 160, exponent=0.5),
-                          grid=((2, 3), (32, 2)))
+                          grid=((2, 4), (32, 2)))
 assert tk.launch_shape is original
 assert len(rows) == 12 and all("median_ms" in r and r["kernel_ms"] == 0.0 for r in rows), rows  # no CUDA kernels
 for key in {{(r["pass"], r["dtype"]) for r in rows}}:
     assert sum(r["default"] for r in rows if (r["pass"], r["dtype"]) == key) == 1
 def defaults(kernel):
     return {{(s[0], s[3]) for s in (original(kernel, 8, 32, False, n) for n in (4, 2))}}
-swept = {{(2, 3), (32, 2)}}
+swept = {{(2, 4), (32, 2)}}
 shapes = lambda kernel: {{(b, w) for k, _, b, w in seen if k == kernel}}
 assert shapes("fwd") == defaults("fwd") | swept, seen
 assert shapes("dst") == defaults("dst"), seen  # never swept here

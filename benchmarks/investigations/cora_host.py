@@ -199,29 +199,34 @@ def step_cprofile(step: Callable[[], None], calls: int = 300, top: int = 30) -> 
 
 
 def op_host(layer: str, edge_index: Tensor, device: torch.device, calls: int = 300) -> dict[str, Any]:
-    """Host us per call of the Triton op's ``_fwd_impl`` and ``_bwd_impl`` (Cora, 8 heads x 8), and cProfile's top
-    functions by own time over ``calls`` backward calls."""
+    """Host us per call of the Triton ops' forward and backward implementations (Cora, 8 heads x 8; no dispatcher,
+    no autograd), and cProfile's top functions by own time over ``calls`` backward calls."""
     import cudnn_gnn
     from cudnn_gnn.backends import triton as tb
-    from cudnn_gnn.backends.triton import op as triton_op
+    from cudnn_gnn.backends.triton import gat_op, gatv2_op
 
     csc = cudnn_gnn.CscGraph.from_edge_index(edge_index, num_nodes=CORA.num_nodes)
     v2 = layer == "GATv2"
     x = torch.randn(CORA.num_nodes, 64, device=device, requires_grad=True)
     w = torch.randn(64 if v2 else 128, device=device, requires_grad=True)
-    call = tb.build_call(triton_spec(csc, x, w, v2=v2, heads=8), tb.kernel_graph(csc), needs_grad=True)
-    args = tb.pack(call)
-    out, lse, _, scores = triton_op._fwd_impl(*args, False)
+    call, walk = tb.build_call(triton_spec(csc, x, w, v2=v2, heads=8), tb.kernel_graph(csc), needs_grad=True)
+    assert walk is not None  # needs_grad
+    op = gatv2_op if v2 else gat_op
+    out, lse, *rest = op._forward(*call, False)
     grad = torch.randn_like(out)
-    kept = triton_op._delta_source(call, out)  # what the forward keeps for the backward (GAT's one-gather: the output)
+    if v2:
+        lead: tuple[Any, ...] = (grad, None, lse)
+    else:  # what GatAttention keeps for the backward: the output where it gathers one row an edge
+        kept = out if gat_op.gat_one_gather(call, walk.rev_dst is not None) else None
+        lead = (grad, None, lse, kept, rest[1])
 
     with torch.no_grad():
-        fwd = per_call_us(lambda: triton_op._fwd_impl(*args, False), calls)
-        bwd = per_call_us(lambda: triton_op._bwd_impl(grad, None, lse, kept, scores, *args), calls)
+        fwd = per_call_us(lambda: op._forward(*call, False), calls)
+        bwd = per_call_us(lambda: op._backward(*lead, *call, *walk), calls)
         prof = cProfile.Profile()
         prof.enable()
         for _ in range(calls):
-            triton_op._bwd_impl(grad, None, lse, kept, scores, *args)
+            op._backward(*lead, *call, *walk)
         torch.cuda.synchronize()
         prof.disable()
     text = io.StringIO()

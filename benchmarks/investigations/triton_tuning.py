@@ -7,10 +7,10 @@
    (``torch.cuda.set_sync_debug_mode``), and writes cProfile's top functions of our step.
 2. **Launch shape.** The arxiv forward kernel reached 27% (fp32) and 11% (bf16) of its gather-bound floor. Times
    the op for every ``(BLOCK_E, num_warps)`` of a small grid against the default: the forward (no grad) with
-   :func:`cudnn_gnn.backends.triton.tuning.launch_shape` swept, or (``--passes dst,src``) forward+backward with
-   one backward kernel's shape swept; GAT and GATv2; on arxiv's graph or (``--preset products``, ``proteins``)
-   another preset's graph and first layer's heads x width, since a block size chosen on arxiv's short rows (mean
-   degree 14) need not suit products' (50) or proteins' (597).
+   :func:`cudnn_gnn.backends.triton.tuning.launch_shape`'s shape replaced (``TritonOptions(launch=...)``), or
+   (``--passes dst,src``) forward+backward with one backward kernel's shape replaced; GAT and GATv2; on arxiv's
+   graph or (``--preset products``, ``proteins``) another preset's graph and first layer's heads x width, since a
+   block size chosen on arxiv's short rows (mean degree 14) need not suit products' (50) or proteins' (597).
 
 Usage (from the repository root, on a CUDA GPU with Triton)::
 
@@ -130,64 +130,55 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     rows: list[dict[str, Any]] = []
-    original = tk.launch_shape
-    try:
-        for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in dtypes):
-            v2 = op == "gatv2"
-            tk.launch_shape = original
-            # dst / src / bwd sweep the two-gather backward's kernels; the others, the one-gather backward's
-            options = tb.TritonOptions(gat_backward="two_gather" if pass_ in ("dst", "src", "bwd") else "one_gather")
-            elem = torch.empty((), dtype=dtype).element_size()
-            default = original("dst" if pass_ == "bwd" else pass_, heads, c, v2, elem)
-            swept = ("dst", "src") if pass_ == "bwd" else (pass_,)
-            x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ != "fwd")
-            att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
-            floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
-            first = (default[0], default[3], default[1])
-            shapes = [first] + [s for s in ((b, w, hg) for hg in (head_groups or (default[1],)) for b, w in grid)
-                                if s != first]
-            for block_e, num_warps, hg in shapes:
-                cfg = (block_e, hg, default[2], num_warps)
+    for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in dtypes):
+        v2 = op == "gatv2"
+        # dst / src / bwd sweep the two-gather backward's kernels; the others, the one-gather backward's
+        gat_backward = "two_gather" if pass_ in ("dst", "src", "bwd") else "one_gather"
+        elem = torch.empty((), dtype=dtype).element_size()
+        default = tk.launch_shape("dst" if pass_ == "bwd" else pass_, heads, c, v2, elem)
+        swept = ("dst", "src") if pass_ == "bwd" else (pass_,)
+        x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ != "fwd")
+        att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
+        floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
+        first = (default[0], default[3], default[1])
+        shapes = [first] + [s for s in ((b, w, hg) for hg in (head_groups or (default[1],)) for b, w in grid)
+                            if s != first]
+        for block_e, num_warps, hg in shapes:
+            # the swept kernels take the shape, every other kernel its default
+            options = tb.TritonOptions(gat_backward=gat_backward,
+                                       launch={k: (block_e, num_warps, hg) for k in swept})
 
-                def shape(kernel: str, *a: Any, _cfg: tuple[int, ...] = cfg, _swept: tuple[str, ...] = swept,
-                          **k: Any) -> Any:  # the swept kernels take the shape, every other kernel its default
-                    return _cfg if kernel in _swept else original(kernel, *a, **k)
+            def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
+                     options: Any = options) -> None:
+                def run() -> torch.Tensor:  # the backend's entry: it takes the options
+                    return tb.triton_gat(triton_spec(csc, x, att, v2=v2, heads=heads), options=options)[0]
 
-                tk.launch_shape = shape  # type: ignore[assignment]  # a patch with launch_shape's results
-
-                def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
-                         options: Any = options) -> None:
-                    def run() -> torch.Tensor:  # the backend's entry: it takes the options
-                        return tb.triton_gat(triton_spec(csc, x, att, v2=v2, heads=heads), options=options)[0]
-
-                    if pass_ == "fwd":
-                        with torch.no_grad():
-                            run()
-                    else:
-                        run().sum().backward()
-
-                try:
-                    rec = time_fn(call, device=device, warmup=2, repeats=repeats)
-                    # the swept kernels' own time (the op's median adds every other kernel and the host)
-                    per, _ = kernel_times(lambda call=call: [call() for _ in range(3)], 3, device)
-                    rec["kernel_ms"] = sum(us for name, us in per.items()
-                                           if name.startswith(KERNEL_NAMES[pass_])) / 1e3
-                except Exception as exc:  # a shape Triton cannot compile is a finding, not a crash
-                    rec = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
-                rec.update({"op": op, "pass": pass_, "dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e,
-                            "num_warps": num_warps, "HG": hg,
-                            "default": (block_e, num_warps, hg) == first})
                 if pass_ == "fwd":
-                    rec["floor_ms"] = floor
-                    if "median_ms" in rec:
-                        rec["fraction_of_floor"] = floor / rec["median_ms"]
-                rows.append(rec)
-                print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} HG {hg} "
-                      f"{rec.get('median_ms', float('nan')):.3f} ms, kernel {rec.get('kernel_ms', float('nan')):.3f} ms"
-                      f"{' (default)' if rec['default'] else ''}"
-                      f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
-    finally:
-        tk.launch_shape = original  # type: ignore[assignment]  # restores the patch
+                    with torch.no_grad():
+                        run()
+                else:
+                    run().sum().backward()
+
+            try:
+                rec = time_fn(call, device=device, warmup=2, repeats=repeats)
+                # the swept kernels' own time (the op's median adds every other kernel and the host)
+                per, _ = kernel_times(lambda call=call: [call() for _ in range(3)], 3, device)
+                rec["kernel_ms"] = sum(us for name, us in per.items()
+                                       if name.startswith(KERNEL_NAMES[pass_])) / 1e3
+            except Exception as exc:  # a shape Triton cannot compile is a finding, not a crash
+                rec = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"}
+            rec.update({"op": op, "pass": pass_, "dtype": str(dtype).removeprefix("torch."), "BLOCK_E": block_e,
+                        "num_warps": num_warps, "HG": hg,
+                        "default": (block_e, num_warps, hg) == first})
+            if pass_ == "fwd":
+                rec["floor_ms"] = floor
+                if "median_ms" in rec:
+                    rec["fraction_of_floor"] = floor / rec["median_ms"]
+            rows.append(rec)
+            print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} HG {hg} "
+                  f"{rec.get('median_ms', float('nan')):.3f} ms, kernel {rec.get('kernel_ms', float('nan')):.3f} ms"
+                  f"{' (default)' if rec['default'] else ''}"
+                  f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
     return rows
 
 

@@ -26,8 +26,8 @@ if (_reason := compiled_triton_skip_reason()) is not None:
 from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
+from cudnn_gnn.backends.triton import gat_op as triton_op  # noqa: E402
 from cudnn_gnn.backends.triton import kernels as tk  # noqa: E402
-from cudnn_gnn.backends.triton import op as triton_op  # noqa: E402
 from cudnn_gnn.backends.triton import tuning  # noqa: E402
 
 DEV = torch.device("cuda")
@@ -228,9 +228,8 @@ def test_reduce_overhead_on_a_graph_no_eager_call_used():
 
 
 def test_compile_fullgraph_gat_against_eager():
-    """GAT under ``torch.compile(fullgraph=True)`` (the registered op, its node scores computed inside it) against
-    the eager call (``_EagerAttention``, the same implementations): outputs and gradients agree to float32
-    rounding."""
+    """GAT under ``torch.compile(fullgraph=True)`` (its autograd Function and ops traced, the node scores computed
+    inside the forward op) against the eager call: outputs and gradients agree to float32 rounding."""
     graph = _power_law_graph(3000, 30_000, seed=4, index_dtype=torch.int32)
     xs, w, _, _ = _inputs(False, graph, 8, 32, edge=False, mask=False)
     x = xs.requires_grad_()
@@ -266,8 +265,8 @@ def test_node_scores_under_autocast_at_size(heads, c, bipartite, fold):
     gs, gd = torch.randn(n, heads, device=DEV, generator=gen), torch.randn(nd, heads, device=DEV, generator=gen)
     graph = CscGraph.from_edge_index(torch.empty(2, 0, dtype=torch.long, device=DEV), size=(n, nd))
     x0 = x.detach()
-    call = tb.build_call(call_spec(graph, x0, x0 if xd is None else xd.detach(), w.detach(), v2=False, heads=heads,
-                                   concat=True), tb.kernel_graph(graph), needs_grad=True)
+    call, _ = tb.build_call(call_spec(graph, x0, x0 if xd is None else xd.detach(), w.detach(), v2=False, heads=heads,
+                                      concat=True), tb.kernel_graph(graph), needs_grad=True)
     assert (call.x_dst is None) == (xd is None)
 
     def run():

@@ -41,20 +41,28 @@ def _inputs(v2: bool, dtype: torch.dtype = torch.float32, seed: int = 0):
 
 @needs_interpreter
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
-@pytest.mark.parametrize("compiled_op", [False, True], ids=["eager", "registered_op"])
-def test_triton_refuses_create_graph(op, compiled_op):
+@pytest.mark.parametrize("direct", [False, True], ids=["public", "function"])
+def test_triton_refuses_create_graph(op, direct):
     """A gradient penalty through the Triton op raises, naming ``create_graph=True`` and the reference backend; a
-    plain backward still runs. ``registered_op``: the ``torch.library`` op's autograd formula (what
-    ``torch.compile`` traces), called directly; ``eager``: the plain autograd Function eager calls take."""
+    plain backward still runs. ``function``: the op's autograd Function (what eager calls and ``torch.compile``
+    take) applied directly to a built call; ``public``: through ``cudnn_gnn.gat`` / ``gatv2``."""
     pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
     from cudnn_gnn.backends import triton as tb
 
     graph = CscGraph.from_edge_index(_EDGES, num_nodes=5)
     x, w, heads = _inputs(op == "gatv2")
-    if compiled_op:
-        call = tb.build_call(call_spec(graph, x, x, w, v2=op == "gatv2", heads=heads, concat=True),
-                             tb.kernel_graph(graph), needs_grad=True)
-        out = torch.ops.cudnn_gnn.triton_gat_fwd(*tb.pack(call), False)[0]
+    if direct:
+        from cudnn_gnn.backends.triton.gat_op import GatAttention
+        from cudnn_gnn.backends.triton.gatv2_op import Gatv2Attention
+
+        call, walk = tb.build_call(call_spec(graph, x, x, w, v2=op == "gatv2", heads=heads, concat=True),
+                                   tb.kernel_graph(graph), needs_grad=True)
+        from cudnn_gnn.backends.triton import gat_op, gatv2_op
+        from cudnn_gnn.backends.triton._op_common import grad_inputs
+
+        function, module = (Gatv2Attention, gatv2_op) if op == "gatv2" else (GatAttention, gat_op)
+        layout, inputs = grad_inputs(call, module.GRADS)
+        out = function.apply(False, call, walk, layout, *inputs)[0]
     else:
         out = getattr(cudnn_gnn, op)(graph, x, w, heads=heads, backend="triton")
     with pytest.raises(NotImplementedError, match=r"create_graph=True.*backend='reference'"):

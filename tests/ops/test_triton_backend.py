@@ -300,66 +300,80 @@ def test_the_kept_kernel_graph_makes_no_reference_cycle():
         gc.enable()
 
 
-def _op_args(v2: bool, return_attention: bool) -> tuple:
+def _op_call(v2: bool, return_attention: bool) -> tuple:
+    """``(call, walk)`` of a bipartite call with edge features, a dropout mask and ELU, its inputs detached (the ops
+    carry no autograd of their own: their Function does)."""
     ei, ns, nd = GRAPHS["bipartite"]()
     graph = CscGraph.from_edge_index(ei, size=(ns, nd))
     xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 2, edge=True, mask=True, bipartite=True)
-    call = tb.build_call(call_spec(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=not v2, activation_name="elu",
-                                   activation_alpha=1.0, return_attention=return_attention),
-                         tb.kernel_graph(graph), needs_grad=True)
-    leaf = {name: getattr(call, name) for name in ("score_edge",) if getattr(call, name) is not None}
-    call = call._replace(**{k: v.detach().requires_grad_() for k, v in leaf.items()})
-    return (*tb.pack(call), return_attention)
-
-
-def test_forward_op_schema_stays_short():
-    """The forward op's schema has at most 10 arguments. torch's ``register_autograd`` wrapper runs
-    ``torch._library.utils.fill_defaults`` on every forward, which reads ``schema.arguments`` (rebuilt by torch on
-    each access) twice per argument: its cost grows with the square of the argument count, ~175 us a call for the
-    27 separate arguments this op once had, a sixth of a Cora step's host time. Tensors go in ``tb.pack``'s list."""
-    schema = torch.ops.cudnn_gnn.triton_gat_fwd.default._schema
-    assert len(schema.arguments) <= 10, schema
+    call, walk = tb.build_call(call_spec(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=not v2,
+                                         activation_name="elu", activation_alpha=1.0,
+                                         return_attention=return_attention),
+                               tb.kernel_graph(graph), needs_grad=True)
+    call = type(call)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in call))
+    return call, walk
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
-def test_pack_round_trips_and_refuses_a_mismatched_mask(v2):
-    tensors, present, *scalars = _op_args(v2, return_attention=True)[:-1]
-    call = tb.unpack(tensors, present, *scalars)
-    assert all(a is b for a, b in zip(tb.pack(call)[0], tensors)) and tb.pack(call)[1:] == (present, *scalars)
-    assert (call.score_edge is None) == v2 and call.attn_weights is not None and call.offsets is tensors[0]
-    assert call.x_dst is not None  # bipartite: GAT's op takes x_dst for its destination scores
-    with pytest.raises(ValueError, match="tensors must hold one tensor per bit set in present"):
-        tb.unpack(tensors[:-1], present, *scalars)
+def test_op_schemas_are_the_call_records_fields(v2):
+    """Each op's arguments are its call record's fields in order (the record is written once; the schema derived),
+    GAT's and GATv2's ops each their own: GAT's takes ``att_node`` and the edge scores, never GATv2's edge inputs."""
+    name, record = ("triton_gatv2", tb.Gatv2Call) if v2 else ("triton_gat", tb.GatCall)
+    fwd = [a.name for a in getattr(torch.ops.cudnn_gnn, f"{name}_fwd").default._schema.arguments]
+    bwd = [a.name for a in getattr(torch.ops.cudnn_gnn, f"{name}_bwd").default._schema.arguments]
+    assert fwd == [*record._fields, "return_attention"]
+    lead = ["grad_out", "grad_attention", "lse"] + ([] if v2 else ["out", "scores"])
+    assert bwd == [*lead, *record._fields, *tb.SourceWalk._fields]
+    assert ("edge_attr" in fwd) == v2 and ("score_edge" in fwd) != v2 and "v2" not in fwd
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
 @pytest.mark.slow
 def test_opcheck(v2):
-    torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, _op_args(v2, return_attention=v2))
+    """The forward and backward ops against their fakes, schemas and ``torch.compile``'s checks."""
+    name = "triton_gatv2" if v2 else "triton_gat"
+    call, walk = _op_call(v2, return_attention=True)
+    fwd = getattr(torch.ops.cudnn_gnn, f"{name}_fwd").default
+    torch.library.opcheck(fwd, (*call, True))
+    out, lse, att, *scores = fwd(*call, True)
+    go = torch.randn_like(out)
+    lead = (go, torch.randn_like(att), lse) + (() if v2 else (out, *scores))
+    torch.library.opcheck(getattr(torch.ops.cudnn_gnn, f"{name}_bwd").default, (*lead, *call, *walk))
 
 
-@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
-@pytest.mark.slow
-def test_eager_function_equals_the_registered_op(v2):
-    """Eager calls go through ``_EagerAttention`` (no dispatcher, no ``register_autograd`` wrapper); the registered
-    op, which ``torch.compile`` traces, runs the same implementations: outputs, attention and every gradient bitwise
-    equal, on a bipartite graph with edge features and a dropout mask."""
+def test_triton_options_launch_replaces_a_kernels_shape(launched, monkeypatch):
+    """``TritonOptions(launch=...)`` replaces the named kernel's ``BLOCK_E`` / ``num_warps`` / ``HG`` for that call
+    only (what the tuning sweeps run; no module patched), the result unchanged; bad overrides are refused."""
+    from cudnn_gnn.backends.triton import tuning
+
+    seen = []
+    real = tuning.launch_config
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        seen.append((args[3], result[2]))
+        return result
+
+    monkeypatch.setattr(tuning, "launch_config", spy)
     ei, ns, nd = GRAPHS["bipartite"]()
     graph = CscGraph.from_edge_index(ei, size=(ns, nd))
-    xs, xd, w, ea, m = _inputs(v2, ns, nd, ei.shape[1], 2, 2, edge=True, mask=True, bipartite=True)
-    kw = dict(v2=v2, heads=2, concat=not v2, activation_name="elu", activation_alpha=1.0)
-    results = []
-    for via_op in (False, True):
-        spec = call_spec(graph, xs, xd, w, ea, m, return_attention=True, **kw)
-        if via_op:
-            call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
-            out, _, att, _ = torch.ops.cudnn_gnn.triton_gat_fwd(*tb.pack(call), True)
-        else:
-            out, att = tb.triton_gat(spec)
-        loss = (out.float() * torch.linspace(-1, 1, out.numel()).view(out.shape)).sum() + att.pow(2).sum()
-        results.append((out, att, *torch.autograd.grad(loss, (xs, xd, w, ea))))
-    for a, b in zip(*results, strict=True):
-        assert torch.equal(a, b)
+    xs, xd, w, _, _ = _inputs(False, ns, nd, ei.shape[1], 2, 4, edge=False, mask=False, bipartite=True)
+    outs = []
+    for options in (tb.TritonOptions(), tb.TritonOptions(launch={"fwd": (2, 1, 1), "src": (4, 2)},
+                                                         gat_backward="two_gather")):
+        seen.clear()
+        out, _ = tb.triton_gat(call_spec(graph, xs, xd, w, v2=False, heads=2, concat=True), options=options)
+        outs.append(out)
+        out.sum().backward()
+    shapes = dict(seen)
+    assert (shapes["fwd"]["BLOCK_E"], shapes["fwd"]["num_warps"], shapes["fwd"]["HG"]) == (2, 1, 1)
+    assert (shapes["src"]["BLOCK_E"], shapes["src"]["num_warps"]) == (4, 2)
+    assert shapes["dst"] == real(xs, 2, False, "dst", xs)[2]  # not named: the rule's
+    torch.testing.assert_close(outs[0], outs[1], rtol=1e-6, atol=1e-6)
+    for bad, match in (({"fwdd": (2, 1)}, "launch must name kernels"), ({"fwd": (3, 1)}, "powers of two"),
+                       ({"fwd": (2,)}, r"launch\['fwd'\] must be")):
+        with pytest.raises(ValueError, match=match):
+            tb.TritonOptions(launch=bad)
 
 
 @pytest.mark.slow
@@ -838,11 +852,11 @@ def test_training_call_carries_a_seed_and_no_mask_or_coo_map():
     xs, _, w, _, m = _inputs(False, ns, nd, ei.shape[1], 2, 4, edge=False, mask=True, bipartite=False)
     seed = torch.tensor([5], dtype=torch.int64)
     spec = call_spec(graph, xs, xs, w, v2=False, heads=2, concat=True, dropout=0.6, dropout_seed=seed)
-    call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
+    call, _ = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
     assert call.dropout is seed and call.map_csc_to_coo is None
     assert call.kernel_dropout == triton_call.KernelDropout(seed, round(0.6 * 2**31))
     spec = call_spec(graph, xs, xs, w, None, m, v2=False, heads=2, concat=True)
-    call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
+    call, _ = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
     assert call.map_csc_to_coo is None and call.dropout.is_contiguous() and call.dropout.dtype == torch.float32
     assert torch.equal(call.dropout, m[graph.map_csc_to_coo.long()])
 
@@ -1039,7 +1053,7 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
             assert rel <= 8 * max(float((lp.double() - b).norm() / b.norm()), 2**-8), rel
     assert launched.count("_node_scores_kernel") == 1, launched
     assert launched.count("_node_scores_bwd_kernel") == int(one_gather), launched
-    assert out.grad_fn is not None and type(out.grad_fn).__name__ == "_EagerAttentionBackward"
+    assert out.grad_fn is not None and type(out.grad_fn).__name__ == "GatAttentionBackward"
     w_grad = grads[2 if bipartite else 1]
     assert w_grad.shape == w.shape and (edge or torch.count_nonzero(w_grad[2 * h * c:]) == 0)
 
@@ -1226,7 +1240,7 @@ def test_fused_edge_gradients_only_where_asked(fused):
     for e_leaf, w_leaf, bits in ((ea.detach(), ew, 2), (ea, ew.detach(), 1)):
         spec = call_spec(graph, xs, xs, w, e_leaf, v2=True, heads=2, concat=True, activation_name="relu",
                          activation_alpha=0.0, lin_edge_weight=w_leaf)
-        call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
+        call, _ = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
         assert call.edge_grads == bits
         _compare(graph, xs, xd, w, e_leaf, m, v2=True, heads=2, concat=True, ew=w_leaf)
 
@@ -1306,13 +1320,18 @@ def test_opcheck_fused_edge_projection(fused):
     ea, ew = _raw_edges(ei.shape[1], 2, 2, 3)
     spec = call_spec(graph, xs, xd, w, ea, m, v2=True, heads=2, concat=True, activation_name="elu",
                      activation_alpha=1.0, return_attention=True, lin_edge_weight=ew)
-    call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
+    call, walk = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True)
     assert call.lin_edge_weight is ew and call.edge_grads == 3
-    torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(call), True))
+    call = type(call)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in call))
+    ops = torch.ops.cudnn_gnn
+    torch.library.opcheck(ops.triton_gatv2_fwd.default, (*call, True))
     # edge_attr's gradient not asked (bit 0 of the edge-gradient bits cleared): an empty output
-    frozen = call._replace(edge_attr=ea.detach(), flags=call.flags & ~1)
-    assert frozen.edge_grads == 2
-    torch.library.opcheck(torch.ops.cudnn_gnn.triton_gat_fwd.default, (*tb.pack(frozen), False))
+    for frozen in (call, call._replace(edge_grads=2)):
+        out, lse, att = ops.triton_gatv2_fwd(*frozen, True)
+        grads = ops.triton_gatv2_bwd(torch.randn_like(out), torch.randn_like(att), lse, *frozen, *walk)
+        assert (grads[2].numel() == 0) == (frozen.edge_grads == 2) and grads[3].shape == ew.shape
+        torch.library.opcheck(ops.triton_gatv2_bwd.default,
+                              (torch.randn_like(out), torch.randn_like(att), lse, *frozen, *walk))
 
 
 def test_compile_fullgraph_fused_edge_projection(fused):

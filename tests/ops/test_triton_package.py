@@ -56,7 +56,7 @@ def test_import_cudnn_gnn_does_not_import_the_kernels():
 
 def test_triton_options_are_checked_and_travel_with_the_call():
     """``TritonOptions`` refuses an unknown GAT backward in the house grammar; a known one reaches the call
-    (``TritonCall.gat_backward``) next to the edge-gradient bits, both in one schema integer."""
+    (``GatCall.gat_backward``, a field of GAT's op), as launch overrides do (``GatCall.launch``)."""
     import torch
 
     from cudnn_gnn import CscGraph
@@ -68,11 +68,11 @@ def test_triton_options_are_checked_and_travel_with_the_call():
     x = torch.randn(3, 4, requires_grad=True)
     for choice in ("auto", "one_gather", "two_gather"):
         spec = call_spec(graph, x, x, torch.randn(8 + 2), torch.randn(3, 2), v2=False, heads=2, concat=True)
-        call = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True,
-                             options=tb.TritonOptions(gat_backward=choice))
-        assert call.gat_backward == choice and call.edge_grads == 0
+        call, _ = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True,
+                                options=tb.TritonOptions(gat_backward=choice, launch={"gat_src": (4, 2)}))
+        assert isinstance(call, tb.GatCall) and call.gat_backward == choice and call.launch == [3, 4, 2, 0]
         # att_edge went into the edge scores [E, H]; the op gets att_src | att_dst only
-        assert call.attn_weights is not None and call.attn_weights.shape == (8,)
+        assert call.att_node.shape == (8,)
         assert call.score_edge is not None and call.score_edge.shape == (3, 2)
 
 

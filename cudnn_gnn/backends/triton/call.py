@@ -1,16 +1,21 @@
 """One Triton call, in two halves: :class:`TritonGraph`, the graph as the kernels walk it (its arrays and work lists;
 for the backward the reverse CSC, ``rev_dst`` and the source work list), built by :func:`kernel_graph` once per graph
-and kept on it, what the planner hands the backend; and :class:`TritonCall`, the validated spec's inputs as the kernels
-take them next to that graph's arrays (GAT's edge scores, the options), built by :func:`build_call` and handed whole
-to the op; the op schema derived from its fields, and :func:`pack` / :func:`unpack` between it and the op's
-arguments."""
+and kept on it, what the planner hands the backend; and the call records :class:`GatCall` / :class:`Gatv2Call` (and
+the backward's :class:`SourceWalk`), the validated spec's inputs as the kernels take them next to that graph's arrays
+(GAT's edge scores, the options), built by :func:`build_call`. A record is its op's argument list (the schema is
+derived from its fields, :func:`op_schema`) and what the launchers read, by field name: one call, written once, from
+the spec down to the launch."""
 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import functools
 import weakref
-from dataclasses import dataclass
-from typing import Any, NamedTuple, cast
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -21,8 +26,9 @@ from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.spec import AttentionSpec, gat_attention_parts
 
-__all__ = ["DEFAULT_OPTIONS", "KernelDropout", "TritonBackward", "TritonCall", "TritonGraph", "TritonOptions", "build_call",
-           "built_kernel_graph", "gatv2_edge_inputs", "kernel_graph", "pack", "unpack"]
+__all__ = ["DEFAULT_OPTIONS", "GatCall", "Gatv2Call", "KernelDropout", "SourceWalk", "TritonBackward", "TritonGraph",
+           "TritonOptions", "build_call", "built_kernel_graph", "gatv2_edge_inputs", "kernel_graph", "op_schema",
+           "scoped_options", "tensor_fields", "use_options"]
 
 
 class KernelDropout(NamedTuple):
@@ -149,30 +155,21 @@ def built_kernel_graph(graph: CscGraph) -> TritonGraph | None:
     return graph.derived_if_built(("triton", "graph", tuning.chunk_size(graph.num_edges)))
 
 
-class TritonCall(NamedTuple):
-    """One call's arguments: the graph, the inputs, the knobs (the ops take them packed by :func:`pack`: the tensors
-    that are not None in one list, in this order, then the scalars).
+class GatCall(NamedTuple):
+    """One GAT call as its ops take it (``cudnn_gnn::triton_gat_fwd`` / ``_bwd``: their schemas are these fields, in
+    this order, :func:`op_schema`) and the launchers read it, by field name.
 
-    Graph: ``offsets [Nd+1]``, ``indices [E]``, ``map_csc_to_coo [E]`` or None (only needed where an edge tensor is
-    read or written), the destination work list ``row_work [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]``
-    (see :func:`work_list`); for the backward ``rev_offsets [Ns+1]``, ``rev_to_csc [E]``, ``dst_index [E]`` and the
-    source work list over the reverse CSC (``src_work``, ``src_hub_work``, ``src_hubs``), None when no gradient is
-    needed; ``rev_dst [E]``, the destination of each reverse-CSC position (a static graph's, cached on it), or None
-    (a graph rebuilt every call: the source pass reads ``dst_index[rev_to_csc[k]]``). Inputs, GATv2:
-    ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]``, ``edge_attr [E, H*C]`` (COO) or None, ``attn_weights [H*C]``; or,
-    with the edge projection fused (:func:`fuse_edge_projection`), the raw ``edge_attr [E, De]`` and
-    ``lin_edge_weight [H*C, De]``, projected inside the kernels (None otherwise).
-    Inputs, GAT: ``x_src``, ``x_dst`` (None where it is ``x_src`` itself, a homogeneous graph: both node scores from
-    one read, one gradient), ``attn_weights [2*H*C] = att_src | att_dst`` (the node scores are the op's own; the
-    caller's ``att_edge`` went into the edge scores in :func:`build_call`) and the float32 edge scores
-    ``score_edge [E, H]`` (COO) or None.
-    Dropout (:attr:`kernel_dropout`): ``dropout`` the int64 seed ``[1]`` of counter-based dropout (drawn in-kernel,
-    forward and backward, with ``dropout_threshold`` and ``dropout_scale``: :mod:`cudnn_gnn._philox`), or explicit
-    float32 factors ``[E, H]`` in CSC order (the caller's mask, permuted once per call), or None.
-    ``flags``: bits 0-1, :attr:`edge_grads`; bits 2-3, :attr:`gat_backward`; bits 4-35, :attr:`dropout_threshold`
-    (one integer, so that the op
-    schema stays at 10 arguments, see :func:`pack`).
-    """
+    Graph (the :class:`TritonGraph`'s): ``offsets [Nd+1]``, ``indices [E]``, ``map_csc_to_coo [E]`` or None (read
+    only where an edge tensor is read or written: edge scores, returned attention), the row work list ``row_work
+    [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]`` (:func:`work_list`).
+    Inputs: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]`` or None (``x_src`` itself, a homogeneous graph: both node
+    scores from one read, one gradient), ``att_node [2*H*C] = att_src | att_dst`` (the caller's ``att_edge`` went
+    into the edge scores in :func:`build_call`), the float32 edge scores ``score_edge [E, H]`` (COO) or None.
+    Dropout: ``dropout``, the int64 seed ``[1]`` of counter-based dropout (drawn in-kernel, forward and backward,
+    with ``dropout_threshold``: :mod:`cudnn_gnn._philox`) or explicit float32 factors ``[E, H]`` in CSC order (the
+    caller's mask, permuted once per call), or None (:attr:`kernel_dropout`).
+    Knobs: ``heads``, ``concat``, ``activation`` (a name of :data:`~cudnn_gnn.backends.triton.kernels.ACTIVATION_CODES`)
+    and ``activation_alpha``; ``gat_backward`` and ``launch``, :class:`TritonOptions`' (see there)."""
 
     offsets: Tensor
     indices: Tensor
@@ -180,50 +177,71 @@ class TritonCall(NamedTuple):
     row_work: Tensor
     row_hub_work: Tensor
     row_hubs: Tensor
-    rev_offsets: Tensor | None
-    rev_to_csc: Tensor | None
-    dst_index: Tensor | None
-    rev_dst: Tensor | None
-    src_work: Tensor | None
-    src_hub_work: Tensor | None
-    src_hubs: Tensor | None
-    num_src_nodes: int
     x_src: Tensor
     x_dst: Tensor | None
-    edge_attr: Tensor | None
-    lin_edge_weight: Tensor | None
-    attn_weights: Tensor | None
+    att_node: Tensor
     score_edge: Tensor | None
     dropout: Tensor | None
-    v2: bool
     heads: int
     concat: bool
     activation: str
     activation_alpha: float
-    flags: int
+    dropout_threshold: int
+    gat_backward: str
+    launch: list[int]
 
     @property
     def kernel_dropout(self) -> KernelDropout | None:
         """The dropout argument group the kernels take, or None without dropout."""
-        if self.dropout is None:
-            return None
-        return KernelDropout(self.dropout, self.dropout_threshold)
+        return None if self.dropout is None else KernelDropout(self.dropout, self.dropout_threshold)
+
+
+class Gatv2Call(NamedTuple):
+    """One GATv2 call as its ops take it (``cudnn_gnn::triton_gatv2_fwd`` / ``_bwd``, :func:`op_schema`) and the
+    launchers read it. Graph, dropout and knobs as :class:`GatCall`'s. Inputs: ``x_src [Ns, H*C]``, ``x_dst [Nd,
+    H*C]``, ``edge_attr [E, H*C]`` (COO, projected) or None, ``attn_weights [H*C]``; or, with the edge projection fused
+    (:func:`gatv2_edge_inputs`), the raw ``edge_attr [E, De]`` and ``lin_edge_weight [H*C, De]``, projected inside the
+    kernels (None otherwise). ``edge_grads``: on the fused path, which edge gradients the backward computes (bit 0:
+    ``edge_attr``'s, bit 1: ``lin_edge_weight``'s; the others come back empty); 0 otherwise."""
+
+    offsets: Tensor
+    indices: Tensor
+    map_csc_to_coo: Tensor | None
+    row_work: Tensor
+    row_hub_work: Tensor
+    row_hubs: Tensor
+    x_src: Tensor
+    x_dst: Tensor
+    edge_attr: Tensor | None
+    lin_edge_weight: Tensor | None
+    attn_weights: Tensor
+    dropout: Tensor | None
+    heads: int
+    concat: bool
+    activation: str
+    activation_alpha: float
+    dropout_threshold: int
+    edge_grads: int
+    launch: list[int]
 
     @property
-    def dropout_threshold(self) -> int:
-        """The keep threshold of counter-based dropout (:func:`cudnn_gnn._philox.keep_threshold`; 0 otherwise)."""
-        return self.flags >> 4
+    def kernel_dropout(self) -> KernelDropout | None:
+        """The dropout argument group the kernels take, or None without dropout."""
+        return None if self.dropout is None else KernelDropout(self.dropout, self.dropout_threshold)
 
-    @property
-    def edge_grads(self) -> int:
-        """On GATv2's fused path, which edge gradients the backward computes (bit 0: ``edge_attr``'s, bit 1:
-        ``lin_edge_weight``'s; the others come back as empty tensors); 0 otherwise."""
-        return self.flags & 3
 
-    @property
-    def gat_backward(self) -> str:
-        """:attr:`TritonOptions.gat_backward`, the GAT backward this call takes."""
-        return _GAT_BACKWARDS[self.flags >> 2 & 3]
+class SourceWalk(NamedTuple):
+    """What a backward's source pass walks (the backward ops' last arguments): the :class:`TritonBackward` arrays
+    the kernels read, ``rev_to_csc [E]``, ``dst_index [E]``, ``rev_dst [E]`` or None (a graph rebuilt every call:
+    the pass reads ``dst_index[rev_to_csc[k]]``) and the source work list ``src_work``, ``src_hub_work``,
+    ``src_hubs`` over the reverse CSC."""
+
+    rev_to_csc: Tensor
+    dst_index: Tensor
+    rev_dst: Tensor | None
+    src_work: Tensor
+    src_hub_work: Tensor
+    src_hubs: Tensor
 
 
 @dataclass(frozen=True)
@@ -237,25 +255,70 @@ class TritonOptions:
             ``dout_i``; the softmax row sums come from the saved per-head output); ``"two_gather"``, the backward
             GATv2 takes (the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass
             ``dout_i``). Decided when the forward runs, so a step's forward and backward agree. GATv2 ignores it.
+        launch: launch shapes that replace :func:`~cudnn_gnn.backends.triton.tuning.launch_shape`'s, per kernel (a
+            :data:`~cudnn_gnn.backends.triton.tuning.KERNELS` name): ``(BLOCK_E, num_warps)`` or ``(BLOCK_E,
+            num_warps, HG)`` (``HG``, heads a program: a power of two, at most the heads rounded up to one). What the
+            tuning sweeps run; a kernel not named keeps its rule.
     """
 
     gat_backward: str = "auto"
+    launch: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.gat_backward not in _GAT_BACKWARDS:
             raise ValueError(f"gat_backward must be one of {', '.join(map(repr, _GAT_BACKWARDS))}, "
                              f"got {self.gat_backward!r}")
+        object.__setattr__(self, "launch", dict(self.launch))  # a copy: the caller's mapping may change later
+        for kernel, shape in self.launch.items():
+            if kernel not in tuning.KERNELS:
+                raise ValueError(f"launch must name kernels of {', '.join(map(repr, tuning.KERNELS))}, got {kernel!r}")
+            if len(shape) not in (2, 3) or not all(isinstance(v, int) and v >= 1 for v in shape):
+                raise ValueError(f"launch[{kernel!r}] must be (BLOCK_E, num_warps) or (BLOCK_E, num_warps, HG) "
+                                 f"positive ints, got {shape!r}")
+            block_e, warps, *hg = shape
+            if block_e & (block_e - 1) or warps & (warps - 1) or (hg and hg[0] & (hg[0] - 1)):
+                raise ValueError(f"launch[{kernel!r}] must hold powers of two, got {shape!r}")
+
+    def launch_codes(self) -> list[int]:
+        """:attr:`launch` as the ops take it: ``(kernel index in KERNELS, BLOCK_E, num_warps, HG or 0)`` per kernel,
+        flat (see :func:`~cudnn_gnn.backends.triton.tuning.launch_config`)."""
+        codes: list[int] = []
+        for kernel, (block_e, warps, *hg) in sorted(self.launch.items()):
+            codes += [tuning.KERNELS.index(kernel), block_e, warps, hg[0] if hg else 0]
+        return codes
 
 
 _GAT_BACKWARDS = ("auto", "one_gather", "two_gather")
-_GAT_BACKWARD_BITS = {name: i << 2 for i, name in enumerate(_GAT_BACKWARDS)}  # flags' bits 2-3
 
 
 DEFAULT_OPTIONS = TritonOptions()
 
 
+_SCOPED_OPTIONS: contextvars.ContextVar[TritonOptions] = contextvars.ContextVar("triton_options",
+                                                                                default=DEFAULT_OPTIONS)
+
+
+@contextlib.contextmanager
+def use_options(options: TritonOptions) -> Iterator[None]:
+    """Within the block, eager Triton calls that are given no options (the layers', the public ops') take
+    ``options``: how a benchmark runs a whole model on one variant (``bench_sampled.py --sweep``). Per context (a
+    thread's, a task's); a call traced by ``torch.compile`` takes the defaults or its explicit options."""
+    if not isinstance(options, TritonOptions):
+        raise TypeError(f"options must be a TritonOptions, got {type(options).__name__}")
+    token = _SCOPED_OPTIONS.set(options)
+    try:
+        yield
+    finally:
+        _SCOPED_OPTIONS.reset(token)
+
+
+def scoped_options() -> TritonOptions:
+    """The options :func:`use_options` set for this context (the defaults outside any block)."""
+    return _SCOPED_OPTIONS.get()
+
+
 _SCHEMA_TYPES = {"Tensor": "Tensor", "Tensor | None": "Tensor?", "int": "int", "bool": "bool", "str": "str",
-                 "float": "float"}
+                 "float": "float", "list[int]": "int[]"}
 
 
 def _annotation(t: Any) -> str:
@@ -263,70 +326,17 @@ def _annotation(t: Any) -> str:
     return str(getattr(t, "__forward_arg__", t))
 
 
-_FIELD_TYPES = {name: _annotation(t) for name, t in TritonCall.__annotations__.items()}
+def op_schema(*records: type) -> str:
+    """The op-schema arguments of the NamedTuple classes ``records``' fields, in order (``Tensor``, ``Tensor?``,
+    ``int``, ``int[]``, ...): an op's argument list is written once, as its call record's fields."""
+    return ", ".join(f"{_SCHEMA_TYPES[_annotation(t)]} {name}"
+                     for record in records for name, t in record.__annotations__.items())
 
 
-_TENSOR_FIELDS = tuple(i for i, t in enumerate(_FIELD_TYPES.values()) if t.startswith("Tensor"))
-
-
-_SCALAR_FIELDS = tuple(i for i in range(len(TritonCall._fields)) if i not in _TENSOR_FIELDS)
-
-
-_N_CALL = len(TritonCall._fields)
-
-
-_N_PACKED = 2 + len(_SCALAR_FIELDS)
-
-
-_SYM_INT_FIELDS = frozenset({"num_src_nodes"})
-"""Scalar fields that follow the batch (a sampled block's node count): ``SymInt`` in the schema, so that
-``torch.compile(dynamic=True)`` keeps them symbolic instead of recompiling for every value."""
-
-
-_CALL_SCHEMA = "Tensor[] tensors, int present, " + ", ".join(
-    f"{'SymInt' if name in _SYM_INT_FIELDS else _SCHEMA_TYPES[_FIELD_TYPES[name]]} {name}"
-    for name in (TritonCall._fields[i] for i in _SCALAR_FIELDS))
-
-
-_INPUT_NAMES = ("x_src", "x_dst", "edge_attr", "lin_edge_weight", "attn_weights", "score_edge")
-
-
-_INPUT_FIELDS = tuple(TritonCall._fields.index(name) for name in _INPUT_NAMES)
-
-
-def pack(call: TritonCall) -> tuple[Any, ...]:
-    """The op arguments of ``call``: ``(tensors, present, *scalars)``.
-
-    ``tensors`` lists the tensor fields that are not None, in field order; bit ``k`` of ``present`` is set when the
-    ``k``-th tensor field is there; the scalar fields follow as they are. Why a list: torch's ``register_autograd``
-    wrapper runs ``torch._library.utils.fill_defaults`` on every forward, which reads ``schema.arguments`` (a list
-    torch rebuilds on each access) twice per argument, so its cost grows with the square of the argument count
-    (8x less for these 9 than for 27 separate ones; figures in docs/performance.md). Why ``Tensor[]`` and a mask
-    rather than ``Tensor?[]`` with None holes: torch (2.13) passes a list holding a None to the autograd Function as
-    one opaque leaf, so the tensors in it would be silently cut from the autograd graph (pytorch/pytorch#187434)."""
-    tensors: list[Tensor] = []
-    present = 0
-    for bit, i in enumerate(_TENSOR_FIELDS):
-        t = cast("Tensor | None", call[i])
-        if t is not None:
-            tensors.append(t)
-            present |= 1 << bit
-    return (tensors, present, *(call[i] for i in _SCALAR_FIELDS))
-
-
-def unpack(tensors: list[Tensor] | tuple[Tensor, ...], present: int, *scalars: Any) -> TritonCall:
-    """The :class:`TritonCall` that :func:`pack` packed (``unpack(*pack(call)) == call``)."""
-    if len(tensors) != present.bit_count() or present >> len(_TENSOR_FIELDS):
-        raise ValueError(f"tensors must hold one tensor per bit set in present ({present:#x}, "
-                         f"{len(_TENSOR_FIELDS)} tensor fields), got {len(tensors)} tensors")
-    fields: list[Any] = [None] * _N_CALL
-    it = iter(tensors)
-    for bit, i in enumerate(_TENSOR_FIELDS):
-        if present >> bit & 1:
-            fields[i] = next(it)
-    for i, value in zip(_SCALAR_FIELDS, scalars, strict=True):
-        fields[i] = value
-    return TritonCall(*fields)
+@functools.cache
+def tensor_fields(record: type) -> tuple[int, ...]:
+    """The positions of the tensor fields (``Tensor`` and ``Tensor | None``) of the NamedTuple class ``record``."""
+    return tuple(i for i, t in enumerate(record.__annotations__.values()) if _annotation(t).startswith("Tensor"))
 
 
 def _score_matrix(a: Tensor, heads: int) -> Tensor:
@@ -387,47 +397,44 @@ def gatv2_edge_inputs(spec: AttentionSpec, needs_grad: bool) -> tuple[Tensor | N
 
 
 def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
-               options: TritonOptions = DEFAULT_OPTIONS) -> TritonCall:
-    """The op's arguments for the validated call ``spec`` on ``graph`` (its kernel graph, :func:`kernel_graph`):
-    GAT's edge scores computed (differentiably, one GEMM), GATv2's edge projection fused or not
-    (:func:`gatv2_edge_inputs`), the graph's arrays and work lists as ``graph`` holds them, its reverse CSC and source
-    work list only if ``needs_grad`` (:meth:`TritonGraph.backward`, built then the first time and kept)."""
+               options: TritonOptions = DEFAULT_OPTIONS) -> tuple[GatCall | Gatv2Call, SourceWalk | None]:
+    """The op arguments for the validated call ``spec`` on ``graph`` (its kernel graph, :func:`kernel_graph`): the
+    call record (:class:`GatCall`, GAT's edge scores computed differentiably by one GEMM; or :class:`Gatv2Call`, its
+    edge projection fused or not, :func:`gatv2_edge_inputs`), and the backward's :class:`SourceWalk` where
+    ``needs_grad`` (the reverse CSC and source work list, :meth:`TritonGraph.backward`, built then the first time and
+    kept), else None."""
     g = graph
-    rev = g.backward() if needs_grad else None
-    x_src, x_dst = spec.x_src, spec.x_dst
-    edge_attr: Tensor | None
+    walk = None
+    if needs_grad:
+        rev = g.backward()
+        walk = SourceWalk(rev.rev_to_csc, rev.dst_index, rev.rev_dst, *rev.src)
+    drop = _kernel_dropout(spec, g)
+    dropout, threshold = (None, 0) if drop is None else drop
+    knobs: dict[str, Any] = dict(dropout=dropout, heads=spec.heads, concat=spec.concat, activation=spec.activation,
+                 activation_alpha=spec.activation_alpha, dropout_threshold=threshold, launch=options.launch_codes())
+    rows = g.rows
     if spec.v2:
         edge_attr, lin_edge_weight = gatv2_edge_inputs(spec, needs_grad)
+        needs_map = edge_attr is not None or spec.return_attention  # dropout is keyed by CSC position: no map
         edge_grads = 0
         if lin_edge_weight is not None and edge_attr is not None:
             edge_grads = int(edge_attr.requires_grad) | 2 * int(lin_edge_weight.requires_grad)
-        inputs: dict[str, Any] = dict(
-            x_src=x_src.contiguous(), x_dst=x_dst.contiguous(),
+        return Gatv2Call(
+            g.offsets, g.indices, g.map_csc_to_coo if needs_map else None, *rows,
+            x_src=spec.x_src.contiguous(), x_dst=spec.x_dst.contiguous(),
             edge_attr=None if edge_attr is None else edge_attr.contiguous(),
             lin_edge_weight=None if lin_edge_weight is None else lin_edge_weight.contiguous(),
-            attn_weights=spec.attn_weights.contiguous(), score_edge=None)
-    else:
-        # GAT's attention vector taken apart (the layout of spec.gat_attention_parts): att_edge goes into the edge
-        # scores here, the op gets att_src | att_dst for the node scores (autograd gives att_edge its gradient
-        # through the scores); without edge features that is the whole vector, no view
-        edge_attr, edge_grads = spec.edge_attr, 0
-        att_node, att_edge = gat_attention_parts(spec.attn_weights, spec.dim)
-        score_edge = None
-        if edge_attr is not None and att_edge is not None:
-            score_edge = _edge_scores(edge_attr, att_edge, spec.heads).contiguous()
-        inputs = dict(x_src=x_src.contiguous(), x_dst=None if x_dst is x_src else x_dst.contiguous(),
-                      edge_attr=None, lin_edge_weight=None, attn_weights=att_node.contiguous(),
-                      score_edge=score_edge)
-    needs_map = edge_attr is not None or spec.return_attention  # dropout is keyed by CSC position: no map
-    src = rev.src if rev is not None else None
-    drop = _kernel_dropout(spec, g)
-    return TritonCall(
-        offsets=g.offsets, indices=g.indices, map_csc_to_coo=g.map_csc_to_coo if needs_map else None,
-        row_work=g.rows.work, row_hub_work=g.rows.hub_work, row_hubs=g.rows.hubs,
-        rev_offsets=rev and rev.rev_offsets, rev_to_csc=rev and rev.rev_to_csc, dst_index=rev and rev.dst_index,
-        rev_dst=rev and rev.rev_dst, src_work=src and src.work, src_hub_work=src and src.hub_work,
-        src_hubs=src and src.hubs, num_src_nodes=g.num_src_nodes, **inputs,
-        dropout=None if drop is None else drop.tensor,
-        v2=spec.v2, heads=spec.heads, concat=spec.concat, activation=spec.activation,
-        activation_alpha=spec.activation_alpha,
-        flags=edge_grads | _GAT_BACKWARD_BITS[options.gat_backward] | (0 if drop is None else drop.threshold << 4))
+            attn_weights=spec.attn_weights.contiguous(), edge_grads=edge_grads, **knobs), walk
+    # GAT's attention vector taken apart (the layout of spec.gat_attention_parts): att_edge goes into the edge
+    # scores here, the op gets att_src | att_dst for the node scores (autograd gives att_edge its gradient through
+    # the scores); without edge features that is the whole vector, no view
+    att_node, att_edge = gat_attention_parts(spec.attn_weights, spec.dim)
+    score_edge = None
+    if spec.edge_attr is not None and att_edge is not None:
+        score_edge = _edge_scores(spec.edge_attr, att_edge, spec.heads).contiguous()
+    needs_map = spec.edge_attr is not None or spec.return_attention
+    x_src, x_dst = spec.x_src, spec.x_dst
+    return GatCall(
+        g.offsets, g.indices, g.map_csc_to_coo if needs_map else None, *rows,
+        x_src=x_src.contiguous(), x_dst=None if x_dst is x_src else x_dst.contiguous(),
+        att_node=att_node.contiguous(), score_edge=score_edge, gat_backward=options.gat_backward, **knobs), walk

@@ -2,20 +2,22 @@
 hub-chunk size and the fused GATv2 edge projection's bounds. No triton import: the op and the tests read it
 without compiling anything.
 
-Read at call time through this module (``tuning.launch_shape(...)``, ``tuning.MAX_TILE_D``), so a test or the tuning
-sweep (``benchmarks/investigations/triton_tuning.py``) can move one value for a run.
+The sizes a test moves for a run (``MAX_TILE_D``, the chunk bounds) are read at call time through this module; a
+launch shape is replaced per call through :class:`~cudnn_gnn.backends.triton.TritonOptions` ``launch`` (what the tuning
+sweeps, ``benchmarks/investigations/triton_tuning.py`` and ``bench_sampled.py --sweep``, run), read by
+:func:`launch_config`.
 """
 
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 
 from torch import Tensor
 
-__all__ = ["EDGE_PROGRAMS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
+__all__ = ["EDGE_PROGRAMS", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
            "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MIN_CHUNK_E", "MIN_EDGE_SPAN", "SCORE_BWD_PROGRAMS",
            "SCORE_TILE", "TUNED_SHAPES", "default_launch_shape", "cdiv", "chunk_size", "edge_kernel_shape",
            "edge_span", "fuse_edge_projection", "launch_config", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
@@ -62,6 +64,12 @@ def default_launch_shape(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TIL
     big_e = max(block_e, min(64, (4096 if v2 else 8192) // width))
     num_warps = max(2, min(8, min(big_e * width, 4096) // 1024))
     return block_e, big_e, hg, block_c, num_warps
+
+
+KERNELS = ("fwd", "dst", "src", "gat_src", "gat_delta")
+"""The kernels whose launch shape :func:`launch_shape` decides (and :class:`~cudnn_gnn.backends.triton.TritonOptions`
+``launch`` may replace): the forward, GATv2's (and GAT's two-gather) destination and source passes, GAT's one-gather
+source pass and its attention-gradient delta pass."""
 
 
 TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProxyType({
@@ -153,12 +161,19 @@ def edge_kernel_shape(heads: int, c: int, dim_edge: int) -> tuple[int, int, int,
     return block, hg, block_c, de_pad, 8 if de_pad * width > 2048 else 4
 
 
-def launch_config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor) -> tuple[int, int, dict[str, int]]:
+def launch_config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Tensor,
+                  launch: Sequence[int] = ()) -> tuple[int, int, dict[str, int]]:
     """``(C, head groups, launch keywords)`` for a call of ``kernel`` (see :func:`launch_shape`); ``gathered`` is the
-    tensor whose rows it gathers per edge."""
+    tensor whose rows it gathers per edge. ``launch``: a call's overrides, flat ``(kernel index in KERNELS, BLOCK_E,
+    num_warps, HG or 0)`` quadruples (:meth:`~cudnn_gnn.backends.triton.TritonOptions.launch_codes`); ``kernel``'s, where
+    there, replaces the rule's ``BLOCK_E`` and ``num_warps`` (and ``HG`` where not 0)."""
     c = x_src.shape[1] // heads
-    # launch_shape looked up per call, so that the tuning sweep can swap it
     block_e, hg, block_c, num_warps = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
+    if launch:
+        code = KERNELS.index(kernel)
+        for i in range(0, len(launch), 4):
+            if launch[i] == code:
+                block_e, num_warps, hg = launch[i + 1], launch[i + 2], launch[i + 3] or hg
     return c, cdiv(heads, hg), dict(BLOCK_E=block_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
 
 

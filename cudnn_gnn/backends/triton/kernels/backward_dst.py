@@ -9,7 +9,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton.call import KernelDropout
+from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act,
@@ -27,6 +27,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _sum,
     drop_args,
     drop_mode,
+    edge_inputs,
     n_items,
 )
 from cudnn_gnn.backends.triton.launch import cached_launch
@@ -197,27 +198,25 @@ def _bwd_dst_kernel(
             tl.store(dsd_part_ptr + ps * H + h_off, dsd, mask=hm & part)
 
 
-def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, work: Tensor,
-                        hub_work: Tensor, hubs: Tensor,
-                        x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
-                        score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
-                        drop: KernelDropout | None, lse: Tensor, dout: Tensor, datt: Tensor | None,
-                        alpha_buf: Tensor, ds_buf: Tensor, dx_dst: Tensor | None, dedge: Tensor | None,
-                        dattw_part: Tensor | None, dscore_dst: Tensor | None, dscore_edge: Tensor | None, *,
-                        v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None) -> None:
-    """Destination pass; fills ``alpha_buf``/``ds_buf`` ``[E, H]`` fp32 (CSC order) for the source pass and the
-    destination-side outputs (GATv2: ``dx_dst``, ``dedge`` (projected edges only: with ``edge_weight`` the edge
-    gradients come from :func:`launch_backward_edge`), ``dattw_part [Nd + S, H*C]`` fp32 zeros on entry,
-    whose rows sum to the attention-vector gradient; GAT: ``dscore_dst``, ``dscore_edge``).
+def launch_backward_dst(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | None, lse: Tensor, dout: Tensor,
+                        datt: Tensor | None, alpha_buf: Tensor, ds_buf: Tensor, dx_dst: Tensor | None,
+                        dedge: Tensor | None, dattw_part: Tensor | None, dscore_dst: Tensor | None,
+                        dscore_edge: Tensor | None) -> None:
+    """Destination pass of ``call`` (GAT's two-gather backward with its node ``scores``, or GATv2's); fills
+    ``alpha_buf``/``ds_buf`` ``[E, H]`` fp32 (CSC order) for the source pass and the destination-side outputs
+    (GATv2: ``dx_dst``, ``dedge`` (projected edges only: with ``lin_edge_weight`` the edge gradients come from
+    :func:`launch_backward_edge`), ``dattw_part [Nd + S, H*C]`` fp32 zeros on entry, whose rows sum to the
+    attention-vector gradient; GAT: ``dscore_dst``, ``dscore_edge``).
 
-    With hub rows: a pass-1 launch over the chunks (``hub_work``), their ``delta`` merged per row, then the main
+    With hub rows: a pass-1 launch over the chunks (``row_hub_work``), their ``delta`` merged per row, then the main
     launch over every item and the merges of the chunks' destination-side sums."""
+    work, hub_work, hubs = call.row_work, call.row_hub_work, call.row_hubs
     if n_items(work) == 0:
         return
-    nd = offsets.shape[0] - 1
-    c, groups, cfg = tuning.launch_config(x_src, heads, v2, "dst", x_src)
+    v2, heads, x_src, map_ = isinstance(call, Gatv2Call), call.heads, call.x_src, call.map_csc_to_coo
+    nd = call.offsets.shape[0] - 1
+    c, groups, cfg = tuning.launch_config(x_src, heads, v2, "dst", x_src, call.launch)
     d = heads * c
-    has_edge = (edge if v2 else score_edge) is not None
     n_slots, n_hubs = hub_work.shape[0], hubs.shape[0]
     delta_part = _partial(n_slots, heads, lse)
     delta_rows = _partial(nd if n_hubs else 0, heads, lse)
@@ -227,19 +226,18 @@ def launch_backward_dst(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
         dattw_rows = dattw_slots = lse
     else:
         dattw_rows, dattw_slots = dattw_part[:nd], dattw_part[nd:]
+    rows, edge, edge_weight, has_edge = edge_inputs(call, scores, lse)
+    drop = call.kernel_dropout
     common = (
-        indices, _or(map_csc_to_coo, indices),
-        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
-        _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
-        *drop_args(drop, lse),
+        call.indices, _or(map_, call.indices), x_src, *rows, *drop_args(drop, lse),
         lse, dout, _or(datt, lse),
         alpha_buf, ds_buf, delta_part, delta_rows,
         _or(dx_dst, lse), _or(dedge, lse), dattw_rows, _or(dscore_dst, lse), _or(dscore_edge, lse),
         dxd_part, dattw_slots, dsd_part,
-        heads, c, alpha,
+        heads, c, call.activation_alpha,
     )
-    flags = dict(V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
-                 DROP=drop_mode(drop), HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[act], **cfg)
+    flags = dict(V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
+                 DROP=drop_mode(drop), HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[call.activation], **cfg)
     if n_hubs:
         _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, WHOLE=False, **flags)
         _merge_sum(hubs, delta_part, delta_rows, heads)

@@ -9,6 +9,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.call import Gatv2Call
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act_grad,
@@ -78,25 +79,27 @@ def _bwd_edge_kernel(
                  mask=(k_off < DE)[:, None, None] & hc_mask[None, :, :])
 
 
-def launch_backward_edge(indices: Tensor, dst_index: Tensor, map_csc_to_coo: Tensor | None, x_src: Tensor,
-                         x_dst: Tensor, edge_attr: Tensor, edge_weight: Tensor, attw: Tensor, ds_buf: Tensor,
-                         dedge: Tensor | None, dew_part: Tensor | None, span: int, *, heads: int, act: str,
-                         alpha: float) -> None:
-    """GATv2's fused edge projection after the destination pass (``ds_buf [E, H]`` fp32 holds ``ds``, CSC order):
-    ``dedge [E, De]`` (COO order, ``edge_attr``'s gradient) and ``dew_part [P, H*C, De]`` fp32, whose sum over its
-    first axis is ``edge_weight``'s gradient; either may be None (not needed). One program per ``span`` CSC
-    positions, ``P = cdiv(E, span)`` (see :func:`cudnn_gnn.backends.triton.tuning.edge_span`)."""
+def launch_backward_edge(call: Gatv2Call, dst_index: Tensor, ds_buf: Tensor, dedge: Tensor | None,
+                         dew_part: Tensor | None, span: int) -> None:
+    """GATv2's fused edge projection (``call.edge_attr [E, De]`` raw, ``call.lin_edge_weight [H*C, De]``) after the
+    destination pass (``ds_buf [E, H]`` fp32 holds ``ds``, CSC order; ``dst_index [E]``, each CSC position's
+    destination): ``dedge [E, De]`` (COO order, ``edge_attr``'s gradient) and ``dew_part [P, H*C, De]`` fp32, whose
+    sum over its first axis is ``lin_edge_weight``'s gradient; either may be None (not needed). One program per
+    ``span`` CSC positions, ``P = cdiv(E, span)`` (see :func:`cudnn_gnn.backends.triton.tuning.edge_span`)."""
+    indices, map_, edge_attr, edge_weight = call.indices, call.map_csc_to_coo, call.edge_attr, call.lin_edge_weight
+    assert edge_attr is not None and edge_weight is not None  # the fused path's: the op checked
     e = indices.shape[0]
     if e == 0 or (dedge is None and dew_part is None):
         return
-    de = edge_attr.shape[1]
-    c = x_src.shape[1] // heads
+    heads, de = call.heads, edge_attr.shape[1]
+    c = call.x_src.shape[1] // heads
     block, hg, block_c, de_pad, num_warps = tuning.edge_kernel_shape(heads, c, de)
     _bwd_edge_kernel[(tuning.cdiv(e, span),)](
-        indices, dst_index, _or(map_csc_to_coo, indices),
-        x_src, x_dst, edge_attr, edge_weight, attw, ds_buf,
+        indices, dst_index, _or(map_, indices),
+        call.x_src, call.x_dst, edge_attr, edge_weight, call.attn_weights, ds_buf,
         _or(dedge, ds_buf), _or(dew_part, ds_buf),
-        e, span, heads, c, alpha,
-        HAS_MAP=map_csc_to_coo is not None, DEDGE=dedge is not None, DEW=dew_part is not None,
-        ACT=ACTIVATION_CODES[act], DE=de, DE_PAD=de_pad, BLOCK=block, HG=hg, BLOCK_C=block_c, num_warps=num_warps,
+        e, span, heads, c, call.activation_alpha,
+        HAS_MAP=map_ is not None, DEDGE=dedge is not None, DEW=dew_part is not None,
+        ACT=ACTIVATION_CODES[call.activation], DE=de, DE_PAD=de_pad, BLOCK=block, HG=hg, BLOCK_C=block_c,
+        num_warps=num_warps,
     )

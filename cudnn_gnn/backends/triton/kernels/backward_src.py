@@ -9,6 +9,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
+from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call, SourceWalk
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act_grad,
@@ -21,6 +22,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _or,
     _partial,
     _sum,
+    edge_inputs,
     n_items,
 )
 from cudnn_gnn.backends.triton.launch import cached_launch
@@ -113,29 +115,28 @@ def _bwd_src_kernel(
         tl.store(dss_part_ptr + ps * H + h_off, dss, mask=hm & part)
 
 
-def launch_backward_src(rev_to_csc: Tensor, dst_index: Tensor, rev_dst: Tensor | None,
-                        map_csc_to_coo: Tensor | None, work: Tensor,
-                        hub_work: Tensor, hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None,
-                        attw: Tensor | None, dout: Tensor, alpha_buf: Tensor, ds_buf: Tensor, dx_src: Tensor,
-                        dscore_src: Tensor | None, *, v2: bool, heads: int, act: str, alpha: float,
-                        edge_weight: Tensor | None = None) -> None:
-    """Source pass over the source work list (items over reverse-CSC positions); fills ``dx_src [Ns, H*C]`` and, for
-    GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk sums merged in slot order. ``rev_dst [E]``: the destination
-    of each reverse-CSC position, or None (read as ``dst_index[rev_to_csc[k]]``)."""
+def launch_backward_src(call: GatCall | Gatv2Call, walk: SourceWalk, dout: Tensor, alpha_buf: Tensor,
+                        ds_buf: Tensor, dx_src: Tensor, dscore_src: Tensor | None) -> None:
+    """Source pass of ``call`` (GAT's two-gather backward, or GATv2's) over ``walk``'s source work list (items over
+    reverse-CSC positions); fills ``dx_src [Ns, H*C]`` and, for GAT, ``dscore_src [Ns, H]`` fp32; hub sources' chunk
+    sums merged in slot order. Without ``walk.rev_dst`` it reads ``dst_index[rev_to_csc[k]]``."""
+    work, hub_work, hubs = walk.src_work, walk.src_hub_work, walk.src_hubs
     if n_items(work) == 0:
         return
-    c, groups, cfg = tuning.launch_config(x_src, heads, v2, "src", dout)
+    v2, heads, x_src, map_ = isinstance(call, Gatv2Call), call.heads, call.x_src, call.map_csc_to_coo
+    c, groups, cfg = tuning.launch_config(x_src, heads, v2, "src", dout, call.launch)
     n_slots = hub_work.shape[0]
     dx_part = _partial(n_slots, heads * c, alpha_buf)
     dss_part = _partial(0 if v2 else n_slots, heads, alpha_buf)
+    rows, edge, edge_weight, _ = edge_inputs(call, None, alpha_buf)
     _bwd_src_kernel[(n_items(work), groups)](
-        work, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
-        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
+        work, walk.rev_to_csc, walk.dst_index, _or(walk.rev_dst, walk.dst_index), _or(map_, walk.rev_to_csc),
+        x_src, *rows[:4],
         dout, alpha_buf, ds_buf,
         dx_src, _or(dscore_src, alpha_buf), dx_part, dss_part,
-        heads, c, alpha,
-        V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=edge is not None, DE=_fused_dim(edge, edge_weight),
-        ACT=ACTIVATION_CODES[act], REV_DST=rev_dst is not None, WHOLE=work.dim() == 1, **cfg,
+        heads, c, call.activation_alpha,
+        V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=edge is not None, DE=_fused_dim(edge, edge_weight),
+        ACT=ACTIVATION_CODES[call.activation], REV_DST=walk.rev_dst is not None, WHOLE=work.dim() == 1, **cfg,
     )
     _merge_sum(hubs, dx_part, dx_src, heads * c)
     if not v2 and dscore_src is not None:

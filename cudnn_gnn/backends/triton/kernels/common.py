@@ -11,7 +11,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton.call import KernelDropout
+from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call, KernelDropout
 from cudnn_gnn.backends.triton.launch import cached_launch
 
 __all__ = ["ACTIVATION_CODES", "n_items"]
@@ -248,6 +248,23 @@ def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr):
 def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
     """Triton needs a pointer for every argument; unused optional inputs get a harmless stand-in."""
     return fallback if t is None else t
+
+
+def edge_inputs(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | None, fallback: Tensor
+                ) -> tuple[tuple[Tensor, ...], Tensor | None, Tensor | None, bool]:
+    """What the row kernels take after ``x_src_ptr``, ``(x_dst, edge, edge_weight, attw, score_src, score_dst,
+    score_edge)`` pointers, for ``call`` (GAT's with its node ``scores``, or None where the kernel reads none, the
+    source pass; GATv2's, whose scores are ``fallback`` stand-ins), with GATv2's ``(edge_attr, lin_edge_weight)``
+    (Nones for GAT: the kernels' ``DE`` is :func:`_fused_dim` of them) and whether an edge term is read
+    (``HAS_EDGE``). The source pass takes the first four."""
+    x_src = call.x_src
+    if isinstance(call, Gatv2Call):
+        edge, weight = call.edge_attr, call.lin_edge_weight
+        return ((call.x_dst, _or(edge, x_src), _or(weight, x_src), call.attn_weights, fallback, fallback, fallback),
+                edge, weight, edge is not None)
+    if scores is None:
+        scores = (fallback, fallback)
+    return (x_src, x_src, x_src, x_src, *scores, _or(call.score_edge, fallback)), None, None, call.score_edge is not None
 
 
 def drop_args(drop: KernelDropout | None, fallback: Tensor) -> tuple[Tensor, int]:

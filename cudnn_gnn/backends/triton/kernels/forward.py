@@ -9,7 +9,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton.call import KernelDropout
+from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _drop_factor,
@@ -24,6 +24,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _sum,
     drop_args,
     drop_mode,
+    edge_inputs,
     n_items,
 )
 from cudnn_gnn.backends.triton.launch import cached_launch
@@ -159,41 +160,37 @@ def _fwd_merge_kernel(
                        att_ptr, H, HAS_MAP, DROP, BLOCK_E)
 
 
-def launch_forward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, work: Tensor, hub_work: Tensor,
-                   hubs: Tensor, x_src: Tensor, x_dst: Tensor | None, edge: Tensor | None, attw: Tensor | None,
-                   score_src: Tensor | None, score_dst: Tensor | None, score_edge: Tensor | None,
-                   drop: KernelDropout | None, out: Tensor, lse: Tensor, att: Tensor | None, *,
-                   v2: bool, heads: int, act: str, alpha: float, edge_weight: Tensor | None = None) -> None:
-    """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO).
-
-    ``work [P, 4]``, ``hub_work [S, 4]`` and ``hubs [R, 3]`` are the row work list of
-    :func:`cudnn_gnn.backends.triton.worklists.work_list`: one launch over every item, then one merge program per hub row.
-    GATv2's ``edge`` is ``[E, H*C]`` projected features, or with ``edge_weight [H*C, De]`` the raw ``[E, De]`` ones,
-    projected in the kernel (see :func:`_edge_rows`)."""
+def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | None, out: Tensor, lse: Tensor,
+                   att: Tensor | None) -> None:
+    """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO) for
+    ``call`` (a :class:`GatCall` with its node scores ``scores = (score_src [Ns, H], score_dst [Nd, H])``, or a
+    :class:`Gatv2Call`): one launch over the row work list, then one merge program per hub row. GATv2's
+    ``edge_attr`` is ``[E, H*C]`` projected features, or with ``lin_edge_weight [H*C, De]`` the raw ``[E, De]``
+    ones, projected in the kernel (see :func:`_edge_rows`)."""
+    work, hub_work, hubs = call.row_work, call.row_hub_work, call.row_hubs
     if n_items(work) == 0:
         return
-    c, groups, cfg = tuning.launch_config(x_src, heads, v2, "fwd", x_src)
-    has_edge = (edge if v2 else score_edge) is not None
+    v2, heads, x_src, map_ = isinstance(call, Gatv2Call), call.heads, call.x_src, call.map_csc_to_coo
+    c, groups, cfg = tuning.launch_config(x_src, heads, v2, "fwd", x_src, call.launch)
     n_slots = hub_work.shape[0]
     m_part, l_part, acc_part = _partial(n_slots, heads, lse), _partial(n_slots, heads, lse), \
         _partial(n_slots, heads * c, lse)
+    drop = call.kernel_dropout
     dropout = drop_args(drop, lse)
+    rows, edge, edge_weight, has_edge = edge_inputs(call, scores, lse)
     _fwd_kernel[(n_items(work), groups)](
-        work, indices, _or(map_csc_to_coo, indices),
-        x_src, _or(x_dst, x_src), _or(edge, x_src), _or(edge_weight, x_src), _or(attw, x_src),
-        _or(score_src, lse), _or(score_dst, lse), _or(score_edge, lse),
-        *dropout,
+        work, call.indices, _or(map_, call.indices), x_src, *rows, *dropout,
         out, lse, _or(att, lse), m_part, l_part, acc_part,
-        heads, c, alpha,
-        V2=v2, HAS_MAP=map_csc_to_coo is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
-        DROP=drop_mode(drop),
-        RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[act], WHOLE=work.dim() == 1, **cfg,
+        heads, c, call.activation_alpha,
+        V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
+        DROP=drop_mode(drop), RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[call.activation],
+        WHOLE=work.dim() == 1, **cfg,
     )
     if hubs.shape[0]:
         _fwd_merge_kernel[(hubs.shape[0], groups)](
-            hubs, offsets, _or(map_csc_to_coo, indices), *dropout,
+            hubs, call.offsets, _or(map_, call.indices), *dropout,
             m_part, l_part, acc_part, out, lse, _or(att, lse),
             heads, c,
-            HAS_MAP=map_csc_to_coo is not None, DROP=drop_mode(drop), RETURN_ATT=att is not None,
+            HAS_MAP=map_ is not None, DROP=drop_mode(drop), RETURN_ATT=att is not None,
             BLOCK_E=cfg["BLOCK_E"], HG=cfg["HG"], BLOCK_C=cfg["BLOCK_C"], num_warps=cfg["num_warps"],
         )

@@ -13,7 +13,7 @@ import triton.language as tl
 from torch import Tensor
 
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton.call import KernelDropout
+from cudnn_gnn.backends.triton.call import GatCall, SourceWalk
 from cudnn_gnn.backends.triton.kernels.backward_src import _out_edges
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
@@ -292,20 +292,17 @@ def _bwd_gat_dst_join_kernel(dst_index_ptr, dsdst_ptr, part_ptr, E, n_blocks, H:
     tl.store(dsdst_ptr + last * H + h, acc, mask=hm & tail)
 
 
-def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor | None, row_work: Tensor,
-                        row_hub_work: Tensor, row_hubs: Tensor, rev_to_csc: Tensor, dst_index: Tensor,
-                        rev_dst: Tensor | None, src_work: Tensor, src_hub_work: Tensor, src_hubs: Tensor,
-                        x_src: Tensor, score_src: Tensor, score_dst: Tensor, score_edge: Tensor | None,
-                        drop: KernelDropout | None, lse: Tensor, out: Tensor, dout: Tensor, datt: Tensor | None,
-                        dx_src: Tensor, dscore_src: Tensor, dscore_dst: Tensor, dscore_edge: Tensor | None, *,
-                        heads: int, act: str, alpha: float) -> None:
+def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, Tensor], lse: Tensor, out: Tensor,
+                        dout: Tensor, datt: Tensor | None, dx_src: Tensor, dscore_src: Tensor, dscore_dst: Tensor,
+                        dscore_edge: Tensor | None) -> None:
     """GAT's backward with one feature-row gather per edge: fills ``dx_src [Ns, H*C]``, ``dscore_src [Ns, H]``,
     ``dscore_dst [Nd, H]`` and, with edge scores, ``dscore_edge [E, H]`` (COO; float32 scores).
 
-    ``out [Nd, H*C]``: the forward's per-head output (any float dtype); ``dout [Nd, H*C]``: its gradient (any float
-    dtype); ``datt [E, H]`` float32 COO, the returned attention's gradient, or None; ``rev_dst``: as for
-    :func:`launch_backward_src`. Three passes, in this order, through ``delta`` and ``dz [E, H]`` float32
-    buffers allocated here (one ``[E, H]`` buffer where the two-gather backward takes two):
+    ``scores``: the forward's ``(score_src [Ns, H], score_dst [Nd, H])``; ``out [Nd, H*C]``: its per-head output (any
+    float dtype); ``dout [Nd, H*C]``: its gradient (any float dtype); ``datt [E, H]`` float32 COO, the returned
+    attention's gradient, or None; ``walk``: as for :func:`launch_backward_src`. Three passes, in this order,
+    through ``delta`` and ``dz [E, H]`` float32 buffers allocated here (one ``[E, H]`` buffer where the two-gather
+    backward takes two):
 
     1. the delta pass: :func:`_bwd_gat_delta_kernel`, dense over the rows' ``dout`` and ``out``, writes ``delta``
        with ``score_dst`` and ``lse`` as one ``[Nd, 4, H]`` record a destination; with ``datt``,
@@ -316,16 +313,23 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
        order, blocks of edges) and :func:`_bwd_gat_dst_join_kernel` (the rows that cross blocks).
 
     Launch shapes: the source pass and the attention-gradient delta pass take :func:`launch_shape` of
-    ``"gat_src"`` and ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide); the dense passes
-    hold :data:`DENSE_TILE` elements a program."""
+    ``"gat_src"`` and ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide; ``call.launch``
+    where it names them); the dense passes hold :data:`DENSE_TILE` elements a program."""
+    offsets, indices, map_csc_to_coo, x_src, score_edge = (call.offsets, call.indices, call.map_csc_to_coo,
+                                                          call.x_src, call.score_edge)
+    row_work, row_hub_work, row_hubs = call.row_work, call.row_hub_work, call.row_hubs
+    rev_to_csc, dst_index, rev_dst = walk.rev_to_csc, walk.dst_index, walk.rev_dst
+    src_work, src_hub_work, src_hubs = walk.src_work, walk.src_hub_work, walk.src_hubs
+    score_src, score_dst = scores
+    heads, alpha, drop = call.heads, call.activation_alpha, call.kernel_dropout
     nd, e, n_src, n_rows = offsets.shape[0] - 1, indices.shape[0], n_items(src_work), n_items(row_work)
-    c, groups, cfg = tuning.launch_config(x_src, heads, False, "gat_src", dout)
+    c, groups, cfg = tuning.launch_config(x_src, heads, False, "gat_src", dout, call.launch)
     d = heads * c
     f32: dict[str, Any] = dict(device=x_src.device, dtype=torch.float32)
     dz_buf = torch.empty(e, heads, **f32)
     has_map, has_edge = map_csc_to_coo is not None, score_edge is not None
     dropout = drop_args(drop, lse)
-    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[act])
+    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[call.activation])
     # what the source pass reads per out-edge of destination i, score_dst_i, lse_i and delta_i: one record
     # [Nd, 4, H] (three used, padded to four so that a record never straddles a 32-byte sector at H = 1 or a 128-byte
     # line at H = 8) or, with datt, three [Nd, H] tensors
@@ -339,7 +343,7 @@ def launch_gat_backward(offsets: Tensor, indices: Tensor, map_csc_to_coo: Tensor
     else:  # plus each row's sum_e alpha_e datt_e: whole rows and hub chunks, the chunks merged in slot order
         delta = torch.empty(nd, heads, **f32)
         if n_rows:
-            _, delta_groups, delta_cfg = tuning.launch_config(x_src, heads, False, "gat_delta", dout)
+            _, delta_groups, delta_cfg = tuning.launch_config(x_src, heads, False, "gat_delta", dout, call.launch)
             delta_part = _partial(row_hub_work.shape[0], heads, lse)
             _bwd_gat_delta_att_kernel[(n_rows, delta_groups)](
                 row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst,
