@@ -1,16 +1,18 @@
 """Counter-based attention dropout: the keep/drop decision of every (CSC edge position, head) from a seed, the same
 bits on every backend.
 
-The Triton kernels draw it in-kernel with ``tl.randint(seed, e * H + h)`` (Philox-4x32, 10 rounds: Salmon et al.,
-"Parallel random numbers: as easy as 1, 2, 3", SC'11), in the forward and again in the backward, so no ``[E, H]``
-mask is ever stored; :func:`philox_uint32` is the same function in plain torch integer arithmetic, for the backends
-that take a materialised mask (reference, cuDNN) and for tests. An edge is kept where the top 31 bits of its draw
+The Triton kernels draw it in-kernel with Philox-4x32, 10 rounds (Salmon et al., "Parallel random numbers: as easy
+as 1, 2, 3", SC'11), in the forward and again in the backward, so no ``[E, H]`` mask is ever stored; :func:`draws`
+is the same function in plain torch integer arithmetic, for the backends that take a materialised mask (reference,
+cuDNN) and for tests. An edge is kept where the top 31 bits of its draw
 are at least :func:`keep_threshold` ``(p)``: an integer comparison, so the decision is exact on every device (no
 float conversion of the draw), and the drop rate is ``p`` to within ``2**-31``; a kept edge's factor is
 :func:`keep_scale` of that threshold, the same float32 on every device.
 
-Counters: ``offset = e * H + h`` as a 64-bit integer split into Philox's ``(c0, c1)`` (low and high 32 bits), the
-key the seed's low and high 32 bits, as ``triton.language.randint`` does.
+Counters: the edge's CSC position ``e`` as a 64-bit integer split into Philox's ``(c0, c1)`` (low and high 32 bits),
+``c2 = h // 4``, ``c3 = 0``; head ``h`` takes output ``h % 4``, so one evaluation serves four heads (the
+generator's four outputs are independent streams; FlashAttention's dropout and ``tl.randint4x`` use them the same
+way). The key is the seed's low and high 32 bits. With one head this is ``tl.randint(seed, e)``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["SEED_BOUND", "draw_seed", "keep_scale", "keep_threshold", "philox_uint32"]
+__all__ = ["SEED_BOUND", "draw_seed", "draws", "keep_scale", "keep_threshold", "philox4x32"]
 
 _M32 = 0xFFFFFFFF
 _ROUND_A, _ROUND_B = 0xD2511F53, 0xCD9E8D57  # Philox-4x32's multipliers
@@ -38,15 +40,12 @@ def _mul32(a: int, b: Tensor) -> tuple[Tensor, Tensor]:
     return hi, lo
 
 
-def philox_uint32(seed: int | Tensor, offsets: Tensor) -> Tensor:
-    """The first 32-bit output of Philox-4x32-10 for key ``seed`` and counters ``(offsets, offsets >> 32, 0, 0)``:
-    what ``tl.randint(seed, offsets)`` returns, as int64 values in ``[0, 2**32)``, shaped like ``offsets`` (int64).
-    ``seed``: an int in ``[0, 2**63)`` or an int64 tensor ``[1]`` on ``offsets``' device (read there: no sync)."""
-    offsets = offsets.to(torch.int64)
+def philox4x32(seed: int | Tensor, c0: Tensor, c1: Tensor, c2: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The four 32-bit outputs of Philox-4x32-10 for key ``seed`` and counters ``(c0, c1, c2, 0)`` (int64 tensors
+    of one shape holding values below ``2**32``), as int64 values in ``[0, 2**32)``. ``seed``: an int in ``[0,
+    2**63)`` or an int64 tensor ``[1]`` on the counters' device (read there: no sync)."""
     if isinstance(seed, Tensor):
         seed = seed.reshape(()).to(torch.int64)
-    c0, c1 = offsets & _M32, (offsets >> 32) & _M32
-    c2 = torch.zeros_like(c0)
     c3 = torch.zeros_like(c0)
     k0, k1 = seed & _M32, (seed >> 32) & _M32
     for _ in range(10):
@@ -54,7 +53,18 @@ def philox_uint32(seed: int | Tensor, offsets: Tensor) -> Tensor:
         hi_a, lo_a = _mul32(_ROUND_A, c0)
         c0, c1, c2, c3 = hi_b ^ c1 ^ k0, lo_b, hi_a ^ c3 ^ k1, lo_a
         k0, k1 = (k0 + _KEY_A) & _M32, (k1 + _KEY_B) & _M32
-    return c0
+    return c0, c1, c2, c3
+
+
+def draws(seed: int | Tensor, num_edges: int, heads: int, device: torch.device | None = None) -> Tensor:
+    """The dropout draws ``[E, H]`` (int64 values in ``[0, 2**32)``) of every CSC edge position and head, as the
+    Triton kernels evaluate them: head ``h`` of edge ``e``, output ``h % 4`` of :func:`philox4x32` for counters
+    ``(e, e >> 32, h // 4)``."""
+    quads = -(-heads // 4)
+    e = torch.arange(num_edges, device=device, dtype=torch.int64).view(-1, 1).expand(num_edges, quads)
+    q = torch.arange(quads, device=device, dtype=torch.int64).view(1, -1).expand(num_edges, quads)
+    out = torch.stack(philox4x32(seed, e & _M32, (e >> 32) & _M32, q.contiguous()), -1)  # [E, quads, 4]
+    return out.reshape(num_edges, 4 * quads)[:, :heads]
 
 
 def keep_threshold(p: float) -> int:

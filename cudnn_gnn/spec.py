@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._names import GAT_BACKENDS
-from cudnn_gnn._philox import SEED_BOUND, draw_seed, keep_scale, keep_threshold, philox_uint32
+from cudnn_gnn._philox import SEED_BOUND, draw_seed, draws, keep_scale, keep_threshold
 from cudnn_gnn._segment import ACTIVATIONS
 from cudnn_gnn._validation import (
     check_bool,
@@ -203,21 +203,19 @@ def attention_dropout_mask(graph: CscGraph, heads: int, p: float, seed: int | Te
     backend: ``[E, H]`` float32 in COO order, ``1 / (1 - p)`` where (edge, head) is kept (to within ``2**-31``:
     :func:`~cudnn_gnn._philox.keep_scale`) and ``0`` where dropped.
 
-    Counter-based: the draw of the edge at CSC position ``e`` and head ``h`` is Philox-4x32-10 of counter
-    ``e * H + h`` under key ``seed`` (:mod:`cudnn_gnn._philox`), the function the Triton kernels evaluate in-kernel
-    (forward, and again in the backward), so this materialises exactly their mask: for the reference and cuDNN
-    backends, ``return_attention`` checks and explainers. ``seed``: an int in ``[0, 2**62)`` or an int64 tensor
-    ``[1]`` on the graph's device.
+    Counter-based: the draw of the edge at CSC position ``e`` and head ``h`` is output ``h % 4`` of Philox-4x32-10 of
+    counters ``(e, e >> 32, h // 4)`` under key ``seed`` (:mod:`cudnn_gnn._philox`), the function the Triton kernels
+    evaluate in-kernel (forward, and again in the backward), so this materialises exactly their mask: for the
+    reference and cuDNN backends, ``return_attention`` checks and explainers. ``seed``: an int in ``[0, 2**62)`` or
+    an int64 tensor ``[1]`` on the graph's device.
     """
     if not isinstance(graph, CscGraph):
         raise TypeError(f"graph must be a cudnn_gnn.CscGraph, got {type(graph).__name__}")
     heads = check_int("heads", heads, minimum=1)
     p = check_probability("p", p, allow_one=True)
     seed = check_dropout_seed(seed, graph.device)
-    e = graph.num_edges
-    offsets = torch.arange(e * heads, device=graph.device, dtype=torch.int64).view(e, heads)
     threshold = keep_threshold(p)
-    keep = (philox_uint32(seed, offsets) >> 1) >= threshold
+    keep = (draws(seed, graph.num_edges, heads, graph.device) >> 1) >= threshold
     factors = torch.where(keep, keep_scale(threshold), 0.0).to(torch.float32)
     if graph.map_csc_to_coo is None:
         return factors

@@ -140,6 +140,22 @@ def test_attention_dropout_mask_rate_scale_and_coo_order():
     assert torch.equal(attention_dropout_mask(g, 4, 0.0, 5), torch.ones(10_000, 4))
 
 
+def test_attention_dropout_mask_heads_are_independent():
+    """Four heads share one Philox evaluation (its four outputs) and the next four the next counter: the keep
+    decisions of every pair of heads agree at the rate of independent draws, ``p**2 + (1 - p)**2`` (binomial bound
+    over 20,000 edges), and one head's mask does not repeat another's."""
+    g = CscGraph.from_edge_index(torch.randint(0, 50, (2, 20_000), generator=torch.Generator().manual_seed(1)),
+                                 num_nodes=50)
+    keep = attention_dropout_mask(g, 8, 0.5, 99) > 0
+    bound = 4 * (0.5 * 0.5 / 20_000) ** 0.5
+    for a in range(8):
+        assert abs(keep[:, a].float().mean().item() - 0.5) < bound
+        for b in range(a + 1, 8):
+            assert abs((keep[:, a] == keep[:, b]).float().mean().item() - 0.5) < bound, (a, b)
+    # heads are the same draws whatever the head count: H = 8's first three are H = 3's
+    assert torch.equal(keep[:, :3], attention_dropout_mask(g, 3, 0.5, 99) > 0)
+
+
 @pytest.mark.parametrize(("seed", "error", "match"), [
     (1.5, TypeError, "dropout_seed must be an int or an int64 tensor, got float"),
     (True, TypeError, "dropout_seed must be an int or an int64 tensor, got bool"),

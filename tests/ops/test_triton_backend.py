@@ -15,6 +15,7 @@ here before the backend's first call. On a machine with CUDA the kernels are lef
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 
 import pytest
@@ -841,6 +842,41 @@ def test_counter_based_dropout_in_chunks_matches_the_reference(variant, chunk):
     assert 0.3 < dropped.float().mean().item() < 0.5
     other = _run("triton", graph, xs, xd, w, ea, None, **{**kw, "drop": (0.4, seed + 1)})
     assert not torch.equal(other[1] == 0, dropped)
+
+
+def test_torch_philox_is_tritons():
+    """:func:`cudnn_gnn._philox.philox4x32` (the masks of the reference and cuDNN backends) gives ``tl.philox``'s
+    four outputs (Philox-4x32-10, what Triton's ``tl.rand``/``tl.randint4x`` build on) for the same key and counters,
+    the high counter words and large keys included. In a fresh interpreter process: ``tl.philox`` is a
+    ``@triton.jit`` function, which Triton's interpreter calls only where ``TRITON_INTERPRET=1`` was set before
+    triton was imported."""
+    code = """
+import torch, triton, triton.language as tl
+from cudnn_gnn._philox import philox4x32
+
+@triton.jit
+def philox_kernel(seed_ptr, c0_ptr, c1_ptr, c2_ptr, out_ptr, N: tl.constexpr):
+    i = tl.arange(0, N)
+    seed = tl.load(seed_ptr)
+    c0 = tl.load(c0_ptr + i).to(tl.uint32)
+    c1 = tl.load(c1_ptr + i).to(tl.uint32)
+    c2 = tl.load(c2_ptr + i).to(tl.uint32)
+    r0, r1, r2, r3 = tl.philox(seed, c0, c1, c2, c0 * 0)
+    for k, r in ((0, r0), (1, r1), (2, r2), (3, r3)):
+        tl.store(out_ptr + i * 4 + k, r.to(tl.int64))
+
+gen = torch.Generator().manual_seed(0)
+c = [torch.randint(0, 2**32, (64,), generator=gen, dtype=torch.int64) for _ in range(3)]
+c[1][:32] = 0  # edges below 2**32: the high word 0
+for seed in (5, 2**61 + 12345):
+    out = torch.empty(64, 4, dtype=torch.int64)
+    philox_kernel[(1,)](torch.tensor([seed]), *c, out, N=64)
+    assert torch.equal(out & 0xFFFFFFFF, torch.stack(philox4x32(seed, *c), 1)), seed
+print("ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
 
 
 def test_training_call_carries_a_seed_and_no_mask_or_coo_map():

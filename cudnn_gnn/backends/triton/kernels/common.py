@@ -148,17 +148,14 @@ def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
 
 
 @triton.jit
-def _philox(seed, off):
-    """``tl.randint(seed, off)``: the first output of Philox-4x32-10, key ``seed`` (int64), counters ``(off, off >>
-    32, 0, 0)`` (int64 ``off``), as uint32. Written out here with builtins because ``tl.randint`` is itself a
-    ``@triton.jit`` function, which Triton's interpreter cannot call where triton was imported before
-    ``TRITON_INTERPRET=1`` was set (see :func:`_sum`); :func:`cudnn_gnn._philox.philox_uint32` is the same function."""
+def _philox4(seed, c0, c1, c2):
+    """Philox-4x32-10 (Salmon et al., SC'11), key ``seed`` (int64: its low and high 32 bits), counters ``(c0, c1, c2,
+    0)`` (uint32 tensors of one shape): its four uint32 outputs. Written out with builtins because ``tl.randint4x``
+    is itself a ``@triton.jit`` function, which Triton's interpreter cannot call where triton was imported before
+    ``TRITON_INTERPRET=1`` was set (see :func:`_sum`); :func:`cudnn_gnn._philox.philox4x32` is the same function."""
     key = seed.to(tl.uint64)
     k0 = (key & 0xFFFFFFFF).to(tl.uint32)
     k1 = ((key >> 32) & 0xFFFFFFFF).to(tl.uint32)
-    c0 = off.to(tl.uint32)
-    c1 = (off >> 32).to(tl.uint32)
-    c2 = c0 * 0
     c3 = c0 * 0
     for _ in tl.static_range(10):
         _c0, _c2 = c0, c2
@@ -168,7 +165,31 @@ def _philox(seed, off):
         c3 = tl.mul(_c0, 0xD2511F53, sanitize_overflow=False)
         k0 = tl.add(k0, 0x9E3779B9, sanitize_overflow=False)
         k1 = tl.add(k1, 0xBB67AE85, sanitize_overflow=False)
-    return c0
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _draws(seed, e_pos, h_off):
+    """The dropout draws ``[BLOCK, HG]`` uint32 of CSC positions ``e_pos [BLOCK]`` and heads ``h_off [HG]``: head
+    ``h`` of edge ``e`` takes output ``h % 4`` of Philox for counters ``(e, e >> 32, h // 4)``
+    (:mod:`cudnn_gnn._philox`), so one Philox evaluation serves four heads. With ``HG >= 4`` (a group of whole
+    fours: ``HG`` is a power of two and groups start at multiples of it) each evaluation's four outputs are
+    interleaved into the tile; with fewer heads a program each lane evaluates its own and picks its output."""
+    e = e_pos.to(tl.int64)
+    lo = (e & 0xFFFFFFFF).to(tl.uint32)
+    hi = ((e >> 32) & 0xFFFFFFFF).to(tl.uint32)
+    HG: tl.constexpr = h_off.shape[0]
+    if HG >= 4:
+        quad = _max(tl.reshape(h_off, [HG // 4, 4]), 1) // 4  # each four heads' counter
+        c2 = (lo[:, None] * 0 + quad[None, :].to(tl.uint32))
+        r0, r1, r2, r3 = _philox4(seed, lo[:, None] + c2 * 0, hi[:, None] + c2 * 0, c2)
+        r = tl.reshape(tl.join(tl.join(r0, r2), tl.join(r1, r3)), [e_pos.shape[0], HG])
+    else:
+        c2 = lo[:, None] * 0 + (h_off // 4)[None, :].to(tl.uint32)
+        r0, r1, r2, r3 = _philox4(seed, lo[:, None] + c2 * 0, hi[:, None] + c2 * 0, c2)
+        k = (h_off % 4)[None, :]
+        r = tl.where(k == 0, r0, tl.where(k == 1, r1, tl.where(k == 2, r2, r3)))
+    return r
 
 
 @triton.jit
@@ -176,16 +197,15 @@ def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexp
     """The attention dropout factors ``[BLOCK, HG]`` float32 of the CSC positions ``e_pos [BLOCK]`` and heads
     ``h_off [HG]`` (0 on masked lanes). ``DROP == 1``: read from explicit factors ``[E, H]`` in CSC order (one
     contiguous run of a row's edges). ``DROP == 2``: counter-based, nothing read but the seed ``drop_ptr [1]``
-    (int64): kept where the top 31 bits of Philox's draw for counter ``e * H + h`` reach ``drop_thr``, with the
+    (int64): kept where the top 31 bits of the edge's and head's draw (:func:`_draws`) reach ``drop_thr``, with the
     factor ``1 / (1 - drop_thr / 2**31)`` computed in float64 and rounded once (:mod:`cudnn_gnn._philox` is the
     same function in torch, bit for bit)."""
-    off = e_pos.to(tl.int64)[:, None] * H + h_off[None, :]
     if DROP == 1:
-        f = tl.load(drop_ptr + off, mask=eh_mask, other=0.0)
+        f = tl.load(drop_ptr + e_pos.to(tl.int64)[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
     else:
         seed = tl.load(drop_ptr)
         thr = tl.full([1], drop_thr, tl.int64)  # a runtime int64 whatever Triton specialised the argument to
-        keep = (_philox(seed, off) >> 1).to(tl.int64) >= thr
+        keep = (_draws(seed, e_pos, h_off) >> 1).to(tl.int64) >= thr
         # 1 - thr / 2**31 is exact, >= 2**-31 below thr = 2**31 (the maximum only keeps p = 1 from dividing by 0)
         scale = 1.0 / tl.maximum(1.0 - thr.to(tl.float64) * 4.656612873077393e-10, 4.656612873077393e-10)
         scale = tl.where(thr >= 2147483648, 0.0, scale)
