@@ -467,6 +467,30 @@ def test_gatconv_with_backend_triton_matches_the_reference_layer():
         torch.testing.assert_close(a, b, **TOL[torch.float32])
 
 
+@pytest.mark.parametrize("concat", [True, False])
+def test_an_in_place_change_of_the_layers_output_stays_legal(concat):
+    """GAT's one-gather backward keeps the op's output for ``delta = <dout, out>``; the layer adds its bias after the
+    op, so the layer's own output is another tensor and ``out.relu_()`` on it (legal on PyG's layer) keeps the
+    backward's result: the same gradients as the reference layer's."""
+    from cudnn_gnn import GATConv
+
+    ei, n, _ = GRAPHS["power_law"]()
+    x = torch.randn(n, 5, generator=torch.Generator().manual_seed(0))
+    results = []
+    for backend in ("triton", "reference"):
+        torch.manual_seed(0)
+        conv = GATConv(5, 4, heads=2, concat=concat, backend=backend)
+        with torch.no_grad():
+            conv.bias.normal_()
+        xl = x.clone().requires_grad_()
+        out = conv(xl, ei)
+        out.relu_()
+        out.square().sum().backward()
+        results.append([out, xl.grad, *[p.grad for p in conv.parameters()]])
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b, **TOL[torch.float32])
+
+
 def test_a_shape_that_failed_to_launch_on_cudnn_is_planned_on_triton(monkeypatch):
     """The planner's launch fallback: once cuDNN failed to launch a shape, later calls of it go to Triton where
     Triton runs (here: the interpreter), not to cuDNN again."""
