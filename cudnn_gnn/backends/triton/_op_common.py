@@ -12,7 +12,6 @@ tensors with ``save_for_backward`` (autograd checks their versions) and its othe
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,7 +20,8 @@ from torch import Tensor
 
 from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call, SourceWalk, op_schema, tensor_fields
 
-__all__ = ["LIB", "define", "grad_inputs", "input_grads", "keep", "kept", "like", "returned", "run", "sizes"]
+__all__ = ["LIB", "Fields", "define", "fields_of", "grad_inputs", "input_grads", "keep", "kept", "like", "returned",
+           "run", "sizes"]
 
 LIB = torch.library.Library("cudnn_gnn", "FRAGMENT")
 
@@ -92,13 +92,13 @@ def input_grads(layout: tuple[int, ...], n_inputs: int, grads: Sequence[Tensor])
     return out
 
 
-def keep(ctx: Any, call: GatCall | Gatv2Call, walk: SourceWalk | None, layout: tuple[int, ...], n_inputs: int,
-         return_attention: bool, att: Tensor, *extra: Tensor | None) -> None:
+def keep(ctx: Any, fields: Fields, call: GatCall | Gatv2Call, walk: SourceWalk | None, layout: tuple[int, ...],
+         n_inputs: int, return_attention: bool, att: Tensor, *extra: Tensor | None) -> None:
     """An autograd Function's forward bookkeeping after its op ran: ``call``, ``walk`` (None: no backward) and
     ``extra`` kept for :func:`kept` (the tensors through ``save_for_backward``, the call's other fields on ``ctx``),
     the inputs' ``layout`` (:func:`grad_inputs`), and the attention ``att`` marked non-differentiable where it was
-    not asked for (an empty stand-in)."""
-    positions, others = _fields(type(call))  # type: ignore[arg-type]  # a class: hashable
+    not asked for (an empty stand-in). ``fields``: the record's :func:`fields_of`."""
+    positions, others = fields
     ctx.scalars = tuple(call[i] for i in others)
     ctx.save_for_backward(*(call[i] for i in positions), *(walk if walk is not None else _NO_WALK), *extra)
     ctx.layout, ctx.n_inputs, ctx.return_attention = layout, n_inputs, return_attention
@@ -107,26 +107,26 @@ def keep(ctx: Any, call: GatCall | Gatv2Call, walk: SourceWalk | None, layout: t
         ctx.mark_non_differentiable(att)
 
 
-def kept(ctx: Any, record: type, grad_out: Tensor | None, grad_att: Tensor | None,
+def kept(ctx: Any, record: type, fields: Fields, grad_out: Tensor | None, grad_att: Tensor | None,
          out_spec: Callable[[Any], tuple[tuple[int, ...], torch.dtype]]
          ) -> tuple[Any, SourceWalk, tuple[Tensor | None, ...], Tensor, Tensor | None]:
     """``(call, walk, extra, grad_out, grad_att)`` in an autograd Function's backward: what :func:`keep` kept, the
     output's gradient (zeros shaped by ``out_spec(call)`` where only the returned attention was used) and the
     attention's (None where it was not returned). A call that ran without its backward structures (no input required
-    grad when it was built) is refused."""
-    positions, others = _fields(record)
+    grad when it was built) is refused. ``fields``: ``record``'s :func:`fields_of`."""
+    positions, others = fields
     values = ctx.saved_tensors
-    fields: list[Any] = [None] * (len(positions) + len(others))
+    args: list[Any] = [None] * (len(positions) + len(others))
     for i, t in zip(positions, values):
-        fields[i] = t
+        args[i] = t
     for i, v in zip(others, ctx.scalars, strict=True):
-        fields[i] = v
+        args[i] = v
     n = len(positions) + len(_NO_WALK)
     walk = values[len(positions):n]
     if walk[0] is None:
         raise RuntimeError("the triton backward needs the reverse CSC and the source work list, got a call built "
                            "without them: an input must require grad when the forward runs")
-    call = record(*fields)
+    call = record(*args)
     if grad_out is None:
         shape, dtype = out_spec(call)
         grad_out = call.x_src.new_zeros(shape, dtype=dtype)
@@ -142,8 +142,12 @@ def returned(ctx: Any, grads: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
 _NO_WALK = (None,) * len(SourceWalk._fields)
 
 
-@functools.cache
-def _fields(record: type) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The positions of ``record``'s tensor fields and of its other fields."""
+Fields = tuple[tuple[int, ...], tuple[int, ...]]
+
+
+def fields_of(record: type) -> Fields:
+    """The positions of ``record``'s tensor fields and of its other fields: computed once, at import, by each op's
+    module (``torch.compile`` traces :func:`keep` and :func:`kept`, and reads a constant where it cannot read a
+    class's annotations)."""
     positions = tensor_fields(record)
     return positions, tuple(i for i in range(len(record._fields)) if i not in positions)  # type: ignore[attr-defined]

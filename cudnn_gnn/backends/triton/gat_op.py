@@ -25,7 +25,7 @@ from torch import Tensor
 
 from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton._op_common import define, keep, kept, like, returned, run, sizes
+from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes
 from cudnn_gnn.backends.triton._runtime import check_runnable, kernels
 from cudnn_gnn.backends.triton.call import GatCall, SourceWalk
 
@@ -209,6 +209,9 @@ GRADS = tuple(GatCall._fields.index(name) for name in ("x_src", "x_dst", "att_no
 """The call fields the backward op returns gradients of, in its output order (the Function's inputs)."""
 
 
+_FIELDS = fields_of(GatCall)
+
+
 class GatAttention(torch.autograd.Function):
     """GAT attention over the ops: ``apply(return_attention, call, walk, layout, *inputs)``, a
     :class:`~cudnn_gnn.backends.triton.call.GatCall` and its :class:`~cudnn_gnn.backends.triton.call.SourceWalk`
@@ -229,13 +232,13 @@ class GatAttention(torch.autograd.Function):
                 layout: tuple[int, ...], *inputs: Tensor) -> tuple[Tensor, Tensor]:
         out, lse, att, scores = run(torch.ops.cudnn_gnn.triton_gat_fwd, _forward, *call, return_attention)
         one_gather = walk is not None and gat_one_gather(call, walk.rev_dst is not None)
-        keep(ctx, call, walk, layout, len(inputs), return_attention, att, lse, out if one_gather else None, scores)
+        keep(ctx, _FIELDS, call, walk, layout, len(inputs), return_attention, att, lse, out if one_gather else None, scores)
         return out, att
 
     @staticmethod
     def backward(ctx, grad_out: Tensor | None, grad_att: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, ...]:
         refuse_create_graph("triton")
-        call, walk, (lse, out, scores,), grad_out, grad_att = kept(ctx, GatCall, grad_out, grad_att, out_spec)
+        call, walk, (lse, out, scores,), grad_out, grad_att = kept(ctx, GatCall, _FIELDS, grad_out, grad_att, out_spec)
         return returned(ctx, run(torch.ops.cudnn_gnn.triton_gat_bwd, _backward, grad_out, grad_att, lse, out, scores,
                                  *call, *walk))

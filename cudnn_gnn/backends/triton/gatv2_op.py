@@ -22,7 +22,7 @@ from torch import Tensor
 from cudnn_gnn._bias import column_sum
 from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton._op_common import define, keep, kept, like, returned, run, sizes
+from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes
 from cudnn_gnn.backends.triton._runtime import check_runnable, kernels
 from cudnn_gnn.backends.triton.call import Gatv2Call, SourceWalk
 
@@ -135,6 +135,9 @@ GRADS = tuple(Gatv2Call._fields.index(name) for name in ("x_src", "x_dst", "edge
 """The call fields the backward op returns gradients of, in its output order (the Function's inputs)."""
 
 
+_FIELDS = fields_of(Gatv2Call)
+
+
 class Gatv2Attention(torch.autograd.Function):
     """GATv2 attention over the ops: ``apply(return_attention, call, walk, layout, *inputs)``, a
     :class:`~cudnn_gnn.backends.triton.call.Gatv2Call` and its :class:`~cudnn_gnn.backends.triton.call.SourceWalk`
@@ -148,13 +151,13 @@ class Gatv2Attention(torch.autograd.Function):
     def forward(ctx, return_attention: bool, call: Gatv2Call, walk: SourceWalk | None,  # type: ignore[override]
                 layout: tuple[int, ...], *inputs: Tensor) -> tuple[Tensor, Tensor]:
         out, lse, att = run(torch.ops.cudnn_gnn.triton_gatv2_fwd, _forward, *call, return_attention)
-        keep(ctx, call, walk, layout, len(inputs), return_attention, att, lse)
+        keep(ctx, _FIELDS, call, walk, layout, len(inputs), return_attention, att, lse)
         return out, att
 
     @staticmethod
     def backward(ctx, grad_out: Tensor | None, grad_att: Tensor | None  # type: ignore[override]
                  ) -> tuple[Tensor | None, ...]:
         refuse_create_graph("triton")
-        call, walk, (lse,), grad_out, grad_att = kept(ctx, Gatv2Call, grad_out, grad_att, out_spec)
+        call, walk, (lse,), grad_out, grad_att = kept(ctx, Gatv2Call, _FIELDS, grad_out, grad_att, out_spec)
         return returned(ctx, run(torch.ops.cudnn_gnn.triton_gatv2_bwd, _backward, grad_out, grad_att, lse,
                                  *call, *walk))
