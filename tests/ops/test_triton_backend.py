@@ -491,6 +491,38 @@ def test_an_in_place_change_of_the_layers_output_stays_legal(concat):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
 
 
+def test_use_options_reaches_the_layers_eager_calls_in_its_block_only(monkeypatch):
+    """``use_options`` sets the options of the eager Triton calls given none (a layer's) for its block: the forward's
+    launch shape is the block's inside it and the rule's outside, before and after; a non-options object is refused
+    in the house grammar."""
+    from cudnn_gnn import GATConv
+    from cudnn_gnn.backends.triton import tuning
+
+    seen = []
+    real = tuning.launch_config
+
+    def spy(*args, **kwargs):
+        result = real(*args, **kwargs)
+        if args[3] == "fwd":
+            seen.append(result[2]["BLOCK_E"])
+        return result
+
+    monkeypatch.setattr(tuning, "launch_config", spy)
+    ei, n, _ = GRAPHS["power_law"]()
+    conv = GATConv(5, 4, heads=2, backend="triton")
+    x = torch.randn(n, 5)
+    with torch.no_grad():
+        conv(x, ei)
+        with tb.use_options(tb.TritonOptions(launch={"fwd": (2, 1)})):
+            conv(x, ei)
+        conv(x, ei)
+    rule = real(x.new_empty(n, 8), 2, False, "fwd", x)[2]["BLOCK_E"]
+    assert rule != 2 and seen == [rule, 2, rule], seen
+    with pytest.raises(TypeError, match="options must be a TritonOptions, got dict"):
+        with tb.use_options({"fwd": (2, 1)}):
+            pass
+
+
 def test_a_shape_that_failed_to_launch_on_cudnn_is_planned_on_triton(monkeypatch):
     """The planner's launch fallback: once cuDNN failed to launch a shape, later calls of it go to Triton where
     Triton runs (here: the interpreter), not to cuDNN again."""
