@@ -398,6 +398,31 @@ def test_compile_fullgraph_has_no_graph_break():
         torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
 
 
+def test_kernel_signatures_take_the_argument_groups_in_their_order():
+    """The launchers pass the inputs (``x_src`` and :func:`edge_inputs`) and the dropout (:func:`drop_args`) as
+    groups; each kernel that reads one takes it as one run of parameters in :data:`EDGE_INPUT_PARAMS` /
+    :data:`DROPOUT_PARAMS` order (the source pass the first five inputs), so a group is spelled once for the
+    launchers."""
+    import inspect
+
+    from cudnn_gnn.backends.triton.kernels import backward_dst, backward_src, common, forward, gat_backward
+
+    def params(kernel):
+        fn = getattr(kernel, "fn", kernel)
+        return tuple(getattr(fn, "arg_names", None) or inspect.signature(fn).parameters)
+
+    def has_run(names, run):
+        return any(names[i:i + len(run)] == run for i in range(len(names)))
+
+    inputs, drop = common.EDGE_INPUT_PARAMS, common.DROPOUT_PARAMS
+    for kernel, group in ((forward._fwd_kernel, inputs), (backward_dst._bwd_dst_kernel, inputs),
+                          (backward_src._bwd_src_kernel, inputs[:5])):
+        assert has_run(params(kernel), group), (kernel, params(kernel))
+    for kernel in (forward._fwd_kernel, forward._fwd_merge_kernel, backward_dst._bwd_dst_kernel,
+                   gat_backward._bwd_gat_src_kernel, gat_backward._bwd_gat_delta_att_kernel):
+        assert has_run(params(kernel), drop), (kernel, params(kernel))
+
+
 def test_host_grid_math_is_tritons():
     """The launchers' host ``_cdiv`` / ``_next_pow2`` (plain Python in place of Triton's constexpr functions) give
     ``triton.cdiv`` / ``triton.next_power_of_2``'s values."""

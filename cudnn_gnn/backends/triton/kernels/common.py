@@ -270,6 +270,15 @@ def _or(t: Tensor | None, fallback: Tensor) -> Tensor:
     return fallback if t is None else t
 
 
+EDGE_INPUT_PARAMS = ("x_src_ptr", "x_dst_ptr", "edge_ptr", "ew_ptr", "attw_ptr", "ssrc_ptr", "sdst_ptr", "sedge_ptr")
+"""The row kernels' input parameters, in their order (one run in each signature; the source pass takes the first five):
+``x_src_ptr`` and then what :func:`edge_inputs` gives (``tests/ops/test_triton_backend.py`` holds the signatures to
+it)."""
+
+DROPOUT_PARAMS = ("drop_ptr", "drop_thr")
+"""The kernels' dropout parameters, in their order (what :func:`drop_args` gives)."""
+
+
 def edge_inputs(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | None, fallback: Tensor
                 ) -> tuple[tuple[Tensor, ...], Tensor | None, Tensor | None, bool]:
     """What the row kernels take after ``x_src_ptr``, ``(x_dst, edge, edge_weight, attw, score_src, score_dst,
