@@ -21,7 +21,7 @@ from torch import Tensor
 from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call, SourceWalk, op_schema, tensor_fields
 
 __all__ = ["LIB", "Fields", "define", "fields_of", "grad_inputs", "input_grads", "keep", "kept", "like", "returned",
-           "run", "sizes"]
+           "run", "sizes", "statistics"]
 
 LIB = torch.library.Library("cudnn_gnn", "FRAGMENT")
 
@@ -52,11 +52,19 @@ def sizes(c: GatCall | Gatv2Call) -> tuple[int, int, int, int]:
     return c.offsets.shape[0] - 1, c.indices.shape[0], c.heads, c.x_src.shape[1] // c.heads
 
 
-def like(t: Tensor | None, fallback: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-    """A fresh contiguous tensor shaped like ``t`` (its dtype unless given), or an empty stand-in for None."""
+def like(t: Tensor | None, fallback: Tensor) -> Tensor:
+    """A fresh contiguous tensor shaped like ``t``, in its dtype, or an empty stand-in for None."""
     if t is None:
         return fallback.new_empty(0)
-    return torch.empty(t.shape, dtype=dtype or t.dtype, device=t.device)
+    return torch.empty(t.shape, dtype=t.dtype, device=t.device)
+
+
+def statistics(c: GatCall | Gatv2Call, return_attention: bool) -> tuple[Tensor, Tensor]:
+    """A forward op's softmax outputs, fresh float32: ``lse [Nd, H]`` and the attention ``[E, H]``, or an empty
+    stand-in ``[0]`` without ``return_attention`` (what the op returns in its place; the kernels get None)."""
+    nd, e, h, _ = sizes(c)
+    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
+    return torch.empty(nd, h, **f32), torch.empty((e, h) if return_attention else (0,), **f32)
 
 
 def grad_inputs(call: GatCall | Gatv2Call, fields: tuple[int, ...]) -> tuple[tuple[int, ...], list[Tensor]]:

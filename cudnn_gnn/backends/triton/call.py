@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import functools
 import weakref
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -333,7 +332,6 @@ def op_schema(*records: type) -> str:
                      for record in records for name, t in record.__annotations__.items())
 
 
-@functools.cache
 def tensor_fields(record: type) -> tuple[int, ...]:
     """The positions of the tensor fields (``Tensor`` and ``Tensor | None``) of the NamedTuple class ``record``."""
     return tuple(i for i, t in enumerate(record.__annotations__.values()) if _annotation(t).startswith("Tensor"))
@@ -411,7 +409,8 @@ def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
     drop = _kernel_dropout(spec, g)
     dropout, threshold = (None, 0) if drop is None else drop
     knobs: dict[str, Any] = dict(dropout=dropout, heads=spec.heads, concat=spec.concat, activation=spec.activation,
-                 activation_alpha=spec.activation_alpha, dropout_threshold=threshold, launch=options.launch_codes())
+                                 activation_alpha=spec.activation_alpha, dropout_threshold=threshold,
+                                 launch=options.launch_codes())
     rows = g.rows
     if spec.v2:
         edge_attr, lin_edge_weight = gatv2_edge_inputs(spec, needs_grad)

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes
+from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes, statistics
 from cudnn_gnn.backends.triton._runtime import check_runnable, kernels
 from cudnn_gnn.backends.triton.call import GatCall, SourceWalk
 
@@ -52,33 +52,31 @@ def _split_scores(c: GatCall, scores: Tensor) -> tuple[Tensor, Tensor]:
     return scores[:ns], scores[ns:]
 
 
+def _outputs(c: GatCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The forward op's outputs, fresh: ``out`` as :func:`out_spec` says, ``lse`` and the attention or its stand-in
+    (:func:`~cudnn_gnn.backends.triton._op_common.statistics`), the node ``scores`` as :func:`_scores_shape` says."""
+    shape, dtype = out_spec(c)
+    return (torch.empty(shape, device=c.x_src.device, dtype=dtype), *statistics(c, return_attention),
+            torch.empty(_scores_shape(c), device=c.x_src.device, dtype=torch.float32))
+
+
 def _forward(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The forward op: ``(out, lse, attention or empty, scores)``; ``out`` as :func:`out_spec` says, ``scores`` as
-    :func:`_scores_shape` (kept for the backward). The node scores ``score_src[j, h] = a_src[h] . x_src[j, h]``,
-    ``score_dst[i, h] = a_dst[h] . x_dst[i, h]`` in one launch (each feature row read once in its own dtype,
-    float32 sums; a homogeneous graph's rows once for both), then the attention."""
+    """The forward op: ``(out, lse, attention or empty, scores)`` (:func:`_outputs`; the scores kept for the
+    backward). The node scores ``score_src[j, h] = a_src[h] . x_src[j, h]``, ``score_dst[i, h] = a_dst[h] .
+    x_dst[i, h]`` in one launch (each feature row read once in its own dtype, float32 sums; a homogeneous graph's
+    rows once for both), then the attention."""
     c, return_attention = GatCall(*args[:-1]), bool(args[-1])
     check_runnable(c.x_src.device)
-    nd, e, h, ch = sizes(c)
-    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
-    out = torch.empty(out_spec(c)[0], device=c.x_src.device, dtype=out_spec(c)[1])
-    lse = torch.empty(nd, h, **f32)
-    att = torch.empty(e, h, **f32) if return_attention else None
-    scores = torch.empty(_scores_shape(c), **f32)
-    k = kernels()
+    out, lse, att, scores = _outputs(c, return_attention)
     parts = _split_scores(c, scores)
-    k.launch_node_scores(c.x_src, c.x_dst, c.att_node, h, out=parts)
-    k.launch_forward(c, parts, out, lse, att)
-    return out, lse, att if att is not None else lse.new_empty(0), scores
+    k = kernels()
+    k.launch_node_scores(c.x_src, c.x_dst, c.att_node, c.heads, out=parts)
+    k.launch_forward(c, parts, out, lse, att if return_attention else None)
+    return out, lse, att, scores
 
 
 def _forward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    c, return_attention = GatCall(*args[:-1]), bool(args[-1])
-    nd, e, h, _ = sizes(c)
-    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
-    shape, dtype = out_spec(c)
-    return (torch.empty(shape, device=c.x_src.device, dtype=dtype), torch.empty(nd, h, **f32),
-            torch.empty((e, h) if return_attention else (0,), **f32), torch.empty(_scores_shape(c), **f32))
+    return _outputs(GatCall(*args[:-1]), bool(args[-1]))
 
 
 def gat_one_gather(c: GatCall, static_graph: bool) -> bool:

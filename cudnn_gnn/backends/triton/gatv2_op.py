@@ -22,7 +22,7 @@ from torch import Tensor
 from cudnn_gnn._bias import column_sum
 from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes
+from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes, statistics
 from cudnn_gnn.backends.triton._runtime import check_runnable, kernels
 from cudnn_gnn.backends.triton.call import Gatv2Call, SourceWalk
 
@@ -40,24 +40,19 @@ def _forward(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
     """The forward op: ``(out, lse [Nd, H] float32, attention [E, H] float32 COO or empty)``."""
     c, return_attention = Gatv2Call(*args[:-1]), bool(args[-1])
     check_runnable(c.x_src.device)
-    nd, e, h, ch = sizes(c)
-    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
-    out = c.x_src.new_empty(nd, h * ch) if c.concat else torch.empty(nd, h * ch, **f32)
-    lse = torch.empty(nd, h, **f32)
-    att = torch.empty(e, h, **f32) if return_attention else None
-    kernels().launch_forward(c, None, out, lse, att)
+    nd, _, h, ch = sizes(c)
+    out = c.x_src.new_empty(nd, h * ch) if c.concat else c.x_src.new_empty(nd, h * ch, dtype=torch.float32)
+    lse, att = statistics(c, return_attention)
+    kernels().launch_forward(c, None, out, lse, att if return_attention else None)
     if not c.concat:
         out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
-    return out, lse, att if att is not None else lse.new_empty(0)
+    return out, lse, att
 
 
 def _forward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
     c, return_attention = Gatv2Call(*args[:-1]), bool(args[-1])
-    nd, e, h, _ = sizes(c)
-    f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     shape, dtype = out_spec(c)
-    return (torch.empty(shape, device=c.x_src.device, dtype=dtype), torch.empty(nd, h, **f32),
-            torch.empty((e, h) if return_attention else (0,), **f32))
+    return (torch.empty(shape, device=c.x_src.device, dtype=dtype), *statistics(c, return_attention))
 
 
 def _backward(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor,

@@ -90,12 +90,9 @@ def triton_gat(spec: AttentionSpec, graph: TritonGraph | None = None, *,
         options = DEFAULT_OPTIONS if torch.compiler.is_compiling() else scoped_options()
     call, walk = build_call(spec, kernel_graph(spec.graph) if graph is None else graph, needs_grad=needs_grad,
                             options=options)
-    if isinstance(call, Gatv2Call):
-        layout, inputs = grad_inputs(call, gatv2_op.GRADS)
-        out, att = Gatv2Attention.apply(spec.return_attention, call, walk, layout, *inputs)
-    else:
-        layout, inputs = grad_inputs(call, gat_op.GRADS)
-        out, att = GatAttention.apply(spec.return_attention, call, walk, layout, *inputs)
+    function, grads = (Gatv2Attention, gatv2_op.GRADS) if isinstance(call, Gatv2Call) else (GatAttention, gat_op.GRADS)
+    layout, inputs = grad_inputs(call, grads)
+    out, att = function.apply(spec.return_attention, call, walk, layout, *inputs)
     if not spec.v2 and not spec.concat:  # GAT's op returns the float32 per-head output (gat_op.out_spec)
         out = out.view(out.shape[0], spec.heads, x_src.shape[1] // spec.heads).mean(1).to(x_src.dtype)
     return out, (att if spec.return_attention else None)
