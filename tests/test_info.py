@@ -35,7 +35,7 @@ def fake_env(monkeypatch):
             mod.backend_version = lambda: backend_version
             if gnn:
                 mod.gnn_mha_gat_forward = mod.gnn_mha_gat_v2_forward = object()
-            mod.sdpa_torch = object()
+            mod.pygraph = object()
             monkeypatch.setitem(sys.modules, "cudnn", mod)
         return backends.backend_info(refresh=True)
 

@@ -7,8 +7,9 @@ GAT / GATv2 (:func:`cudnn_gnn.gat`, :func:`cudnn_gnn.gatv2`), each behind :class
 * ``"triton"``: our fused Triton kernels (:mod:`cudnn_gnn.backends.triton`); any CUDA GPU with Triton, no cuDNN.
 * ``"reference"``: plain differentiable PyTorch (:mod:`cudnn_gnn.backends.reference`); any device, the oracle.
 
-Global attention (:func:`cudnn_gnn.graph_attention`): ``"cudnn"`` (``cudnn.sdpa_torch``,
-:mod:`cudnn_gnn.backends._cudnn_sdpa`), ``"flash"`` (torch's fused kernels) and ``"reference"``.
+Global attention (:func:`cudnn_gnn.graph_attention`): ``"cudnn"`` (our cuDNN SDPA graphs,
+:mod:`cudnn_gnn.backends._cudnn_sdpa`; their plans: :mod:`cudnn_gnn.backends._sdpa_plans`), ``"flash"`` (torch's fused
+kernels) and ``"reference"``.
 
 ``"auto"`` is resolved per call by the planner (:mod:`cudnn_gnn.ops.plan`, :mod:`cudnn_gnn.ops.global_attention`);
 nothing here probes a GPU at import. What this process can run, and why not: :func:`backend_info`.

@@ -104,7 +104,7 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
 
     ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE`` from a GAT call: a cuDNN without
     ``libcudnn_engines_precompiled`` switches itself to its GRAPH_JIT_ONLY library mode at the first graph that
-    needs engines (the backward of ``cudnn.sdpa_torch``, a torch cuDNN convolution), in which the GNN kernels are
+    needs engines (the backward of a cuDNN SDPA graph, a torch cuDNN convolution), in which the GNN kernels are
     unavailable (``info.JIT_ONLY_NOTE``; docs/gpu-install.md).
     """
     msg = str(exc)
@@ -127,7 +127,7 @@ def explain_failure(exc: RuntimeError) -> RuntimeError:
     dirs = library_dirs(libs)
     parts = [msg + "."]
     if sdpa:
-        parts.append("cudnn.sdpa_torch ran earlier in this process (graph_attention with backend='cudnn').")
+        parts.append("cuDNN SDPA ran earlier in this process (graph_attention with backend='cudnn').")
     if lacking:
         parts.append(f"The cuDNN in {', '.join(lacking)} lacks {PRECOMPILED}: {JIT_ONLY_NOTE}.")
     else:

@@ -183,7 +183,7 @@ def _probe() -> BackendInfo:
 
         frontend_version = getattr(cudnn, "__version__", None)
         gnn = all(hasattr(cudnn, s) for s in ("gnn_mha_gat_forward", "gnn_mha_gat_v2_forward"))
-        sdpa = hasattr(cudnn, "sdpa_torch")
+        sdpa = hasattr(cudnn, "pygraph")  # our SDPA graphs (backends/_cudnn_sdpa.py) are built through it
         if cuda:
             try:
                 backend_version = int(cudnn.backend_version())

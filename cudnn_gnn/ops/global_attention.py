@@ -5,8 +5,9 @@ Graphs of a batch are packed back to back (PyG's layout: the nodes of graph ``b`
 
 Why not torch's cuDNN SDPA: running ``F.scaled_dot_product_attention`` on ``SDPBackend.CUDNN_ATTENTION`` can
 make every later cuDNN GAT call in the process fail with ``CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE``
-(docs/gpu-install.md), while the frontend's ``cudnn.sdpa_torch`` and torch's flash / ``varlen_attn`` leave it
-working. So this module never selects ``SDPBackend.CUDNN_ATTENTION``: the cuDNN path is the frontend's, and every
+(docs/gpu-install.md), while graphs built through the cuDNN frontend's own graph API and torch's flash /
+``varlen_attn`` leave it working. So this module never selects ``SDPBackend.CUDNN_ATTENTION``: the cuDNN path is our
+own graphs (:mod:`cudnn_gnn.backends._cudnn_sdpa`), and every
 ``F.scaled_dot_product_attention`` call here runs under ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION,
 MATH])``.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import warnings
 from collections.abc import Callable
 
 import torch
@@ -43,6 +45,8 @@ def graph_attention(
     scale: float | None = None,
     backend: str = "auto",
     validate: bool | None = None,
+    deterministic: bool | None = None,
+    generator: torch.Generator | None = None,
 ) -> Tensor:
     r"""Multi-head softmax attention among the nodes of each graph of a batch (no mask across graphs).
 
@@ -62,27 +66,31 @@ def graph_attention(
         max_num_nodes: an upper bound on the nodes of one graph. The kernels need it on the host; without it
             the op reads it from ``ptr`` (one device-to-host sync). Models pass it once per batch.
         dropout: probability of zeroing an attention coefficient (training only), as in
-            ``nn.MultiheadAttention``. Neither cuDNN's SDPA nor ``varlen_attn`` has dropout: with
-            ``dropout > 0`` and ``training``, ``auto`` runs the ``flash`` backend's padded path.
+            ``nn.MultiheadAttention``. cuDNN applies it inside its kernel (a seed drawn from torch's generator on
+            the device: seeded runs repeat, CUDA-graph replays draw new masks); ``varlen_attn`` has no dropout, so
+            the ``flash`` backend runs its padded path for it. ``dropout=1`` (everything dropped) does not run on
+            cuDNN.
         training: apply ``dropout``.
         scale: softmax scale, default ``1 / sqrt(D)``.
         backend: ``"auto" | "cudnn" | "flash" | "reference"``.
 
-            * ``"cudnn"``: ``cudnn.sdpa_torch`` on packed ``[N, H, D]`` with ``cu_seqlens = ptr``
-              (:mod:`cudnn_gnn.backends._cudnn_sdpa`). fp16/bf16 kernel: float32/float64 inputs are cast to
-              bfloat16 inside and the output (and, through autograd, the gradients) cast back, so they carry
-              bf16 precision. Head size a multiple of 8, at most 128, ``Dv == D``. Plans are built by the
-              frontend per shape bucket (first call of a bucket: a JIT build, milliseconds to seconds); see
-              :func:`cudnn_gnn.backends._cudnn_sdpa.plan_cache_info`. Deterministic backward follows
-              ``torch.use_deterministic_algorithms``.
+            * ``"cudnn"``: our cuDNN SDPA graphs on packed ``[N, H, D]`` with ragged offsets from ``ptr``
+              (:mod:`cudnn_gnn.backends._cudnn_sdpa`), attention dropout included. fp16/bf16 kernel with float32
+              statistics: float32/float64 inputs are cast to bfloat16 inside and the output (and, through
+              autograd, the gradients) cast back, so they carry bf16 precision. Head size a multiple of 8, at
+              most 128, ``Dv == D``. A plan per shape bucket (batch size, longest graph rounded up to a power of
+              two, dtype, heads, head size, scale, dropout; the backward also the node total in 8 buckets per
+              power of two): the first call of a bucket builds it (milliseconds to seconds) and writes it to the
+              plan folder, from which later processes load it (:func:`cudnn_gnn.precompile` fills it ahead);
+              see :func:`cudnn_gnn.backends._cudnn_sdpa.plan_cache_info`.
             * ``"flash"``: torch's fused kernels. Without dropout, ``torch.nn.attention.varlen.varlen_attn``
               (packed; fp32 cast to bf16 like cuDNN); with dropout, or where varlen is missing or does not fit,
               padded ``F.scaled_dot_product_attention`` with a key-padding mask on flash / memory-efficient /
               math kernels (any dtype).
             * ``"reference"``: plain PyTorch math on graphs padded to ``max_num_nodes``: any device and dtype,
               the test oracle; memory ``B * H * max_num_nodes**2``.
-            * ``"auto"``: CPU -> reference. CUDA -> ``cudnn`` where ``cudnn.sdpa_torch`` is available, the call
-              fits it (head size, no training dropout) and every cuDNN mapped into the process has
+            * ``"auto"``: CPU -> reference. CUDA -> ``cudnn`` where the frontend's graph API is available, the call
+              fits it (head size, ``dropout < 1``) and every cuDNN mapped into the process has
               ``libcudnn_engines_precompiled``; else ``flash``. Without those engines the SDPA backward switches
               cuDNN to JIT-only mode and later cuDNN GAT calls fail with
               CUDNN_STATUS_NOT_SUPPORTED_SUBLIBRARY_UNAVAILABLE (docs/gpu-install.md). ``python -m cudnn_gnn
@@ -93,6 +101,9 @@ def graph_attention(
             ValueError; on CUDA with ``max_num_nodes`` given (no sync wanted) checked on the device, and a batch
             that fails gets NaN outputs instead of wrong numbers. ``True``: always checked and raised (one sync).
             ``False``: trusted (for callers that guarantee their batches).
+        deterministic: cuDNN's deterministic backward (bitwise repeatable gradients, somewhat slower); ``None``
+            follows ``torch.are_deterministic_algorithms_enabled()``. Other backends ignore it.
+        generator: the generator attention dropout draws from on the ``cudnn`` backend (default: the device's).
 
     Returns:
         ``[N, H, Dv]`` in q's dtype.
@@ -101,7 +112,8 @@ def graph_attention(
         TypeError: a tensor argument is not a tensor or has the wrong dtype; a knob has the wrong type.
         ValueError: shapes disagree, a value is out of range, or ``backend`` is unknown.
         RuntimeError: ``backend="cudnn"`` or ``"flash"`` cannot run here (says why and the fix).
-        NotImplementedError: ``backend="cudnn"`` with training dropout or an unsupported head size.
+        NotImplementedError: ``backend="cudnn"`` with ``dropout=1`` in training, an unsupported head size, or a
+            call cuDNN cannot build a graph for (its reason in the message; ``auto`` runs ``flash`` instead).
 
     Example:
         >>> q = k = v = torch.randn(5, 2, 8)
@@ -127,6 +139,10 @@ def graph_attention(
     training = check_bool("training", training)
     if validate is not None:
         validate = check_bool("validate", validate)
+    if deterministic is not None:
+        deterministic = check_bool("deterministic", deterministic)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got {type(generator).__name__}")
     if scale is None:
         scale = 1.0 / math.sqrt(d) if d > 0 else 1.0
     elif isinstance(scale, bool) or not isinstance(scale, (int, float)):
@@ -170,12 +186,31 @@ def graph_attention(
     if chosen == "cudnn":
         from cudnn_gnn.backends import _cudnn_sdpa
 
-        out = _cudnn_sdpa.sdpa_varlen(q, k, v, ptr, max_num_nodes, float(scale))
-    elif chosen == "flash":
+        try:
+            out = _cudnn_sdpa.sdpa_varlen(q, k, v, ptr, max_num_nodes, float(scale), dropout_p=p_dropout,
+                                          deterministic=deterministic, generator=generator)
+        except _cudnn_sdpa.SdpaUnsupported as e:
+            if backend != "auto":
+                raise NotImplementedError(f"backend='cudnn' cannot run this call: {e}; use backend='flash' or "
+                                          "'auto'") from e
+            _warn_fallback(str(e))
+            chosen = "flash"
+    if chosen == "flash":
         out = _attention_torch_fused(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
-    else:
+    elif chosen == "reference":
         out = _attention_reference(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
     return out if poison is None else torch.where(poison, torch.full_like(out, float("nan")), out)
+
+
+_FALLBACK_WARNED: set[str] = set()
+
+
+def _warn_fallback(why: str) -> None:
+    """``auto`` met a call cuDNN cannot build a graph for: say so once per reason, then run ``flash``."""
+    if why not in _FALLBACK_WARNED:
+        _FALLBACK_WARNED.add(why)
+        warnings.warn(f"graph_attention: {why}; backend='auto' runs 'flash' for such calls", RuntimeWarning,
+                      stacklevel=3)
 
 
 def _sync_is_costly(device: torch.device) -> bool:
@@ -268,8 +303,8 @@ def choose_backend(backend: str, device: torch.device, d: int, dv: int, p_dropou
     from cudnn_gnn.backends import _cudnn_sdpa
 
     why_not = _cudnn_sdpa.supports(d, dv)
-    if p_dropout > 0:
-        why_not = "cudnn.sdpa_torch has no attention dropout"
+    if p_dropout >= 1:
+        why_not = "dropout=1 drops every coefficient, which cuDNN's dropout (scaled by 1 / (1 - p)) cannot express"
     if backend == "auto":
         # cuDNN SDPA only where the cuDNN in use has its precompiled engines: without them its backward switches
         # cuDNN to JIT-only mode under the GAT kernels (docs/gpu-install.md)
@@ -279,7 +314,7 @@ def choose_backend(backend: str, device: torch.device, d: int, dv: int, p_dropou
     info = backend_info()
     if not info.sdpa_available:
         raise RuntimeError(
-            f"backend='cudnn' is unavailable: {info.reason or 'cudnn.sdpa_torch missing'}. "
+            f"backend='cudnn' is unavailable: {info.reason or 'cudnn.pygraph missing'}. "
             f"Fix: {info.fix or 'pip install --no-deps -U nvidia-cudnn-frontend>=1.32'}"
         )
     if why_not is not None:

@@ -6,6 +6,11 @@ kernel depends on the op, the dtype, the direction, whether the call passes the 
 the index dtype (``index_dtypes``), not on the graph, the heads or the feature width. Builds in threads of one
 process do not overlap; builds in separate processes do, after which this process finds them in the disk cache:
 ``processes=True``. The timings are in docs/performance.md ("first-call kernel build").
+
+Global attention on cuDNN (:func:`~cudnn_gnn.graph_attention`, ``backend="cudnn"``) runs our own SDPA graphs, whose
+plans depend on the shapes of a batch (graphs, longest graph, heads, head size, the node total's bucket): ``attention``
+builds the plans of the shapes a run will see, and writes them to the plan folder, from which the run (and every
+later process) loads them instead of building.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import sys
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
+from typing import NamedTuple
 
 import torch
 
@@ -22,11 +28,30 @@ from cudnn_gnn._validation import check_bool
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.ops.gat import gat
 from cudnn_gnn.ops.gatv2 import gatv2
+from cudnn_gnn.ops.global_attention import graph_attention
 
-__all__ = ["precompile"]
+__all__ = ["AttentionShape", "precompile"]
 
 _OPS = {"gat": gat, "gatv2": gatv2}
 _DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+class AttentionShape(NamedTuple):
+    """The batches of one :func:`~cudnn_gnn.graph_attention` call site, for :func:`precompile`'s ``attention``.
+
+    Attributes:
+        num_graphs: graphs per batch (``B``; a smaller last batch is a shape of its own).
+        max_num_nodes: the largest graph's nodes (the plan holds it rounded up to a power of two).
+        heads, head_dim: ``H`` and ``D`` of q, k and v.
+        num_nodes: the batches' node totals: an int, or ``(low, high)`` for every backward plan in between (8 per
+            power of two); default ``num_graphs * max_num_nodes // 2``.
+    """
+
+    num_graphs: int
+    max_num_nodes: int
+    heads: int
+    head_dim: int
+    num_nodes: int | tuple[int, int] | None = None
 
 
 def precompile(
@@ -41,6 +66,8 @@ def precompile(
     backend: str = "cudnn",
     max_workers: int | None = None,
     processes: bool = False,
+    attention: Iterable[AttentionShape | tuple[int, ...]] = (),
+    attention_dropout: float = 0.0,
 ) -> dict[str, float]:
     """Run every ``op x dtype`` once on a tiny graph, in parallel, so that later calls find their kernels.
 
@@ -69,12 +96,19 @@ def precompile(
             then the builds in this process, which then load from the compute cache on disk (the builds overlap,
             which threads of one process do not). A process that
             fails (e.g. a GPU in exclusive-process mode) leaves its build to this process, which raises the real
-            error if there is one.
+            error if there is one. GAT / GATv2 only.
+        attention: :class:`AttentionShape` s (or tuples of their fields) whose cuDNN SDPA plans to build for
+            :func:`~cudnn_gnn.graph_attention` in each of ``dtypes`` (float32 runs as bfloat16), one after another in
+            this process: the forward and, with ``backward``, the backward (``deterministic`` as given) of every
+            node-total bucket. Each plan is written to the plan folder (``$CUDNN_GNN_CACHE_DIR/sdpa-plans`` or
+            ``~/.cache/cudnn_gnn/sdpa-plans``), where later processes find it. ``ops`` may be empty then.
+        attention_dropout: the attention dropout of those calls in training (part of the plan).
 
     Returns:
         seconds per ``"op/dtype"`` (``"op/dtype edge"`` with ``edge_features``, `` int64`` appended for int64
         indices; forward and, with ``backward``, backward), in the order given; with ``processes``, from the
-        start to the end of that build's process plus its build in this process.
+        start to the end of that build's process plus its build in this process. Then one entry per attention
+        build, ``"attention/dtype BxS HxD N=n"`` (``S`` the largest graph, ``n`` the node total).
 
     Raises:
         ValueError: an unknown op or dtype, or an empty selection.
@@ -92,9 +126,13 @@ def precompile(
     for dt in dtypes:
         if dt not in _DTYPES:
             raise ValueError(f"dtypes must be float32, float16 or bfloat16, got {dt}")
-    if not ops or not dtypes or not index_dtypes:
-        raise ValueError(f"ops, dtypes and index_dtypes must not be empty, got ops={ops}, dtypes={dtypes}, "
-                         f"index_dtypes={index_dtypes}")
+    shapes = [_attention_shape(s) for s in attention]
+    if (not ops and not shapes) or not dtypes or not index_dtypes:
+        raise ValueError(f"ops (or attention), dtypes and index_dtypes must not be empty, got ops={ops}, "
+                         f"attention={shapes}, dtypes={dtypes}, index_dtypes={index_dtypes}")
+    p = float(attention_dropout) if isinstance(attention_dropout, (int, float)) else attention_dropout
+    if isinstance(attention_dropout, bool) or not isinstance(p, float) or not 0.0 <= p < 1.0:
+        raise ValueError(f"attention_dropout must be in [0, 1), got {attention_dropout!r}")
     check_bool("backward", backward)
     check_bool("deterministic", deterministic)
     check_bool("edge_features", edge_features)
@@ -104,8 +142,77 @@ def precompile(
     device = torch.device(device)
     jobs = [(op, dt, edges, it) for op in ops for dt in dtypes for edges in ((False, True) if edge_features else (False,))
             for it in index_dtypes]
-    return _precompile_jobs(jobs, backward=backward, deterministic=deterministic, device=device, backend=backend,
-                            max_workers=max_workers, processes=processes)
+    got = _precompile_jobs(jobs, backward=backward, deterministic=deterministic, device=device, backend=backend,
+                           max_workers=max_workers, processes=processes) if jobs else {}
+    for shape in shapes:
+        for dt in dict.fromkeys(torch.bfloat16 if d == torch.float32 else d for d in dtypes):
+            got.update(_attention_builds(shape, dt, p, backward=backward, deterministic=deterministic, device=device,
+                                         backend=backend))
+    return got
+
+
+def _attention_shape(shape: AttentionShape | tuple[int, ...]) -> AttentionShape:
+    """``shape`` as an :class:`AttentionShape`, checked."""
+    if not isinstance(shape, tuple) or not 4 <= len(shape) <= 5:
+        raise ValueError(f"attention must hold AttentionShape(num_graphs, max_num_nodes, heads, head_dim[, num_nodes]) "
+                         f"entries, got {shape!r}")
+    s = AttentionShape(*shape)
+    for name in ("num_graphs", "max_num_nodes", "heads", "head_dim"):
+        value = getattr(s, name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"attention {name} must be an int >= 1, got {value!r}")
+    lo, hi = _node_range(s)
+    if not s.max_num_nodes <= lo <= hi <= s.num_graphs * s.max_num_nodes:
+        raise ValueError(f"attention num_nodes must lie in [max_num_nodes, num_graphs * max_num_nodes] = "
+                         f"[{s.max_num_nodes}, {s.num_graphs * s.max_num_nodes}], got {s.num_nodes!r}")
+    return s
+
+
+def _node_range(s: AttentionShape) -> tuple[int, int]:
+    if s.num_nodes is None:
+        n = max(s.max_num_nodes, s.num_graphs * s.max_num_nodes // 2)
+        return n, n
+    if isinstance(s.num_nodes, tuple) and len(s.num_nodes) == 2:
+        return int(s.num_nodes[0]), int(s.num_nodes[1])
+    if isinstance(s.num_nodes, int) and not isinstance(s.num_nodes, bool):
+        return s.num_nodes, s.num_nodes
+    raise ValueError(f"attention num_nodes must be an int or a (low, high) pair, got {s.num_nodes!r}")
+
+
+def _attention_builds(s: AttentionShape, dtype: torch.dtype, p: float, *, backward: bool, deterministic: bool,
+                      device: torch.device, backend: str) -> dict[str, float]:
+    """Run ``graph_attention`` once per node-total bucket of ``s`` (the forward plan is built by the first): batches
+    of ``s.num_graphs`` graphs, the first of ``s.max_num_nodes`` nodes, the others filled up to the total."""
+    from cudnn_gnn.backends._cudnn_sdpa import bucket_tokens
+
+    lo, hi = _node_range(s)
+    totals = [] if backward else [lo]
+    t = lo
+    while backward and t <= hi:
+        b = bucket_tokens(t)
+        totals.append(min(b, hi))  # a total whose backward plan is bucket b
+        t = b + 1
+    got = {}
+    for total in totals:
+        sizes, rest = [s.max_num_nodes], total - s.max_num_nodes
+        for _ in range(s.num_graphs - 1):
+            sizes.append(min(s.max_num_nodes, rest))
+            rest -= sizes[-1]
+        ptr = torch.tensor([0, *torch.tensor(sizes).cumsum(0).tolist()], device=device)
+        q, k, v = (torch.randn(total, s.heads, s.head_dim, device=device, dtype=dtype, requires_grad=backward)
+                   for _ in range(3))
+        t0 = time.perf_counter()
+        with torch.set_grad_enabled(backward):
+            out = graph_attention(q, k, v, ptr, max_num_nodes=s.max_num_nodes, dropout=p, training=p > 0,
+                                  backend=backend, deterministic=deterministic if backward else None)
+            if backward:
+                out.float().sum().backward()
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        key = (f"attention/{str(dtype).removeprefix('torch.')} {s.num_graphs}x{s.max_num_nodes} "
+               f"{s.heads}x{s.head_dim} N={total}")
+        got[key] = time.perf_counter() - t0
+    return got
 
 
 _Job = tuple[str, torch.dtype, bool, torch.dtype]  # op, dtype, with edge features, index dtype

@@ -228,7 +228,8 @@ class _Info:
         ("auto", True, False, 16, 0.0, "flash"),  # a cuDNN without precompiled engines: SDPA would break GAT (H200)
         ("auto", False, True, 16, 0.0, "flash"),
         ("auto", True, True, 12, 0.0, "flash"),  # head size not a multiple of 8
-        ("auto", True, True, 16, 0.1, "flash"),  # training dropout
+        ("auto", True, True, 16, 0.1, "cudnn"),  # training dropout runs in cuDNN's kernel
+        ("auto", True, True, 16, 1.0, "flash"),  # dropout=1: cuDNN's 1 / (1 - p) cannot express it
         ("cudnn", True, False, 16, 0.0, "cudnn"),  # explicit: the user's call (the first SDPA call warns)
         ("flash", True, True, 16, 0.0, "flash"),
         ("reference", True, True, 16, 0.0, "reference"),
@@ -282,8 +283,9 @@ def test_explicit_cudnn_refusals(monkeypatch):
     with pytest.raises(RuntimeError, match="backend='cudnn' is unavailable: the loaded cuDNN is 9.19. Fix: LD_PRELOAD"):
         ga_module.choose_backend("cudnn", torch.device("cuda"), 16, 16, 0.0)
     monkeypatch.setattr(ga_module, "backend_info", lambda: _Info(True))
-    with pytest.raises(NotImplementedError, match="no attention dropout"):
-        ga_module.choose_backend("cudnn", torch.device("cuda"), 16, 16, 0.2)
+    assert ga_module.choose_backend("cudnn", torch.device("cuda"), 16, 16, 0.2) == "cudnn"
+    with pytest.raises(NotImplementedError, match="dropout=1 drops every coefficient"):
+        ga_module.choose_backend("cudnn", torch.device("cuda"), 16, 16, 1.0)
     with pytest.raises(NotImplementedError, match="multiple of 8"):
         ga_module.choose_backend("cudnn", torch.device("cuda"), 20, 20, 0.0)
 
@@ -292,109 +294,8 @@ def test_cpu_auto_is_reference():
     assert ga_module.choose_backend("auto", torch.device("cpu"), 16, 16, 0.0) == "reference"
 
 
-# ----------------------------------------------------------------------------------------------- cuDNN adapter, faked
-
-
-class FakeSdpa:
-    """Stands in for ``cudnn.sdpa_torch`` on CPU: enforces its THD contract, computes with the reference, and
-    counts the frontend's plan builds the way its cache keys them (forward: B, max_seqlen, dtype, shapes, scale;
-    backward: also the token total rounded to 64)."""
-
-    def __init__(self):
-        self.compute = True  # False: shapes only (for counting builds fast)
-        self.calls = 0
-        self.fwd_keys: set = set()
-        self.bwd_keys: set = set()
-
-    def __call__(self, q, k, v, *, scale, cu_seqlens_q, cu_seqlens_kv, max_seqlen_q, max_seqlen_kv, return_lse):
-        assert q.dtype in (torch.float16, torch.bfloat16), q.dtype
-        assert q.dim() == 3 and k.shape == q.shape and v.shape[:2] == q.shape[:2]
-        assert cu_seqlens_q.dtype == torch.int32 and cu_seqlens_kv is cu_seqlens_q
-        assert return_lse
-        lengths = cu_seqlens_q.diff()
-        assert int(lengths.max()) <= max_seqlen_q == max_seqlen_kv
-        # No rows past cu_seqlens[-1]: the frontend's backward indexes out of bounds on them (H200, device assert).
-        assert int(cu_seqlens_q[-1]) == q.shape[0]
-        self.calls += 1
-        b = cu_seqlens_q.numel() - 1
-        self.fwd_keys.add((q.dtype, b, max_seqlen_q, q.shape[1:], scale))
-        self.bwd_keys.add((q.dtype, b, max_seqlen_q, -(-q.shape[0] // 64) * 64, q.shape[1:], scale))
-        t = int(cu_seqlens_q[-1])
-        if not self.compute:
-            return q.new_zeros(q.shape[0], q.shape[1], v.shape[2]), torch.empty(0)
-        out = ga_module._attention_reference(
-            q[:t].float(), k[:t].float(), v[:t].float(), cu_seqlens_q.long(), max_seqlen_q, scale, 0.0
-        )
-        out = torch.cat([out, out.new_full((q.shape[0] - t, *out.shape[1:]), float("nan"))]).to(q.dtype)
-        return out, torch.empty(0)
-
-
-@pytest.fixture
-def fake_sdpa(monkeypatch):
-    fake = FakeSdpa()
-    monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: fake)
-    _cudnn_sdpa.clear_plan_cache()
-    yield fake
-    _cudnn_sdpa.clear_plan_cache()
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("name", ["ragged", "empty_graphs"])
-def test_cudnn_adapter_casts_pads_and_slices(fake_sdpa, dtype, name):
-    sizes = BATCHES[name]
-    q, k, v = (x.to(dtype).requires_grad_() for x in _qkv(sum(sizes), d=16))
-    out = _cudnn_sdpa.sdpa_varlen(q, k, v, _ptr(sizes), max(sizes), 0.25)
-    assert out.dtype == dtype and out.shape == q.shape
-    want = _dense_per_graph(q.double(), k.double(), v.double(), sizes, scale=0.25)
-    torch.testing.assert_close(out.double(), want, rtol=0.05, atol=0.03)
-    out.float().sum().backward()
-    assert q.grad is not None and q.grad.dtype == dtype and torch.isfinite(q.grad).all()
-
-
-def test_buckets():
-    assert [_cudnn_sdpa.bucket_seqlen(n) for n in (1, 16, 17, 100, 500)] == [16, 16, 32, 128, 512]
-    assert [_cudnn_sdpa.round64(t) for t in (1, 64, 65, 12_345)] == [64, 64, 128, 12_352]
-
-
-def test_ragged_epoch_builds_few_plans(fake_sdpa):
-    """One epoch of 60 ragged batches (128 graphs of 10-500 nodes, a smaller last batch): count plan builds."""
-    fake_sdpa.compute = False
-    g = torch.Generator().manual_seed(0)
-    q = torch.zeros(1, 1, 8)
-    for step in range(60):
-        b = 128 if step < 59 else 37
-        sizes = torch.randint(10, 501, (b,), generator=g)
-        ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)])
-        n = int(ptr[-1])
-        x = q.expand(n, 1, 8)
-        _cudnn_sdpa.sdpa_varlen(x, x, x, ptr, int(sizes.max()), 1.0)
-    info = _cudnn_sdpa.plan_cache_info()
-    assert fake_sdpa.calls == 60 and info.hits + info.misses == 60
-    assert len(fake_sdpa.fwd_keys) <= 3  # B in {128, 37}, max_seqlen bucket 512
-    # Backward plans follow round64(T) (T cannot be padded, see the adapter): the ledger counts exactly those.
-    assert info.misses == len(fake_sdpa.bwd_keys) and info.evictions == 0
-    # Without the max_seqlen bucket every distinct (max_seqlen, round64(T)) pair would be a build:
-    g = torch.Generator().manual_seed(0)
-    raw = set()
-    for step in range(60):
-        sizes = torch.randint(10, 501, (128 if step < 59 else 37,), generator=g)
-        raw.add((int(sizes.max()), -(-int(sizes.sum()) // 64) * 64))
-    assert len(raw) >= len(fake_sdpa.bwd_keys)
-
-
-def test_ledger_is_a_bounded_lru():
-    ledger = _cudnn_sdpa.PlanLedger(maxsize=2)
-    assert ledger.touch(("a",)) and ledger.touch(("b",))
-    assert not ledger.touch(("a",))  # a is now most recent
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        assert ledger.touch(("c",))  # evicts b
-    assert any("shape buckets" in str(x.message) for x in w)
-    assert not ledger.touch(("a",)) and ledger.touch(("b",))
-    info = ledger.info()
-    assert (info.hits, info.misses, info.evictions, info.currsize, info.maxsize) == (2, 4, 2, 2, 2)
-    with pytest.raises(ValueError, match="maxsize must be >= 1"):
-        _cudnn_sdpa.PlanLedger(0)
+# ----------------------------------------------------------------------------------------------- cuDNN adapter
+# (the adapter with a fake frontend: tests/ops/test_cudnn_sdpa.py)
 
 
 def test_supports():
@@ -404,7 +305,7 @@ def test_supports():
 
 
 def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
-    """The H200 failure mode of cuDNN GAT after cudnn.sdpa_torch gets its known cause and fix appended; other
+    """The H200 failure mode of cuDNN GAT after cuDNN SDPA gets its known cause and fix appended; other
     errors, and the same status without cuDNN SDPA in the process, pass through unchanged."""
     from cudnn_gnn.backends import _cudnn, _cudnn_sdpa
 
@@ -419,16 +320,15 @@ def test_gat_failure_after_cudnn_sdpa_names_the_cause_and_the_fix(monkeypatch):
     assert _cudnn.explain_failure(other) is other
     explained = _cudnn.explain_failure(status)
     assert str(explained).startswith(str(status))
-    assert "backend='flash'" in str(explained) and "cudnn.sdpa_torch ran earlier" in str(explained)
+    assert "backend='flash'" in str(explained) and "cuDNN SDPA ran earlier" in str(explained)
 
 
-def test_cudnn_sdpa_marks_the_process(monkeypatch):
+def test_cudnn_sdpa_marks_the_process(monkeypatch, fake_cudnn):
     from cudnn_gnn.backends import _cudnn_sdpa
     from cudnn_gnn.backends import info as backends
 
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: ())
     monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
-    monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: lambda q, k, v, **kw: (q.clone(), None))
     q = torch.randn(5, 2, 8, dtype=torch.bfloat16)
     _cudnn_sdpa.sdpa_varlen(q, q, q, torch.tensor([0, 2, 5]), 3, 0.5)
     assert _cudnn_sdpa.used_in_process()
@@ -599,7 +499,7 @@ def test_other_kernel_errors_and_a_disabled_fallback_still_raise(monkeypatch):
     assert not _cudnn._LAUNCH_FAILED
 
 
-def test_first_cudnn_sdpa_warns_where_the_cudnn_lacks_its_precompiled_engines(monkeypatch, tmp_path):
+def test_first_cudnn_sdpa_warns_where_the_cudnn_lacks_its_precompiled_engines(monkeypatch, tmp_path, fake_cudnn):
     """The H200's partial cuDNN 9.28 lacked libcudnn_engines_precompiled: the SDPA backward switched cuDNN to
     JIT-only mode and every later cuDNN GAT call failed. The first cuDNN SDPA call of such a process warns, once;
     a complete install does not."""
@@ -612,7 +512,6 @@ def test_first_cudnn_sdpa_warns_where_the_cudnn_lacks_its_precompiled_engines(mo
         (partial / name).write_bytes(b"")
     monkeypatch.setattr(backends, "mapped_cudnn_libraries", lambda: (str(partial / "libcudnn_graph.so.9"),))
     monkeypatch.setattr(backends, "backend_info", lambda refresh=False: type("I", (), {"reason": None})())
-    monkeypatch.setattr(_cudnn_sdpa, "_kernel", lambda: lambda q, k, v, **kw: (q.clone(), None))
     monkeypatch.setattr(_cudnn_sdpa, "_USED", False)
     q = torch.randn(5, 2, 8, dtype=torch.bfloat16)
     with pytest.warns(RuntimeWarning, match="lacks libcudnn_engines_precompiled.*GRAPH_JIT_ONLY"):

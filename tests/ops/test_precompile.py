@@ -65,8 +65,14 @@ def test_index_dtypes_build_on_graphs_stored_in_each(monkeypatch):
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [
     (dict(ops=["gcn"]), ValueError, "ops must name 'gat' or 'gatv2', got 'gcn'"),
     (dict(dtypes=[torch.float64]), ValueError, "dtypes must be float32, float16 or bfloat16, got torch.float64"),
-    (dict(ops=[]), ValueError, "ops, dtypes and index_dtypes must not be empty"),
-    (dict(index_dtypes=[]), ValueError, "ops, dtypes and index_dtypes must not be empty"),
+    (dict(ops=[]), ValueError, r"ops \(or attention\), dtypes and index_dtypes must not be empty"),
+    (dict(index_dtypes=[]), ValueError, r"ops \(or attention\), dtypes and index_dtypes must not be empty"),
+    (dict(attention=[(2, 8, 2)]), ValueError, r"attention must hold AttentionShape"),
+    (dict(attention=[(2, 8, 0, 16)]), ValueError, "attention heads must be an int >= 1, got 0"),
+    (dict(attention=[(2, 8, 2, 16, 17)]), ValueError,
+     r"attention num_nodes must lie in \[max_num_nodes, num_graphs \* max_num_nodes\] = \[8, 16\], got 17"),
+    (dict(attention=[(2, 8, 2, 16)], attention_dropout=1.0), ValueError,
+     r"attention_dropout must be in \[0, 1\), got 1.0"),
     (dict(index_dtypes=[torch.int16]), ValueError, "index_dtypes must hold torch.int32 and/or torch.int64"),
     (dict(backward=1), TypeError, "backward must be a bool"),
     (dict(edge_features="yes"), TypeError, "edge_features must be a bool"),
@@ -127,3 +133,39 @@ def test_build_processes_exit_cleanly_and_run_one_build(monkeypatch):
 def test_processes_must_be_a_bool():
     with pytest.raises(TypeError, match="processes"):
         cudnn_gnn.precompile(["gat"], [torch.float32], backend="reference", device="cpu", processes="yes")
+
+
+def test_attention_shapes_run_every_backward_bucket_on_the_reference_backend():
+    got = cudnn_gnn.precompile((), (torch.float32, torch.bfloat16), backend="reference", device="cpu",
+                               attention=[(4, 30, 2, 8), cudnn_gnn.ops.AttentionShape(5, 40, 1, 8, (40, 200))])
+    assert list(got) == [
+        "attention/bfloat16 4x30 2x8 N=60",  # float32 runs as bfloat16: one build
+        "attention/bfloat16 5x40 1x8 N=64", "attention/bfloat16 5x40 1x8 N=128",
+        "attention/bfloat16 5x40 1x8 N=192", "attention/bfloat16 5x40 1x8 N=200",
+    ]
+
+
+def test_attention_fills_the_plan_folder_with_what_a_run_loads(fake_cudnn, monkeypatch, tmp_path):
+    """precompile(attention=...) writes the plans (forward once, a backward per node-total bucket, dropout and
+    determinism as asked) that a later process's graph_attention calls load instead of building."""
+    import importlib
+
+    from cudnn_gnn.backends import _cudnn_sdpa
+
+    from ._fake_cudnn import FakeFrontend
+
+    ga = importlib.import_module("cudnn_gnn.ops.global_attention")
+    monkeypatch.setattr(ga, "choose_backend", lambda *a: "cudnn")
+    got = cudnn_gnn.precompile((), [torch.float16], backend="cudnn", device="cpu", deterministic=True,
+                               attention=[(2, 50, 2, 16, (60, 100))], attention_dropout=0.1)
+    assert list(got) == ["attention/float16 2x50 2x16 N=64", "attention/float16 2x50 2x16 N=100"]
+    info = _cudnn_sdpa.plan_cache_info()
+    assert (info.builds, info.disk_writes) == (3, 3) and len(list((tmp_path / "plans").iterdir())) == 3
+    later = FakeFrontend()
+    monkeypatch.setattr(_cudnn_sdpa, "_frontend", lambda: later)
+    _cudnn_sdpa.clear_plan_cache()
+    q = torch.randn(90, 2, 16, dtype=torch.float16, requires_grad=True)
+    out = cudnn_gnn.graph_attention(q, q, q, torch.tensor([0, 45, 90]), max_num_nodes=50, dropout=0.1, training=True,
+                                    backend="cudnn", deterministic=True)
+    out.float().sum().backward()
+    assert (later.builds, later.loads) == (0, 2)
