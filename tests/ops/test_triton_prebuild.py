@@ -1,6 +1,6 @@
-"""``cudnn_gnn.backends.triton.prebuild`` (``_prebuild.py``) on a CPU: its argument checks, the recording (Triton's ``jit_cache_hook``
-installed, nesting refused, the previous hook restored after an error, other modules' and other threads' builds
-passed on), the dry run's safety (GAT and GATv2 forward and backward with every kernel launch skipped and every
+"""``cudnn_gnn.backends.triton.prebuild`` (``_prebuild.py``) on a CPU: its argument checks, the recording (Triton's
+``jit_cache_hook`` installed, nesting refused, the previous hook restored after an error, other modules' and other
+threads' builds passed on), the dry run's safety (GAT and GATv2 forward and backward with every kernel launch skipped and every
 op output poisoned: no kernel output is used as an index or a size), and the builds in forked processes with a
 real Triton kernel compiled for sm_90 (``GPUTarget("cuda", 90, 32)``, no GPU needed: Triton lowers to PTX and runs
 the ``ptxas`` it ships) in a subprocess with a driver stand-in: the variant built by its process and found in the

@@ -23,6 +23,7 @@ Modules, in the order a call walks them:
 
 from __future__ import annotations
 
+from cudnn_gnn.backends.triton._prebuild import BuiltVariant, PrebuildReport, prebuild
 from cudnn_gnn.backends.triton._runtime import unavailable_reason
 from cudnn_gnn.backends.triton.backend import BACKEND, TritonBackend
 from cudnn_gnn.backends.triton.call import (
@@ -39,7 +40,6 @@ from cudnn_gnn.backends.triton.call import (
     use_options,
 )
 from cudnn_gnn.backends.triton.op import gat_one_gather, triton_gat
-from cudnn_gnn.backends.triton._prebuild import BuiltVariant, PrebuildReport, prebuild
 from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 
 __all__ = ["BACKEND", "DEFAULT_OPTIONS", "BuiltVariant", "GatCall", "Gatv2Call", "PrebuildReport", "SourceWalk",

@@ -181,7 +181,7 @@ def _recording(module_prefix: str) -> Iterator[dict[str, _Recorded]]:
     recorded: dict[str, _Recorded] = {}
 
     def hook(**kw: Any) -> bool | None:
-        info = kw.get("fn")
+        info: Any = kw.get("fn")
         if threading.get_ident() == owner and str(getattr(info, "module", "")).startswith(module_prefix):
             data = kw["compile"]["specialization_data"]
             if data not in recorded:
