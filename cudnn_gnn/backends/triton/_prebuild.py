@@ -100,9 +100,11 @@ def prebuild(fn: Callable[..., Any], *args: Any, processes: int | None = None, *
     :mod:`~cudnn_gnn.backends.triton.gatv2_op`, :mod:`~cudnn_gnn.backends.triton._op_common`, the launchers; a CPU
     test runs GAT and GATv2 with every launch skipped and every op output poisoned), so the dry run's values are
     garbage but its memory accesses are not. ``fn`` must not use its own results as indices or sizes either (a loss
-    is fine; ``argmax`` into an index is not). ``fn`` runs with torch's CPU and CUDA random states forked (left as
-    they were) and under ``torch.compiler.set_stance("force_eager")``: compiled code runs eagerly, so that the dry
-    run builds our kernels, not Inductor's graphs (those build at the first real call, as before).
+    is fine; ``argmax`` into an index is not). ``fn`` runs with torch's CPU random state and the current CUDA
+    device's default generator forked (left as they were; other generators it draws from advance) and under
+    ``torch.compiler.set_stance("force_eager")``: compiled code runs eagerly, so that the dry run builds our kernels,
+    not Inductor's graphs (those build at the first real call, as before). Variants held in memory launch for real
+    (on the dry run's garbage floats: indices come from the graph only).
 
     Only the calling thread's launches are recorded (other threads' build as usual). Not re-entrant.
 
