@@ -91,7 +91,11 @@ kernel builds this process has not made yet (``epoch1_triton_builds``, with thei
 variant on our layers builds them and the later ones find them built; a build found in Triton's disk cache,
 ``TRITON_CACHE_DIR``, takes milliseconds, so a cold first epoch is one variant run with an empty one). Recorded:
 ``epoch_seconds`` (wall, a sync at each epoch's end), ``first_epoch_ratio`` (epoch 1 over epoch 2),
-``epoch1_startup_seconds`` (epoch 1's first 4 batches, one sync), the mean loss of each epoch. The per-batch timing
+``epoch1_startup_seconds`` (epoch 1's first 4 batches, one sync), the mean loss of each epoch; ours on CUDA builds
+its step's Triton kernels at the start of epoch 1 all at once in parallel processes (``--no-prebuild``: not; then
+the step's first call builds them one after another), in its clock: ``epoch1_prebuild_seconds``,
+``epoch1_prebuild_variants`` and ``epoch1_prebuild_in_process`` (built by this process where its build process
+failed), and ``epoch1_triton_builds`` then counts their loads from the disk cache. The per-batch timing
 then continues on the same warm step (its ``first_call_ms`` is then a warm step's).
 
 **Time budget** (``--time-budget``, seconds from the start of the run, after the imports; default 510 on CUDA, so
@@ -185,6 +189,7 @@ class VariantStep:
 
     run: Callable[..., Tensor]
     captured: Callable[[], bool]
+    prebuilt: Any = None  # the PrebuildReport of its Triton kernels (cudnn_gnn.backends.triton.prebuild), if any
 
 
 def load_workload(name: str, device: torch.device, smoke: bool) -> dict[str, Any]:
@@ -352,14 +357,17 @@ def fitting_scale(name: str, scale: float, feature_dtype: str, free_bytes: int) 
                  "largest that fits")
 
 
-def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, precision: str) -> VariantStep:
+def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, precision: str, *,
+                       prebuild: bool = True) -> VariantStep:
     """One training step of ``variant`` on a sampled workload, ``run(seeds, seed_valid)``: the batch tree-sampled
     around ``seeds`` with fixed shapes, the products GAT (3 layers, 4 heads x 128, ELU, dropout 0.5;
     ``cudnn_gnn.apps.models.OgbGAT``), masked cross-entropy, fused Adam, the forward under ``precision``'s autocast.
     PyG's layers get each block's ``edge_index`` with its self-loops in it and ``add_self_loops=False``; ours the
     block's CSC graph. ``*-compiled``: the model's part of the step (blocks to loss) through ``torch.compile`` with
     static shapes, sampling eager; ``*-captured``: the whole step, sampling and gather included, one
-    :class:`CapturedStep` replay (``autocast_dtype=torch.bfloat16`` for bf16)."""
+    :class:`CapturedStep` replay (``autocast_dtype=torch.bfloat16`` for bf16). Ours on CUDA, with ``prebuild``:
+    the step's Triton kernel variants built first, all at once in parallel processes, by a dry run of one eager
+    forward and backward of a copy of the model on the first train seeds (:func:`prebuild_step`)."""
     from cudnn_gnn.apps.capture import CapturedStep
     from cudnn_gnn.apps.models import OgbGAT
     from cudnn_gnn.apps.static_sampler import sampled_loss
@@ -370,6 +378,7 @@ def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, pr
     model = OgbGAT("pyg-gat" if pyg else "gat", w["in_channels"], 128 if cuda else 8, w["classes"],
                    layers=len(sampler.fanout), heads=4 if cuda else 2, out_heads=4 if cuda else 2, dropout=0.5,
                    norm=False, activation="elu").to(device)
+    prebuilt = prebuild_step(model, sampler, w["train"], device, precision) if prebuild and cuda and not pyg else None
     captured = variant.endswith("captured")
     opt = torch.optim.Adam(model.parameters(), lr=0.001, fused=True if cuda else None, capturable=captured and cuda)
     if captured:
@@ -378,7 +387,7 @@ def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, pr
                           inputs={"seeds": torch.zeros(B, dtype=torch.int64, device=device),
                                   "seed_valid": torch.ones(B, dtype=torch.bool, device=device)},
                           autocast_dtype=torch.bfloat16 if precision == "bf16" else None)
-        return VariantStep(lambda seeds, valid: cs(seeds=seeds, seed_valid=valid), lambda: cs.captured)
+        return VariantStep(lambda seeds, valid: cs(seeds=seeds, seed_valid=valid), lambda: cs.captured, prebuilt)
 
     loss_fn = sampled_loss(model, sampler, pyg=pyg, compile=variant.endswith("compiled"))
 
@@ -390,7 +399,30 @@ def build_sampled_step(variant: str, w: dict[str, Any], device: torch.device, pr
         opt.step()
         return loss.detach()
 
-    return VariantStep(step, lambda: False)
+    return VariantStep(step, lambda: False, prebuilt)
+
+
+def prebuild_step(model: torch.nn.Module, sampler: Any, train: Tensor, device: torch.device, precision: str) -> Any:
+    """Our sampled step's Triton kernel variants built all at once (:func:`cudnn_gnn.backends.triton.prebuild`): a
+    dry run of the eager loss, forward and backward, of a copy of ``model`` on the first ``batch_size`` train seeds
+    under ``precision``'s autocast (a compiled or captured step launches the same variants); the sampler draws from
+    the device's default generator, which the dry run leaves as it was. Returns the report."""
+    import copy
+
+    from cudnn_gnn.apps.static_sampler import sampled_loss
+    from cudnn_gnn.backends.triton import prebuild
+
+    B = sampler.batch_size
+    seeds = torch.zeros(B, dtype=torch.int64, device=device)
+    seeds[: min(B, train.numel())] = train[:B]
+    valid = torch.ones(B, dtype=torch.bool, device=device)
+
+    def dry_run(m: torch.nn.Module) -> None:
+        with autocast(device, precision):
+            loss = sampled_loss(m, sampler)(seeds, valid)
+        loss.backward()
+
+    return prebuild(dry_run, copy.deepcopy(model))
 
 
 def cycled(step: VariantStep, w: dict[str, Any]) -> Callable[[], Tensor]:
@@ -443,6 +475,10 @@ def run_epochs(build: Callable[[], VariantStep], w: dict[str, Any], device: torc
             t0 = time.perf_counter()
             if step is None:
                 step = build()
+                if step.prebuilt is not None:  # inside epoch 1's clock
+                    out["epoch1_prebuild_seconds"] = step.prebuilt.seconds
+                    out["epoch1_prebuild_variants"] = len(step.prebuilt.variants)
+                    out["epoch1_prebuild_in_process"] = sum(v.in_process for v in step.prebuilt.variants)
             total = torch.zeros((), dtype=torch.float32, device=device)
             n = 0
             for seeds, valid in sampler.epoch(train):
@@ -569,7 +605,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"precision": {name: precision_of(name, args.precision) for name in args.workloads},
             "feature_dtype": args.feature_dtype, "scale": args.scale, "papers_scale": args.papers_scale,
             "variants": args.variants, "epochs": args.epochs, "epoch_variants": args.epoch_variants,
-            "warmup": args.warmup, "repeats": args.repeats, "time_budget_s": args.time_budget,
+            "warmup": args.warmup, "prebuild": not args.no_prebuild, "repeats": args.repeats, "time_budget_s": args.time_budget,
             "top_kernels": args.top_kernels}
 
 
@@ -579,7 +615,8 @@ def measure(rec: dict[str, Any], variant: str, name: str, w: dict[str, Any], dev
     share and top kernels; returns the step (to be dropped by the caller before the next variant)."""
     sampled, graph_level = name in SAMPLED, name in GRAPH_LEVEL
     builder = build_graph_step if graph_level else build_sampled_step if sampled else build_step
-    build = functools.partial(builder, variant, w, device, rec["precision"])
+    build = functools.partial(builder, variant, w, device, rec["precision"],
+                              **({"prebuild": not args.no_prebuild} if sampled else {}))
     step: VariantStep | None = None
     if sampled and args.epochs:
         if variant in args.epoch_variants:
@@ -681,6 +718,9 @@ def summary_line(rec: dict[str, Any]) -> str:
     line = head + f"{rec['median_ms']:8.3f} ms"
     if rec.get("epoch_seconds"):
         line += "  epochs " + ", ".join(f"{s:.2f}" for s in rec["epoch_seconds"]) + " s"
+        if rec.get("epoch1_prebuild_variants") is not None:
+            line += (f" (epoch 1: {rec['epoch1_prebuild_variants']} kernel variants prebuilt in "
+                     f"{rec['epoch1_prebuild_seconds']:.2f} s)")
     if rec.get("epochs_skipped"):
         line += f"  (epochs: {rec['epochs_skipped']})"
     return line
@@ -778,6 +818,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "step's build, compile and capture (0: none; 2 gives the first-epoch ratio)")
     ap.add_argument("--epoch-variants", nargs="+", choices=VARIANTS, default=None,
                     help="the variants that run --epochs (default: all the run's variants)")
+    ap.add_argument("--no-prebuild", action="store_true",
+                    help="sampled workloads, ours on CUDA: do not build the step's Triton kernels first all at once "
+                         "in parallel processes (cudnn_gnn.backends.triton.prebuild, forks this process); they are "
+                         "then built one after another by the step's first call")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: 10 on CUDA, 4 on CPU)")
     ap.add_argument("--repeats", type=int, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
     ap.add_argument("--top-kernels", type=int, default=15,

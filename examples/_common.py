@@ -300,7 +300,7 @@ def hop_batch(seeds: int, fanout: list[int], gen: torch.Generator, new_share: fl
 
 
 def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: str, *, num_nodes: int = 2048,
-            num_edges: int = 20_000, seeds: int = 256, fanout: list[int] | None = None) -> float:
+            num_edges: int = 20_000, seeds: int = 256, fanout: list[int] | None = None, prebuild: bool = True) -> float:
     """Build the kernels that sampled training and evaluation will launch, before the first epoch; returns seconds.
 
     Runs ``model`` itself (not a DDP wrapper: no gradient all-reduce) on a random batch, the way the training loop
@@ -314,7 +314,11 @@ def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: st
     compiled with ``dynamic=True`` its graphs (for training and for evaluation, for every batch size); PyG's
     layers warm cuBLAS and the allocator the same way. Leaves the parameters, their gradients (None), the buffers
     (batch-norm statistics) and the CPU and CUDA random states as they were, so the training that follows is the
-    one a run without the warm-up would do."""
+    one a run without the warm-up would do.
+
+    ``prebuild`` (on CUDA): the same passes first as a dry run (:func:`cudnn_gnn.backends.triton.prebuild`), which
+    builds every Triton kernel variant they need in parallel processes instead of one after another in the passes
+    themselves; the build is logged."""
     t0 = time.perf_counter()
     cpu_rng = torch.get_rng_state()
     cuda_rng = torch.cuda.get_rng_state_all() if device.type == "cuda" else None
@@ -329,17 +333,30 @@ def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: st
         for share in (1.0, 0.5):
             edge_index, nsn, nse = hop_batch(seeds, fanout, gen, share)
             batches.append((torch.randn(sum(nsn), in_channels, generator=gen), edge_index, nsn, nse))
-    try:
+    batches = [(x.to(device), edge_index.to(device), nsn, nse) for x, edge_index, nsn, nse in batches]
+
+    def passes(m: nn.Module) -> None:
         for x, edge_index, nsn, nse in batches:
-            x, edge_index = x.to(device), edge_index.to(device)
-            model.train()
+            m.train()
             with autocast(device, precision):
-                out = model(x, edge_index, None, nsn, nse, sampled=True)
+                out = m(x, edge_index, None, nsn, nse, sampled=True)
             out[:seeds].float().sum().backward()
-            model.zero_grad(set_to_none=True)
-            model.eval()
+            m.zero_grad(set_to_none=True)
+            m.eval()
             with torch.no_grad(), autocast(device, precision):
-                model(x, edge_index, None, nsn, nse, sampled=True)
+                m(x, edge_index, None, nsn, nse, sampled=True)
+
+    try:
+        if prebuild and device.type == "cuda":  # on the model itself: what it changes (gradients, batch-norm
+            # statistics from the dry run's garbage) is put back below, as the real passes' is; a copy of a model
+            # compiled in place (nn.Module.compile) would still call the original
+            from cudnn_gnn.backends.triton import prebuild as prebuild_kernels
+
+            report = prebuild_kernels(passes, model)
+            LOG.info(f"Triton kernels: {len(report.variants)} variants built in parallel processes in "
+                     f"{report.seconds:.1f} s" + (f" ({sum(v.in_process for v in report.variants)} in this process)"
+                                                  if any(v.in_process for v in report.variants) else ""))
+        passes(model)
         sync(device)
     finally:
         model.zero_grad(set_to_none=True)

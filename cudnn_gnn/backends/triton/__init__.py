@@ -16,11 +16,14 @@ Modules, in the order a call walks them:
 * :mod:`~cudnn_gnn.backends.triton.kernels`: the kernels and their launchers, one module per pass, imported at
   first use (this package imports no triton);
 * :mod:`~cudnn_gnn.backends.triton.launch`: :class:`~cudnn_gnn.backends.triton.launch.CachedLaunch`, Triton's
-  per-call dispatch cached.
+  per-call dispatch cached;
+* :mod:`~cudnn_gnn.backends.triton._prebuild`: :func:`prebuild`, a step's kernel variants built in parallel processes
+  before its first call.
 """
 
 from __future__ import annotations
 
+from cudnn_gnn.backends.triton._prebuild import BuiltVariant, PrebuildReport, prebuild
 from cudnn_gnn.backends.triton._runtime import unavailable_reason
 from cudnn_gnn.backends.triton.backend import BACKEND, TritonBackend
 from cudnn_gnn.backends.triton.call import (
@@ -39,6 +42,7 @@ from cudnn_gnn.backends.triton.call import (
 from cudnn_gnn.backends.triton.op import gat_one_gather, triton_gat
 from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 
-__all__ = ["BACKEND", "DEFAULT_OPTIONS", "GatCall", "Gatv2Call", "SourceWalk", "TritonBackend", "TritonBackward",
-           "TritonGraph", "TritonOptions", "WorkList", "build_call", "built_kernel_graph", "gat_one_gather",
-           "kernel_graph", "triton_gat", "unavailable_reason", "use_options", "work_list"]
+__all__ = ["BACKEND", "DEFAULT_OPTIONS", "BuiltVariant", "GatCall", "Gatv2Call", "PrebuildReport", "SourceWalk",
+           "TritonBackend", "TritonBackward", "TritonGraph", "TritonOptions", "WorkList", "build_call",
+           "built_kernel_graph", "gat_one_gather", "kernel_graph", "prebuild", "triton_gat", "unavailable_reason",
+           "use_options", "work_list"]
