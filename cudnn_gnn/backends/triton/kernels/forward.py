@@ -123,7 +123,7 @@ def _fwd_item(
 
 
 @cached_launch
-@triton.jit
+@triton.jit(do_not_specialize=["first", "stop"])  # one variant a bin, wherever its range starts
 def _fwd_kernel(
     work_ptr, first, stop, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,

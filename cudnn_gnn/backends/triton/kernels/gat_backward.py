@@ -218,7 +218,7 @@ def _gat_src_item(
 
 
 @cached_launch
-@triton.jit
+@triton.jit(do_not_specialize=["first", "stop"])  # one variant a bin, wherever its range starts
 def _bwd_gat_src_kernel(
     work_ptr, first, stop, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
     x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, drop_ptr, drop_thr,
