@@ -606,7 +606,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
             "feature_dtype": args.feature_dtype, "scale": args.scale, "papers_scale": args.papers_scale,
             "variants": args.variants, "epochs": args.epochs, "epoch_variants": args.epoch_variants,
             "warmup": args.warmup, "prebuild": not args.no_prebuild, "repeats": args.repeats, "time_budget_s": args.time_budget,
-            "top_kernels": args.top_kernels, "degree_bins": not args.no_degree_bins}
+            "top_kernels": args.top_kernels}
 
 
 def measure(rec: dict[str, Any], variant: str, name: str, w: dict[str, Any], device: torch.device,
@@ -832,9 +832,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--out", default="bench_training.json", help="JSON output path (rewritten after every variant)")
     ap.add_argument("--md", default=None, help="also write the markdown table here")
     ap.add_argument("--plot", default=None, help="also draw a bar chart here (needs matplotlib)")
-    ap.add_argument("--no-degree-bins", action="store_true",
-                    help="TEMPORARY (deleted with TritonOptions.degree_bins once measured): run every Triton call "
-                         "with TritonOptions(degree_bins=False), one launch per pass as before the degree bins")
     args = ap.parse_args(argv)
     args.device = str(check_device(ap, args.device))  # before any data is built, as every output path below
     check_outputs(ap, {"--out": args.out, "--md": args.md, "--plot": args.plot})
@@ -863,13 +860,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
-    scope: contextlib.AbstractContextManager[Any] = contextlib.nullcontext()
-    if args.no_degree_bins:
-        from cudnn_gnn.backends.triton import TritonOptions, use_options
-
-        scope = use_options(TritonOptions(degree_bins=False))
-    with scope:
-        result = run(args)
+    result = run(args)
     print(write_outputs(result, args))
     if args.plot:
         plot(result, args.plot)

@@ -5,9 +5,7 @@ A kernel's registers are allocated for its largest tile, so the block size sets 
 ``cudnn_gnn/backends/triton/kernels/`` with the installed Triton for ``--arch`` (default ``sm_90a``, the H200)
 through ``triton.compile`` (no GPU needed: Triton lowers to PTX on any host), runs the ``ptxas`` Triton ships with
 ``-v`` on the PTX, and reports per kernel and launch shape the registers a thread, the spill bytes and the global
-loads by width, at :func:`launch_shape`'s shape (or every shape of ``--grid``; with ``--bins`` also each degree bin's
-launch of the forward and GAT's source pass, :func:`~cudnn_gnn.backends.triton.tuning.bin_shapes`). Pointer arguments
-and the head
+loads by width, at :func:`launch_shape`'s shape (or every shape of ``--grid``). Pointer arguments and the head
 width are marked divisible by 16, as Triton's JIT
 specialises them for torch's allocations and widths such as 32.
 
@@ -16,7 +14,7 @@ between versions, so run it with the Triton the GPU runs, e.g. in a venv with ``
 triton==3.6.0 numpy``::
 
     PYTHONPATH=. python benchmarks/investigations/kernel_registers.py [--cases arxiv,proteins,products,sampled]
-        [--kernels fwd,dst,src,gat_src] [--grid 4,8,16,32x1,2,4] [--bins] [--out kernel_registers.json]
+        [--kernels fwd,dst,src,gat_src] [--grid 4,8,16,32x1,2,4] [--out kernel_registers.json]
 """
 
 from __future__ import annotations
@@ -130,8 +128,6 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--grid", default=None,
                     help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4: compile every shape of the grid with "
                          "instead of launch_shape's (candidates for a sweep on the device)")
-    ap.add_argument("--bins", action="store_true",
-                    help="also compile the degree bins' launches of fwd and gat_src (tuning.bin_shapes of the shape)")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -152,27 +148,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     else:
                         edges, warp_list = args.grid.split("x")
                         shapes = [(int(b), int(w)) for b in edges.split(",") for w in warp_list.split(",")]
-                    # (BLOCK_E, warps, rows a program, one round): the rest's launch, or a degree bin's
-                    launches = [(b, w, 1, False) for b, w in shapes]
-                    if args.bins and kname in ("fwd", "gat_src") and not spec["whole"]:
-                        bins = tuning.bin_shapes(shapes[0][0], shapes[0][1], hg * block_c, tuning.DEGREE_BINS)
-                        launches += [(cap, w, r, True) for cap, (r, w) in bins.items()]
-                    for block_e, warps, rows_a_program, one_round in launches:
+                    for block_e, warps in shapes:
                         consts = dict(V2=v2, HAS_MAP=spec["edge"], HAS_EDGE=spec["edge"], DE=0, HAS_MASK=False, ACT=1,
-                                      WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e,
-                                      ROWS=rows_a_program, ONE_ROUND=one_round, **extra)
+                                      WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, **extra)
                         consts.update(H=spec["heads"], C=spec["c"])  # where the kernel takes them as constexprs
                         constexprs = {fn.arg_names[i] for i in fn.constexprs}
                         consts = {n: v for n, v in consts.items() if n in constexprs}
                         rec = compile_kernel(fn, dtype, consts, warps, args.arch)
                         row = {"case": case, "layer": "GATv2" if v2 else "GAT", "dtype": dtype, "kernel": kname,
-                               "BLOCK_E": block_e, "num_warps": warps, "ROWS": rows_a_program, "bin": one_round,
-                               "triton": triton.__version__,
+                               "BLOCK_E": block_e, "num_warps": warps, "triton": triton.__version__,
                                "arch": args.arch, **rec}
                         rows.append(row)
-                        print(f"{case:8s} {row['layer']:5s} {dtype} {kname:7s} {'bin' if one_round else '   '} "
-                              f"BLOCK_E {block_e:2d} ROWS {rows_a_program} warps {warps}: {rec['registers']} "
-                              f"registers, {rec['spill_store_bytes']} B spilled", flush=True)
+                        print(f"{case:8s} {row['layer']:5s} {dtype} {kname:7s} BLOCK_E {block_e:2d} "
+                              f"warps {warps}: {rec['registers']} registers, {rec['spill_store_bytes']} B spilled",
+                              flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)

@@ -57,12 +57,11 @@ def _inputs(v2: bool, ns: int, nd: int, e: int, heads: int, c: int, *, edge: boo
 
 
 def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu", alpha=0.2, seed=1, ew=None,
-         gat_backward="auto", drop=None, degree_bins=True):
+         gat_backward="auto", drop=None):
     """Forward, then the gradients of ``<out, g_out> + <attention, g_att>`` w.r.t. every input given (``ew``: GATv2's
     ``lin_edge_weight``, ``ea`` then raw). Without ``xd``, ``x_dst`` is ``xs`` itself on a square graph (GAT's op
-    then reads one feature tensor for both node scores), else a view of its first rows. ``gat_backward``,
-    ``degree_bins``: the Triton backend's :class:`~cudnn_gnn.backends.triton.TritonOptions` (the reference ignores
-    them). ``drop``:
+    then reads one feature tensor for both node scores), else a view of its first rows. ``gat_backward``: the Triton
+    backend's :class:`~cudnn_gnn.backends.triton.TritonOptions` variant (the reference ignores it). ``drop``:
     ``(p, seed)``, counter-based dropout (``m`` None), drawn in-kernel by Triton, materialised by the reference."""
     if xd is not None:
         x_dst = xd
@@ -73,7 +72,7 @@ def _run(backend, graph, xs, xd, w, ea, m, *, v2, heads, concat, act="leaky_relu
         kw.update(dropout=drop[0], dropout_seed=drop[1])
     if backend == "triton":
         out, att = tb.triton_gat(call_spec(graph, xs, x_dst, w, ea, m, return_attention=True, **kw),
-                                 options=tb.TritonOptions(gat_backward=gat_backward, degree_bins=degree_bins))
+                                 options=tb.TritonOptions(gat_backward=gat_backward))
     else:
         out, att = reference.mha_gat(call_spec(graph, xs, x_dst, w, ea, m, **kw))
     gen = torch.Generator().manual_seed(seed)
@@ -1665,182 +1664,3 @@ def test_two_edge_blocks_on_full_tiles_match_the_reference(monkeypatch):
     for v2 in (False, True):
         xs, xd, w, ea, m = _inputs(v2, 11, 11, ei.shape[1], 8, 32, edge=True, mask=True, bipartite=False, seed=21)
         _compare(graph, xs, xd, w, ea, m, v2=v2, heads=8, concat=True)
-
-
-# ------------------------------------------------------------------------------ degree bins
-def test_degree_bins_of_a_known_work_list():
-    """The bins of a heaviest-first list are its ranges by item length (rows and hub chunks alike): here rows of 0,
-    3, 4, 5, 8, 9, 16, 17, 32 and 33 edges and a hub row of 100 in chunks of 64 (items 64 and 36): the rest (64, 36,
-    33), then (17, 32], (8, 16], (4, 8] and [0, 4]; the padding at the end in none."""
-    from cudnn_gnn.backends.triton.worklists import bin_ranges, degree_bins
-
-    degrees = torch.tensor([0, 3, 4, 5, 8, 9, 16, 17, 32, 33, 100])
-    offsets = torch.cat([torch.zeros(1, dtype=torch.long), degrees.cumsum(0)])
-    rows = tb.work_list(offsets, int(degrees.sum()), 64)
-    assert rows.work.shape[0] == 11 + 232 // 64 and int((rows.work[:, 3] == -2).sum()) == 2
-    bins = degree_bins(rows.work, (4, 8, 16, 32))
-    assert bins == (0, 3, 32, 5, 16, 7, 8, 9, 4, 12)
-    assert list(bin_ranges(bins)) == [(0, 0, 3), (32, 3, 5), (16, 5, 7), (8, 7, 9), (4, 9, 12)]
-    lengths = (rows.work[:, 2] - rows.work[:, 1]).tolist()
-    assert [lengths[a:b] for _, a, b in bin_ranges(bins)] == [[64, 36, 33], [32, 17], [16, 9], [8, 5], [4, 3, 0]]
-    assert degree_bins(rows.work, (8, 4)) == (0, 7, 8, 9, 4, 12)  # caps in any order
-    assert degree_bins(tb.work_list(offsets[:1], 0, 64).work, (4, 8)) == (0, 0, 8, 0, 4, 0)  # no rows
-    with pytest.raises(ValueError, match="caps must be distinct positive ints"):
-        degree_bins(rows.work, (0, 4))
-    with pytest.raises(ValueError, match=r"work must be a \[P, 4\]"):
-        degree_bins(offsets, (4,))
-
-
-def test_binned_launches_per_bin_and_the_rest():
-    """A pass's launches over the bins: the rest with the call's shape, each non-empty bin with ``BLOCK_E`` its cap and
-    ``ROWS`` rows a program (its last program's rows cut at the bin's end); on a tile too wide for a bin's cap
-    (``BIN_TILE``) that bin goes with the rest, in one launch; no bins, one launch over the whole list."""
-    from cudnn_gnn.backends.triton.kernels.common import binned_launches
-
-    work = torch.zeros(14, 4, dtype=torch.long)
-    bins = (0, 3, 32, 5, 16, 5, 8, 9, 4, 12)  # the bin of cap 16 is empty
-    cfg = dict(BLOCK_E=8, HG=8, BLOCK_C=32, num_warps=1)  # 8 x 32 fp32: the forward's tuned shape
-    got = [(a, b, n, k["BLOCK_E"], k["ROWS"], k["num_warps"], k["ONE_ROUND"]) for a, b, n, k in
-           binned_launches(work, bins, cfg)]
-    assert got == [(0, 3, 3, 8, 1, 1, False), (3, 5, 2, 32, 1, 4, True), (5, 9, 4, 8, 1, 1, True),
-                   (9, 12, 2, 4, 2, 1, True)]
-    wide = dict(BLOCK_E=2, HG=4, BLOCK_C=256, num_warps=2)  # 1024 wide: caps 16 and 32 pass BIN_TILE
-    got = [(a, b, n, k["BLOCK_E"], k["ROWS"]) for a, b, n, k in binned_launches(work, bins, wide)]
-    assert got == [(0, 5, 5, 2, 1), (5, 9, 4, 8, 1), (9, 12, 3, 4, 1)]
-    assert [(a, b, n) for a, b, n, _ in binned_launches(work, (), cfg)] == [(0, 14, 14)]
-    assert binned_launches(work[:0], (), cfg) == []
-    assert tuning.bin_shapes(8, 1, 256, (4, 8, 16, 32)) == {4: (2, 1), 8: (1, 1), 16: (1, 2), 32: (1, 4)}
-
-
-def _binned_graph(index_dtype=torch.int64):
-    """A graph whose destinations and sources fill every degree bin and the rest, with empty rows and sources and a
-    hub of each kind longer than two chunks of 64 (its short last chunk in a bin): destinations of 0 to 140
-    in-edges, sources of 0 to 137 out-edges, 368 edges in all, shuffled."""
-    degrees = torch.tensor([0, 0, 1, 2, 3, 4, 4, 5, 7, 8, 9, 12, 16, 17, 25, 32, 33, 50, 140])
-    gen = torch.Generator().manual_seed(7)
-    e = int(degrees.sum())
-    heavy = torch.cat([torch.full((n,), j) for j, n in enumerate((137, 40, 30, 20, 12))])
-    src = torch.cat([heavy, torch.randint(5, 35, (e - heavy.shape[0],), generator=gen)])  # 35..39: no out-edges
-    src = src[torch.randperm(e, generator=gen)]
-    dst = torch.repeat_interleave(torch.arange(degrees.shape[0]), degrees)
-    ei = torch.stack([src, dst])[:, torch.randperm(e, generator=gen)]
-    return CscGraph.from_edge_index(ei, size=(40, degrees.shape[0]), index_dtype=index_dtype)
-
-
-@pytest.fixture
-def binned(chunk, monkeypatch):
-    """Degree bins on tiny graphs: ``MIN_BINNED_EDGES`` down to 64 edges, chunks of 64."""
-    chunk.set(64)
-    monkeypatch.setattr(tuning, "MIN_BINNED_EDGES", 64)
-
-
-def test_kernel_graph_bins_its_static_lists_once(binned, monkeypatch):
-    """A static graph's kernel graph holds the bins of its row list and, once a backward built it, of its source
-    list: each range's items of more than the next smaller cap and at most its own edges, every item but the padding
-    in one range; a graph rebuilt every call, or one below ``MIN_BINNED_EDGES``, has none."""
-    from cudnn_gnn.backends.triton.worklists import bin_ranges
-
-    graph = _binned_graph()
-    kernel_graph = tb.kernel_graph(graph)
-    rev = kernel_graph.backward()
-    for work, bins in ((kernel_graph.rows.work, kernel_graph.row_bins), (rev.src.work, rev.src_bins)):
-        lengths = (work[:, 2] - work[:, 1]).tolist()
-        caps = [cap for cap, _, _ in bin_ranges(bins)]
-        assert caps == [0, 32, 16, 8, 4]
-        for k, (cap, a, b) in enumerate(bin_ranges(bins)):
-            below = caps[k + 1] if k + 1 < len(caps) else -1
-            assert b > a and all(below < n <= (cap or 64) for n in lengths[a:b]), (cap, lengths[a:b])
-        assert bins[-1] == int((work[:, 3] != -2).sum())
-    assert 64 in (rev.src.work[:, 2] - rev.src.work[:, 1]).tolist()  # the hub source's chunks
-    assert tb.kernel_graph(graph.as_rebuilt_every_call()).row_bins == ()
-    assert tb.kernel_graph(graph.as_rebuilt_every_call()).backward().src_bins == ()
-    monkeypatch.setattr(tuning, "MIN_BINNED_EDGES", graph.num_edges + 1)
-    small = _binned_graph()
-    assert tb.kernel_graph(small).row_bins == () and tb.kernel_graph(small).backward().src_bins == ()
-
-
-@pytest.mark.parametrize("variant", ["gat", "gat_two_gather", "gatv2"])
-@pytest.mark.parametrize("dropout", ["counter", "mask"])
-def test_binned_launches_match_the_reference(variant, dropout, binned, launched):
-    """The forward and GAT's one-gather source pass launched once per degree bin and once for the rest, on rows
-    and sources of every bin (empty ones, a bin's several rows a program, hub chunks in a bin and in the rest),
-    with edge features, dropout (counter-based or an explicit mask) and the returned attention with a gradient:
-    output, attention and every gradient equal the reference's; with ``degree_bins=False`` one launch each, and the
-    same results."""
-    v2 = variant == "gatv2"
-    graph = _binned_graph(torch.int32 if v2 else torch.int64)
-    ns, nd, e = graph.num_src_nodes, graph.num_dst_nodes, graph.num_edges
-    xs, xd, w, ea, m = _inputs(v2, ns, nd, e, 2, 3, edge=True, mask=dropout == "mask", bipartite=True, seed=8)
-    kw = dict(v2=v2, heads=2, concat=not v2, gat_backward="two_gather" if variant == "gat_two_gather" else "auto")
-    if dropout == "counter":
-        kw["drop"] = (0.3, torch.tensor([12345], dtype=torch.int64))
-    launched.clear()
-    binned_run = _compare(graph, xs, xd, w, ea, m, **kw)
-    assert launched.count("_fwd_kernel") == 5, launched  # the rest and four bins
-    assert launched.count("_bwd_gat_src_kernel") == (5 if variant == "gat" else 0), launched
-    launched.clear()
-    one = _run("triton", graph, xs, xd, w, ea, m, degree_bins=False, **kw)
-    assert launched.count("_fwd_kernel") == 1 and launched.count("_bwd_gat_src_kernel") == (variant == "gat")
-    for a, b in zip((binned_run[0], binned_run[1], *binned_run[2]), (one[0], one[1], *one[2]), strict=True):
-        torch.testing.assert_close(a, b, **TOL[torch.float32])
-
-
-def test_a_warm_binned_step_issues_no_host_sync(binned):
-    """The bins' one sync is the graph's build: a warm step on a binned graph issues none."""
-    from cudnn_gnn.apps.capture import host_syncs
-
-    graph = _binned_graph()
-    xs, _, w, _, _ = _inputs(False, 40, 40, graph.num_edges, 2, 3, edge=False, mask=False, bipartite=False)
-    xd = torch.randn(graph.num_dst_nodes, 6).requires_grad_()
-
-    def step() -> None:
-        out, _ = tb.triton_gat(call_spec(graph, xs, xd, w, v2=False, heads=2, concat=True))
-        torch.autograd.grad(out.square().sum(), (xs, xd, w))
-
-    step()
-    assert tb.built_kernel_graph(graph).row_bins and tb.built_kernel_graph(graph).backward_if_built().src_bins
-    assert host_syncs(step) == []
-
-
-def test_triton_options_degree_bins_must_be_a_bool():
-    with pytest.raises(TypeError, match="degree_bins must be a bool, got int"):
-        tb.TritonOptions(degree_bins=1)
-
-
-@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
-@pytest.mark.slow
-def test_opcheck_with_degree_bins(v2, binned):
-    """The ops with non-empty ``row_bins`` and ``src_bins`` (``int[]`` arguments) against their fakes and schemas."""
-    name = "triton_gatv2" if v2 else "triton_gat"
-    graph = _binned_graph()
-    ns, nd, e = graph.num_src_nodes, graph.num_dst_nodes, graph.num_edges
-    xs, xd, w, ea, m = _inputs(v2, ns, nd, e, 2, 2, edge=True, mask=True, bipartite=True)
-    call, walk = tb.build_call(call_spec(graph, xs, xd, w, ea, m, v2=v2, heads=2, concat=not v2,
-                                         return_attention=True), tb.kernel_graph(graph), needs_grad=True)
-    call = type(call)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in call))
-    assert call.row_bins and walk.src_bins
-    fwd = getattr(torch.ops.cudnn_gnn, f"{name}_fwd").default
-    torch.library.opcheck(fwd, (*call, True))
-    out, lse, att, *scores = fwd(*call, True)
-    lead = (torch.randn_like(out), torch.randn_like(att), lse) + (() if v2 else (out, *scores))
-    torch.library.opcheck(getattr(torch.ops.cudnn_gnn, f"{name}_bwd").default, (*lead, *call, *walk))
-
-
-def test_compiled_call_launches_the_bins_built_eagerly(binned, launched):
-    """A static graph's bins, built by an eager call, are read by a call traced with ``torch.compile(fullgraph=True)``
-    (constants of the traced graph: the same launches), and its gradients equal the eager call's."""
-    graph = _binned_graph()
-    xs, _, w, ea, _ = _inputs(False, 40, 19, graph.num_edges, 2, 2, edge=True, mask=False, bipartite=False)
-    xd = torch.randn(graph.num_dst_nodes, 4).requires_grad_()
-
-    def f(x, xd, w, ea):
-        out, att = tb.triton_gat(call_spec(graph, x, xd, w, ea, v2=False, heads=2, concat=True, return_attention=True))
-        return out.sum() + att.pow(2).sum()
-
-    want = torch.autograd.grad(f(xs, xd, w, ea), (xs, xd, w, ea))
-    torch._dynamo.reset()
-    launched.clear()
-    got = torch.autograd.grad(torch.compile(f, backend="aot_eager", fullgraph=True)(xs, xd, w, ea), (xs, xd, w, ea))
-    assert launched.count("_fwd_kernel") == 5 and launched.count("_bwd_gat_src_kernel") == 5, launched
-    for a, b in zip(got, want, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)

@@ -108,10 +108,7 @@ def keep(ctx: Any, fields: Fields, call: GatCall | Gatv2Call, walk: SourceWalk |
     not asked for (an empty stand-in). ``fields``: the record's :func:`fields_of`."""
     positions, others = fields
     ctx.scalars = tuple(call[i] for i in others)
-    walk_positions, walk_others = _WALK_FIELDS
-    ctx.walk_scalars = None if walk is None else tuple(walk[i] for i in walk_others)
-    ctx.save_for_backward(*(call[i] for i in positions),
-                          *(_NO_WALK if walk is None else (walk[i] for i in walk_positions)), *extra)
+    ctx.save_for_backward(*(call[i] for i in positions), *(walk if walk is not None else _NO_WALK), *extra)
     ctx.layout, ctx.n_inputs, ctx.return_attention = layout, n_inputs, return_attention
     ctx.set_materialize_grads(False)
     if not return_attention:
@@ -133,15 +130,10 @@ def kept(ctx: Any, record: type, fields: Fields, grad_out: Tensor | None, grad_a
     for i, v in zip(others, ctx.scalars, strict=True):
         args[i] = v
     n = len(positions) + len(_NO_WALK)
-    if ctx.walk_scalars is None:
+    walk = values[len(positions):n]
+    if walk[0] is None:
         raise RuntimeError("the triton backward needs the reverse CSC and the source work list, got a call built "
                            "without them: an input must require grad when the forward runs")
-    walk_positions, walk_others = _WALK_FIELDS
-    walk: list[Any] = [None] * len(SourceWalk._fields)
-    for i, t in zip(walk_positions, values[len(positions):n], strict=True):
-        walk[i] = t
-    for i, v in zip(walk_others, ctx.walk_scalars, strict=True):
-        walk[i] = v
     call = record(*args)
     if grad_out is None:
         shape, dtype = out_spec(call)
@@ -155,6 +147,9 @@ def returned(ctx: Any, grads: Sequence[Tensor]) -> tuple[Tensor | None, ...]:
     return (None, None, None, None, *input_grads(ctx.layout, ctx.n_inputs, grads))
 
 
+_NO_WALK = (None,) * len(SourceWalk._fields)
+
+
 Fields = tuple[tuple[int, ...], tuple[int, ...]]
 
 
@@ -164,10 +159,3 @@ def fields_of(record: type) -> Fields:
     class's annotations)."""
     positions = tensor_fields(record)
     return positions, tuple(i for i in range(len(record._fields)) if i not in positions)  # type: ignore[attr-defined]
-
-
-_WALK_FIELDS = fields_of(SourceWalk)
-""":class:`~cudnn_gnn.backends.triton.call.SourceWalk`'s tensor fields (kept by ``save_for_backward``) and its
-others (its degree bins, kept on the context)."""
-
-_NO_WALK = (None,) * len(_WALK_FIELDS[0])

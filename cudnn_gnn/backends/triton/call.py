@@ -20,9 +20,8 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._philox import keep_threshold
-from cudnn_gnn._validation import check_bool
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton.worklists import WorkList, degree_bins, work_list
+from cudnn_gnn.backends.triton.worklists import WorkList, work_list
 from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.spec import AttentionSpec, gat_attention_parts
 
@@ -63,15 +62,13 @@ class TritonBackward(NamedTuple):
     source work list ``src`` over ``rev_offsets`` (:class:`WorkList`), and ``rev_dst [E]``, the destination of each
     reverse-CSC position (:meth:`~cudnn_gnn.CscGraph.reverse_dst`), for a static graph only: a graph rebuilt every
     call (a sampled block) gets None, and its source pass reads ``dst_index[rev_to_csc[k]]`` (one dependent load
-    more per edge, but no launch a step to build it). ``src_bins``: the source list's degree bins (:func:`_bins`),
-    which GAT's one-gather source pass launches apart; empty for one launch."""
+    more per edge, but no launch a step to build it)."""
 
     rev_offsets: Tensor
     rev_to_csc: Tensor
     dst_index: Tensor
     rev_dst: Tensor | None
     src: WorkList
-    src_bins: tuple[int, ...]
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,8 +84,6 @@ class TritonGraph:
         chunk: the most edges a program walks (:func:`~cudnn_gnn.backends.triton.tuning.chunk_size`).
         offsets, indices, map_csc_to_coo, num_src_nodes: the graph's, as the kernels read them.
         rows: the forward's (and the backward's destination pass') work list over ``offsets``.
-        row_bins: the degree bins of ``rows`` (:func:`_bins`), which the forward launches apart; empty for one
-            launch.
     """
 
     source: weakref.ReferenceType[CscGraph]
@@ -98,7 +93,6 @@ class TritonGraph:
     map_csc_to_coo: Tensor | None
     num_src_nodes: int
     rows: WorkList
-    row_bins: tuple[int, ...]
 
     @property
     def num_edges(self) -> int:
@@ -129,7 +123,7 @@ class TritonGraph:
         src = work_list(rev_offsets, g.num_edges, self.chunk, _largest_degree(g, 1), whole_rows=g.short_rows)
         # a static graph's source pass reads each out-edge's destination from rev_dst (E indices more, once)
         rev_dst = None if g.rebuilt_every_call else g.reverse_dst()
-        return TritonBackward(rev_offsets, rev_to_csc, g.dst_index, rev_dst, src, _bins(g, src))
+        return TritonBackward(rev_offsets, rev_to_csc, g.dst_index, rev_dst, src)
 
     @classmethod
     def build(cls, graph: CscGraph, chunk: int) -> TritonGraph:
@@ -137,19 +131,7 @@ class TritonGraph:
         rows = work_list(graph.offsets, graph.num_edges, chunk, _largest_degree(graph, 0),
                          whole_rows=graph.short_rows)
         return cls(weakref.ref(graph), chunk, graph.offsets, graph.indices, graph.map_csc_to_coo, graph.num_src_nodes,
-                   rows, _bins(graph, rows))
-
-
-def _bins(graph: CscGraph, rows: WorkList) -> tuple[int, ...]:
-    """The degree bins of ``graph``'s work list ``rows`` (:func:`~cudnn_gnn.backends.triton.worklists.degree_bins`,
-    caps :data:`~cudnn_gnn.backends.triton.tuning.DEGREE_BINS`): one host sync, when the list is built. None (``()``:
-    one launch) for a graph rebuilt every call (a sampled block: no sync on a step's path; its ``short_rows`` list is
-    the offsets, in row order), while tracing, and below
-    :data:`~cudnn_gnn.backends.triton.tuning.MIN_BINNED_EDGES` edges."""
-    if graph.rebuilt_every_call or torch.compiler.is_compiling() or rows.work.dim() != 2 \
-            or graph.num_edges < tuning.MIN_BINNED_EDGES:
-        return ()
-    return degree_bins(rows.work, tuning.DEGREE_BINS)
+                   rows)
 
 
 def _largest_degree(graph: CscGraph, side: int) -> int | None:
@@ -178,8 +160,7 @@ class GatCall(NamedTuple):
 
     Graph (the :class:`TritonGraph`'s): ``offsets [Nd+1]``, ``indices [E]``, ``map_csc_to_coo [E]`` or None (read
     only where an edge tensor is read or written: edge scores, returned attention), the row work list ``row_work
-    [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]`` (:func:`work_list`) and its degree bins ``row_bins``
-    (:attr:`TritonGraph.row_bins`; empty: one launch).
+    [P, 4]``, ``row_hub_work [S, 4]``, ``row_hubs [R, 3]`` (:func:`work_list`).
     Inputs: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]`` or None (``x_src`` itself, a homogeneous graph: both node
     scores from one read, one gradient), ``att_node [2*H*C] = att_src | att_dst`` (the caller's ``att_edge`` went
     into the edge scores in :func:`build_call`), the float32 edge scores ``score_edge [E, H]`` (COO) or None.
@@ -195,7 +176,6 @@ class GatCall(NamedTuple):
     row_work: Tensor
     row_hub_work: Tensor
     row_hubs: Tensor
-    row_bins: list[int]
     x_src: Tensor
     x_dst: Tensor | None
     att_node: Tensor
@@ -229,7 +209,6 @@ class Gatv2Call(NamedTuple):
     row_work: Tensor
     row_hub_work: Tensor
     row_hubs: Tensor
-    row_bins: list[int]
     x_src: Tensor
     x_dst: Tensor
     edge_attr: Tensor | None
@@ -254,8 +233,7 @@ class SourceWalk(NamedTuple):
     """What a backward's source pass walks (the backward ops' last arguments): the :class:`TritonBackward` arrays
     the kernels read, ``rev_to_csc [E]``, ``dst_index [E]``, ``rev_dst [E]`` or None (a graph rebuilt every call:
     the pass reads ``dst_index[rev_to_csc[k]]``) and the source work list ``src_work``, ``src_hub_work``,
-    ``src_hubs`` over the reverse CSC, with its degree bins ``src_bins`` (:attr:`TritonBackward.src_bins`; empty:
-    one launch)."""
+    ``src_hubs`` over the reverse CSC."""
 
     rev_to_csc: Tensor
     dst_index: Tensor
@@ -263,7 +241,6 @@ class SourceWalk(NamedTuple):
     src_work: Tensor
     src_hub_work: Tensor
     src_hubs: Tensor
-    src_bins: list[int]
 
 
 @dataclass(frozen=True)
@@ -281,18 +258,12 @@ class TritonOptions:
             :data:`~cudnn_gnn.backends.triton.tuning.KERNELS` name): ``(BLOCK_E, num_warps)`` or ``(BLOCK_E,
             num_warps, HG)`` (``HG``, heads a program: a power of two, at most the heads rounded up to one). What the
             tuning sweeps run; a kernel not named keeps its rule.
-        degree_bins: TEMPORARY, for one A/B measurement on the GPU, to be deleted with its branches once measured:
-            False launches the forward and GAT's one-gather source pass once over their whole work lists, as before
-            the degree bins (:attr:`TritonGraph.row_bins`), True (the default) once per non-empty bin and once for
-            the rest.
     """
 
     gat_backward: str = "auto"
     launch: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
-    degree_bins: bool = True
 
     def __post_init__(self) -> None:
-        check_bool("degree_bins", self.degree_bins)
         if self.gat_backward not in _GAT_BACKWARDS:
             raise ValueError(f"gat_backward must be one of {', '.join(map(repr, _GAT_BACKWARDS))}, "
                              f"got {self.gat_backward!r}")
@@ -432,17 +403,15 @@ def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
     kept), else None."""
     g = graph
     walk = None
-    binned = options.degree_bins
     if needs_grad:
         rev = g.backward()
-        walk = SourceWalk(rev.rev_to_csc, rev.dst_index, rev.rev_dst, *rev.src,
-                          src_bins=list(rev.src_bins) if binned else [])
+        walk = SourceWalk(rev.rev_to_csc, rev.dst_index, rev.rev_dst, *rev.src)
     drop = _kernel_dropout(spec, g)
     dropout, threshold = (None, 0) if drop is None else drop
     knobs: dict[str, Any] = dict(dropout=dropout, heads=spec.heads, concat=spec.concat, activation=spec.activation,
                                  activation_alpha=spec.activation_alpha, dropout_threshold=threshold,
                                  launch=options.launch_codes())
-    rows = (*g.rows, list(g.row_bins) if binned else [])
+    rows = g.rows
     if spec.v2:
         edge_attr, lin_edge_weight = gatv2_edge_inputs(spec, needs_grad)
         needs_map = edge_attr is not None or spec.return_attention  # dropout is keyed by CSC position: no map

@@ -17,11 +17,10 @@ from types import MappingProxyType
 
 from torch import Tensor
 
-__all__ = ["BIN_TILE", "DEGREE_BINS", "EDGE_PROGRAMS", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E",
-           "MAX_FUSED_EDGE_DIM", "MIN_BINNED_EDGES", "bin_shapes", "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D",
-           "MIN_CHUNK_E", "MIN_EDGE_SPAN", "SCORE_BWD_PROGRAMS", "SCORE_TILE", "TUNED_SHAPES",
-           "default_launch_shape", "cdiv", "chunk_size", "edge_kernel_shape", "edge_span", "fuse_edge_projection",
-           "launch_config", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
+__all__ = ["EDGE_PROGRAMS", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
+           "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MIN_CHUNK_E", "MIN_EDGE_SPAN", "SCORE_BWD_PROGRAMS",
+           "SCORE_TILE", "TUNED_SHAPES", "default_launch_shape", "cdiv", "chunk_size", "edge_kernel_shape",
+           "edge_span", "fuse_edge_projection", "launch_config", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -176,46 +175,6 @@ def launch_config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Te
             if launch[i] == code:
                 block_e, num_warps, hg = launch[i + 1], launch[i + 2], launch[i + 3] or hg
     return c, cdiv(heads, hg), dict(BLOCK_E=block_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
-
-
-DEGREE_BINS = (4, 8, 16, 32)
-"""The caps of the degree bins (ascending): a static graph's work items (rows, or chunks of hub rows) of at most 4,
-5 to 8, 9 to 16 and 17 to 32 edges are launched apart from the rest, each bin with ``BLOCK_E`` its cap, so that
-every program takes its row in one round (no loop, no masked second block) and the short bins several rows a
-program (:func:`bin_shapes`). arxiv: 14 edges a row on average, 10 the median; every row but a tail in a bin.
-Built by :func:`~cudnn_gnn.backends.triton.worklists.degree_bins` (module global: tests move it)."""
-
-MIN_BINNED_EDGES = 1 << 16
-"""Graphs with fewer edges keep one launch over their work list: their step is host time, which every launch adds
-to, and their kernels are too short for a bin's shape to show (module global: tests move it)."""
-
-BIN_TILE = 8192
-"""The most elements ``cap * HG * BLOCK_C`` one row's gathered tile may hold in a bin: a bin whose tile would pass it
-(a cap of 16 or 32 on a 1024-wide tile) is left to the rest's launch."""
-
-
-@functools.cache
-def bin_shapes(block_e: int, num_warps: int, width: int, caps: tuple[int, ...]) -> Mapping[int, tuple[int, int]]:
-    """``{cap: (ROWS, num_warps)}`` of the degree bins ``caps`` launched for a kernel whose launch shape is ``(BLOCK_E,
-    num_warps)`` on a tile ``width = HG * BLOCK_C`` wide (the rest of its work list keeps that shape). A bin's
-    ``BLOCK_E`` is its cap; a cap whose tile passes :data:`BIN_TILE` has no entry (its items go with the rest).
-
-    - ``ROWS``, rows a program: ``clamp(BLOCK_E / cap, 1, 4)``, so a program of a short bin gathers about the edges
-      of the tuned block (the rows' loads are independent: more gathers in flight, fewer programs to schedule);
-    - ``num_warps``: the tuned shape's elements a thread (``BLOCK_E * width / (32 * num_warps)``, clamped to 16..64)
-      held on a bin's tile ``cap * width``, a power of two from 1 to 8: fewer warps than a long row's launch for the
-      short bins (no cross-warp reductions over 4 edges), more for the long ones.
-
-    A rule from the tuned shapes, not yet measured per bin (the bins were measured as a whole against one launch,
-    :class:`~cudnn_gnn.backends.triton.TritonOptions` ``degree_bins``)."""
-    per_thread = max(16, min(64, block_e * width // (32 * num_warps)))
-    shapes: dict[int, tuple[int, int]] = {}
-    for cap in caps:
-        if cap * width > BIN_TILE:
-            continue
-        warps = min(8, next_pow2(cdiv(cap * width, 32 * per_thread)))
-        shapes[cap] = (max(1, min(4, block_e // cap)), warps)
-    return MappingProxyType(shapes)
 
 
 SCORE_TILE = 4096

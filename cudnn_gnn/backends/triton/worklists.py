@@ -1,16 +1,14 @@
-"""Work lists: which programs a pass over a CSC (or the reverse CSC) launches, hub rows cut into chunks, and the
-degree bins that launch a heaviest-first list's short items apart."""
+"""Work lists: which programs a pass over a CSC (or the reverse CSC) launches, hub rows cut into chunks."""
 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
 
-__all__ = ["WorkList", "bin_ranges", "degree_bins", "work_list"]
+__all__ = ["WorkList", "work_list"]
 
 
 class WorkList(NamedTuple):
@@ -84,39 +82,3 @@ def work_list(offsets: Tensor, num_edges: int, chunk: int, max_degree: int | Non
     hub_rows = torch.argsort((hub_slots == 0).to(torch.int8), stable=True)[:r_max]
     hubs = torch.stack([hub_rows, slot0[hub_rows], hub_slots[hub_rows]], 1)
     return WorkList(work, hub_work, hubs)
-
-
-def degree_bins(work: Tensor, caps: Sequence[int]) -> tuple[int, ...]:
-    """The degree bins of a heaviest-first work list ``work [P, 4]`` (:func:`work_list`'s, not ``whole_rows``'):
-    flat ``(cap, end)`` pairs, one per range of consecutive items, in list order, which :func:`bin_ranges` reads.
-    The first pair has cap 0: the items longer than the largest cap (long rows and hub chunks), walked as before;
-    then per cap of ``caps`` (ascending), from the largest down, the items of more than the next smaller cap and at
-    most this one edges (the smallest bin from 0: empty rows, which write zeros). The padding at the list's end
-    (``slot == -2``) is in no range. Item lengths, not row degrees: a hub row's short last chunk goes to a bin.
-
-    Because the list is sorted by item length, each bin is a range of it: no list of its own, nothing more on the
-    device, and the launches of :func:`~cudnn_gnn.backends.triton.kernels.common.binned_launches` read the same
-    ``work`` at an offset. The ends are Python ints, so the launches have fixed grids (capturable in CUDA graphs):
-    **one host sync** (a ``.tolist()`` of ``len(caps) + 1`` counts), here, when a static graph's kernel graph (or its
-    backward's source list) is built, once per graph. The caller never asks for a graph rebuilt every call or while
-    tracing."""
-    if work.dim() != 2:
-        raise ValueError(f"work must be a [P, 4] heaviest-first work list, got shape {tuple(work.shape)}")
-    caps = sorted(caps)
-    if not caps or caps[0] < 1 or len(set(caps)) != len(caps):
-        raise ValueError(f"caps must be distinct positive ints, got {caps!r}")
-    length = work[:, 2] - work[:, 1]
-    counts = [(length > cap).sum() for cap in reversed(caps)] + [(work[:, 3] != -2).sum()]
-    ends = torch.stack(counts).tolist() if work.shape[0] else [0] * len(counts)  # the sync
-    bins: list[int] = []
-    for cap, end in zip((0, *reversed(caps)), ends, strict=True):
-        bins += [cap, int(end)]
-    return tuple(bins)
-
-
-def bin_ranges(bins: Sequence[int]) -> Iterator[tuple[int, int, int]]:
-    """``(cap, start, end)`` per range of :func:`degree_bins`' flat pairs ``bins`` (cap 0: the rest), in order."""
-    start = 0
-    for i in range(0, len(bins), 2):
-        yield bins[i], start, bins[i + 1]
-        start = bins[i + 1]

@@ -20,13 +20,7 @@ forward, plain sums for the backward).
 
 A program walks its row (or chunk) in blocks of ``BLOCK_E`` edges, one block size for every row: a kernel's
 registers are allocated for its largest tile, so a bigger block that only long rows used would cost every program
-(mostly light rows) its occupancy (measured: docs/performance.md, "One block size"). A launch is compiled apart, though:
-on a static graph of at least :data:`~cudnn_gnn.backends.triton.tuning.MIN_BINNED_EDGES` edges the forward and
-GAT's one-gather source pass launch their work list's short items per degree bin (items of at most 4, 8, 16 and
-32 edges, :data:`~cudnn_gnn.backends.triton.tuning.DEGREE_BINS`; ranges of the heaviest-first list, built with it,
-:func:`~cudnn_gnn.backends.triton.worklists.degree_bins`), each bin with ``BLOCK_E`` its cap, one round a row,
-several rows a program in the short bins, and once more for the rest with the kernel's own shape
-(:func:`~cudnn_gnn.backends.triton.kernels.common.binned_launches`). GAT's delta pass and
+(mostly light rows) its occupancy (measured: docs/performance.md, "One block size"). GAT's delta pass and
 destination sum are not row walks: dense passes over the rows' ``dout`` and ``out``, and a segmented sum of ``[E, H]``
 floats in CSC order over blocks of edges.
 

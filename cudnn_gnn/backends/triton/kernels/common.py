@@ -5,8 +5,6 @@ work items, the attention's normalisation, and the hub merges (a sum of partial 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 import triton
 import triton.language as tl
@@ -15,9 +13,8 @@ from torch import Tensor
 from cudnn_gnn.backends.triton import tuning
 from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call, KernelDropout
 from cudnn_gnn.backends.triton.launch import cached_launch
-from cudnn_gnn.backends.triton.worklists import bin_ranges
 
-__all__ = ["ACTIVATION_CODES", "binned_launches", "n_items"]
+__all__ = ["ACTIVATION_CODES", "n_items"]
 
 
 ACTIVATION_CODES = {"linear": 0, "leaky_relu": 1, "relu": 2, "sigmoid": 3, "tanh": 4, "elu": 5, "scalar": 6}
@@ -217,36 +214,20 @@ def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexp
 
 
 @triton.jit
-def _item_at(work_ptr, i, WHOLE: tl.constexpr):
-    """Work item ``i`` (int64) ``(row, start, end, slot)``: the row's CSC positions ``start .. end`` and where its
+def _item(work_ptr, WHOLE: tl.constexpr):
+    """A work item ``(row, start, end, slot)`` (int64): the row's CSC positions ``start .. end`` and where its
     results go, ``slot == -1``: the row itself (the whole row), ``slot >= 0``: partial slot ``slot`` (one chunk of a
     hub row, merged later), ``slot == -2``: nothing (padding of the fixed-size work list). ``WHOLE``: the work list
-    is the offsets ``[N+1]`` themselves (see :func:`n_items`): item ``i`` is row ``i`` whole."""
+    is the offsets ``[N+1]`` themselves (see :func:`n_items`): program ``i`` takes row ``i`` whole."""
+    pid = tl.program_id(0).to(tl.int64)
     if WHOLE:
-        row, start, end, slot = i, tl.load(work_ptr + i).to(tl.int64), tl.load(work_ptr + i + 1).to(tl.int64), \
-            i * 0 - 1
+        row, start, end, slot = pid, tl.load(work_ptr + pid).to(tl.int64), tl.load(work_ptr + pid + 1).to(tl.int64), \
+            pid * 0 - 1
     else:
-        item = work_ptr + i * 4
+        item = work_ptr + pid * 4
         row, start, end, slot = tl.load(item).to(tl.int64), tl.load(item + 1).to(tl.int64), \
             tl.load(item + 2).to(tl.int64), tl.load(item + 3).to(tl.int64)
     return row, start, end, slot
-
-
-@triton.jit
-def _item(work_ptr, WHOLE: tl.constexpr):
-    """The program's work item (:func:`_item_at`): program ``i`` takes item ``i``."""
-    return _item_at(work_ptr, tl.program_id(0).to(tl.int64), WHOLE)
-
-
-@triton.jit
-def _binned_item(work_ptr, first, stop, r, ROWS: tl.constexpr, WHOLE: tl.constexpr):
-    """The ``r``-th of the ``ROWS`` work items of the program in a launch over the items ``first .. stop`` of a work
-    list (one degree bin, or the rest: :func:`binned_launches`): item ``first + pid * ROWS + r``, or padding (``slot
-    == -2``, an empty range: writes nothing) past ``stop``, where the last program's rows run out."""
-    i = first + tl.program_id(0).to(tl.int64) * ROWS + r
-    valid = i < stop
-    row, start, end, slot = _item_at(work_ptr, tl.where(valid, i, first), WHOLE)
-    return row, start, tl.where(valid, end, start), tl.where(valid, slot, -2)
 
 
 @triton.jit
@@ -352,35 +333,6 @@ def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
         return
     block_w = min(1024, tuning.next_pow2(max(width, 1)))
     _merge_sum_kernel[(hubs.shape[0], tuning.cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w, num_warps=4)
-
-
-def binned_launches(work: Tensor, bins: Sequence[int], cfg: dict[str, int]) -> list[tuple[int, int, int, dict[str, int]]]:
-    """The launches of a pass over the work list ``work`` with the degree bins ``bins`` (flat ``(cap, end)`` pairs,
-    :func:`~cudnn_gnn.backends.triton.worklists.degree_bins`; empty: one launch over the whole list) and its launch
-    keywords ``cfg`` (``BLOCK_E``, ``HG``, ``BLOCK_C``, ``num_warps``): ``(first, stop, programs, keywords)`` each,
-    the kernel's ``first``/``stop`` arguments (its items) and constexprs ``ROWS`` (items a program) and
-    ``ONE_ROUND`` (every item at most ``BLOCK_E`` edges: one block, no loop) added. The rest (items longer than the
-    largest cap, and bins whose tile is too big for this call, :func:`~cudnn_gnn.backends.triton.tuning.bin_shapes`)
-    takes ``cfg`` in one launch; each non-empty bin one launch with ``BLOCK_E`` its cap. Programs of one head group
-    (the grid's axis 1 is the caller's)."""
-    rest = {**cfg, "ROWS": 1, "ONE_ROUND": False}
-    if not bins:
-        n = n_items(work)
-        return [(0, n, n, rest)] if n else []
-    caps = tuple(sorted(bins[i] for i in range(2, len(bins), 2)))
-    shapes = tuning.bin_shapes(cfg["BLOCK_E"], cfg["num_warps"], cfg["HG"] * cfg["BLOCK_C"], caps)
-    launches: list[tuple[int, int, int, dict[str, int]]] = []
-    for cap, first, stop in bin_ranges(bins):
-        shape = shapes.get(cap)
-        if shape is None:  # the rest, and bins left to it: one launch with cfg over the adjacent ranges
-            if launches and launches[-1][3] is rest:
-                first = launches.pop()[0]
-            launches.append((first, stop, stop - first, rest))
-        else:
-            rows, warps = shape
-            launches.append((first, stop, tuning.cdiv(stop - first, rows),
-                             {**cfg, "BLOCK_E": cap, "num_warps": warps, "ROWS": rows, "ONE_ROUND": True}))
-    return [launch for launch in launches if launch[1] > launch[0]]
 
 
 def n_items(work: Tensor) -> int:

@@ -12,17 +12,16 @@ from cudnn_gnn.backends.triton import tuning
 from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call
 from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
-    _binned_item,
     _drop_factor,
     _fused_dim,
     _head_group,
+    _item,
     _logits,
     _max,
     _normalise_att,
     _or,
     _partial,
     _sum,
-    binned_launches,
     drop_args,
     drop_mode,
     edge_inputs,
@@ -62,21 +61,22 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
     return m_new, l_run, acc
 
 
+@cached_launch
 @triton.jit
-def _fwd_item(
-    row, start, end, slot, indices_ptr, map_ptr,
+def _fwd_kernel(
+    work_ptr, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     drop_ptr, drop_thr,
     out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, DROP: tl.constexpr,
     RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, ONE_ROUND: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """One work item: a whole row writes ``out`` and ``lse`` (and normalises its attention); a chunk of a hub row
     writes its unnormalised state ``(max, sumexp, acc)`` per head to its partial slot, for :func:`_fwd_merge_kernel`.
-    ``ONE_ROUND``: the item has at most ``BLOCK_E`` edges (a degree bin's), one block and no loop (an empty row's
-    block is all masked lanes: ``l_run`` stays 0 and the row writes zeros)."""
+    """
+    row, start, end, slot = _item(work_ptr, WHOLE)
     h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
@@ -93,17 +93,11 @@ def _fwd_item(
     m_run = tl.full([HG], -1.0e30, tl.float32)
     l_run = tl.full([HG], 0.0, tl.float32)
     acc = tl.full([HG, BLOCK_C], 0.0, tl.float32)
-    if ONE_ROUND:
-        m_run, l_run, acc = _fwd_block(start, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
+    for e0 in range(start, end, BLOCK_E):  # light rows and the rest: small blocks
+        m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                                        indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                        drop_ptr, drop_thr, att_ptr, H, D, alpha,
                                        V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, ACT, BLOCK_E)
-    else:
-        for e0 in range(start, end, BLOCK_E):  # light rows and the rest: small blocks
-            m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
-                                           indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                           drop_ptr, drop_thr, att_ptr, H, D, alpha,
-                                           V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, ACT, BLOCK_E)
 
     # a chunk of a hub row: its partial state (no normalisation; the merge kernel combines the chunks)
     ps = tl.maximum(slot, 0)
@@ -120,28 +114,6 @@ def _fwd_item(
         tl.debug_barrier()  # the raw logits stored above, by other threads of this program, are read below
         _normalise_att(start, tl.where(slot == -1, end, start), lse, h_off, hm, map_ptr, drop_ptr, drop_thr,
                        att_ptr, H, HAS_MAP, DROP, BLOCK_E)
-
-
-@cached_launch
-@triton.jit(do_not_specialize=["first", "stop"])  # one variant a bin, wherever its range starts
-def _fwd_kernel(
-    work_ptr, first, stop, indices_ptr, map_ptr,
-    x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
-    drop_ptr, drop_thr,
-    out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
-    H: tl.constexpr, C: tl.constexpr, alpha,
-    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, DROP: tl.constexpr,
-    RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr,
-    ONE_ROUND: tl.constexpr,
-):
-    """``ROWS`` work items of ``first .. stop`` (:func:`_binned_item`), each by :func:`_fwd_item`."""
-    for r in tl.static_range(ROWS):
-        row, start, end, slot = _binned_item(work_ptr, first, stop, r, ROWS, WHOLE)
-        _fwd_item(row, start, end, slot, indices_ptr, map_ptr,
-                  x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
-                  drop_ptr, drop_thr, out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
-                  H, C, alpha, V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, ACT, BLOCK_E, HG, BLOCK_C, ONE_ROUND)
 
 
 @cached_launch
@@ -192,8 +164,7 @@ def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | No
                    att: Tensor | None) -> None:
     """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO) for
     ``call`` (a :class:`GatCall` with its node scores ``scores = (score_src [Ns, H], score_dst [Nd, H])``, or a
-    :class:`Gatv2Call`): one launch over the row work list, or one per non-empty degree bin of ``call.row_bins`` and
-    one for the rest (:func:`binned_launches`), then one merge program per hub row. GATv2's
+    :class:`Gatv2Call`): one launch over the row work list, then one merge program per hub row. GATv2's
     ``edge_attr`` is ``[E, H*C]`` projected features, or with ``lin_edge_weight [H*C, De]`` the raw ``[E, De]``
     ones, projected in the kernel (see :func:`_edge_rows`)."""
     work, hub_work, hubs = call.row_work, call.row_hub_work, call.row_hubs
@@ -207,15 +178,14 @@ def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | No
     drop = call.kernel_dropout
     dropout = drop_args(drop, lse)
     rows, edge, edge_weight, has_edge = edge_inputs(call, scores, lse)
-    for first, stop, programs, shape in binned_launches(work, call.row_bins, cfg):
-        _fwd_kernel[(programs, groups)](
-            work, first, stop, call.indices, _or(map_, call.indices), x_src, *rows, *dropout,
-            out, lse, _or(att, lse), m_part, l_part, acc_part,
-            heads, c, call.activation_alpha,
-            V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
-            DROP=drop_mode(drop), RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[call.activation],
-            WHOLE=work.dim() == 1, **shape,
-        )
+    _fwd_kernel[(n_items(work), groups)](
+        work, call.indices, _or(map_, call.indices), x_src, *rows, *dropout,
+        out, lse, _or(att, lse), m_part, l_part, acc_part,
+        heads, c, call.activation_alpha,
+        V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
+        DROP=drop_mode(drop), RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[call.activation],
+        WHOLE=work.dim() == 1, **cfg,
+    )
     if hubs.shape[0]:
         _fwd_merge_kernel[(hubs.shape[0], groups)](
             hubs, call.offsets, _or(map_, call.indices), *dropout,

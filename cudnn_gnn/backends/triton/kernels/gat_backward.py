@@ -19,7 +19,6 @@ from cudnn_gnn.backends.triton.kernels.common import (
     ACTIVATION_CODES,
     _act,
     _act_grad,
-    _binned_item,
     _coo_ids,
     _drop_factor,
     _head_group,
@@ -30,7 +29,6 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _or,
     _partial,
     _sum,
-    binned_launches,
     drop_args,
     drop_mode,
     n_items,
@@ -165,20 +163,27 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
     return dx, dss
 
 
+@cached_launch
 @triton.jit
-def _gat_src_item(
-    j, start, end, slot, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
+def _bwd_gat_src_kernel(
+    work_ptr, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
     x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, drop_ptr, drop_thr,
     lse_ptr, delta_ptr, dout_ptr, datt_ptr,
     dz_buf_ptr, dx_src_ptr, dssrc_ptr, dsedge_ptr, dx_part_ptr, dss_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr, REV_DST: tl.constexpr, RS: tl.constexpr,
-    BLOCK_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, ONE_ROUND: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
-    """GAT's source pass for one work item over reverse-CSC positions, source ``j``: see
-    :func:`_bwd_gat_src_kernel`. ``ONE_ROUND``: the item has at most ``BLOCK_E`` out-edges (a degree bin's), one
-    block and no loop."""
+    """GAT's source pass, the one that gathers feature rows: for source ``j`` (a work item over reverse-CSC
+    positions) and each head of the program's group, ``x_j`` is loaded once and each out-edge ``e = (j -> i)``
+    gathers ``dout_i``; from the per-node scores, ``lse_i`` and ``delta_i`` it recomputes ``p_e = exp(act(z_e) -
+    lse_i)`` (``z_e = score_src[j] + score_dst[i] + score_edge[e]``) and ``alpha_e = p_e m_e``, and forms
+    ``g_e = <dout_i, x_j> + datt_e``, ``ds_e = p_e (m_e g_e - delta_i)``, ``dz_e = ds_e act'(z_e)``. Writes
+    ``dx_j = sum_e alpha_e dout_i``, ``d score_src_j = sum_e dz_e``, ``dz`` to ``dz_buf [E, H]`` (CSC order) for the
+    destination sum, and with edge scores ``d score_edge = dz`` (COO order: each edge once, by its source's
+    program). A chunk of a hub source writes its sums to its partial slot (merged in a fixed order afterwards)."""
+    j, start, end, slot = _item(work_ptr, WHOLE)
     ps = tl.maximum(slot, 0)
     h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1
@@ -188,65 +193,24 @@ def _gat_src_item(
     ssj = tl.load(ssrc_ptr + j * H + h_off, mask=hm, other=0.0)
     dx = tl.full([HG, BLOCK_C], 0.0, tl.float32)
     dss = tl.full([HG], 0.0, tl.float32)
-    if ONE_ROUND:
-        dx, dss = _gat_src_block(start, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
+    # The full blocks in one loop, the short last block in another: the same blocks and arithmetic as one loop, but
+    # the code Triton makes of it ran the arxiv source pass (8 x 32 fp32, blocks of two edges) in 864 us against
+    # 981 us for the single loop on the H200 (profile_layers.py; benchmarks/results/h200-2026-12-03-4edf7c9/).
+    full_end = start + (end - start) // BLOCK_E * BLOCK_E
+    for k0 in range(start, full_end, BLOCK_E):
+        dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
                                  drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
                                  H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E)
-    else:
-        # The full blocks in one loop, the short last block in another: the same blocks and arithmetic as one loop,
-        # but the code Triton makes of it ran the arxiv source pass (8 x 32 fp32, blocks of two edges) in 864 us
-        # against 981 us for the single loop on the H200 (profile_layers.py;
-        # benchmarks/results/h200-2026-12-03-4edf7c9/).
-        full_end = start + (end - start) // BLOCK_E * BLOCK_E
-        for k0 in range(start, full_end, BLOCK_E):
-            dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                                     rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr,
-                                     drop_ptr, drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr,
-                                     dsedge_ptr, H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS,
-                                     BLOCK_E)
-        for k0 in range(full_end, end, BLOCK_E):
-            dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
-                                     rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr,
-                                     drop_ptr, drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr,
-                                     dsedge_ptr, H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS,
-                                     BLOCK_E)
+    for k0 in range(full_end, end, BLOCK_E):
+        dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
+                                 rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
+                                 drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     tl.store(dssrc_ptr + j * H + h_off, dss, mask=hm & whole)
     tl.store(dss_part_ptr + ps * H + h_off, dss, mask=hm & part)
-
-
-@cached_launch
-@triton.jit(do_not_specialize=["first", "stop"])  # one variant a bin, wherever its range starts
-def _bwd_gat_src_kernel(
-    work_ptr, first, stop, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
-    x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, drop_ptr, drop_thr,
-    lse_ptr, delta_ptr, dout_ptr, datt_ptr,
-    dz_buf_ptr, dx_src_ptr, dssrc_ptr, dsedge_ptr, dx_part_ptr, dss_part_ptr,
-    H: tl.constexpr, C: tl.constexpr, alpha,
-    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
-    ACT: tl.constexpr, REV_DST: tl.constexpr, RS: tl.constexpr,
-    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, ROWS: tl.constexpr,
-    ONE_ROUND: tl.constexpr,
-):
-    """GAT's source pass, the one that gathers feature rows, over ``ROWS`` work items of ``first .. stop``
-    (:func:`_binned_item`, items over reverse-CSC positions): for source ``j`` and each head of the program's group,
-    ``x_j`` is loaded once and each out-edge ``e = (j -> i)`` gathers ``dout_i``; from the per-node scores,
-    ``lse_i`` and ``delta_i`` it recomputes ``p_e = exp(act(z_e) - lse_i)`` (``z_e = score_src[j] + score_dst[i] +
-    score_edge[e]``) and ``alpha_e = p_e m_e``, and forms ``g_e = <dout_i, x_j> + datt_e``, ``ds_e = p_e (m_e g_e -
-    delta_i)``, ``dz_e = ds_e act'(z_e)``. Writes ``dx_j = sum_e alpha_e dout_i``, ``d score_src_j = sum_e dz_e``,
-    ``dz`` to ``dz_buf [E, H]`` (CSC order) for the destination sum, and with edge scores ``d score_edge = dz`` (COO
-    order: each edge once, by its source's program). A chunk of a hub source writes its sums to its partial slot
-    (merged in a fixed order afterwards)."""
-    for r in tl.static_range(ROWS):
-        j, start, end, slot = _binned_item(work_ptr, first, stop, r, ROWS, WHOLE)
-        _gat_src_item(j, start, end, slot, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr,
-                      x_src_ptr, ssrc_ptr, sdst_ptr, sedge_ptr, drop_ptr, drop_thr,
-                      lse_ptr, delta_ptr, dout_ptr, datt_ptr,
-                      dz_buf_ptr, dx_src_ptr, dssrc_ptr, dsedge_ptr, dx_part_ptr, dss_part_ptr,
-                      H, C, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E, HG, BLOCK_C,
-                      ONE_ROUND)
 
 
 @triton.jit
@@ -343,9 +307,8 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
     1. the delta pass: :func:`_bwd_gat_delta_kernel`, dense over the rows' ``dout`` and ``out``, writes ``delta``
        with ``score_dst`` and ``lse`` as one ``[Nd, 4, H]`` record a destination; with ``datt``,
        :func:`_bwd_gat_delta_att_kernel` over the row work list (plus a ``_merge_sum`` of its hub chunks);
-    2. the source pass: :func:`_bwd_gat_src_kernel` over the source work list (once per non-empty degree bin of
-       ``walk.src_bins`` and once for the rest, :func:`binned_launches`), the only one that gathers feature rows
-       (``dout_i`` per out-edge; a ``_merge_sum`` each for ``dx_src`` and ``dscore_src`` where it holds hubs);
+    2. the source pass: :func:`_bwd_gat_src_kernel` over the source work list, the only one that gathers feature
+       rows (``dout_i`` per out-edge; a ``_merge_sum`` each for ``dx_src`` and ``dscore_src`` where it holds hubs);
     3. the destination sum: ``dscore_dst`` zeroed, :func:`_bwd_gat_dst_kernel` (a segmented sum of ``dz`` in CSC
        order, blocks of edges) and :func:`_bwd_gat_dst_join_kernel` (the rows that cross blocks).
 
@@ -356,7 +319,7 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
                                                           call.x_src, call.score_edge)
     row_work, row_hub_work, row_hubs = call.row_work, call.row_hub_work, call.row_hubs
     rev_to_csc, dst_index, rev_dst = walk.rev_to_csc, walk.dst_index, walk.rev_dst
-    src_work, src_hub_work, src_hubs, src_bins = walk.src_work, walk.src_hub_work, walk.src_hubs, walk.src_bins
+    src_work, src_hub_work, src_hubs = walk.src_work, walk.src_hub_work, walk.src_hubs
     score_src, score_dst = scores
     heads, alpha, drop = call.heads, call.activation_alpha, call.kernel_dropout
     nd, e, n_src, n_rows = offsets.shape[0] - 1, indices.shape[0], n_items(src_work), n_items(row_work)
@@ -391,13 +354,12 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
     if n_src:
         dx_part = _partial(src_hub_work.shape[0], d, lse)
         dss_part = _partial(src_hub_work.shape[0], heads, lse)
-        for first, stop, programs, shape in binned_launches(src_work, src_bins, cfg):
-            _bwd_gat_src_kernel[(programs, groups)](
-                src_work, first, stop, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
-                x_src, score_src, per_dst[0], _or(score_edge, lse), *dropout,
-                per_dst[1], per_dst[2], dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse),
-                dx_part, dss_part, heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1,
-                HAS_DATT=datt is not None, RS=rs, **flags, **shape)
+        _bwd_gat_src_kernel[(n_src, groups)](
+            src_work, rev_to_csc, dst_index, _or(rev_dst, dst_index), _or(map_csc_to_coo, rev_to_csc),
+            x_src, score_src, per_dst[0], _or(score_edge, lse), *dropout,
+            per_dst[1], per_dst[2], dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part,
+            dss_part, heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, HAS_DATT=datt is not None,
+            RS=rs, **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d)
         _merge_sum(src_hubs, dss_part, dscore_src, heads)
     dscore_dst.zero_()  # rows with no edge; the others are written below
