@@ -91,14 +91,19 @@ def test_captured_replays_equal_eager_steps_across_batches(dtype: torch.dtype | 
     torch.testing.assert_close(torch.tensor(captured), torch.tensor(eager), **tol)
     if dtype is None:
         # Adam turns float noise in a near-zero gradient (the embeddings' backward sums with atomics, in another order
-        # each run) into a step of up to lr on the few entries that have one. A replay on stale state moves every
-        # entry; so: at most 1% of a tensor's entries beyond 1e-4, none beyond 2 lr a step.
+        # each run) into a step of up to lr on the few entries that have one: on the H100, 20 of 8,192 embedding
+        # entries, and 7 of the 64 of a layer's att_src, after 8 steps. A replay on stale state moves every entry;
+        # so: at most 1% of the model's entries beyond 1e-4 + 1e-3 |p|, at most a quarter of any one tensor's, none
+        # beyond 2 lr a step.
         bound = 2 * 1e-3 * len(batches)
+        total = differing = 0
         for (name, a), b in zip(eager_model.named_parameters(), step_model.parameters()):
             diff = (b - a).abs()
             off = diff > 1e-4 + 1e-3 * a.abs()
-            assert float(off.float().mean()) <= 0.01 and float(diff.max()) <= bound, (
+            total, differing = total + a.numel(), differing + int(off.sum())
+            assert float(off.float().mean()) <= 0.25 and float(diff.max()) <= bound, (
                 f"{name}: {int(off.sum())} of {a.numel()} entries differ, by up to {float(diff.max()):.2e}")
+        assert differing <= 0.01 * total, f"{differing} of the model's {total} entries differ"
 
 
 def test_gps_molecules_trains_packed_and_captured_by_default_on_cuda() -> None:

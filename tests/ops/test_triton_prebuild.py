@@ -9,6 +9,7 @@ disk cache by the parent, a failing process's variant built by the parent, a rea
 
 from __future__ import annotations
 
+import _thread
 import os
 import subprocess
 import sys
@@ -74,8 +75,19 @@ def test_recording_records_ours_and_passes_the_rest_on():
             t = threading.Thread(target=lambda: other.append(hook(**_hook_kwargs("ours.kernels.forward"))))
             t.start()
             t.join()
-            assert other == [None]  # another thread's launch builds as usual
-        assert [r.data for r in recorded.values()] == ['{"name": "k"}', '{"name": "k2"}']
+            assert other == [None]  # another Python thread's launch builds as usual
+            # a thread Python did not start (autograd's device thread runs a CUDA backward there) is recorded
+            done = threading.Event()
+            native = []
+
+            def from_native():
+                native.append(hook(**_hook_kwargs("ours.kernels.backward", '{"name": "k3"}')))
+                done.set()
+
+            _thread.start_new_thread(from_native, ())
+            assert done.wait(10)
+            assert native == [True]
+        assert [r.data for r in recorded.values()] == ['{"name": "k"}', '{"name": "k2"}', '{"name": "k3"}']
         assert seen == ["torch._inductor.x", "ours.kernels.forward"]
         assert runtime.jit_cache_hook is previous
     finally:

@@ -106,7 +106,9 @@ def prebuild(fn: Callable[..., Any], *args: Any, processes: int | None = None, *
     not Inductor's graphs (those build at the first real call, as before). Variants held in memory launch for real
     (on the dry run's garbage floats: indices come from the graph only).
 
-    Only the calling thread's launches are recorded (other threads' build as usual). Not re-entrant.
+    Recorded: the launches of the calling thread and of threads Python did not start (``threading.current_thread()``
+    a dummy), which is where autograd runs the backward of CUDA tensors (its device threads); the launches of other
+    Python threads build and run as usual. Not re-entrant.
 
     Args:
         fn: the step to prepare, e.g. ``lambda: loss_fn(copy_of_model, batch).backward()``.
@@ -166,9 +168,10 @@ def _cpus() -> int:
 
 @contextlib.contextmanager
 def _recording(module_prefix: str) -> Iterator[dict[str, _Recorded]]:
-    """Within: the calling thread's launches of kernels of modules under ``module_prefix`` that need a build are
-    recorded (``specialization_data`` -> :class:`_Recorded`, first launch first) and skipped. Triton's
-    ``jit_cache_hook`` is restored on the way out, error or not; other kernels', and other threads', go to it."""
+    """Within: the launches of kernels of modules under ``module_prefix`` that need a build, from the calling thread
+    or a thread Python did not start (autograd's device threads, which run a CUDA backward), are recorded
+    (``specialization_data`` -> :class:`_Recorded`, first launch first) and skipped. Triton's ``jit_cache_hook`` is
+    restored on the way out, error or not; other kernels', and other Python threads', go to it."""
     global _ACTIVE
     import triton
 
@@ -184,10 +187,12 @@ def _recording(module_prefix: str) -> Iterator[dict[str, _Recorded]]:
 
     def hook(**kw: Any) -> bool | None:
         info: Any = kw.get("fn")
-        if threading.get_ident() == owner and str(getattr(info, "module", "")).startswith(module_prefix):
+        ours = threading.get_ident() == owner or isinstance(threading.current_thread(), threading._DummyThread)
+        if ours and str(getattr(info, "module", "")).startswith(module_prefix):
             data = kw["compile"]["specialization_data"]
-            if data not in recorded:
-                recorded[data] = _Recorded(info.jit_function, str(info.name), data)
+            with _LOCK:
+                if data not in recorded:
+                    recorded[data] = _Recorded(info.jit_function, str(info.name), data)
             return True  # JITFunction.run returns None: no build, no launch (CachedLaunch keeps no variant)
         return previous(**kw) if previous is not None else None
 
