@@ -91,8 +91,8 @@ kernel builds this process has not made yet (``epoch1_triton_builds``, with thei
 variant on our layers builds them and the later ones find them built; a build found in Triton's disk cache,
 ``TRITON_CACHE_DIR``, takes milliseconds, so a cold first epoch is one variant run with an empty one). Recorded:
 ``epoch_seconds`` (wall, a sync at each epoch's end), ``first_epoch_ratio`` (epoch 1 over epoch 2),
-``epoch1_startup_seconds`` (epoch 1's first 4 batches, one sync), the mean loss of each epoch; ours on CUDA builds
-its step's Triton kernels at the start of epoch 1 all at once in parallel processes (``--no-prebuild``: not; then
+``epoch1_startup_seconds`` (epoch 1's first 4 batches, one sync), the mean loss of each epoch; ours on CUDA with
+``--prebuild`` builds its step's Triton kernels at the start of epoch 1 all at once in parallel processes (without:
 the step's first call builds them one after another), in its clock: ``epoch1_prebuild_seconds``,
 ``epoch1_prebuild_variants`` and ``epoch1_prebuild_in_process`` (built by this process where its build process
 failed), and ``epoch1_triton_builds`` then counts their loads from the disk cache. The per-batch timing
@@ -605,7 +605,7 @@ def settings(args: argparse.Namespace) -> dict[str, Any]:
     return {"precision": {name: precision_of(name, args.precision) for name in args.workloads},
             "feature_dtype": args.feature_dtype, "scale": args.scale, "papers_scale": args.papers_scale,
             "variants": args.variants, "epochs": args.epochs, "epoch_variants": args.epoch_variants,
-            "warmup": args.warmup, "prebuild": not args.no_prebuild, "repeats": args.repeats, "time_budget_s": args.time_budget,
+            "warmup": args.warmup, "prebuild": args.prebuild, "repeats": args.repeats, "time_budget_s": args.time_budget,
             "top_kernels": args.top_kernels}
 
 
@@ -616,7 +616,7 @@ def measure(rec: dict[str, Any], variant: str, name: str, w: dict[str, Any], dev
     sampled, graph_level = name in SAMPLED, name in GRAPH_LEVEL
     builder = build_graph_step if graph_level else build_sampled_step if sampled else build_step
     build = functools.partial(builder, variant, w, device, rec["precision"],
-                              **({"prebuild": not args.no_prebuild} if sampled else {}))
+                              **({"prebuild": args.prebuild} if sampled else {}))
     step: VariantStep | None = None
     if sampled and args.epochs:
         if variant in args.epoch_variants:
@@ -818,10 +818,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                          "step's build, compile and capture (0: none; 2 gives the first-epoch ratio)")
     ap.add_argument("--epoch-variants", nargs="+", choices=VARIANTS, default=None,
                     help="the variants that run --epochs (default: all the run's variants)")
-    ap.add_argument("--no-prebuild", action="store_true",
-                    help="sampled workloads, ours on CUDA: do not build the step's Triton kernels first all at once "
-                         "in parallel processes (cudnn_gnn.backends.triton.prebuild, forks this process); they are "
-                         "then built one after another by the step's first call")
+    ap.add_argument("--prebuild", action="store_true",
+                    help="sampled workloads, ours on CUDA: build the step's Triton kernels first all at once in "
+                         "parallel processes (cudnn_gnn.backends.triton.prebuild, forks this process) instead of one "
+                         "after another in the step's first call")
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps first (default: 10 on CUDA, 4 on CPU)")
     ap.add_argument("--repeats", type=int, default=None, help="timed steps (default: 50 on CUDA, 3 on CPU)")
     ap.add_argument("--top-kernels", type=int, default=15,

@@ -300,7 +300,7 @@ def hop_batch(seeds: int, fanout: list[int], gen: torch.Generator, new_share: fl
 
 
 def warm_up(model: OgbGAT, in_channels: int, device: torch.device, precision: str, *, num_nodes: int = 2048,
-            num_edges: int = 20_000, seeds: int = 256, fanout: list[int] | None = None, prebuild: bool = True) -> float:
+            num_edges: int = 20_000, seeds: int = 256, fanout: list[int] | None = None, prebuild: bool = False) -> float:
     """Build the kernels that sampled training and evaluation will launch, before the first epoch; returns seconds.
 
     Runs ``model`` itself (not a DDP wrapper: no gradient all-reduce) on a random batch, the way the training loop

@@ -77,10 +77,10 @@ Before epoch 1 (on CUDA, or with ``--compile``), one warm-up step (``_common.war
 it) on a random batch laid out hop by hop as the sampler lays one out (``_common.hop_batch`` of ``--batch-size``
 seeds and ``--fanout``; where the sampler reports no per-hop counts, torch-sparse's, a flat one) builds the kernels
 and compiled graphs training and evaluation need, so that epoch 1 does not carry them; the model's state and the
-random streams are left as they were. Its Triton kernel variants are first built all at once in parallel processes
-(:func:`cudnn_gnn.backends.triton.prebuild`, a dry run of the same passes; ``--no-prebuild``: one after another in
-the passes). On a CPU the memory model's bound is compared with the machine's memory
-before training, and a run that cannot fit is refused.
+random streams are left as they were. With ``--prebuild`` its Triton kernel variants are first built all at once in
+parallel processes (:func:`cudnn_gnn.backends.triton.prebuild`, a dry run of the same passes; without, one after
+another in the passes; opt-in until its effect on the cold first epoch is measured on a GPU). On a CPU the memory
+model's bound is compared with the machine's memory before training, and a run that cannot fit is refused.
 
 Per epoch (rank 0, ``--json``): seconds, GPU-busy fraction of the model's step alone (``gpu_busy_fraction``: CUDA
 events around forward, backward and optimizer over wall time; None on a CPU), with ``--sampler device`` also the
@@ -239,10 +239,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--no-warm-up", action="store_true",
                     help="skip the warm-up step that builds the kernels before epoch 1 (they are then built in it; "
                          "not run on a CPU without --compile, where there is nothing to build)")
-    ap.add_argument("--no-prebuild", action="store_true",
-                    help="in the warm-up, build the Triton kernel variants one after another as its passes reach "
-                         "them, not first all at once in parallel processes (cudnn_gnn.backends.triton.prebuild; "
-                         "forks this process)")
+    ap.add_argument("--prebuild", action="store_true",
+                    help="in the warm-up, build the Triton kernel variants first all at once in parallel processes "
+                         "(cudnn_gnn.backends.triton.prebuild; forks this process), not one after another as its "
+                         "passes reach them")
     args = ap.parse_args(sys.argv[1:] if argv is None else argv)
     setup_logging(args.verbose, args.quiet)
     if len(args.fanout) != args.layers:
@@ -295,7 +295,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 #: Flags that do not change what a run computes (outputs, display, where the data folder lives, speed knobs): a run
 #: may be resumed with other values. ``--epochs`` is a bound: a run can be extended.
 RUN_ONLY = ("epochs", "root", "generate_on", "json", "no_progress", "verbose", "quiet", "checkpoint", "resume",
-            "profile_batches", "plan_only", "no_warm_up", "no_prebuild", "backend", "gpus")
+            "profile_batches", "plan_only", "no_warm_up", "prebuild", "backend", "gpus")
 
 
 def resume_checkpoint(args: argparse.Namespace) -> dict[str, Any]:
@@ -532,7 +532,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         # not in epoch 1; model state left unchanged. Eager on a CPU builds nothing: the step would only cost time.
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=args.batch_size,
                                             fanout=args.fanout if hop_counts(args.sampler) else None,
-                                            prebuild=not args.no_prebuild)
+                                            prebuild=args.prebuild)
         if ctx.is_main:
             LOG.info(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s")
     meter, sample_meter = BusyMeter(device), BusyMeter(device)  # the model's step; the device sampler's batches
@@ -661,7 +661,7 @@ def train_static(args: argparse.Namespace, ctx: DistContext, g: Any, model: OgbG
           f"({record['static_batch_bytes'] / 2**20:.0f} MiB of batch tensors)")
     if not args.no_warm_up:  # Triton's kernel builds before epoch 1 (the captured step's own warm-up is in it)
         record["warm_up_seconds"] = warm_up(model, g.x.size(1), device, args.precision, seeds=B, fanout=args.fanout,
-                                            prebuild=not args.no_prebuild)
+                                            prebuild=args.prebuild)
         LOG.info(f"building kernels: one warm-up step on a random batch: {record['warm_up_seconds']:.1f} s")
     loss_fn = sampled_loss(model, sampler, pyg=args.model == "pyg-gat", compile=args.compile)
     inputs = {"seeds": torch.zeros(B, dtype=torch.int64, device=device),

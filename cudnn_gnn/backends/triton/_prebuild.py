@@ -1,7 +1,7 @@
 """Build the Triton kernels a step will launch, all at once, before its first call (:func:`prebuild`).
 
 Triton builds a kernel variant (one per dtype, alignment and ``constexpr`` set) at its first launch in a process,
-one after another: a sampled GAT step's 8 variants cost 3.4 s of papers100M's first epoch (issue #42). Builds in
+one after another: a sampled GAT step's 8 variants cost 3.4 s of papers100M's first epoch. Builds in
 threads of one process do not overlap (measured on the CPU machine: four of the step's variants for sm_90a, 3.36-3.42
 s one after another, 3.15-3.27 s on two threads); builds in processes of their own do, and each writes Triton's disk
 cache (``TRITON_CACHE_DIR``, default ``~/.triton/cache``), where this process then finds it in milliseconds.
