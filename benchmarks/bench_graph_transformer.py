@@ -26,6 +26,7 @@ process because it breaks later cuDNN calls on the project's H200 (``shared/devi
 
     python benchmarks/bench_graph_transformer.py --out out/gt.json --md out/gt.md --plot out/gt.png  # GPU
     python benchmarks/bench_graph_transformer.py --compiled --out out/gt_compiled.json   # + torch.compile of ours
+    python benchmarks/bench_graph_transformer.py --attention-backend cudnn --out out/gt_cudnn.json  # our SDPA graphs
     python benchmarks/bench_graph_transformer.py --quick --out /tmp/q.json  # CPU smoke, tiny, no timing claims
 
 The JSON holds ``environment``, one ``rows`` entry per case (both sides' times, memory, ratios, the error against
@@ -88,16 +89,18 @@ def make_batch(p: dict[str, Any], device: torch.device, seed: int = 0) -> dict[s
     }
 
 
-def make_layers(p: dict[str, Any], variant: str, device: torch.device, dtype: torch.dtype):
+def make_layers(p: dict[str, Any], variant: str, device: torch.device, dtype: torch.dtype,
+                attention_backend: str = "auto"):
     """PyG's GPSConv and ours with one state_dict; the local GATConv of ``variant`` on each side (None for
-    ``transformer``; ours for ``gps_gat``, PyG's for ``gps_pyg_gat``)."""
+    ``transformer``; ours for ``gps_gat``, PyG's for ``gps_pyg_gat``); ours' global attention on
+    ``attention_backend``."""
     c, h = p["channels"], p["heads"]
     torch.manual_seed(0)
     pyg_conv = pyg_nn.GATConv(c, c // h, heads=h) if variant != "transformer" else None
     our_conv = GATConv(c, c // h, heads=h) if variant == "gps_gat" else \
         (pyg_nn.GATConv(c, c // h, heads=h) if variant == "gps_pyg_gat" else None)
     pyg = pyg_nn.GPSConv(c, pyg_conv, heads=h).to(device, dtype)
-    ours = GPSConv(c, our_conv, heads=h).to(device, dtype)
+    ours = GPSConv(c, our_conv, heads=h, attention_backend=attention_backend).to(device, dtype)
     ours.load_state_dict(pyg.state_dict(), strict=True)
     return pyg, ours
 
@@ -110,11 +113,11 @@ def time_it(fn: Callable[[], Any], device: torch.device, warmup: int, reps: int)
 
 
 def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device, warmup: int, reps: int,
-             compiled: bool = False) -> dict[str, Any]:
+             compiled: bool = False, attention_backend: str = "auto") -> dict[str, Any]:
     p = PRESETS[preset]
     data = make_batch(p, device)
     x = data["x"].to(dtype)
-    pyg, ours = make_layers(p, variant, device, dtype)
+    pyg, ours = make_layers(p, variant, device, dtype, attention_backend)
     # our GATConv reads the batch's graph prepared once (self-loops included); PyG's layers the edge_index
     our_graph = data["edge_index"] if variant != "gps_gat" else \
         ToCscGraph()(Data(edge_index=data["edge_index"], num_nodes=data["num_nodes"])).csc_graph
@@ -285,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--variant", choices=VARIANTS, action="append", help="default: both")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument("--attention-backend", choices=["auto", "cudnn", "flash"], default="auto",
+                    help="our layer's global attention (GPSConv's attention_backend): auto takes cuDNN SDPA only where "
+                         "the cuDNN in use has its precompiled engines, else flash; cudnn forces our cuDNN SDPA graphs")
     ap.add_argument("--quick", action="store_true", help="CPU smoke run on a tiny batch; no timing claims")
     ap.add_argument("--compiled", action="store_true",
                     help="also time our layer through torch.compile(dynamic=False) (the non-attention work fused)")
@@ -309,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     for preset in presets:
         for dtype in dtypes:
             for variant in variants:
-                row = run_case(preset, variant, dtype, device, warmup, reps, compiled=args.compiled)
+                row = run_case(preset, variant, dtype, device, warmup, reps, compiled=args.compiled,
+                               attention_backend=args.attention_backend)
                 add_compiled_ratios(row)
                 rows.append(row)
                 print(
