@@ -41,8 +41,10 @@ __all__ = ["BuiltVariant", "PrebuildReport", "prebuild"]
 KERNELS_MODULE = "cudnn_gnn.backends.triton.kernels"
 """The modules whose kernels :func:`prebuild` records (Inductor's and other libraries' kernels build as before)."""
 
-CHILD_TIMEOUT_S = 300.0
-"""A build process still running after this long is killed and its variant built in this process."""
+CHILD_TIMEOUT_S = 60.0
+"""A build process still running after this long is killed and its variant built in this process: a variant builds
+in about a second (3.4 s for papers100M's 8), so a process past a minute is stuck (a fork copies the parent's locks
+as they were, held by threads the child does not have), and waiting longer would cost more than building here."""
 
 
 class BuiltVariant(NamedTuple):
