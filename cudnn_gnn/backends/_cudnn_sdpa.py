@@ -194,7 +194,8 @@ _USED = False  # whether this process has run cuDNN SDPA (see _cudnn.explain_fai
 
 
 def plan_cache_info() -> PlanCacheInfo:
-    """Hits, misses, evictions, size, builds, disk loads / writes / rejects of the SDPA plan cache."""
+    """Hits, misses, evictions, size, builds, disk loads / writes / rejects of the SDPA plan cache, and the seconds
+    spent building plans and loading them from the plan folder (``build_seconds``, ``load_seconds``)."""
     return _CACHE.info()
 
 

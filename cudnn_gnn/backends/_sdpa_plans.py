@@ -10,7 +10,7 @@ spelling (floats in hex), the same in every process: the disk file is named afte
 
 **Memory.** :class:`PlanCache` is an LRU of at most ``maxsize`` plans per process, behind one lock; builds are
 serialized (one cuDNN build at a time, and two threads asking for one key build it once). It counts hits, misses,
-evictions, and where each miss came from: a build or a load from disk.
+evictions, and where each miss came from: a build or a load from disk, with the seconds each source took.
 
 **Disk.** :class:`PlanStore` keeps one file per plan in a folder, named ``<tag>-<sha256(key)[:32]>.plan`` where the
 tag holds the cuDNN version, the frontend version and the GPU architecture (a plan is only valid for those). A file is
@@ -33,6 +33,7 @@ import os
 import struct
 import tempfile
 import threading
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Callable
@@ -109,7 +110,10 @@ class PlanCacheInfo(NamedTuple):
     ``hits``, ``misses``, ``evictions``, ``currsize``, ``maxsize`` as :func:`functools.lru_cache` counts them; a miss
     is a ``build`` (cuDNN builds the graph: milliseconds to seconds) or a ``disk_load`` (deserialized from the plan
     folder); ``disk_writes`` counts plans written to the folder, ``disk_rejects`` files found there but not trusted
-    (truncated, corrupt, foreign, or refused by cuDNN), each rebuilt.
+    (truncated, corrupt, foreign, or refused by cuDNN), each rebuilt. ``build_seconds`` and ``load_seconds`` are the
+    wall seconds spent making the plans counted in ``builds`` and ``disk_loads`` (host time: cuDNN builds and
+    deserializes on the host; a build's includes writing its file, a load's the read and checks of the file, and the
+    first plan of a thread and device includes creating its cuDNN handle): what plans on disk save a new process.
     """
 
     hits: int
@@ -121,6 +125,8 @@ class PlanCacheInfo(NamedTuple):
     disk_loads: int = 0
     disk_writes: int = 0
     disk_rejects: int = 0
+    build_seconds: float = 0.0
+    load_seconds: float = 0.0
 
 
 T = TypeVar("T")
@@ -130,7 +136,8 @@ class PlanCache(Generic[T]):
     """A bounded, thread-safe LRU of built plans.
 
     :meth:`get` returns the plan of a key, calling ``make()`` on a miss; ``make`` returns ``(plan, source)`` with
-    source ``"build"`` or ``"disk"``. Makes run one at a time (one build lock): cuDNN builds are not made faster by
+    source ``"build"`` or ``"disk"``, and its wall time is added to ``build_seconds`` or ``load_seconds``. Makes run
+    one at a time (one build lock): cuDNN builds are not made faster by
     racing, and two threads asking for one key build it once. Lookups of cached keys take only the short lock.
     """
 
@@ -143,6 +150,7 @@ class PlanCache(Generic[T]):
         self._build_lock = threading.Lock()
         self._counts = dict.fromkeys(("hits", "misses", "evictions", "builds", "disk_loads", "disk_writes",
                                       "disk_rejects"), 0)
+        self._seconds = {"build": 0.0, "disk": 0.0}  # wall time of makes, by source
         self._warned = False
 
     def _lookup(self, key: Any) -> T | None:
@@ -161,11 +169,15 @@ class PlanCache(Generic[T]):
             plan = self._lookup(key)  # a racing thread built it meanwhile
             if plan is not None:
                 return plan
+            t0 = time.perf_counter()
             plan, source = make()
+            seconds = time.perf_counter() - t0
             evicted = False
             with self._lock:
                 self._counts["misses"] += 1
+                source = "build" if source == "build" else "disk"
                 self._counts["builds" if source == "build" else "disk_loads"] += 1
+                self._seconds[source] += seconds
                 self._plans[key] = plan
                 while len(self._plans) > self.maxsize:
                     self._plans.popitem(last=False)
@@ -195,14 +207,17 @@ class PlanCache(Generic[T]):
         with self._lock:
             c = self._counts
             return PlanCacheInfo(c["hits"], c["misses"], c["evictions"], len(self._plans), self.maxsize, c["builds"],
-                                 c["disk_loads"], c["disk_writes"], c["disk_rejects"])
+                                 c["disk_loads"], c["disk_writes"], c["disk_rejects"], self._seconds["build"],
+                                 self._seconds["disk"])
 
     def clear(self) -> None:
-        """Drop every plan and zero the counts."""
+        """Drop every plan and zero the counts and seconds."""
         with self._lock:
             self._plans.clear()
             for name in self._counts:
                 self._counts[name] = 0
+            for source in self._seconds:
+                self._seconds[source] = 0.0
             self._warned = False
 
 

@@ -222,6 +222,22 @@ def test_a_later_process_loads_the_plans_from_disk(fake_cudnn, monkeypatch, tmp_
     assert (other.builds, other.loads) == (2, 0) and len(list((tmp_path / "plans").iterdir())) == 4
 
 
+def test_plan_time_is_counted_by_source(fake_cudnn, monkeypatch):
+    """What bench_sdpa_plans.py compares: a cold process spends its plan time building, a warm one loading."""
+    _one_call()
+    cold = _cudnn_sdpa.plan_cache_info()
+    assert cold.build_seconds > 0 and cold.load_seconds == 0.0
+    later = FakeFrontend()
+    monkeypatch.setattr(_cudnn_sdpa, "_frontend", lambda: later)
+    _cudnn_sdpa.clear_plan_cache()
+    assert _cudnn_sdpa.plan_cache_info()[-2:] == (0.0, 0.0)
+    _one_call()
+    warm = _cudnn_sdpa.plan_cache_info()
+    assert (warm.builds, warm.disk_loads, warm.build_seconds) == (0, 2, 0.0) and warm.load_seconds > 0
+    _one_call()  # hits: no plan made, no time added
+    assert _cudnn_sdpa.plan_cache_info().load_seconds == warm.load_seconds
+
+
 def test_untrusted_files_are_rebuilt_with_a_warning(fake_cudnn, monkeypatch, tmp_path):
     _one_call()
     files = sorted((tmp_path / "plans").iterdir())

@@ -7,6 +7,7 @@ import os
 import threading
 import warnings
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -69,13 +70,37 @@ def test_cache_is_a_bounded_lru_with_counts():
     assert made == ["a", "b", "c", "b"] and "b" in cache and "a" not in cache
     cache.count("disk_writes", 3)
     info = cache.info()
-    assert info == (1, 4, 2, 2, 2, 3, 1, 3, 0), info
+    assert info[:9] == (1, 4, 2, 2, 2, 3, 1, 3, 0), info
     assert (info.builds, info.disk_loads, info.disk_writes) == (3, 1, 3)
+    assert info.build_seconds >= 0 and info.load_seconds >= 0
     cache.clear()
-    assert cache.info() == (0, 0, 0, 0, 2, 0, 0, 0, 0)
+    assert cache.info() == (0, 0, 0, 0, 2, 0, 0, 0, 0, 0.0, 0.0)
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="maxsize must be an int >= 1"):
             PlanCache(bad)
+
+
+def test_cache_times_its_makes_by_source(monkeypatch):
+    """The wall time of each make goes to ``build_seconds`` or ``load_seconds`` by the source it reports; hits add
+    nothing; clear() zeroes both."""
+    now = [100.0]
+    monkeypatch.setattr(_sdpa_plans, "time", SimpleNamespace(perf_counter=lambda: now[0]))
+
+    def make(source: str, seconds: float):
+        def run():
+            now[0] += seconds
+            return "plan", source
+        return run
+
+    cache: PlanCache[str] = PlanCache(maxsize=8)
+    cache.get("a", make("build", 2.0))
+    cache.get("b", make("disk", 0.25))
+    cache.get("c", make("build", 0.5))
+    cache.get("a", make("build", 9.0))  # a hit: not made, not timed
+    info = cache.info()
+    assert (info.builds, info.disk_loads, info.build_seconds, info.load_seconds) == (2, 1, 2.5, 0.25), info
+    cache.clear()
+    assert (cache.info().build_seconds, cache.info().load_seconds) == (0.0, 0.0)
 
 
 def test_cache_builds_each_key_once_under_threads():
