@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 
@@ -606,6 +607,7 @@ def test_every_benchmark_checks_its_outputs_and_device_before_any_work(tmp_path)
         "plot.py": ([f"{d}/r.json", f"{d}/r.json"], "OUT.png must differ from BENCH.json"),
         "bench_graph_transformer.py": (["--quick", "--out", f"{d}/r.json", "--md", f"{d}/r.json"],
                                        "--md and --out both write"),
+        "bench_sdpa_plans.py": (["--quick", "--out", d], "--out must be a file path, got the folder"),
     }
     code = f"""
 import contextlib, io, json, os, runpy, sys
@@ -688,3 +690,76 @@ def test_bench_graph_transformer_compiled_columns_on_cpu(tmp_path) -> None:
     (row,) = json.loads(out.read_text())["rows"]
     assert "compiled_error" not in row and row["compiled_rel_err_vs_ours"] < 1e-4
     assert row["fwd_bwd_ms_ours_compiled"] > 0 and row["fwd_bwd_compiled_speedup"] > 0
+
+
+def _plans_run(role: str, builds: int, loads: int, build_s: float, load_s: float, first_s: float) -> dict:
+    plans = {"hits": 3, "misses": builds + loads, "evictions": 0, "currsize": builds + loads, "maxsize": 128,
+             "builds": builds, "disk_loads": loads, "disk_writes": builds, "disk_rejects": 0, "build_seconds": build_s,
+             "load_seconds": load_s, "plan_s": build_s + load_s}
+    return {"role": role, "setup_s": 0.1, "epoch_s": first_s + 1.0, "first_batch_s": first_s, "batch_s": [first_s, 1.0],
+            "num_nodes": [10, 12], "plans": plans, "plan_dir": "x", "process_s": 5.0}
+
+
+def test_bench_sdpa_plans_json_with_the_runs_stubbed(tmp_path, monkeypatch) -> None:
+    """bench_sdpa_plans.py's parent: cold then warm in one plan folder, the precompiled run in another filled first,
+    ratios cold / warm, the JSON written; a temporary plan folder removed; a non-empty --plan-dir refused."""
+    with _bench_on_path():
+        import bench_sdpa_plans as bp
+    calls = []
+    stubs = {"cold": _plans_run("cold", 5, 0, 2.0, 0.0, 2.5), "warm": _plans_run("warm", 0, 5, 0.0, 0.1, 0.6),
+             "precompiled": _plans_run("precompiled", 0, 5, 0.0, 0.4, 0.9),
+             "fill": {"role": "fill", "setup_s": 0.1, "precompile_s": 3.0, "attention_shapes": [[6, 20, 2, 8, [43, 99]]],
+                      "plans": _plans_run("fill", 5, 0, 2.0, 0.0, 0.0)["plans"]}}
+
+    def run_child(role, folder, shape, seed, quick, timeout):
+        calls.append((role, os.path.basename(folder), quick))
+        return stubs[role]
+
+    monkeypatch.setattr(bp, "run_child", run_child)
+    monkeypatch.setattr(bp, "environment", lambda device: {"torch": "x", "device": str(device)})
+    out = tmp_path / "plans.json"
+    assert bp.main(["--quick", "--precompile", "--out", str(out)]) == 0
+    assert calls == [("cold", "cold-warm", True), ("warm", "cold-warm", True), ("fill", "precompiled", True),
+                     ("precompiled", "precompiled", True)]
+    payload = json.loads(out.read_text())
+    assert payload["quick"] is True and payload["timing_claims"] is False and payload["environment"]["torch"]
+    assert set(payload["runs"]) == {"cold", "warm", "precompiled"} and payload["precompile_fill"]["precompile_s"] == 3.0
+    assert payload["plan_time_ratio"] == 20.0 and payload["precompiled_plan_time_ratio"] == 5.0
+    assert payload["first_batch_ratio"] == pytest.approx(2.5 / 0.6) and payload["epoch_ratio"] == pytest.approx(3.5 / 1.6)
+    assert payload["target_met"] is True and payload["warm_loaded_every_plan"] is True
+    assert payload["shape"] == {**bp.QUICK_SHAPE, "dtype": "bfloat16", "seed": 0}
+    assert not [p for p in os.listdir(tempfile.gettempdir()) if p.startswith("cudnn-gnn-plans-")
+                and os.path.isdir(os.path.join(tempfile.gettempdir(), p, "cold-warm"))]
+
+    stubs["warm"] = _plans_run("warm", 1, 4, 0.5, 0.1, 0.6)  # a plan the warm run rebuilt: said, ratio still given
+    calls.clear()
+    assert bp.main(["--quick", "--out", str(out), "--plan-dir", str(tmp_path / "kept")]) == 0
+    payload = json.loads(out.read_text())
+    assert payload["warm_loaded_every_plan"] is False and payload["target_met"] is False
+    assert payload["plan_time_ratio"] == pytest.approx(2.0 / 0.6) and "precompiled" not in payload["runs"]
+    assert (tmp_path / "kept").is_dir() and [c[0] for c in calls] == ["cold", "warm"]
+    (tmp_path / "kept" / "f").write_text("")
+    with pytest.raises(SystemExit) as e:
+        bp.main(["--quick", "--plan-dir", str(tmp_path / "kept")])
+    assert e.value.code == 2
+    monkeypatch.setattr(bp.torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        bp.main(["--out", str(out)])
+    assert e.value.code == 2 and len(calls) == 2
+
+
+@pytest.mark.slow
+def test_bench_sdpa_plans_quick_runs_its_processes_on_the_fake_cudnn(tmp_path) -> None:
+    """--quick: the cold run builds every plan and writes it, the warm and precompiled runs (new processes) load
+    every one; the plan seconds are counted by source."""
+    out = tmp_path / "plans.json"
+    proc = _run("bench_sdpa_plans.py", "--quick", "--precompile", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    cold, warm, pre = (payload["runs"][r]["plans"] for r in ("cold", "warm", "precompiled"))
+    assert cold["builds"] >= 2 and cold["disk_writes"] == cold["builds"] and cold["disk_loads"] == 0
+    assert cold["build_seconds"] > 0 and cold["load_seconds"] == 0
+    assert (warm["builds"], warm["disk_loads"], warm["build_seconds"]) == (0, cold["builds"], 0) and warm["load_seconds"] > 0
+    assert pre["builds"] == 0 and pre["disk_loads"] == cold["builds"]
+    assert payload["warm_loaded_every_plan"] and payload["precompiled_loaded_every_plan"]
+    assert payload["plan_time_ratio"] > 0 and "plan time cold / warm" in proc.stdout
