@@ -2,6 +2,7 @@
 
     python benchmarks/bench_accuracy.py                                  # CUDA: Cora, CiteSeer, arxiv-shaped; 10 seeds
     python benchmarks/bench_accuracy.py --out out/accuracy.json --md out/accuracy.md --plot out/accuracy.png
+    python benchmarks/bench_accuracy.py --workloads molecules            # CUDA: ogbg-molbace GPS, graph-level
     python benchmarks/bench_accuracy.py --smoke                          # CPU, seconds (no capture there: see below)
 
 Full-graph training captures each step in one CUDA graph by default on CUDA
@@ -21,6 +22,14 @@ same seeds, so both modes of a seed start from the same weights and seed the sam
   the features are a noisy linear image (:func:`cudnn_gnn.datasets.synthetic_ogbn`). ``--arxiv-epochs`` epochs,
   evaluation every ``--arxiv-eval-every``. Compared: the training loss of every epoch, the test accuracy at the best
   validation accuracy (what the example reports) and at the last evaluation.
+- **molecules** (graph-level; not in the default ``--workloads``: its 10 seeds take about 5 minutes on an H100, past
+  the time budget with the others): ``examples/gps_molecules.py --dataset ogbg-molbace --batching packed`` (its
+  ``main``, in-process), the example's GPS model (3 layers of 64 channels, 4 heads: local GAT, global attention) on
+  the bundled ogbg-molbace, its training split packed into batches of one fixed budget
+  (:class:`cudnn_gnn.apps.static_batcher.StaticGraphBatcher`, 128 molecules), Adam, ``--molecules-epochs`` epochs;
+  ``--capture`` replays the whole step in one CUDA graph, ``--no-capture`` runs it eagerly on the same batches.
+  Compared: the training loss of every epoch (the mean over its batches, with dropout), the test ROC-AUC (OGB's
+  scaffold split) at the best valid ROC-AUC (what the example reports) and at the last epoch.
 
 Statistics, per workload and metric: mean +- std (ddof 1) over the seeds for each mode; the difference of the means
 (captured - eager) against its standard error ``sqrt(s_c^2 / n_c + s_e^2 / n_e)`` and against the seeds' pooled
@@ -35,10 +44,11 @@ with the same seeds. A round that would end past ``--time-budget`` seconds (judg
 first one's including the kernels' first-call builds) is not started; the JSON and the table say how many seeds ran.
 The defaults are sized to end within 8 minutes on one H200 (the default budget, 420 s, plus start-up).
 
-``--smoke``: a CPU run in seconds (2 seeds, 4 epochs, smaller models, a tiny arxiv-shaped graph). CUDA graphs capture
-CUDA work only, so on a CPU both modes run the same eager step (the ``--capture`` flag is passed and ignored, as it
-is for users): the output says so, and the per-seed results of the two modes agree exactly, a check of the pairing and
-the statistics. ``--smoke --device cuda`` is the same short run with capture on a GPU.
+``--smoke``: a CPU run in seconds of every workload (2 seeds, 4 epochs, smaller models, a tiny arxiv-shaped graph, 16
+molecules of each split). CUDA graphs capture CUDA work only, so on a CPU both modes run the same eager step (the
+``--capture`` flag is passed and ignored, as it is for users): the output says so, and the per-seed results of the
+two modes agree exactly, a check of the pairing and the statistics. ``--smoke --device cuda`` is the same short run
+with capture on a GPU.
 """
 
 from __future__ import annotations
@@ -60,7 +70,7 @@ import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "examples"))  # examples/ogbn_arxiv.py and its _common
+sys.path.insert(0, os.path.join(HERE, "..", "examples"))  # examples/ogbn_arxiv.py, gps_molecules.py and their _common
 
 from _bench_common import environment, free_memory, write_json  # noqa: E402
 
@@ -76,16 +86,32 @@ from cudnn_gnn.apps._cli import (  # noqa: E402
 from cudnn_gnn.apps._util import write_text  # noqa: E402
 
 MODES = ("captured", "eager")
-WORKLOADS = ("cora", "citeseer", "arxiv")
+WORKLOADS = ("cora", "citeseer", "arxiv", "molecules")
+#: the full run's workloads: molecules (about 5 minutes of 10 seeds on an H100) would take it past its time budget
+DEFAULT_WORKLOADS = ("cora", "citeseer", "arxiv")
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer"}
-LABELS = {"cora": "Cora", "citeseer": "CiteSeer", "arxiv": "arxiv-shaped"}
+MOLECULES = "ogbg-molbace"
+LABELS = {"cora": "Cora", "citeseer": "CiteSeer", "arxiv": "arxiv-shaped", "molecules": f"{MOLECULES} GPS"}
+#: the metrics compared, per workload: (key, table label, scale, digits)
+METRICS: dict[str, list[tuple[str, str, float, int]]] = {
+    **{w: [("test_acc", "test acc (%), reported epoch", 100.0, 2)] for w in PLANETOID},
+    "arxiv": [("test_acc", "test acc (%), best valid", 100.0, 2),
+              ("final_test_acc", "test acc (%), last evaluation", 100.0, 2)],
+    "molecules": [("test_rocauc", "test ROC-AUC, best valid", 1.0, 4),
+                  ("final_test_rocauc", "test ROC-AUC, last epoch", 1.0, 4)],
+}
 NOT_CAPTURED = "not captured in a CUDA graph"
 #: the full run's settings, and the smoke run's (CPU, seconds)
-DEFAULTS = {"seeds": 10, "epochs": 1000, "patience": 100, "arxiv_epochs": 100, "arxiv_eval_every": 5, "arxiv_scale": 1.0}
-# one epoch more than CapturedStep's warm-up steps (3), so that --smoke --device cuda captures and replays
-SMOKE = {"seeds": 2, "epochs": 4, "patience": 100, "arxiv_epochs": 4, "arxiv_eval_every": 1, "arxiv_scale": 0.005}
+DEFAULTS = {"seeds": 10, "epochs": 1000, "patience": 100, "arxiv_epochs": 100, "arxiv_eval_every": 5, "arxiv_scale": 1.0,
+            "molecules_epochs": 50}
+# one epoch more than CapturedStep's warm-up steps (3), so that --smoke --device cuda captures and replays (the smoke
+# molecules run has one batch an epoch)
+SMOKE = {"seeds": 2, "epochs": 4, "patience": 100, "arxiv_epochs": 4, "arxiv_eval_every": 1, "arxiv_scale": 0.005,
+         "molecules_epochs": 4}
 SMOKE_PLANETOID_MODEL = {"hidden": 4, "heads": 2}  # the paper's is 8 x 8: CiteSeer's 3,703 inputs make it slow on a CPU
 SMOKE_ARXIV_MODEL = ["--layers", "2", "--heads", "2", "--hidden", "8"]
+# 16 molecules of each split (both classes in each, for ROC-AUC), one batch an epoch, a small model
+SMOKE_MOLECULES_MODEL = ["--limit", "16", "--batch-size", "16", "--channels", "8", "--layers", "1", "--heads", "2"]
 _SHOWN: set[str] = set()  # the other warnings already shown
 
 
@@ -157,6 +183,37 @@ def run_arxiv(seed: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
             "train_loss": [r["loss"] for r in epochs], "argv": [a if a != log else "LOG.jsonl" for a in argv]}
 
 
+def molecules_argv(seed: int, mode: str, args: argparse.Namespace) -> list[str]:
+    """The ``examples/gps_molecules.py`` command line of one run: its defaults (3 GPS layers of 64 channels, 4 heads,
+    batches of 128 molecules, Adam) but for the epochs, on packed batches on every device (its ``auto`` takes PyG's
+    loader on a CPU), so that the two modes differ only in the capture."""
+    argv = ["--dataset", MOLECULES, "--device", str(args.device), "--seeds", str(seed), "--epochs",
+            str(args.molecules_epochs), "--batching", "packed", "--no-progress", "--quiet",
+            "--capture" if mode == "captured" else "--no-capture"]
+    return argv + (SMOKE_MOLECULES_MODEL if args.smoke else [])
+
+
+def run_molecules(seed: int, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """One ``examples/gps_molecules.py`` run (its ``main``, in-process), its per-epoch curves read from its result."""
+    import gps_molecules
+
+    t0 = time.perf_counter()
+    argv = molecules_argv(seed, mode, args)
+    with contextlib.redirect_stdout(io.StringIO()):  # its summary line; ours follow
+        summary, notes = _capture_warnings(lambda: gps_molecules.main(argv))
+    run = summary["per_run"][0]
+    curves, metric = run["curves"], summary["metric"]
+    return {"test_rocauc": run["test"], "val_rocauc": run["valid"], "best_epoch": run["epoch"],
+            "final_test_rocauc": curves[f"test {metric}"][-1], "final_val_rocauc": curves[f"valid {metric}"][-1],
+            "epochs_run": len(curves["train loss"]), "seconds": time.perf_counter() - t0,
+            "sec_per_epoch": run["seconds"] / max(len(curves["train loss"]), 1), "captured": bool(run["captured"]),
+            "notes": notes, "train_loss": curves["train loss"], "argv": argv}
+
+
+RUNNERS: dict[str, Callable[[int, str, argparse.Namespace], dict[str, Any]]] = {
+    "arxiv": run_arxiv, "molecules": run_molecules}
+
+
 def _capture_warmup() -> int:
     """The eager warm-up steps a :class:`CapturedStep` runs before it captures (its default)."""
     import inspect
@@ -192,7 +249,7 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
             for mode in MODES:
                 rec: dict[str, Any] = {"workload": w, "mode": mode, "seed": seed}
                 try:
-                    rec.update(run_arxiv(seed, mode, args) if w == "arxiv" else run_planetoid(w, data[w], seed, mode, args))
+                    rec.update(RUNNERS[w](seed, mode, args) if w in RUNNERS else run_planetoid(w, data[w], seed, mode, args))
                 except Exception as exc:  # noqa: BLE001 - one failing run is a result, not the end of the benchmark
                     rec["error"] = " ".join(str(exc).split())[:300]
                 runs.append(rec)
@@ -204,11 +261,12 @@ def run_all(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_line(rec: dict[str, Any]) -> str:
-    head = f"{LABELS[rec['workload']]:12s} {rec['mode']:8s} seed {rec['seed']:2d}: "
+    head = f"{LABELS[rec['workload']]:16s} {rec['mode']:8s} seed {rec['seed']:2d}: "
     if "error" in rec:
         return head + f"error: {rec['error']}"
     loss = rec["train_loss"][-1] if rec["train_loss"] else float("nan")
-    return (head + f"test acc {100 * rec['test_acc']:.2f}% (epoch {rec['best_epoch']} of {rec['epochs_run']}), last "
+    score = f"test ROC-AUC {rec['test_rocauc']:.4f}" if "test_rocauc" in rec else f"test acc {100 * rec['test_acc']:.2f}%"
+    return (head + f"{score} (epoch {rec['best_epoch']} of {rec['epochs_run']}), last "
             f"train loss {loss:.4f}, {rec['seconds']:.1f} s, " + ("captured" if rec["captured"] else "eager"))
 
 
@@ -258,7 +316,7 @@ def summarize(runs: list[dict[str, Any]], workloads: list[str], device: torch.de
     for w in workloads:
         by_mode = {m: _ok(runs, w, m) for m in MODES}
         both = sorted(set(by_mode["captured"]) & set(by_mode["eager"]))
-        metrics = ["test_acc"] + (["final_test_acc"] if w == "arxiv" else [])
+        metrics = [key for key, *_ in METRICS[w]]
         s: dict[str, Any] = {"workload": w, "label": LABELS[w], "seeds_paired": both,
                              "runs": {m: len(by_mode[m]) for m in MODES},
                              "errors": [f"{r['mode']} seed {r['seed']}: {r['error']}" for r in runs
@@ -330,10 +388,8 @@ def markdown(result: dict[str, Any]) -> str:
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for s in result["summary"]:
         label = s["label"]
-        lines.append(_row(label, "test acc (%), reported epoch" if s["workload"] != "arxiv"
-                          else "test acc (%), best valid", s["test_acc"], 100.0, 2))
-        if "final_test_acc" in s:
-            lines.append(_row(label, "test acc (%), last evaluation", s["final_test_acc"], 100.0, 2))
+        for key, metric, scale, digits in METRICS[s["workload"]]:
+            lines.append(_row(label, metric, s[key], scale, digits))
         cv = s["curve"]
         if cv["epochs"]:
             lines.append(_row(label, f"train loss, epoch {cv['epochs']}", cv["last"], 1.0, 4))
@@ -348,10 +404,19 @@ def markdown(result: dict[str, Any]) -> str:
                      f"{_pm(s['best_epoch'], 'eager', 1.0, 0)} eager"
                      + (f"; {'; '.join(s['capture_notes'])}" if s["capture_notes"] else ""))
         lines += [f"- {s['label']}: error: {e}" for e in s["errors"]]
-    lines += ["", f"Settings: Cora/CiteSeer the train command's setup, at most {st['epochs']} epochs, patience "
-              f"{st['patience']} (loss curves up to the shortest run); arxiv-shaped `examples/ogbn_arxiv.py --synthetic "
-              f"--scale {st['arxiv_scale']:g}`, {st['arxiv_epochs']} epochs, evaluation every {st['arxiv_eval_every']}. "
-              "Standard error of the difference: sqrt(s_c²/n_c + s_e²/n_e), std with ddof 1."]
+    ran = st["workloads"]
+    settings = []
+    if any(w in PLANETOID for w in ran):
+        settings.append(f"Cora/CiteSeer the train command's setup, at most {st['epochs']} epochs, patience "
+                        f"{st['patience']} (loss curves up to the shortest run)")
+    if "arxiv" in ran:
+        settings.append(f"arxiv-shaped `examples/ogbn_arxiv.py --synthetic --scale {st['arxiv_scale']:g}`, "
+                        f"{st['arxiv_epochs']} epochs, evaluation every {st['arxiv_eval_every']}")
+    if "molecules" in ran:
+        settings.append(f"molecules `examples/gps_molecules.py --dataset {MOLECULES} --batching packed`, "
+                        f"{st['molecules_epochs']} epochs, scores on OGB's scaffold split every epoch")
+    lines += ["", f"Settings: {'; '.join(settings)}. Standard error of the difference: sqrt(s_c²/n_c + s_e²/n_e), "
+              "std with ddof 1."]
     return "\n".join(lines) + "\n"
 
 
@@ -402,7 +467,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     help=f"a run in seconds: {SMOKE['seeds']} seeds, {SMOKE['epochs']} epochs, smaller models, a tiny "
                          "arxiv-shaped graph; CPU unless --device says otherwise")
     ap.add_argument("--device", default=None, help="default: cuda (cpu with --smoke)")
-    ap.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=list(WORKLOADS))
+    ap.add_argument("--workloads", nargs="+", choices=WORKLOADS, default=None,
+                    help=f"default: {' '.join(DEFAULT_WORKLOADS)} (molecules would take the run past its time budget); "
+                         "--smoke: all of them")
     ap.add_argument("--seeds", type=positive_int, default=None,
                     help=f"seeds 0..N-1, each trained both ways (default: {DEFAULTS['seeds']}; --smoke {SMOKE['seeds']})")
     ap.add_argument("--epochs", type=positive_int, default=None,
@@ -418,6 +485,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--arxiv-scale", type=fraction, default=None,
                     help=f"arxiv: fraction of ogbn-arxiv's size (default: {DEFAULTS['arxiv_scale']:g}; --smoke "
                          f"{SMOKE['arxiv_scale']:g})")
+    ap.add_argument("--molecules-epochs", type=positive_int, default=None,
+                    help=f"molecules: epochs (default: the example's {DEFAULTS['molecules_epochs']}; --smoke "
+                         f"{SMOKE['molecules_epochs']})")
     ap.add_argument("--data-root", default=None,
                     help="folder holding <Name>/raw/ind.<name>.* for Cora and CiteSeer (default: the bundled copies)")
     ap.add_argument("--time-budget", type=positive_float, default=420.0,
@@ -430,6 +500,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for key, value in preset.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
+    if args.workloads is None:
+        args.workloads = list(WORKLOADS if args.smoke else DEFAULT_WORKLOADS)
     args.device = check_device(ap, args.device or ("cpu" if args.smoke else "cuda"))
     if args.device.type != "cuda" and not args.smoke:
         ap.error(f"--device must be a CUDA device for the full benchmark (capture is CUDA-only and the arxiv-shaped "

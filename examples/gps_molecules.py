@@ -8,11 +8,14 @@ graphs), the baseline. Metrics follow OGB: ROC-AUC for ogbg-molbace and -molbbbp
 -molfreesolv, on OGB's scaffold split; over several seeds (``--seeds 0-4`` or ``--runs 5``) the mean and standard
 deviation of the test score at each run's best valid epoch. On CUDA the training batches are packed into fixed
 shapes (``cudnn_gnn.apps.static_batcher``) and the whole step (forward, loss, backward, Adam) is captured once in a
-CUDA graph and replayed on every batch (``--batching packed``, the default there; ``--batching pyg``: PyG's
-``DataLoader`` and an eager step, the CPU default).
+CUDA graph and replayed on every batch (``--batching packed``, the default there; ``--no-capture``: the same step on
+the same batches, eagerly; ``--batching pyg``: PyG's ``DataLoader`` and an eager step, the CPU default). With
+``--json``, each run's entry holds its per-epoch curves (train loss, valid and test score) and whether it replayed a
+CUDA graph.
 
     python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5             # GPU if there is one
     python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5 --impl pyg  # PyG's layers
+    python examples/gps_molecules.py --dataset ogbg-molbace --epochs 50 --runs 5 --no-capture  # eager packed step
     python examples/gps_molecules.py --dataset ogbg-molesol --epochs 2 --device cpu --limit 64   # smoke
 
 The datasets ship with the package (``cudnn_gnn.datasets.load_ogbg``); nothing is downloaded.
@@ -20,6 +23,7 @@ The datasets ship with the package (``cudnn_gnn.datasets.load_ogbg``); nothing i
 
 from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
 
+import argparse
 import statistics
 import sys
 import time
@@ -96,6 +100,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "captured in one CUDA graph (--impl ours, fp32 or bf16; on a CPU the same step runs "
                          "eagerly); pyg: PyG's DataLoader and an eager step; auto (default): packed on CUDA where it "
                          "applies, else pyg")
+    ap.add_argument("--capture", action=argparse.BooleanOptionalAction, default=True,
+                    help="with --batching packed on CUDA: capture the training step in one CUDA graph and replay it "
+                         "(default: on); --no-capture runs the same step on the same packed batches eagerly (what "
+                         "benchmarks/bench_accuracy.py compares); no effect with --batching pyg")
     ap.add_argument("--channels", type=positive_int, default=64, help="hidden channels (divisible by --heads)")
     ap.add_argument("--layers", type=positive_int, default=3, help="GPS layers")
     ap.add_argument("--heads", type=positive_int, default=4, help="attention heads")
@@ -224,7 +232,10 @@ def train_seed(args: Any, seed: int, ds: Any, evaluator: Any, model_config: dict
     if args.save:  # the weights of the reported (best valid) epoch, with what rebuilds the model
         save_checkpoint(save_path(args.save, seed, seeds), best_state,
                         {"model": model_config, "args": {**vars(args), "seed": seed}, **best})
-    return {"seed": seed, **best, "seconds": time.perf_counter() - t0}, curves
+    result = {"seed": seed, **best, "seconds": time.perf_counter() - t0,
+              "captured": step is not None and step[1].captured,  # whether its batches replayed a CUDA graph
+              "curves": {name: [v for _, v in points] for name, points in curves.items()}}  # per epoch, from 1
+    return result, curves
 
 
 def packed_step(args: Any, model: nn.Module, opt: torch.optim.Optimizer, graphs: list[Any], task_type: str,
@@ -234,12 +245,12 @@ def packed_step(args: Any, model: nn.Module, opt: torch.optim.Optimizer, graphs:
     batcher = StaticGraphBatcher(graphs, max_graphs=args.batch_size)
     first = batcher.pack(batcher.plan()[0]).to(device)
     step = CapturedStep(packed_loss(model, batcher.budget, task_type), optimizer=opt, inputs=first.inputs(),
-                        model=model, autocast_dtype=PRECISIONS[args.precision])
+                        model=model, autocast_dtype=PRECISIONS[args.precision], capture=args.capture)
     b = batcher.budget
     LOG.info(f"packed batches: at most {b.max_graphs} graphs, {b.max_tokens - 1} atoms, {b.max_edges} bonds; "
              f"{batcher.num_batches()} a train epoch; the step "
-             + (f"captured in a CUDA graph after {step.warmup} warm-up steps" if device.type == "cuda" else
-                "eager (no CUDA graph on a CPU)"))
+             + (f"captured in a CUDA graph after {step.warmup} warm-up steps" if device.type == "cuda" and args.capture
+                else "eager (--no-capture)" if not args.capture else "eager (no CUDA graph on a CPU)"))
     return batcher, step
 
 

@@ -48,26 +48,53 @@ def test_smoke_run_both_modes_on_cpu(tmp_path) -> None:
     assert [(r["workload"], r["mode"], r["seed"]) for r in runs] == [
         (w, m, s) for s in (0, 1) for w in bench_accuracy.WORKLOADS for m in ("captured", "eager")]
     assert not [r for r in runs if "error" in r]
+    epochs = {"arxiv": smoke["arxiv_epochs"], "molecules": smoke["molecules_epochs"]}
     for cap, eager in zip(runs[::2], runs[1::2]):  # one computation on a CPU: identical, seed by seed
         assert cap["captured"] is False and eager["captured"] is False
-        assert cap["train_loss"] == eager["train_loss"] and cap["test_acc"] == eager["test_acc"]
-        epochs = smoke["arxiv_epochs"] if cap["workload"] == "arxiv" else smoke["epochs"]
-        assert len(cap["train_loss"]) == cap["epochs_run"] == epochs and all(map(math.isfinite, cap["train_loss"]))
-    arxiv = [r for r in runs if r["workload"] == "arxiv"]
-    assert "--no-capture" in arxiv[1]["argv"] and "--capture" in arxiv[0]["argv"]
+        assert cap["train_loss"] == eager["train_loss"]
+        for key, *_ in bench_accuracy.METRICS[cap["workload"]]:
+            assert cap[key] == eager[key] and math.isfinite(cap[key]), (cap["workload"], key)
+        n = epochs.get(cap["workload"], smoke["epochs"])
+        assert len(cap["train_loss"]) == cap["epochs_run"] == n and all(map(math.isfinite, cap["train_loss"]))
+    for w in ("arxiv", "molecules"):  # the examples' own flags, the packed batches both ways for molecules
+        first = [r for r in runs if r["workload"] == w][:2]
+        assert "--capture" in first[0]["argv"] and "--no-capture" in first[1]["argv"], w
+    molecules = [r for r in runs if r["workload"] == "molecules"]
+    assert all(r["argv"][r["argv"].index("--batching") + 1] == "packed" for r in molecules)
+    assert all(0.0 <= r["test_rocauc"] <= 1.0 and 1 <= r["best_epoch"] <= r["epochs_run"] for r in molecules)
+    assert molecules[0]["train_loss"] != molecules[2]["train_loss"], "two seeds must be two trainings"
     seeds = {r["seed"]: r["train_loss"] for r in runs if r["workload"] == "cora" and r["mode"] == "eager"}
     assert seeds[0] != seeds[1], "two seeds must be two trainings"
+    assert [s["workload"] for s in result["summary"]] == list(bench_accuracy.WORKLOADS)
     for s in result["summary"]:
-        assert s["test_acc"]["difference"] == 0.0 and s["test_acc"]["within_noise"] is True
-        assert s["curve"]["epochs"] == (smoke["arxiv_epochs"] if s["workload"] == "arxiv" else smoke["epochs"])
+        for key, *_ in bench_accuracy.METRICS[s["workload"]]:
+            assert s[key]["difference"] == 0.0 and s[key]["within_noise"] is True, (s["workload"], key)
+        assert s["curve"]["epochs"] == epochs.get(s["workload"], smoke["epochs"])
         assert s["curve"]["within_noise_share"] == 1.0 and s["curve"]["captured_mean"] == s["curve"]["eager_mean"]
         assert s["captured_runs"] == 0 and "capture needs CUDA" in s["capture_notes"][0]
     table = md.read_text()
     assert "| Cora | test acc (%), reported epoch |" in table and "| arxiv-shaped | test acc (%), last evaluation |" in table
+    assert "| ogbg-molbace GPS | test ROC-AUC, best valid |" in table and "| ogbg-molbace GPS | train loss, epoch 4 |" in table
+    assert "molecules `examples/gps_molecules.py --dataset ogbg-molbace --batching packed`, 4 epochs" in table
     assert "capture needs CUDA: on cpu both modes run the same eager step" in table
     assert f"(`python benchmarks/bench_accuracy.py {' '.join(argv)}`)" in table  # the command, not pytest's
     if "--plot" in argv:
         assert (tmp_path / "a.png").stat().st_size > 0
+
+
+def test_molecules_is_in_the_smoke_run_not_in_the_full_default(monkeypatch) -> None:
+    """The full run's default leaves molecules out (its time budget); --smoke runs every workload; --molecules-epochs
+    reaches the example's command line, which has no smoke-run limits outside --smoke."""
+    import torch
+
+    assert bench_accuracy.parse_args(["--smoke"]).workloads == list(bench_accuracy.WORKLOADS)
+    monkeypatch.setattr(bench_accuracy, "check_device", lambda ap, device: torch.device("cuda"))
+    full = bench_accuracy.parse_args([])
+    assert full.workloads == ["cora", "citeseer", "arxiv"] and full.molecules_epochs == 50
+    mol = bench_accuracy.parse_args(["--workloads", "molecules", "--molecules-epochs", "7"])
+    assert mol.workloads == ["molecules"] and mol.molecules_epochs == 7
+    argv = bench_accuracy.molecules_argv(3, "eager", mol)
+    assert argv[argv.index("--seeds") + 1] == "3" and argv[argv.index("--epochs") + 1] == "7" and "--limit" not in argv
 
 
 def test_time_budget_stops_between_rounds(tmp_path) -> None:

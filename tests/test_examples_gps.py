@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import math
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -49,6 +50,14 @@ def test_gps_molecules_packed_batches_on_cpu(capsys):
         res = example.main(argv)
     assert math.isfinite(res["valid"]) and res["batching"] == "packed"
     assert "packed batches: at most 16 graphs" in capsys.readouterr().out
+    run = res["per_run"][0]
+    assert run["captured"] is False and list(run["curves"]) == ["train loss", "valid rmse", "test rmse"]
+    assert [len(v) for v in run["curves"].values()] == [1, 1, 1] and run["curves"]["test rmse"][0] == run["test"]
+    with warnings.catch_warnings():  # --no-capture: the same eager step on the same batches, asked for: no warning
+        warnings.simplefilter("error", RuntimeWarning)
+        eager = example.main([*argv, "--no-capture"])
+    assert eager["per_run"][0]["curves"] == run["curves"]
+    assert "the step eager (--no-capture)" in capsys.readouterr().out
     with pytest.raises(SystemExit):
         example.main([*argv, "--impl", "pyg"])
     assert "--batching packed needs --impl ours" in capsys.readouterr().err

@@ -119,5 +119,10 @@ def test_gps_molecules_trains_packed_and_captured_by_default_on_cuda() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # "training step not captured" would fail the test
         res = example.main(argv)
-    assert res["batching"] == "packed" and 0 <= res["test"] <= 1
+    assert res["batching"] == "packed" and 0 <= res["test"] <= 1 and res["per_run"][0]["captured"] is True
     assert example.main([*argv, "--batching", "pyg"])["batching"] == "pyg"
+    with warnings.catch_warnings():  # --no-capture: the same packed batches, an eager step, asked for (no warning)
+        warnings.simplefilter("error", RuntimeWarning)
+        eager = example.main([*argv, "--no-capture"])
+    assert eager["batching"] == "packed" and eager["per_run"][0]["captured"] is False
+    assert len(eager["per_run"][0]["curves"]["train loss"]) == 2 and 0 <= eager["test"] <= 1
