@@ -16,7 +16,7 @@ Each run reports its epoch wall time, its first batch's, every batch's, and its 
 (``plan_cache_info()``: builds, disk loads, ``build_seconds``, ``load_seconds``, the host seconds spent making
 plans by source). The cuDNN handle and the CUDA context are made before the epoch and timed apart (``setup_s``), so
 the plan seconds are the plans' alone. The headline is ``plan_time_ratio``: the cold run's plan seconds over the warm
-run's (issue #45's target: >= 10); the first-batch and epoch ratios say what a user sees of it.
+run's (the goal: >= 10); the first-batch and epoch ratios say what a user sees of it.
 
     python benchmarks/bench_sdpa_plans.py --out out/sdpa_plans.json                # GPU
     python benchmarks/bench_sdpa_plans.py --precompile --out out/sdpa_plans.json   # + the precompiled run
@@ -53,7 +53,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FAKE_CUDNN = os.path.join(ROOT, "tests", "ops", "_fake_cudnn.py")
 SHAPE = {"graphs": 128, "min_nodes": 10, "max_nodes": 500, "heads": 4, "head_dim": 32, "batches": 16}
 QUICK_SHAPE = {"graphs": 6, "min_nodes": 1, "max_nodes": 20, "heads": 2, "head_dim": 8, "batches": 3}
-TARGET = 10.0  # issue #45: plan time >= 10x lower with the plans on disk
+TARGET = 10.0  # the goal: plan time >= 10x lower with the plans on disk
 ROLES = ("cold", "warm", "fill", "precompiled")
 
 
