@@ -36,6 +36,8 @@ from typing import Any, NamedTuple
 
 import torch
 
+from cudnn_gnn._validation import check_int
+
 __all__ = ["BuiltVariant", "PrebuildReport", "prebuild"]
 
 KERNELS_MODULE = "cudnn_gnn.backends.triton.kernels"
@@ -132,10 +134,8 @@ def prebuild(fn: Callable[..., Any], *args: Any, processes: int | None = None, *
     """
     if not callable(fn):
         raise TypeError(f"fn must be callable, got {type(fn).__name__}")
-    if processes is not None and (isinstance(processes, bool) or not isinstance(processes, int)):
-        raise TypeError(f"processes must be an int or None, got {type(processes).__name__}")
-    if processes is not None and processes < 0:
-        raise ValueError(f"processes must be >= 0, got {processes}")
+    if processes is not None:
+        check_int("processes", processes)
     t0 = time.perf_counter()
     if not _jit_in_use():
         return PrebuildReport((), 0.0)
