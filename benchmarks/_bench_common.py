@@ -56,14 +56,16 @@ def gather_floor_bytes(num_edges: int, num_dst: int, width: int, elem: int) -> i
 
 
 def triton_spec(graph: Any, x: torch.Tensor, attn_weights: torch.Tensor, *, v2: bool, heads: int,
-                edge_attr: torch.Tensor | None = None) -> Any:
+                edge_attr: torch.Tensor | None = None, dropout: float = 0.0) -> Any:
     """The validated call (:func:`cudnn_gnn.spec.attention_spec`) the kernel benchmarks hand the Triton backend's
     entries (``triton_gat``, ``build_call``) directly: ``x`` both sides, concatenated heads, leaky ReLU 0.2, no
-    dropout, no attention returned."""
+    attention returned; ``dropout > 0``: training-mode attention dropout drawn in the kernels (a seed from torch's
+    generator, as a training step's layer)."""
     from cudnn_gnn.spec import attention_spec
 
     return attention_spec(v2=v2, graph=graph, x=x, attn_weights=attn_weights, heads=heads, edge_attr=edge_attr,
-                          concat=True, activation="leaky_relu", activation_alpha=0.2, dropout=0.0, training=False,
+                          concat=True, activation="leaky_relu", activation_alpha=0.2, dropout=dropout,
+                          training=dropout > 0,
                           dropout_mask=None, return_attention=False, deterministic=False, grad_precision="auto",
                           backend="triton", max_degree=None)
 

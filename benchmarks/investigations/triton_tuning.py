@@ -16,6 +16,7 @@ Usage (from the repository root, on a CUDA GPU with Triton)::
 
     python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2] [--passes fwd,dst,src]
         [--grid 4,8,16,32x1,2,4] [--skip-host] [--preset arxiv|products|proteins] [--dtypes fp32,bf16]
+        [--heads H --channels C] [--dropout P]
 """
 
 from __future__ import annotations
@@ -112,7 +113,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                  heads: int = 8, c: int = 32,
                  grid: tuple[tuple[int, int], ...] = GRID,
                  dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16),
-                 head_groups: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+                 head_groups: tuple[int, ...] | None = None, dropout: float = 0.0) -> list[dict[str, Any]]:
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on ``graph`` with ``heads`` x ``c``
     (arxiv's, 8 x 32, by default), fp32 and bf16, and the swept kernels' own GPU time (``kernel_ms``, from
     ``torch.profiler`` over three more calls: the op's time adds every other kernel and the host).
@@ -124,7 +125,8 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     one-gather backward's source pass or delta pass. Each row says which shape is the default (for ``bwd``: the
     destination pass's). ``head_groups``: the heads a program takes (``HG``, a power of two; ``H / HG`` programs a
     row or source, each gathering its heads' slice of the rows) swept too, every ``(BLOCK_E, num_warps)`` with
-    each; None keeps the default's."""
+    each; None keeps the default's. ``dropout``: attention dropout drawn in the kernels (a training step's layer:
+    the forward and the source pass draw a Philox number an edge and head group)."""
     from cudnn_gnn.backends import triton as tb
     from cudnn_gnn.backends.triton import tuning as tk
     g = make_graph(graph, seed=0, device=device)
@@ -151,7 +153,8 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
             def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
                      options: Any = options) -> None:
                 def run() -> torch.Tensor:  # the backend's entry: it takes the options
-                    return tb.triton_gat(triton_spec(csc, x, att, v2=v2, heads=heads), options=options)[0]
+                    return tb.triton_gat(triton_spec(csc, x, att, v2=v2, heads=heads, dropout=dropout),
+                                        options=options)[0]
 
                 if pass_ == "fwd":
                     with torch.no_grad():
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                          "proteins, products; edge features are not passed)")
     ap.add_argument("--heads", type=int, default=None, help="heads of the swept layer (default: the preset's)")
     ap.add_argument("--channels", type=int, default=None, help="a head's width (default: the preset's)")
+    ap.add_argument("--dropout", type=float, default=0.0,
+                    help="attention dropout drawn in the kernels (0.6: the GAT paper's training step)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("triton_tuning.py needs a CUDA GPU (Triton kernels; the interpreter would time Python)")
@@ -219,7 +224,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                                grid=grid, dtypes=dtypes, graph=preset.graph,
                                                heads=args.heads or preset.heads, c=args.channels or preset.channels,
                                                head_groups=None if args.head_groups is None else
-                                               tuple(int(v) for v in args.head_groups.split(",")))
+                                               tuple(int(v) for v in args.head_groups.split(",")),
+                                               dropout=args.dropout)
+        payload["dropout"] = args.dropout
     write_json(args.out, payload)
     return payload
 
