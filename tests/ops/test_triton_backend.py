@@ -1059,13 +1059,19 @@ def test_launch_shapes_tuned_for_narrow_tiles():
     for args in (("fwd", 4, 256, False, 4), ("src", 3, 250, False, 2)):
         block_e, _, hg, block_c, warps = default_launch_shape(*args[1:4])
         assert launch_shape(*args) == (block_e, hg, block_c, warps)
-    # full 64-wide tiles (8 x 8: the GAT paper's hidden layer) in float32: TUNED_SHAPES' full_64, 8 edges a block and
-    # one warp for the forward and GAT's source pass; the delta pass, bfloat16 and padded heads keep "narrow"'s entries
+    # full 64-wide tiles (8 x 8: the GAT paper's hidden layer): TUNED_SHAPES' full_64, one warp for the forward and
+    # GAT's source pass, 8 edges a block in float32 and 4 in bfloat16; the delta pass keeps "narrow"'s entry
     assert launch_shape("fwd", 8, 8, False, 4) == (8, 8, 8, 1)
     assert launch_shape("gat_src", 8, 8, False, 4) == (8, 8, 8, 1)
-    assert launch_shape("gat_src", 1, 40, False, 4) == (32, 1, 64, 1)
     assert launch_shape("gat_delta", 8, 8, False, 4) == (8, 8, 8, 1)
-    assert launch_shape("fwd", 8, 8, False, 2) == (16, 8, 8, 1)
+    assert launch_shape("fwd", 8, 8, False, 2) == (4, 8, 8, 1)
+    assert launch_shape("gat_src", 8, 8, False, 2) == (4, 8, 8, 1)
+    # one padded head 64 wide (1 x 40, the output layer): "narrow" in float32, pad_64 in bfloat16 (the forward 32
+    # edges a block, the source pass 8, one warp each)
+    assert launch_shape("fwd", 1, 40, False, 4) == (32, 1, 64, 1)
+    assert launch_shape("gat_src", 1, 40, False, 4) == (32, 1, 64, 1)
+    assert launch_shape("fwd", 1, 40, False, 2) == (32, 1, 64, 1)
+    assert launch_shape("gat_src", 1, 40, False, 2) == (8, 1, 64, 1)
     # 512-wide tiles (4 x 128 in bfloat16, the sampled papers100M model): TUNED_SHAPES' wide_512, one warp, the forward
     # 8 edges a block, the source pass 2; float32, GATv2 and the destination pass keep the shared shape
     assert launch_shape("fwd", 4, 128, False, 2) == (8, 4, 128, 1)
@@ -1083,8 +1089,8 @@ def test_wide_tuned_shapes_match_the_reference(chunk, monkeypatch):
     rounding of the largest value (sums over 128 channels)."""
     from cudnn_gnn.backends.triton import tuning as kernels
 
-    # the bfloat16 entries' blocks (8 and 2 edges at 512 wide) given to float32: twice the KiB
-    wide = {(k, v2, 4, tile): (2 * kib, warps) for (k, v2, _, tile), (kib, warps) in kernels.TUNED_SHAPES.items()
+    # the bfloat16 entries' blocks (8 and 2 edges at 512 wide) given to float32: twice the bytes
+    wide = {(k, v2, 4, tile): (2 * nbytes, warps) for (k, v2, _, tile), (nbytes, warps) in kernels.TUNED_SHAPES.items()
             if tile == "wide_512"}
     monkeypatch.setattr(kernels, "TUNED_SHAPES", {**kernels.TUNED_SHAPES, **wide})
     kernels.launch_shape.cache_clear()

@@ -75,31 +75,35 @@ source pass and its attention-gradient delta pass."""
 TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProxyType({
     # tiles at most 256 wide (8 x 32, 8 x 8, 4 x 47 padded to 4 x 64, ...): the H200 sweeps of
     # benchmarks/investigations/triton_tuning.py on the arxiv shape, 8 heads x 32
-    ("fwd", False, 4, "narrow"): (8, 1), ("fwd", False, 2, "narrow"): (2, 1),
-    ("dst", False, 4, "narrow"): (8, 1), ("dst", False, 2, "narrow"): (8, 1),
-    ("src", False, 4, "narrow"): (16, 1), ("src", False, 2, "narrow"): (16, 1),
-    ("fwd", True, 4, "narrow"): (2, 2), ("fwd", True, 2, "narrow"): (1, 2),
-    ("dst", True, 4, "narrow"): (8, 1), ("dst", True, 2, "narrow"): (1, 2),
-    ("src", True, 4, "narrow"): (8, 1), ("src", True, 2, "narrow"): (1, 2),
-    ("gat_src", False, 4, "narrow"): (16, 1), ("gat_src", False, 2, "narrow"): (1, 2),
-    ("gat_delta", False, 4, "narrow"): (2, 1),
+    ("fwd", False, 4, "narrow"): (8192, 1), ("fwd", False, 2, "narrow"): (2048, 1),
+    ("dst", False, 4, "narrow"): (8192, 1), ("dst", False, 2, "narrow"): (8192, 1),
+    ("src", False, 4, "narrow"): (16384, 1), ("src", False, 2, "narrow"): (16384, 1),
+    ("fwd", True, 4, "narrow"): (2048, 2), ("fwd", True, 2, "narrow"): (1024, 2),
+    ("dst", True, 4, "narrow"): (8192, 1), ("dst", True, 2, "narrow"): (1024, 2),
+    ("src", True, 4, "narrow"): (8192, 1), ("src", True, 2, "narrow"): (1024, 2),
+    ("gat_src", False, 4, "narrow"): (16384, 1), ("gat_src", False, 2, "narrow"): (1024, 2),
+    ("gat_delta", False, 4, "narrow"): (2048, 1),
     # full tiles exactly 256 wide (no padded lanes: 8 x 32, where it was swept), before "narrow"
-    ("gat_src", False, 4, "full_256"): (2, 2),
+    ("gat_src", False, 4, "full_256"): (2048, 2),
     # full tiles exactly 64 wide (8 x 8: the GAT paper's hidden layer), before "narrow": the H200 sweep of
-    # triton_tuning.py --heads 8 --channels 8 on the arxiv shape
-    ("fwd", False, 4, "full_64"): (2, 1), ("gat_src", False, 4, "full_64"): (2, 1),
+    # triton_tuning.py --heads 8 --channels 8 on the arxiv shape (float32), the H100 one with --dropout 0.6 (bfloat16)
+    ("fwd", False, 4, "full_64"): (2048, 1), ("gat_src", False, 4, "full_64"): (2048, 1),
+    ("fwd", False, 2, "full_64"): (512, 1), ("gat_src", False, 2, "full_64"): (512, 1),
+    # one padded head 64 wide (1 x 40: the GAT paper's output layer on arxiv), before "narrow": the H100 sweep of
+    # triton_tuning.py --heads 1 --channels 40 --dropout 0.6 (bfloat16; float32 keeps "narrow", which won there)
+    ("fwd", False, 2, "pad_64"): (4096, 1), ("gat_src", False, 2, "pad_64"): (1024, 1),
     # tiles 512 wide: the H200 sweep of bench_sampled.py --sweep on papers100M-shaped sampled blocks, 4 x 128
-    ("fwd", False, 2, "wide_512"): (8, 1), ("src", False, 2, "wide_512"): (2, 1),
+    ("fwd", False, 2, "wide_512"): (8192, 1), ("src", False, 2, "wide_512"): (2048, 1),
 })
 """The launch shapes measured faster than :func:`default_launch_shape`' rule, one table: ``(kernel, v2, element bytes of the
-rows the kernel gathers per edge, tile class)`` -> ``(KiB of gathered rows a block, num_warps)``, read by
-:func:`launch_shape` (``BLOCK_E = KiB * 1024 / (W * element bytes)``, clamped to 2..32, for a tile ``W = HG *
-BLOCK_C`` wide). Kernels: ``"fwd"`` (forward, gathers ``x_src``), ``"dst"`` (backward destination pass,
+rows the kernel gathers per edge, tile class)`` -> ``(bytes of gathered rows a block, num_warps)``, read by
+:func:`launch_shape` (``BLOCK_E = bytes / (W * element bytes)``, clamped to 2..32, for a tile ``W = HG * BLOCK_C``
+wide). Kernels: ``"fwd"`` (forward, gathers ``x_src``), ``"dst"`` (backward destination pass,
 ``x_src``), ``"src"`` (backward source pass, the output gradient), ``"gat_src"`` (GAT's one-gather source pass, the
 output gradient), ``"gat_delta"`` (its delta pass, keyed by the output gradient's element size). Tile classes
 (:func:`tile_classes`): ``"narrow"``, at most 256 wide; ``"full_256"``, exactly 256 wide with a head width a power of
-two, and ``"full_64"``, the same at 64 wide, each taking precedence over ``"narrow"`` there; ``"wide_512"``, 512
-wide.
+two, ``"full_64"``, the same at 64 wide, and ``"pad_64"``, 64 wide with padded lanes, each taking precedence over
+``"narrow"`` there; ``"wide_512"``, 512 wide.
 
 Why these: the kernels with the most live tiles (GAT's one-gather source pass, GATv2's forward and its 16-bit
 backward) run two warps on blocks of two edges at 8 x 32: few registers a thread, so many programs resident, each
@@ -108,12 +112,13 @@ measured on products' last layer (4 heads x 47, padded to 4 x 64, sources of abo
 than the 16 KiB block of ``"narrow"``, which holds there (which of the two differences decides was not measured).
 At 512 wide (GAT in bfloat16) one warp a program; the source pass takes the smallest block because a sampled
 block's sources have one or two out-edges; a combination not listed (float32, GATv2, the destination pass: not swept
-at this width) keeps :func:`default_launch_shape`. On full 64-wide tiles (8 x 8, float32) GAT's forward and one-gather
-source pass take 2 KiB blocks, 8 edges, one warp: ``"narrow"``'s 8 and 16 KiB are 32 edges there, most of them masked
-lanes on rows of 14 edges (on arxiv 0.36 -> 0.27 and 1.04 -> 0.39 ms). A padded head (1 x 40 or 1 x 47 in 64 lanes)
-keeps ``"narrow"``: on arxiv 1 x 40 gained less (0.47 -> 0.40 ms for both kernels), and products' sources of about 50
-out-edges were not swept at this width. Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what
-it derives from it."""
+at this width) keeps :func:`default_launch_shape`. On full 64-wide tiles (8 x 8) GAT's forward and one-gather
+source pass take one warp and blocks of 8 edges in float32 (2 KiB) and 4 in bfloat16 (512 bytes): ``"narrow"``'s
+blocks are 16-32 edges there, most of them masked lanes on rows of 14 edges (on arxiv, float32, 0.36 -> 0.27 and
+1.04 -> 0.39 ms; bfloat16 with the step's dropout, 0.37 -> 0.24 and 0.71 -> 0.45 ms). One padded head 64 wide (1 x
+40) keeps ``"narrow"`` in float32 (32 edges a block, the sweep's best); in bfloat16 the forward takes 32 edges and the
+source pass 8, one warp each (0.23 -> 0.16 and 0.54 -> 0.29 ms; ``"narrow"``'s were 16 edges and 8 on two warps).
+Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what it derives from it."""
 
 
 def tile_classes(width: int, c: int, block_c: int) -> tuple[str, ...]:
@@ -121,8 +126,8 @@ def tile_classes(width: int, c: int, block_c: int) -> tuple[str, ...]:
     to ``block_c``), most specific first."""
     if width == 256 and c == block_c:
         return ("full_256", "narrow")
-    if width == 64 and c == block_c:
-        return ("full_64", "narrow")
+    if width == 64:
+        return ("full_64" if c == block_c else "pad_64", "narrow")
     if width <= 256:
         return ("narrow",)
     return ("wide_512",) if width <= 512 else ()
@@ -132,10 +137,10 @@ def tile_classes(width: int, c: int, block_c: int) -> tuple[str, ...]:
 def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
                  max_tile_d: int = MAX_TILE_D) -> tuple[int, int, int, int]:
     """``(BLOCK_E, HG, BLOCK_C, num_warps)`` of ``kernel`` (a :data:`TUNED_SHAPES` kernel name) for ``heads`` heads
-    of width ``c`` gathering rows of ``elem_bytes`` bytes an element: the first :data:`TUNED_SHAPES` entry ``(KiB,
-    warps)`` of the tile's classes (:func:`tile_classes`), which runs ``warps`` warps a program and blocks of ``KiB``
-    of gathered rows (``BLOCK_E = KiB * 1024 / (W * elem_bytes)``, clamped to 2..32; 8 in float32 and 16 in bfloat16
-    at 8 KiB and 8 x 32), else :func:`default_launch_shape`.
+    of width ``c`` gathering rows of ``elem_bytes`` bytes an element: the first :data:`TUNED_SHAPES` entry ``(bytes,
+    warps)`` of the tile's classes (:func:`tile_classes`), which runs ``warps`` warps a program and blocks of
+    ``bytes`` of gathered rows (``BLOCK_E = bytes / (W * elem_bytes)``, clamped to 2..32; 8 in float32 and 16 in
+    bfloat16 at 8 KiB and 8 x 32), else :func:`default_launch_shape`.
 
     Why few warps: more programs resident, more gathers in flight, no cross-warp reductions, in kernels whose
     programs are mostly light rows (arxiv: 14 edges a row on average, 10 the median)."""
@@ -144,8 +149,8 @@ def launch_shape(kernel: str, heads: int, c: int, v2: bool, elem_bytes: int,
     for tile in tile_classes(width, c, block_c):
         tuned = TUNED_SHAPES.get((kernel, v2, min(elem_bytes, 4), tile))
         if tuned is not None:
-            kib, num_warps = tuned
-            return max(2, min(32, kib * 1024 // (width * elem_bytes))), hg, block_c, num_warps
+            nbytes, num_warps = tuned
+            return max(2, min(32, nbytes // (width * elem_bytes))), hg, block_c, num_warps
     return block_e, hg, block_c, num_warps
 
 
