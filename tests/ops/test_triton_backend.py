@@ -1060,8 +1060,8 @@ def test_launch_shapes_tuned_for_narrow_tiles():
         block_e, _, hg, block_c, warps = default_launch_shape(*args[1:4])
         assert launch_shape(*args) == (block_e, hg, block_c, warps)
     # full 64-wide tiles (8 x 8: the GAT paper's hidden layer): TUNED_SHAPES' full_64, one warp for the forward and
-    # GAT's source pass, 8 edges a block in float32 and 4 in bfloat16; the delta pass keeps "narrow"'s entry
-    assert launch_shape("fwd", 8, 8, False, 4) == (8, 8, 8, 1)
+    # GAT's source pass, 4 edges a block but 8 for the float32 source pass; the delta pass keeps "narrow"'s entry
+    assert launch_shape("fwd", 8, 8, False, 4) == (4, 8, 8, 1)
     assert launch_shape("gat_src", 8, 8, False, 4) == (8, 8, 8, 1)
     assert launch_shape("gat_delta", 8, 8, False, 4) == (8, 8, 8, 1)
     assert launch_shape("fwd", 8, 8, False, 2) == (4, 8, 8, 1)

@@ -86,8 +86,9 @@ TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProx
     # full tiles exactly 256 wide (no padded lanes: 8 x 32, where it was swept), before "narrow"
     ("gat_src", False, 4, "full_256"): (2048, 2),
     # full tiles exactly 64 wide (8 x 8: the GAT paper's hidden layer), before "narrow": the H200 sweep of
-    # triton_tuning.py --heads 8 --channels 8 on the arxiv shape (float32), the H100 one with --dropout 0.6 (bfloat16)
-    ("fwd", False, 4, "full_64"): (2048, 1), ("gat_src", False, 4, "full_64"): (2048, 1),
+    # triton_tuning.py --heads 8 --channels 8 on the arxiv shape (float32's source pass), the H100 ones with
+    # --dropout 0.6 (the forwards, bfloat16's source pass)
+    ("fwd", False, 4, "full_64"): (1024, 1), ("gat_src", False, 4, "full_64"): (2048, 1),
     ("fwd", False, 2, "full_64"): (512, 1), ("gat_src", False, 2, "full_64"): (512, 1),
     # one padded head 64 wide (1 x 40: the GAT paper's output layer on arxiv), before "narrow": the H100 sweep of
     # triton_tuning.py --heads 1 --channels 40 --dropout 0.6 (bfloat16; float32 keeps "narrow", which won there)
@@ -113,9 +114,10 @@ than the 16 KiB block of ``"narrow"``, which holds there (which of the two diffe
 At 512 wide (GAT in bfloat16) one warp a program; the source pass takes the smallest block because a sampled
 block's sources have one or two out-edges; a combination not listed (float32, GATv2, the destination pass: not swept
 at this width) keeps :func:`default_launch_shape`. On full 64-wide tiles (8 x 8) GAT's forward and one-gather
-source pass take one warp and blocks of 8 edges in float32 (2 KiB) and 4 in bfloat16 (512 bytes): ``"narrow"``'s
-blocks are 16-32 edges there, most of them masked lanes on rows of 14 edges (on arxiv, float32, 0.36 -> 0.27 and
-1.04 -> 0.39 ms; bfloat16 with the step's dropout, 0.37 -> 0.24 and 0.71 -> 0.45 ms). One padded head 64 wide (1 x
+source pass take one warp and blocks of 4 edges, but float32's source pass 8: ``"narrow"``'s blocks are 16-32 edges
+there, most of them masked lanes on rows of 14 edges (on arxiv, float32 without dropout, 0.36 -> 0.27 and 1.04 ->
+0.39 ms at 8 edges; with the step's dropout the float32 forward 0.31 -> 0.26 ms at 4, its source pass 0.50 at 8
+against 0.56 at 4; bfloat16 0.37 -> 0.24 and 0.71 -> 0.45 ms at 4). One padded head 64 wide (1 x
 40) keeps ``"narrow"`` in float32 (32 edges a block, the sweep's best); in bfloat16 the forward takes 32 edges and the
 source pass 8, one warp each (0.23 -> 0.16 and 0.54 -> 0.29 ms; ``"narrow"``'s were 16 edges and 8 on two warps).
 Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what it derives from it."""
