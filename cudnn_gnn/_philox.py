@@ -2,12 +2,13 @@
 bits on every backend.
 
 The Triton kernels draw it in-kernel with Philox-4x32, 10 rounds (Salmon et al., "Parallel random numbers: as easy
-as 1, 2, 3", SC'11), in the forward and again in the backward, so no ``[E, H]`` mask is ever stored; :func:`draws`
-is the same function in plain torch integer arithmetic, for the backends that take a materialised mask (reference,
-cuDNN) and for tests. An edge is kept where the top 31 bits of its draw
-are at least :func:`keep_threshold` ``(p)``: an integer comparison, so the decision is exact on every device (no
-float conversion of the draw), and the drop rate is ``p`` to within ``2**-31``; a kept edge's factor is
-:func:`keep_scale` of that threshold, the same float32 on every device.
+as 1, 2, 3", SC'11), in the forward, so no float ``[E, H]`` mask is ever materialised; where a backward follows,
+the forward also writes the keep decisions it drew (``uint8 [E, H]``, one byte an edge and head), which the backward
+reads instead of drawing again (a byte read in place of Philox's integer work); :func:`draws` is the same function
+in plain torch integer arithmetic, for the backends that take a materialised mask (reference, cuDNN) and for tests.
+An edge is kept where the top 31 bits of its draw are at least :func:`keep_threshold` ``(p)``: an integer
+comparison, so the decision is exact on every device (no float conversion of the draw), and the drop rate is ``p``
+to within ``2**-31``; a kept edge's factor is :func:`keep_scale` of that threshold, the same float32 on every device.
 
 Counters: the edge's CSC position ``e`` as a 64-bit integer split into Philox's ``(c0, c1)`` (low and high 32 bits),
 ``c2 = h // 4``, ``c3 = 0``; head ``h`` takes output ``h % 4``, so one evaluation serves four heads (the

@@ -205,9 +205,9 @@ def attention_dropout_mask(graph: CscGraph, heads: int, p: float, seed: int | Te
 
     Counter-based: the draw of the edge at CSC position ``e`` and head ``h`` is output ``h % 4`` of Philox-4x32-10 of
     counters ``(e, e >> 32, h // 4)`` under key ``seed`` (:mod:`cudnn_gnn._philox`), the function the Triton kernels
-    evaluate in-kernel (forward, and again in the backward), so this materialises exactly their mask: for the
-    reference and cuDNN backends, ``return_attention`` checks and explainers. ``seed``: an int in ``[0, 2**62)`` or
-    an int64 tensor ``[1]`` on the graph's device.
+    evaluate in-kernel (the forward; its backward reads the keep flags the forward wrote), so this materialises
+    exactly their mask: for the reference and cuDNN backends, ``return_attention`` checks and explainers. ``seed``:
+    an int in ``[0, 2**62)`` or an int64 tensor ``[1]`` on the graph's device.
     """
     if not isinstance(graph, CscGraph):
         raise TypeError(f"graph must be a cudnn_gnn.CscGraph, got {type(graph).__name__}")

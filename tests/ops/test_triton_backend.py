@@ -322,7 +322,7 @@ def test_op_schemas_are_the_call_records_fields(v2):
     name, record = ("triton_gatv2", tb.Gatv2Call) if v2 else ("triton_gat", tb.GatCall)
     fwd = [a.name for a in getattr(torch.ops.cudnn_gnn, f"{name}_fwd").default._schema.arguments]
     bwd = [a.name for a in getattr(torch.ops.cudnn_gnn, f"{name}_bwd").default._schema.arguments]
-    assert fwd == [*record._fields, "return_attention"]
+    assert fwd == [*record._fields, "return_attention", "write_keep"]
     lead = ["grad_out", "grad_attention", "lse"] + ([] if v2 else ["out", "scores"])
     assert bwd == [*lead, *record._fields, *tb.SourceWalk._fields]
     assert ("edge_attr" in fwd) == v2 and ("score_edge" in fwd) != v2 and "v2" not in fwd
@@ -335,8 +335,8 @@ def test_opcheck(v2):
     name = "triton_gatv2" if v2 else "triton_gat"
     call, walk = _op_call(v2, return_attention=True)
     fwd = getattr(torch.ops.cudnn_gnn, f"{name}_fwd").default
-    torch.library.opcheck(fwd, (*call, True))
-    out, lse, att, *scores = fwd(*call, True)
+    torch.library.opcheck(fwd, (*call, True, False))
+    out, lse, att, *scores, _ = fwd(*call, True, False)
     go = torch.randn_like(out)
     lead = (go, torch.randn_like(att), lse) + (() if v2 else (out, *scores))
     torch.library.opcheck(getattr(torch.ops.cudnn_gnn, f"{name}_bwd").default, (*lead, *call, *walk))
@@ -903,8 +903,9 @@ def test_gat_attention_gradient_with_dropout_in_chunks(concat, one_gather, chunk
 
 @pytest.mark.parametrize("variant", ["gat_one_gather", "gat_two_gather", "gatv2"])
 def test_counter_based_dropout_in_chunks_matches_the_reference(variant, chunk):
-    """Counter-based dropout drawn in-kernel (forward, the delta pass, the source and destination passes, the
-    attention's normalisation in the merge kernel) on hub rows and sources in chunks of 4, with a gradient on the
+    """Counter-based dropout drawn in-kernel (the forward and the attention's normalisation in the merge kernel; the
+    delta pass, the source and destination passes read the keep flags the forward wrote,
+    ``test_triton_keep_flags.py``) on hub rows and sources in chunks of 4, with a gradient on the
     returned attention: output, attention and every gradient equal the reference's on the mask it materialises
     for the same seed (:func:`cudnn_gnn.attention_dropout_mask`); bitwise equal on a second run; another seed
     drops other edges."""
@@ -1447,10 +1448,10 @@ def test_opcheck_fused_edge_projection(fused):
     assert call.lin_edge_weight is ew and call.edge_grads == 3
     call = type(call)(*(v.detach() if isinstance(v, torch.Tensor) else v for v in call))
     ops = torch.ops.cudnn_gnn
-    torch.library.opcheck(ops.triton_gatv2_fwd.default, (*call, True))
+    torch.library.opcheck(ops.triton_gatv2_fwd.default, (*call, True, False))
     # edge_attr's gradient not asked (bit 0 of the edge-gradient bits cleared): an empty output
     for frozen in (call, call._replace(edge_grads=2)):
-        out, lse, att = ops.triton_gatv2_fwd(*frozen, True)
+        out, lse, att, _ = ops.triton_gatv2_fwd(*frozen, True, False)
         grads = ops.triton_gatv2_bwd(torch.randn_like(out), torch.randn_like(att), lse, *frozen, *walk)
         assert (grads[2].numel() == 0) == (frozen.edge_grads == 2) and grads[3].shape == ew.shape
         torch.library.opcheck(ops.triton_gatv2_bwd.default,

@@ -20,8 +20,8 @@ from torch import Tensor
 
 from cudnn_gnn.backends.triton.call import GatCall, Gatv2Call, SourceWalk, op_schema, tensor_fields
 
-__all__ = ["LIB", "Fields", "define", "fields_of", "grad_inputs", "input_grads", "keep", "kept", "like", "returned",
-           "run", "sizes", "statistics"]
+__all__ = ["LIB", "Fields", "define", "fields_of", "grad_inputs", "input_grads", "keep", "keep_flags", "kept", "like",
+           "returned", "run", "saved_call", "sizes", "statistics", "writes_keep_flags"]
 
 LIB = torch.library.Library("cudnn_gnn", "FRAGMENT")
 
@@ -65,6 +65,27 @@ def statistics(c: GatCall | Gatv2Call, return_attention: bool) -> tuple[Tensor, 
     nd, e, h, _ = sizes(c)
     f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
     return torch.empty(nd, h, **f32), torch.empty((e, h) if return_attention else (0,), **f32)
+
+
+def writes_keep_flags(c: GatCall | Gatv2Call, walk: SourceWalk | None) -> bool:
+    """Whether the forward of ``c`` writes the keep flags of its dropout for the backward: counter-based dropout (an
+    int64 seed) in a call with a backward (``walk``: built where an input requires grad). Inference writes none."""
+    return walk is not None and c.dropout is not None and c.dropout.dtype == torch.int64
+
+
+def keep_flags(c: GatCall | Gatv2Call, write: bool) -> Tensor:
+    """A forward op's keep flags, fresh: ``[E, H]`` uint8 (CSC order, 1 = kept) that the kernels fill where ``write``
+    (:func:`writes_keep_flags`), else an empty stand-in ``[0]`` (nothing allocated of size ``E``). ``E * H`` bytes
+    kept until the backward: there its passes read a flag an edge and head instead of evaluating Philox again."""
+    _, e, h, _ = sizes(c)
+    return torch.empty((e, h) if write else (0,), device=c.x_src.device, dtype=torch.uint8)
+
+
+def saved_call(c: GatCall | Gatv2Call, flags: Tensor, write: bool) -> Any:
+    """The call an autograd Function keeps for its backward: ``c`` with the forward's keep ``flags`` in place of
+    the seed where it wrote them (``write``), so that every backward pass reads them (the kernels' ``DROP == 3``);
+    ``c`` itself otherwise."""
+    return c._replace(dropout=flags) if write else c
 
 
 def grad_inputs(call: GatCall | Gatv2Call, fields: tuple[int, ...]) -> tuple[tuple[int, ...], list[Tensor]]:

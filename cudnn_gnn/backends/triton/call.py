@@ -32,7 +32,8 @@ __all__ = ["DEFAULT_OPTIONS", "GatCall", "Gatv2Call", "KernelDropout", "SourceWa
 
 class KernelDropout(NamedTuple):
     """The kernels' dropout argument group (``drop_ptr, drop_thr`` in their signatures): ``tensor``, the int64 seed
-    ``[1]`` of counter-based dropout or explicit float32 factors ``[E, H]`` in CSC order; ``threshold``, the keep
+    ``[1]`` of counter-based dropout, the uint8 keep flags ``[E, H]`` (CSC order) its forward drew, which the
+    backward reads in place of the seed, or explicit float32 factors ``[E, H]`` in CSC order; ``threshold``, the keep
     threshold (:func:`cudnn_gnn._philox.keep_threshold`; the kernels derive the scale from it,
     :func:`cudnn_gnn._philox.keep_scale`), 0 and unread with explicit factors."""
 
@@ -164,9 +165,11 @@ class GatCall(NamedTuple):
     Inputs: ``x_src [Ns, H*C]``, ``x_dst [Nd, H*C]`` or None (``x_src`` itself, a homogeneous graph: both node
     scores from one read, one gradient), ``att_node [2*H*C] = att_src | att_dst`` (the caller's ``att_edge`` went
     into the edge scores in :func:`build_call`), the float32 edge scores ``score_edge [E, H]`` (COO) or None.
-    Dropout: ``dropout``, the int64 seed ``[1]`` of counter-based dropout (drawn in-kernel, forward and backward,
-    with ``dropout_threshold``: :mod:`cudnn_gnn._philox`) or explicit float32 factors ``[E, H]`` in CSC order (the
-    caller's mask, permuted once per call), or None (:attr:`kernel_dropout`).
+    Dropout: ``dropout``, the int64 seed ``[1]`` of counter-based dropout (drawn in-kernel by the forward, with
+    ``dropout_threshold``: :mod:`cudnn_gnn._philox`; in the call its autograd Function keeps for the backward, the
+    uint8 keep flags ``[E, H]`` in CSC order the forward wrote, which every backward pass reads instead of drawing
+    again) or explicit float32 factors ``[E, H]`` in CSC order (the caller's mask, permuted once per call), or None
+    (:attr:`kernel_dropout`).
     Knobs: ``heads``, ``concat``, ``activation`` (a name of :data:`~cudnn_gnn.backends.triton.kernels.ACTIVATION_CODES`)
     and ``activation_alpha``; ``gat_backward`` and ``launch``, :class:`TritonOptions`' (see there)."""
 

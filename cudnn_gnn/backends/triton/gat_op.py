@@ -25,7 +25,20 @@ from torch import Tensor
 
 from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes, statistics
+from cudnn_gnn.backends.triton._op_common import (
+    define,
+    fields_of,
+    keep,
+    keep_flags,
+    kept,
+    like,
+    returned,
+    run,
+    saved_call,
+    sizes,
+    statistics,
+    writes_keep_flags,
+)
 from cudnn_gnn.backends.triton._runtime import check_runnable, kernels
 from cudnn_gnn.backends.triton.call import GatCall, SourceWalk
 
@@ -52,31 +65,33 @@ def _split_scores(c: GatCall, scores: Tensor) -> tuple[Tensor, Tensor]:
     return scores[:ns], scores[ns:]
 
 
-def _outputs(c: GatCall, return_attention: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def _outputs(c: GatCall, return_attention: bool, write_keep: bool) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The forward op's outputs, fresh: ``out`` as :func:`out_spec` says, ``lse`` and the attention or its stand-in
-    (:func:`~cudnn_gnn.backends.triton._op_common.statistics`), the node ``scores`` as :func:`_scores_shape` says."""
+    (:func:`~cudnn_gnn.backends.triton._op_common.statistics`), the node ``scores`` as :func:`_scores_shape` says,
+    the dropout's keep flags or their stand-in (:func:`~cudnn_gnn.backends.triton._op_common.keep_flags`)."""
     shape, dtype = out_spec(c)
     return (torch.empty(shape, device=c.x_src.device, dtype=dtype), *statistics(c, return_attention),
-            torch.empty(_scores_shape(c), device=c.x_src.device, dtype=torch.float32))
+            torch.empty(_scores_shape(c), device=c.x_src.device, dtype=torch.float32), keep_flags(c, write_keep))
 
 
-def _forward(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The forward op: ``(out, lse, attention or empty, scores)`` (:func:`_outputs`; the scores kept for the
-    backward). The node scores ``score_src[j, h] = a_src[h] . x_src[j, h]``, ``score_dst[i, h] = a_dst[h] .
-    x_dst[i, h]`` in one launch (each feature row read once in its own dtype, float32 sums; a homogeneous graph's
-    rows once for both), then the attention."""
-    c, return_attention = GatCall(*args[:-1]), bool(args[-1])
+def _forward(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The forward op: ``(out, lse, attention or empty, scores, keep flags or empty)`` (:func:`_outputs`; the scores
+    and the flags kept for the backward). The node scores ``score_src[j, h] = a_src[h] . x_src[j, h]``,
+    ``score_dst[i, h] = a_dst[h] . x_dst[i, h]`` in one launch (each feature row read once in its own dtype, float32
+    sums; a homogeneous graph's rows once for both), then the attention, which with ``write_keep`` (counter-based
+    dropout, a backward to follow) also writes the keep flags it drew."""
+    c, return_attention, write_keep = GatCall(*args[:-2]), bool(args[-2]), bool(args[-1])
     check_runnable(c.x_src.device)
-    out, lse, att, scores = _outputs(c, return_attention)
+    out, lse, att, scores, flags = _outputs(c, return_attention, write_keep)
     parts = _split_scores(c, scores)
     k = kernels()
     k.launch_node_scores(c.x_src, c.x_dst, c.att_node, c.heads, out=parts)
-    k.launch_forward(c, parts, out, lse, att if return_attention else None)
-    return out, lse, att, scores
+    k.launch_forward(c, parts, out, lse, att if return_attention else None, flags if write_keep else None)
+    return out, lse, att, scores, flags
 
 
-def _forward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    return _outputs(GatCall(*args[:-1]), bool(args[-1]))
+def _forward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _outputs(GatCall(*args[:-2]), bool(args[-2]), bool(args[-1]))
 
 
 def gat_one_gather(c: GatCall, static_graph: bool) -> bool:
@@ -197,8 +212,8 @@ def _backward_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor,
     return like(c.x_src, empty), like(c.x_dst, empty), like(c.att_node, empty), like(c.score_edge, empty)
 
 
-define("triton_gat_fwd", "", (GatCall,), "bool return_attention", "(Tensor, Tensor, Tensor, Tensor)",
-       _forward, _forward_fake)
+define("triton_gat_fwd", "", (GatCall,), "bool return_attention, bool write_keep",
+       "(Tensor, Tensor, Tensor, Tensor, Tensor)", _forward, _forward_fake)
 define("triton_gat_bwd", "Tensor grad_out, Tensor? grad_attention, Tensor lse, Tensor? out, Tensor scores",
        (GatCall, SourceWalk), "", "(Tensor, Tensor, Tensor, Tensor)", _backward, _backward_fake)
 
@@ -218,19 +233,24 @@ class GatAttention(torch.autograd.Function):
     Returns ``(out, attention)``: ``out`` per head (:func:`out_spec`), the attention ``[E, H]`` float32 COO or an
     empty, non-differentiable stand-in. Differentiable in ``x_src``, ``x_dst``, ``att_node`` and ``score_edge``.
 
-    What it keeps for the backward: the call's tensors, the node scores ``[Ns + Nd, H]`` and ``lse [Nd, H]``, and
-    where the backward gathers one row per edge (:func:`gat_one_gather`) the per-head output ``[Nd, H*C]`` (the
-    input dtype with ``concat``, float32 without): FlashAttention's choice (``D = rowsum(dO * O)`` from the rounded
-    ``O``; for 16-bit outputs within the bf16 tolerances of the tests against the reference). Nothing more where the
-    caller keeps the output anyway; an in-place change of it before the backward is refused by autograd's version
-    check (as for torch's own attention kernels, which save their output too)."""
+    What it keeps for the backward: the call's tensors (with counter-based dropout the keep flags ``[E, H]`` uint8
+    its forward drew in place of the seed, :func:`~cudnn_gnn.backends.triton._op_common.saved_call`), the node
+    scores ``[Ns + Nd, H]`` and ``lse [Nd, H]``, and where the backward gathers one row per edge
+    (:func:`gat_one_gather`) the per-head output ``[Nd, H*C]`` (the input dtype with ``concat``, float32 without):
+    FlashAttention's choice (``D = rowsum(dO * O)`` from the rounded ``O``; for 16-bit outputs within the bf16
+    tolerances of the tests against the reference). Nothing more where the caller keeps the output anyway; an
+    in-place change of it before the backward is refused by autograd's version check (as for torch's own attention
+    kernels, which save their output too)."""
 
     @staticmethod
     def forward(ctx, return_attention: bool, call: GatCall, walk: SourceWalk | None,  # type: ignore[override]
                 layout: tuple[int, ...], *inputs: Tensor) -> tuple[Tensor, Tensor]:
-        out, lse, att, scores = run(torch.ops.cudnn_gnn.triton_gat_fwd, _forward, *call, return_attention)
+        write_keep = writes_keep_flags(call, walk)
+        out, lse, att, scores, flags = run(torch.ops.cudnn_gnn.triton_gat_fwd, _forward, *call, return_attention,
+                                           write_keep)
         one_gather = walk is not None and gat_one_gather(call, walk.rev_dst is not None)
-        keep(ctx, _FIELDS, call, walk, layout, len(inputs), return_attention, att, lse, out if one_gather else None, scores)
+        keep(ctx, _FIELDS, saved_call(call, flags, write_keep), walk, layout, len(inputs), return_attention, att, lse,
+             out if one_gather else None, scores)
         return out, att
 
     @staticmethod

@@ -22,7 +22,20 @@ from torch import Tensor
 from cudnn_gnn._bias import column_sum
 from cudnn_gnn.backends._autograd import refuse_create_graph
 from cudnn_gnn.backends.triton import tuning
-from cudnn_gnn.backends.triton._op_common import define, fields_of, keep, kept, like, returned, run, sizes, statistics
+from cudnn_gnn.backends.triton._op_common import (
+    define,
+    fields_of,
+    keep,
+    keep_flags,
+    kept,
+    like,
+    returned,
+    run,
+    saved_call,
+    sizes,
+    statistics,
+    writes_keep_flags,
+)
 from cudnn_gnn.backends.triton._runtime import check_runnable, kernels
 from cudnn_gnn.backends.triton.call import Gatv2Call, SourceWalk
 
@@ -36,23 +49,27 @@ def out_spec(c: Gatv2Call) -> tuple[tuple[int, int], torch.dtype]:
     return ((nd, h * ch) if c.concat else (nd, ch)), c.x_src.dtype
 
 
-def _forward(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
-    """The forward op: ``(out, lse [Nd, H] float32, attention [E, H] float32 COO or empty)``."""
-    c, return_attention = Gatv2Call(*args[:-1]), bool(args[-1])
+def _forward(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The forward op: ``(out, lse [Nd, H] float32, attention [E, H] float32 COO or empty, keep flags [E, H] uint8
+    CSC or empty)``; the flags (:func:`~cudnn_gnn.backends.triton._op_common.keep_flags`) written with
+    ``write_keep`` (counter-based dropout, a backward to follow), for the backward."""
+    c, return_attention, write_keep = Gatv2Call(*args[:-2]), bool(args[-2]), bool(args[-1])
     check_runnable(c.x_src.device)
     nd, _, h, ch = sizes(c)
     out = c.x_src.new_empty(nd, h * ch) if c.concat else c.x_src.new_empty(nd, h * ch, dtype=torch.float32)
     lse, att = statistics(c, return_attention)
-    kernels().launch_forward(c, None, out, lse, att if return_attention else None)
+    flags = keep_flags(c, write_keep)
+    kernels().launch_forward(c, None, out, lse, att if return_attention else None, flags if write_keep else None)
     if not c.concat:
         out = out.view(nd, h, ch).mean(1).to(c.x_src.dtype)
-    return out, lse, att
+    return out, lse, att, flags
 
 
-def _forward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor]:
-    c, return_attention = Gatv2Call(*args[:-1]), bool(args[-1])
+def _forward_fake(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    c, return_attention, write_keep = Gatv2Call(*args[:-2]), bool(args[-2]), bool(args[-1])
     shape, dtype = out_spec(c)
-    return (torch.empty(shape, device=c.x_src.device, dtype=dtype), *statistics(c, return_attention))
+    return (torch.empty(shape, device=c.x_src.device, dtype=dtype), *statistics(c, return_attention),
+            keep_flags(c, write_keep))
 
 
 def _backward(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor,
@@ -120,8 +137,8 @@ def _backward_fake(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor,
             like(c.attn_weights, empty))
 
 
-define("triton_gatv2_fwd", "", (Gatv2Call,), "bool return_attention", "(Tensor, Tensor, Tensor)",
-       _forward, _forward_fake)
+define("triton_gatv2_fwd", "", (Gatv2Call,), "bool return_attention, bool write_keep",
+       "(Tensor, Tensor, Tensor, Tensor)", _forward, _forward_fake)
 define("triton_gatv2_bwd", "Tensor grad_out, Tensor? grad_attention, Tensor lse", (Gatv2Call, SourceWalk), "",
        "(Tensor, Tensor, Tensor, Tensor, Tensor)", _backward, _backward_fake)
 
@@ -140,13 +157,18 @@ class Gatv2Attention(torch.autograd.Function):
     :func:`~cudnn_gnn.backends.triton._op_common.grad_inputs` gives them.
     Returns ``(out, attention)`` (:func:`out_spec`; the attention ``[E, H]`` float32 COO or an empty,
     non-differentiable stand-in). Differentiable in ``x_src``, ``x_dst``, ``edge_attr``, ``lin_edge_weight`` and
-    ``attn_weights``; keeps the call's tensors and ``lse [Nd, H]`` for the backward, nothing of size ``[E, H*C]``."""
+    ``attn_weights``; keeps the call's tensors (with counter-based dropout the keep flags ``[E, H]`` uint8 its forward
+    drew in place of the seed, :func:`~cudnn_gnn.backends.triton._op_common.saved_call`) and ``lse [Nd, H]`` for the
+    backward, nothing of size ``[E, H*C]``."""
 
     @staticmethod
     def forward(ctx, return_attention: bool, call: Gatv2Call, walk: SourceWalk | None,  # type: ignore[override]
                 layout: tuple[int, ...], *inputs: Tensor) -> tuple[Tensor, Tensor]:
-        out, lse, att = run(torch.ops.cudnn_gnn.triton_gatv2_fwd, _forward, *call, return_attention)
-        keep(ctx, _FIELDS, call, walk, layout, len(inputs), return_attention, att, lse)
+        write_keep = writes_keep_flags(call, walk)
+        out, lse, att, flags = run(torch.ops.cudnn_gnn.triton_gatv2_fwd, _forward, *call, return_attention,
+                                   write_keep)
+        keep(ctx, _FIELDS, saved_call(call, flags, write_keep), walk, layout, len(inputs), return_attention, att,
+             lse)
         return out, att
 
     @staticmethod

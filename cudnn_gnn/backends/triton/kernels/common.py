@@ -197,20 +197,37 @@ def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexp
     """The attention dropout factors ``[BLOCK, HG]`` float32 of the CSC positions ``e_pos [BLOCK]`` and heads
     ``h_off [HG]`` (0 on masked lanes). ``DROP == 1``: read from explicit factors ``[E, H]`` in CSC order (one
     contiguous run of a row's edges). ``DROP == 2``: counter-based, nothing read but the seed ``drop_ptr [1]``
-    (int64): kept where the top 31 bits of the edge's and head's draw (:func:`_draws`) reach ``drop_thr``, with the
-    factor ``1 / (1 - drop_thr / 2**31)`` computed in float64 and rounded once (:mod:`cudnn_gnn._philox` is the
-    same function in torch, bit for bit)."""
+    (int64): kept where the top 31 bits of the edge's and head's draw (:func:`_draws`) reach ``drop_thr``.
+    ``DROP == 3``: the same decision read back from the keep flags ``drop_ptr [E, H]`` (uint8, CSC order, 1 = kept)
+    that the forward wrote where it drew with ``DROP == 2`` (:func:`_store_keep`): what the backward passes take in
+    place of Philox (one byte an edge and head; the source pass' scattered edges read one sector each). With 2 and
+    3 the factor of a kept edge is ``1 / (1 - drop_thr / 2**31)``, computed in float64 and rounded once
+    (:mod:`cudnn_gnn._philox` is the same function in torch, bit for bit), so both give the same bits."""
     if DROP == 1:
         f = tl.load(drop_ptr + e_pos.to(tl.int64)[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
     else:
-        seed = tl.load(drop_ptr)
         thr = tl.full([1], drop_thr, tl.int64)  # a runtime int64 whatever Triton specialised the argument to
-        keep = (_draws(seed, e_pos, h_off) >> 1).to(tl.int64) >= thr
+        if DROP == 3:
+            keep = tl.load(drop_ptr + e_pos.to(tl.int64)[:, None] * H + h_off[None, :], mask=eh_mask, other=0) != 0
+        else:
+            seed = tl.load(drop_ptr)
+            keep = (_draws(seed, e_pos, h_off) >> 1).to(tl.int64) >= thr
         # 1 - thr / 2**31 is exact, >= 2**-31 below thr = 2**31 (the maximum only keeps p = 1 from dividing by 0)
         scale = 1.0 / tl.maximum(1.0 - thr.to(tl.float64) * 4.656612873077393e-10, 4.656612873077393e-10)
         scale = tl.where(thr >= 2147483648, 0.0, scale)
         f = tl.where(eh_mask & keep, scale.to(tl.float32), 0.0)
     return f
+
+
+@triton.jit
+def _store_keep(keep_ptr, e_pos, h_off, eh_mask, f, H):
+    """Write the keep flags of the dropout factors ``f [BLOCK, HG]`` (:func:`_drop_factor`'s) of the CSC positions
+    ``e_pos [BLOCK]`` and heads ``h_off [HG]`` to ``keep_ptr [E, H]`` (uint8, CSC order): 1 where ``f != 0``. That is
+    the draw's decision exactly (a kept edge's factor is 0 only at ``p = 1``, where no edge is kept), and
+    :func:`_drop_factor` with ``DROP == 3`` turns a flag back into the same factor. A program of a row walk writes its
+    head group's bytes of its own edges (one contiguous run a block where the group holds every head): no two
+    programs write one byte."""
+    tl.store(keep_ptr + e_pos.to(tl.int64)[:, None] * H + h_off[None, :], (f != 0).to(tl.uint8), mask=eh_mask)
 
 
 @triton.jit
@@ -305,10 +322,11 @@ def drop_args(drop: KernelDropout | None, fallback: Tensor) -> tuple[Tensor, int
 
 
 def drop_mode(drop: KernelDropout | None) -> int:
-    """The kernels' ``DROP``: 0 none, 1 explicit factors (float32, CSC order), 2 counter-based (an int64 seed)."""
+    """The kernels' ``DROP``: 0 none, 1 explicit factors (float32, CSC order), 2 counter-based (an int64 seed), 3 the
+    keep flags of counter-based dropout (uint8 ``[E, H]``, CSC order) its forward wrote for the backward."""
     if drop is None:
         return 0
-    return 2 if drop.tensor.dtype == torch.int64 else 1
+    return {torch.int64: 2, torch.uint8: 3}.get(drop.tensor.dtype, 1)
 
 
 def _fused_dim(edge: Tensor | None, edge_weight: Tensor | None) -> int:

@@ -21,6 +21,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _normalise_att,
     _or,
     _partial,
+    _store_keep,
     _sum,
     drop_args,
     drop_mode,
@@ -35,11 +36,13 @@ __all__ = ["launch_forward"]
 @triton.jit
 def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-               drop_ptr, drop_thr, att_ptr,
+               drop_ptr, drop_thr, att_ptr, keep_ptr,
                H, D, alpha,
                V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-               DROP: tl.constexpr, RETURN_ATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
-    """One online-softmax step over the edges ``e0 .. e0 + BLOCK`` (clipped to ``end``) of a row."""
+               DROP: tl.constexpr, RETURN_ATT: tl.constexpr, KEEP_OUT: tl.constexpr, ACT: tl.constexpr,
+               BLOCK: tl.constexpr):
+    """One online-softmax step over the edges ``e0 .. e0 + BLOCK`` (clipped to ``end``) of a row; with ``KEEP_OUT``
+    the dropout's keep flags of these edges written to ``keep_ptr`` (:func:`_store_keep`)."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
     eh_mask = e_mask[:, None] & hm[None, :]
@@ -56,7 +59,10 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
     p = tl.exp(s - m_new[None, :])
     l_run = l_run * scale + _sum(p, 0)
     if DROP != 0:
-        p = p * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
+        f = _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
+        if KEEP_OUT:
+            _store_keep(keep_ptr, e_pos, h_off, eh_mask, f, H)
+        p = p * f
     acc = acc * scale[:, None] + _sum(p[:, :, None] * xj, 0)
     return m_new, l_run, acc
 
@@ -67,15 +73,17 @@ def _fwd_kernel(
     work_ptr, indices_ptr, map_ptr,
     x_src_ptr, x_dst_ptr, edge_ptr, ew_ptr, attw_ptr, ssrc_ptr, sdst_ptr, sedge_ptr,
     drop_ptr, drop_thr,
-    out_ptr, lse_ptr, att_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
+    out_ptr, lse_ptr, att_ptr, keep_ptr, m_part_ptr, l_part_ptr, acc_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, DROP: tl.constexpr,
-    RETURN_ATT: tl.constexpr, ACT: tl.constexpr,
+    RETURN_ATT: tl.constexpr, KEEP_OUT: tl.constexpr, ACT: tl.constexpr,
     BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
 ):
     """One work item: a whole row writes ``out`` and ``lse`` (and normalises its attention); a chunk of a hub row
     writes its unnormalised state ``(max, sumexp, acc)`` per head to its partial slot, for :func:`_fwd_merge_kernel`.
-    """
+    With ``KEEP_OUT`` (counter-based dropout, ``DROP == 2``, where a backward follows) every item writes the keep
+    flags it drew for its edges and its heads to ``keep [E, H]`` uint8 (CSC order), which the backward reads in place
+    of Philox."""
     row, start, end, slot = _item(work_ptr, WHOLE)
     h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
@@ -96,8 +104,8 @@ def _fwd_kernel(
     for e0 in range(start, end, BLOCK_E):  # light rows and the rest: small blocks
         m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                                        indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
-                                       drop_ptr, drop_thr, att_ptr, H, D, alpha,
-                                       V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, ACT, BLOCK_E)
+                                       drop_ptr, drop_thr, att_ptr, keep_ptr, H, D, alpha,
+                                       V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, KEEP_OUT, ACT, BLOCK_E)
 
     # a chunk of a hub row: its partial state (no normalisation; the merge kernel combines the chunks)
     ps = tl.maximum(slot, 0)
@@ -161,8 +169,9 @@ def _fwd_merge_kernel(
 
 
 def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | None, out: Tensor, lse: Tensor,
-                   att: Tensor | None) -> None:
-    """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32 and, if given, ``att [E, H]`` fp32 (COO) for
+                   att: Tensor | None, keep: Tensor | None = None) -> None:
+    """Fill ``out [Nd, H*C]`` (any float dtype), ``lse [Nd, H]`` fp32, if given ``att [E, H]`` fp32 (COO) and, if
+    given (counter-based dropout only), the keep flags ``keep [E, H]`` uint8 (CSC order) it draws, for
     ``call`` (a :class:`GatCall` with its node scores ``scores = (score_src [Ns, H], score_dst [Nd, H])``, or a
     :class:`Gatv2Call`): one launch over the row work list, then one merge program per hub row. GATv2's
     ``edge_attr`` is ``[E, H*C]`` projected features, or with ``lin_edge_weight [H*C, De]`` the raw ``[E, De]``
@@ -180,10 +189,11 @@ def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | No
     rows, edge, edge_weight, has_edge = edge_inputs(call, scores, lse)
     _fwd_kernel[(n_items(work), groups)](
         work, call.indices, _or(map_, call.indices), x_src, *rows, *dropout,
-        out, lse, _or(att, lse), m_part, l_part, acc_part,
+        out, lse, _or(att, lse), _or(keep, lse), m_part, l_part, acc_part,
         heads, c, call.activation_alpha,
         V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
-        DROP=drop_mode(drop), RETURN_ATT=att is not None, ACT=ACTIVATION_CODES[call.activation],
+        DROP=drop_mode(drop), RETURN_ATT=att is not None, KEEP_OUT=keep is not None,
+        ACT=ACTIVATION_CODES[call.activation],
         WHOLE=work.dim() == 1, **cfg,
     )
     if hubs.shape[0]:
