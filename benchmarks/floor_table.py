@@ -97,29 +97,34 @@ class KernelBytes:
                            self.compulsory + other.compulsory)
 
 
-def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4) -> dict[str, KernelBytes]:
+def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4, *,
+                dropout: bool = False) -> dict[str, KernelBytes]:
     """The traffic of each Triton kernel of one GAT layer's forward and one-gather backward (homogeneous graph, no
-    edge features, counter-based dropout: no mask bytes), ``elem`` the features' bytes an element, ``index`` the
-    graph's. The per-head output is float32 where heads are averaged (the op's own per-head output)."""
+    edge features), ``elem`` the features' bytes an element, ``index`` the graph's. The per-head output is float32
+    where heads are averaged (the op's own per-head output). ``dropout``: counter-based dropout (no mask read), whose
+    forward writes the keep flags ``uint8 [E, H]`` in CSC order and whose source pass reads them, one ``H``-byte row
+    an out-edge at its CSC position."""
     n, e, h, d = nodes, edges, layer.heads, layer.heads * layer.channels
     f = 4
     out_elem = elem if layer.concat else f
     x, scores, rows = n * d * elem, n * h * f, (n + 1) * index
+    flags = e * h if dropout else 0
     fwd = KernelBytes(
-        streamed=rows + e * index + scores + n * d * out_elem + scores,  # offsets, indices, score_dst, out, lse
+        # offsets, indices, score_dst, out, lse (and the keep flags)
+        streamed=rows + e * index + scores + n * d * out_elem + scores + flags,
         gathered=((e, d * elem, x, "csc"), (e, h * f, scores, "csc")),  # x_j and score_src_j per edge
-        compulsory=rows + e * index + x + 2 * scores + n * d * out_elem + scores)
+        compulsory=rows + e * index + x + 2 * scores + n * d * out_elem + scores + flags)
     # the delta pass reads dout, out, score_dst and lse and writes the destinations' record (score_dst, lse, delta,
     # padding: 4 H floats a row)
     delta = KernelBytes(streamed=2 * n * d * out_elem + 2 * scores + 4 * scores,
                         compulsory=2 * n * d * out_elem + scores)
-    # the source pass: x_j and score_src_j once per source; per out-edge dout_i and the record of i gathered, and dz
-    # written at the edge's CSC position
+    # the source pass: x_j and score_src_j once per source; per out-edge dout_i and the record of i gathered, dz
+    # written at the edge's CSC position (and the keep flags read there)
     src = KernelBytes(
         streamed=rows + 2 * e * index + x + scores + x + scores,  # work, rev_to_csc, rev_dst, x, score_src, dx, dss
         gathered=((e, d * out_elem, n * d * out_elem, "rev"), (e, 4 * h * f, 4 * scores, "rev"),
-                  (e, h * f, e * h * f, None)),
-        compulsory=rows + 2 * e * index + 2 * x + 2 * scores + n * d * out_elem + 3 * scores + e * h * f)
+                  (e, h * f, e * h * f, None)) + (((e, h, flags, None),) if dropout else ()),
+        compulsory=rows + 2 * e * index + 2 * x + 2 * scores + n * d * out_elem + 3 * scores + e * h * f + flags)
     # the segmented sum reads each edge's row index beside dz (the offsets would do: rows, not edges, compulsory)
     dst = KernelBytes(streamed=e * index + e * h * f + scores, compulsory=rows + e * h * f + scores)
     score = KernelBytes(streamed=x + 2 * scores, compulsory=x + 2 * scores)
@@ -273,10 +278,10 @@ def table_rows(case: str, dtype: str, us: dict[str, float], nodes: int, edges: i
                rates: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per kernel: bytes (as coded, compulsory) over the case's layers, time, the two floors (random rows;
     the graph's own gather orders, where ``rates`` has them) and the fraction of each."""
-    layers, _ = CASES[case]
+    layers, p = CASES[case]
     total: dict[str, KernelBytes] = {}
     for ly in layers:
-        for name, kb in layer_bytes(ly, nodes, edges, DTYPES[dtype].itemsize).items():
+        for name, kb in layer_bytes(ly, nodes, edges, DTYPES[dtype].itemsize, dropout=p > 0).items():
             total[name] = total[name].add(kb) if name in total else kb
     rows = []
     for name in KERNELS:

@@ -571,6 +571,12 @@ def test_floor_table_counts_bytes_and_floors() -> None:
     src = b["_bwd_gat_src_kernel"]
     assert [order for *_, order in src.gathered] == ["rev", "rev", None]
     assert ft.floor_us(src, rates, graph_order=True) == src.streamed / 1e6 + 2 * 1000 * 0.125 + 1000 * 0.5
+    # counter-based dropout: the forward writes the keep flags (E x H bytes, in order), the source pass reads an
+    # 8-byte row of them per out-edge at its CSC position (a whole sector as coded)
+    dropped = ft.layer_bytes(layer, 100, 1000, 4, dropout=True)
+    assert dropped["_fwd_kernel"].streamed - fwd.streamed == 1000 * 8
+    assert dropped["_bwd_gat_src_kernel"].gathered[-1] == (1000, 8, 1000 * 8, None)
+    assert dropped["_bwd_gat_src_kernel"].as_coded() - src.as_coded() == 1000 * 32
 
 
 @pytest.mark.slow
