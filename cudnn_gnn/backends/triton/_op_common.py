@@ -13,7 +13,7 @@ tensors with ``save_for_backward`` (autograd checks their versions) and its othe
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import Tensor
@@ -81,7 +81,10 @@ def keep_flags(c: GatCall | Gatv2Call, write: bool) -> Tensor:
     return torch.empty((e, h) if write else (0,), device=c.x_src.device, dtype=torch.uint8)
 
 
-def saved_call(c: GatCall | Gatv2Call, flags: Tensor, write: bool) -> Any:
+_Call = TypeVar("_Call", GatCall, Gatv2Call)
+
+
+def saved_call(c: _Call, flags: Tensor, write: bool) -> _Call:
     """The call an autograd Function keeps for its backward: ``c`` with the forward's keep ``flags`` in place of
     the seed where it wrote them (``write``), so that every backward pass reads them (the kernels' ``DROP == 3``);
     ``c`` itself otherwise."""
