@@ -3,6 +3,8 @@
 Outputs, returned attention and every gradient (a gradient through the returned attention included), GAT and
 GATv2, float32 and bfloat16, int32 and int64 indices, on a power-law graph with a hub (cut into chunks) and with a
 20,000-edge hub row and hub source (in one block size and in big blocks); bitwise repeats of outputs and gradients;
+counter-based dropout's keep flags (the forward's equal the materialised mask; a step reading them gives the bits of
+the explicit factors);
 head widths that are not powers of two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``; GATv2's fused edge
 projection (raw edge features and ``lin_edge_weight``) on a 1.6M-edge graph, its forward+backward peak at least one
 ``[E, H*C]`` buffer below the projected path's; GAT's node-score kernels under autocast at 200,000 rows, and GAT
@@ -165,6 +167,53 @@ def test_counter_based_dropout_compiled_matches_reference(op, dtype):
     assert abs(dropped.float().mean().item() - p) < 0.01
     again = _run("triton", graph, xs, w, ea, None, dtype, **kw)
     assert all(torch.equal(a, b) for a, b in zip([got[0], got[1], *got[2]], [again[0], again[1], *again[2]]))
+
+
+@pytest.mark.parametrize("op, gat_backward, hg", [("gat", "one_gather", None), ("gat", "one_gather", 2),
+                                                  ("gat", "two_gather", 2), ("gatv2", "auto", 2)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_keep_flags_compiled_equal_the_mask_and_give_the_explicit_factors_bits(op, gat_backward, hg, dtype):
+    """The keep flags on the compiled kernels, at size (200,000 edges, 8 heads, a hub cut into chunks): the forward
+    op's ``uint8 [E, H]`` equals ``attention_dropout_mask(...) != 0`` in CSC order, with every head in one program and
+    with groups of 2 (four programs' byte stores into each edge's 8 bytes); a training call, whose backward reads
+    them, gives output, attention and every gradient bitwise equal to a call given the explicit factors
+    ``attention_dropout_mask`` materialises (GAT's one- and two-gather backward, GATv2's)."""
+    import cudnn_gnn
+
+    v2 = op == "gatv2"
+    heads, c, p = 8, 32, 0.6
+    graph = _power_law_graph(20_000, 200_000, seed=3, index_dtype=torch.int32)
+    xs, w, ea, _ = _inputs(v2, graph, heads, c, edge=True, mask=False)
+    xs, w, ea = xs.to(dtype), w.to(dtype), ea.to(dtype)
+    seed = torch.tensor([2**40 + 17], dtype=torch.int64, device=DEV)
+    launch = {}
+    if hg is not None:
+        cfg = tuning.launch_config(xs, heads, v2, "fwd", xs)[2]
+        launch = {"fwd": (cfg["BLOCK_E"], cfg["num_warps"], hg)}
+    options = tb.TritonOptions(gat_backward=gat_backward, launch=launch)
+    mask = cudnn_gnn.attention_dropout_mask(graph, heads, p, seed)
+    spec = call_spec(graph, xs, xs, w, ea, v2=v2, heads=heads, concat=True, dropout=p, dropout_seed=seed)
+    call, _ = tb.build_call(spec, tb.kernel_graph(graph), needs_grad=True, options=options)
+    if hg is not None:
+        assert tuning.launch_config(xs, heads, v2, "fwd", xs, call.launch)[1] == heads // hg
+    flags = getattr(torch.ops.cudnn_gnn, f"triton_{op}_fwd")(*call, False, True)[-1]
+    csc = mask if graph.map_csc_to_coo is None else mask[graph.map_csc_to_coo.long()]
+    assert flags.dtype == torch.uint8 and torch.equal(flags, (csc != 0).to(torch.uint8))
+
+    def step(m, drop):
+        leaves = [t.detach().clone().requires_grad_() for t in (xs, w, ea)]
+        out, att = tb.triton_gat(call_spec(graph, leaves[0], leaves[0], leaves[1], leaves[2], m, v2=v2, heads=heads,
+                                           concat=True, return_attention=True, **drop), options=options)
+        gen = torch.Generator(device=DEV).manual_seed(0)
+        go = torch.randn(out.shape, device=DEV, generator=gen).to(out.dtype)
+        ga = torch.randn(att.shape, device=DEV, generator=gen)
+        ((out.float() * go.float()).sum() + (att * ga).sum()).backward()
+        return [out, att, *(t.grad for t in leaves)]
+
+    drawn = step(None, dict(dropout=p, dropout_seed=seed))
+    given = step(mask, {})
+    for k, (a, b) in enumerate(zip(drawn, given, strict=True)):
+        assert torch.equal(a, b), k
 
 
 @pytest.mark.parametrize("heads, c", [(3, 250), (2, 375)])
