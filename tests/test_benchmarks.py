@@ -333,6 +333,53 @@ print("ok")
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
 
 
+@pytest.mark.slow
+def test_triton_launch_sweep_of_the_light_passes() -> None:
+    """triton_tuning's ``--passes gat_dst,scores,scores_bwd`` on Triton's interpreter (a 40-node graph, 2 heads x 4,
+    float32): GAT rows only (no GATv2 row: those kernels are GAT's), one row per shape and a single default per (pass, dtype),
+    the destination sum's rows without a head group; the swept kernel takes each shape through
+    ``TritonOptions(launch=...)`` (what :func:`tuning.dst_sum_shape` / :func:`tuning.node_score_shape` return to its
+    launcher), the other light kernels their defaults; every pass names its kernels for ``kernel_ms``."""
+    code = f"""
+import runpy, sys, torch
+sys.path.insert(0, {BENCH!r})
+from _graphs import GraphSpec
+from cudnn_gnn.backends.triton import tuning as tk
+ns = runpy.run_path({os.path.join(INVESTIGATIONS, "triton_tuning.py")!r}, run_name="not_main")
+assert set(ns["PASSES"]) <= set(ns["KERNEL_NAMES"]) and set(ns["LIGHT_GRIDS"]) <= set(ns["PASSES"])
+seen = set()
+real_dst, real_scores = tk.dst_sum_shape, tk.node_score_shape
+def dst_spy(heads, launch=()):
+    out = real_dst(heads, launch)
+    if launch:  # a launcher's call (the sweep asks for the default with none)
+        seen.add(("gat_dst", out[0], out[2]))
+    return out
+def scores_spy(kernel, heads, c, launch=()):
+    out = real_scores(kernel, heads, c, launch)
+    if launch:
+        seen.add((kernel, out[0], out[4]))
+    return out
+tk.dst_sum_shape, tk.node_score_shape = dst_spy, scores_spy
+rows = ns["launch_sweep"](torch.device("cpu"), 1, ["gat", "gatv2"], ["gat_dst", "scores", "scores_bwd"],
+                          graph=GraphSpec(40, 160, exponent=0.5), heads=2, c=4, grid=((2, 1), (16, 2)),
+                          dtypes=(torch.float32,))
+assert len(rows) == 9 and all(r["op"] == "gat" and "median_ms" in r and r["kernel_ms"] == 0.0 for r in rows), rows
+for key in {{(r["pass"], r["dtype"]) for r in rows}}:
+    assert sum(r["default"] for r in rows if (r["pass"], r["dtype"]) == key) == 1
+assert {{r["HG"] for r in rows if r["pass"] == "gat_dst"}} == {{None}}
+assert {{r["HG"] for r in rows if r["pass"] != "gat_dst"}} == {{2}}
+defaults = {{"gat_dst": (real_dst(2)[0], real_dst(2)[2])}}
+defaults.update({{k: (real_scores(k, 2, 4)[0], real_scores(k, 2, 4)[4]) for k in ("scores", "scores_bwd")}})
+assert defaults == {{"gat_dst": (1024, 4), "scores": (64, 4), "scores_bwd": (64, 4)}}, defaults
+for kernel, default in defaults.items():
+    assert {{(b, w) for k, b, w in seen if k == kernel}} == {{default, (2, 1), (16, 2)}}, seen
+print("ok")
+"""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=600, env=env)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
 def _without_interpreter() -> dict[str, str]:
     """This process's environment without TRITON_INTERPRET (tests/ops/test_triton_backend.py sets it at import)."""
     return {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -10,11 +10,14 @@
    :func:`cudnn_gnn.backends.triton.tuning.launch_shape`'s shape replaced (``TritonOptions(launch=...)``), or
    (``--passes dst,src``) forward+backward with one backward kernel's shape replaced; GAT and GATv2; on arxiv's
    graph or (``--preset products``, ``proteins``) another preset's graph and first layer's heads x width, since a
-   block size chosen on arxiv's short rows (mean degree 14) need not suit products' (50) or proteins' (597).
+   block size chosen on arxiv's short rows (mean degree 14) need not suit products' (50) or proteins' (597). GAT's
+   light passes too (``--passes gat_dst,scores,scores_bwd``): the destination sum's edges a block and warps, the
+   node-score kernels' rows a block and warps (each on a grid of its own unless ``--grid`` names one).
 
 Usage (from the repository root, on a CUDA GPU with Triton)::
 
-    python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2] [--passes fwd,dst,src]
+    python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2]
+        [--passes fwd,dst,src,bwd,gat_src,gat_delta,gat_dst,scores,scores_bwd]
         [--grid 4,8,16,32x1,2,4] [--skip-host] [--preset arxiv|products|proteins] [--dtypes fp32,bf16]
         [--heads H --channels C] [--dropout P]
 """
@@ -96,11 +99,38 @@ def host_overhead(device: torch.device, steps: int) -> dict[str, Any]:
 
 
 GRID = tuple((be, nw) for be in (4, 8, 16, 32) for nw in (1, 2, 4, 8))
+LIGHT_GRIDS = {"gat_dst": tuple((b, nw) for b in (64, 128, 256, 512, 1024, 2048, 4096) for nw in (1, 2, 4, 8)),
+               "scores": tuple((b, nw) for b in (8, 16, 32, 64, 128, 256) for nw in (1, 2, 4, 8)),
+               "scores_bwd": tuple((b, nw) for b in (8, 16, 32, 64, 128, 256) for nw in (1, 2, 4, 8))}
+"""The light passes' own default grids, ``(edges or rows a block, num_warps)`` around their rules' shapes
+(:func:`~cudnn_gnn.backends.triton.tuning.dst_sum_shape`: 256 edges at 8 heads, 2048 at one;
+:func:`~cudnn_gnn.backends.triton.tuning.node_score_shape`: 64 rows at 8 x 8 and 1 x 40; 4 warps each);
+``--grid`` replaces them too."""
 KERNEL_NAMES = {"fwd": ("_fwd_kernel",), "dst": ("_bwd_dst_kernel",), "src": ("_bwd_src_kernel",),
                 "bwd": ("_bwd_dst_kernel", "_bwd_src_kernel"), "gat_src": ("_bwd_gat_src_kernel",),
-                "gat_delta": ("_bwd_gat_delta_kernel",)}
+                "gat_delta": ("_bwd_gat_delta_kernel",),
+                "gat_dst": ("_bwd_gat_dst_kernel", "_bwd_gat_dst_join_kernel"),
+                "scores": ("_node_scores_kernel",), "scores_bwd": ("_node_scores_bwd_kernel",)}
 """Pass -> the Triton kernels whose own GPU time ``kernel_ms`` sums (the swept ones; the op's time adds the rest)."""
-PASSES = ("fwd", "dst", "src", "bwd", "gat_src", "gat_delta")
+PASSES = ("fwd", "dst", "src", "bwd", "gat_src", "gat_delta", "gat_dst", "scores", "scores_bwd")
+GAT_ONLY = ("gat_src", "gat_delta", "gat_dst", "scores", "scores_bwd")
+"""Passes of GAT's kernels alone: a GATv2 row of them would time a call that never launches the swept kernel."""
+NO_GRAD = ("fwd", "scores")
+"""Passes timed as the forward alone (no grad); the others as forward + backward."""
+
+
+def default_shape(pass_: str, heads: int, c: int, v2: bool, elem: int) -> tuple[int, int, int | None]:
+    """``(BLOCK_E, num_warps, HG)`` that the pass's swept kernels take by default (for ``bwd``: the destination
+    pass's); ``HG`` None for ``gat_dst``, whose programs take every head (nothing to sweep)."""
+    from cudnn_gnn.backends.triton import tuning as tk
+    if pass_ == "gat_dst":
+        block, _, warps = tk.dst_sum_shape(heads)
+        return block, warps, None
+    if pass_ in ("scores", "scores_bwd"):
+        block_n, hg, _, _, warps = tk.node_score_shape(pass_, heads, c)
+        return block_n, warps, hg
+    block_e, hg, _, warps = tk.launch_shape("dst" if pass_ == "bwd" else pass_, heads, c, v2, elem)
+    return block_e, warps, hg
 
 
 def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
@@ -111,7 +141,7 @@ def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
 
 def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
                  heads: int = 8, c: int = 32,
-                 grid: tuple[tuple[int, int], ...] = GRID,
+                 grid: tuple[tuple[int, int], ...] | None = None,
                  dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16),
                  head_groups: tuple[int, ...] | None = None, dropout: float = 0.0) -> list[dict[str, Any]]:
     """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on ``graph`` with ``heads`` x ``c``
@@ -122,33 +152,38 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     forward + backward with that backward kernel's shape swept and every other kernel at its default; ``bwd``: both
     backward kernels swept together (for GAT: its two-gather backward, run with
     ``TritonOptions(gat_backward="two_gather")`` for those rows); ``gat_src`` / ``gat_delta``: GAT's
-    one-gather backward's source pass or delta pass. Each row says which shape is the default (for ``bwd``: the
-    destination pass's). ``head_groups``: the heads a program takes (``HG``, a power of two; ``H / HG`` programs a
-    row or source, each gathering its heads' slice of the rows) swept too, every ``(BLOCK_E, num_warps)`` with
-    each; None keeps the default's. ``dropout``: attention dropout drawn in the kernels (a training step's layer:
-    the forward and the source pass draw a Philox number an edge and head group)."""
+    one-gather backward's source pass or delta pass; ``gat_dst``: its destination sum (``BLOCK_E``: edges a block of
+    the segmented scan and its join; forward + backward); ``scores`` / ``scores_bwd``: its node-score kernel (the
+    forward, no grad) and that kernel's backward (forward + backward), ``BLOCK_E`` being rows a block. The GAT-only
+    passes take no GATv2 rows. Each row says which shape is the default (for ``bwd``: the destination pass's).
+    ``grid``: the ``(BLOCK_E, num_warps)`` shapes; None: :data:`GRID`, or the light passes' :data:`LIGHT_GRIDS`.
+    ``head_groups``: the heads a program takes (``HG``, a power of two; ``H / HG`` programs a row or source, each
+    gathering its heads' slice of the rows) swept too, every ``(BLOCK_E, num_warps)`` with each; None keeps the
+    default's (``gat_dst`` has none: its rows say ``HG`` None). ``dropout``: attention dropout drawn in the kernels
+    (a training step's layer: the forward and the source pass draw a Philox number an edge and head group)."""
     from cudnn_gnn.backends import triton as tb
-    from cudnn_gnn.backends.triton import tuning as tk
     g = make_graph(graph, seed=0, device=device)
     csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     rows: list[dict[str, Any]] = []
     for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in dtypes):
         v2 = op == "gatv2"
+        if v2 and pass_ in GAT_ONLY:
+            continue
         # dst / src / bwd sweep the two-gather backward's kernels; the others, the one-gather backward's
         gat_backward = "two_gather" if pass_ in ("dst", "src", "bwd") else "one_gather"
         elem = torch.empty((), dtype=dtype).element_size()
-        default = tk.launch_shape("dst" if pass_ == "bwd" else pass_, heads, c, v2, elem)
+        first = default_shape(pass_, heads, c, v2, elem)
         swept = ("dst", "src") if pass_ == "bwd" else (pass_,)
-        x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ != "fwd")
+        x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ not in NO_GRAD)
         att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
         floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
-        first = (default[0], default[3], default[1])
-        shapes = [first] + [s for s in ((b, w, hg) for hg in (head_groups or (default[1],)) for b, w in grid)
+        groups = (first[2],) if first[2] is None or not head_groups else head_groups
+        shapes = [first] + [s for s in ((b, w, hg) for hg in groups for b, w in (grid or LIGHT_GRIDS.get(pass_, GRID)))
                             if s != first]
         for block_e, num_warps, hg in shapes:
             # the swept kernels take the shape, every other kernel its default
-            options = tb.TritonOptions(gat_backward=gat_backward,
-                                       launch={k: (block_e, num_warps, hg) for k in swept})
+            shape = (block_e, num_warps) if hg is None else (block_e, num_warps, hg)
+            options = tb.TritonOptions(gat_backward=gat_backward, launch={k: shape for k in swept})
 
             def call(x: torch.Tensor = x, att: torch.Tensor = att, v2: bool = v2, pass_: str = pass_,
                      options: Any = options) -> None:
@@ -156,7 +191,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                     return tb.triton_gat(triton_spec(csc, x, att, v2=v2, heads=heads, dropout=dropout),
                                         options=options)[0]
 
-                if pass_ == "fwd":
+                if pass_ in NO_GRAD:
                     with torch.no_grad():
                         run()
                 else:
@@ -178,7 +213,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
                 if "median_ms" in rec:
                     rec["fraction_of_floor"] = floor / rec["median_ms"]
             rows.append(rec)
-            print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} HG {hg} "
+            print(f"{op:5s} {pass_:3s} {rec['dtype']:8s} BLOCK_E {block_e:2d} warps {num_warps} HG {hg or '-'} "
                   f"{rec.get('median_ms', float('nan')):.3f} ms, kernel {rec.get('kernel_ms', float('nan')):.3f} ms"
                   f"{' (default)' if rec['default'] else ''}"
                   f"{'  ' + rec['error'] if 'error' in rec else ''}", flush=True)
@@ -195,7 +230,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--ops", default="gat", help="comma list of gat, gatv2 for the sweep")
     ap.add_argument("--passes", default="fwd", help="comma list of " + ", ".join(PASSES) + " (see launch_sweep)")
     ap.add_argument("--grid", default=None, help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4 "
-                    "(default: 4,8,16,32 x 1,2,4,8)")
+                    "(default: 4,8,16,32 x 1,2,4,8; the light passes: gat_dst 64..4096, scores and scores_bwd "
+                    "8..256, x 1,2,4,8)")
     ap.add_argument("--head-groups", default=None,
                     help="comma list of heads a program (HG, powers of two), each swept with the whole grid "
                          "(default: the kernel's own)")
@@ -216,7 +252,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         payload["host_overhead"] = host_overhead(device, args.steps)
     write_json(args.out, payload)
     if not args.skip_sweep:
-        grid = GRID if args.grid is None else _parse_grid(args.grid)
+        grid = None if args.grid is None else _parse_grid(args.grid)
         dtypes = tuple({"fp32": torch.float32, "bf16": torch.bfloat16}[d] for d in args.dtypes.split(","))
         preset = PRESETS[args.preset]
         payload["preset"] = args.preset

@@ -823,14 +823,17 @@ def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, m
 @pytest.mark.parametrize("tile", [64, None], ids=["blocks_of_16_edges", "default_blocks"])
 def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, tile, monkeypatch, launched):
     """GAT's training backward (no attention returned, so the dense delta pass): the destination sum's segmented
-    blocks (16 edges at a tile of 64) cut a 70-edge hub over five blocks, rows end on block edges and inside them,
-    rows with no edge get zero; heads padded (3 -> 4). Gradients equal the float64 reference's; launches are the
-    dense delta pass, the source pass, the destination sum and its join."""
+    blocks (16 edges, ``launch={"gat_dst": (16, 4)}`` through :func:`use_options`, with the delta pass's tile moved
+    down to 64) cut a 70-edge hub over five blocks, rows end on block edges and inside them, rows with no edge get
+    zero; heads padded (3 -> 4). Gradients equal the float64 reference's; launches are the dense delta pass, the
+    source pass, the destination sum and its join."""
     from cudnn_gnn import gat
     from cudnn_gnn.backends.triton.kernels import gat_backward
 
+    options = tb.TritonOptions()
     if tile is not None:
         monkeypatch.setattr(gat_backward, "DENSE_TILE", tile)
+        options = tb.TritonOptions(launch={"gat_dst": (16, 4)})
     n, c = 24, 3
     gen = torch.Generator().manual_seed(7)
     hub = torch.stack([torch.randint(0, n, (70,), generator=gen), torch.full((70,), 5)])
@@ -846,14 +849,134 @@ def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, til
         xs, ws = x.float().requires_grad_(), w.float().requires_grad_()
         if backend == "reference":
             xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
-        out = gat(graph, xs, ws, heads=heads, backend=backend)
-        launched.clear()
-        (out.double() * g_out).sum().backward()
+        with tb.use_options(options):
+            out = gat(graph, xs, ws, heads=heads, backend=backend)
+            launched.clear()
+            (out.double() * g_out).sum().backward()
         grads.append((xs.grad.double(), ws.grad.double()))
         if backend == "triton":
             assert _attention_launches(launched) == GAT_BACKWARD[True], launched
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
+
+
+LIGHT_SHAPES = {
+    "tiny_blocks": {"gat_dst": (2, 1), "scores": (1, 1), "scores_bwd": (2, 2)},
+    "head_a_program": {"gat_dst": (16, 4), "scores": (4, 2, 1), "scores_bwd": (8, 1, 1)},
+    "wide_blocks": {"gat_dst": (4096, 8), "scores": (128, 8), "scores_bwd": (64, 4)},
+}
+"""GAT's light passes' launch overrides the tests run: blocks of 2 edges (a 70-edge hub over 35 destination-sum
+blocks, so nearly every row crosses a block edge and the join walks long runs) and one or two rows a node-score
+block; one head a node-score program; blocks wider than the graph (one destination-sum program, no crossing)."""
+
+
+def _light_cases() -> list:
+    """``(heads, shapes, bipartite)`` for every :data:`LIGHT_SHAPES` entry, 1, 2, 3 and 8 heads, homogeneous and
+    bipartite; the default run takes ``"head_a_program"`` (16-edge blocks: the hub over five) and one case of
+    ``"tiny_blocks"``, the rest are slow (1-5 s each on the interpreter)."""
+    cases = []
+    for shapes in LIGHT_SHAPES:
+        for bipartite in (False, True):
+            for heads in (1, 2, 3, 8):
+                fast = shapes == "head_a_program" or (shapes == "tiny_blocks" and bipartite and heads == 3)
+                cases.append(pytest.param(heads, shapes, bipartite, marks=() if fast else pytest.mark.slow,
+                                          id=f"{shapes}-{'bipartite' if bipartite else 'homogeneous'}-{heads}"))
+    return cases
+
+
+@pytest.mark.parametrize("heads, shapes, bipartite", _light_cases())
+def test_light_pass_launch_overrides_match_the_reference(heads, shapes, bipartite, launched, monkeypatch):
+    """``TritonOptions(launch=...)`` for GAT's destination sum (``"gat_dst"``) and node-score kernels (``"scores"``,
+    ``"scores_bwd"``) reaches their launchers (the shapes :func:`tuning.dst_sum_shape` and
+    :func:`tuning.node_score_shape` return are the overrides), and the one-gather backward's gradients equal the
+    reference's within the float32 tolerance: ``x_dst``'s (bipartite: ``d score_dst a_dst`` alone, the destination
+    sum's output), ``x_src``'s and the attention vectors'; 1, 2, 3 (padded to 4) and 8 heads."""
+    seen: dict[str, tuple[int, ...]] = {}
+    real_dst, real_scores = tuning.dst_sum_shape, tuning.node_score_shape
+
+    def dst_spy(*args):
+        seen["gat_dst"] = result = real_dst(*args)
+        return result
+
+    def scores_spy(kernel, *args):
+        seen[kernel] = result = real_scores(kernel, *args)
+        return result
+
+    monkeypatch.setattr(tuning, "dst_sum_shape", dst_spy)
+    monkeypatch.setattr(tuning, "node_score_shape", scores_spy)
+    n, nd, c = 24, 13 if bipartite else 24, 3
+    gen = torch.Generator().manual_seed(11)
+    hub = torch.stack([torch.randint(0, n, (70,), generator=gen), torch.full((70,), 5)])
+    light = torch.stack([torch.randint(0, n, (60,), generator=gen), torch.randint(7, nd, (60,), generator=gen)])
+    ei = torch.cat([hub, light, torch.tensor([[1, 2, 3], [1, 1, 1]])], 1)  # rows 0, 2-4 and 6: no edge
+    graph = CscGraph.from_edge_index(ei, size=(n, nd))
+    xs, xd, w, _, _ = _inputs(False, n, nd, ei.shape[1], heads, c, edge=False, mask=False, bipartite=bipartite,
+                              seed=5)
+    x_dst = xd if bipartite else xs
+    leaves = [t for t in (xs, xd, w) if t is not None]
+    g_out = torch.randn(nd, heads * c, generator=gen)
+    grads = []
+    for options in (tb.TritonOptions(gat_backward="one_gather", launch=LIGHT_SHAPES[shapes]), None):
+        spec = call_spec(graph, xs, x_dst, w, v2=False, heads=heads, concat=True)
+        if options is None:
+            out, _ = reference.mha_gat(spec)
+        else:
+            launched.clear()
+            out, _ = tb.triton_gat(spec, options=options)
+        grads.append(torch.autograd.grad((out * g_out).sum(), leaves))
+    assert _attention_launches(launched) == ["_fwd_kernel", *GAT_BACKWARD[True]], launched
+    assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS), launched
+    for kernel, (block, warps, *hg) in LIGHT_SHAPES[shapes].items():
+        got = seen[kernel]
+        if kernel == "gat_dst":
+            assert got == (block, tuning.next_pow2(heads), warps), got
+        else:
+            assert (got[0], got[4]) == (block, warps) and got[1] == (hg[0] if hg else real_scores(kernel, heads, c)[1])
+    names = ("x_src", "x_dst", "attn_weights") if bipartite else ("x", "attn_weights")
+    for name, a, b in zip(names, *grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL[torch.float32], msg=lambda m, name=name: f"{name}: {m}")
+
+
+def test_light_pass_shapes_default_to_todays_rule():
+    """With no override, GAT's destination sum takes blocks of ``max(16, 2048 / next_pow2(H))`` edges and 4 warps
+    (2048 edges at one head, 256 at 8), the node-score kernels ``clamp(4096 / (HG * BLOCK_C), 1, 64)`` rows a block,
+    :func:`default_launch_shape`' head groups and 4 warps; an override replaces its own kernel's shape only, and
+    the kernels' codes keep their indices (a call's launch codes hold them)."""
+    assert tuning.KERNELS[:5] == ("fwd", "dst", "src", "gat_src", "gat_delta")
+    assert tuning.dst_sum_shape(1) == (2048, 1, 4)
+    assert tuning.dst_sum_shape(8) == (256, 8, 4)
+    assert tuning.dst_sum_shape(3) == (512, 4, 4)
+    assert tuning.dst_sum_shape(256) == (16, 256, 4)
+    for kernel in ("scores", "scores_bwd"):
+        assert tuning.node_score_shape(kernel, 8, 8) == (64, 8, 8, 1, 4)  # the GAT paper's hidden layer
+        assert tuning.node_score_shape(kernel, 1, 40) == (64, 1, 64, 1, 4)  # its output layer on arxiv
+        assert tuning.node_score_shape(kernel, 8, 32) == (16, 8, 32, 1, 4)
+        assert tuning.node_score_shape(kernel, 2, 550) == (4, 1, 1024, 2, 4)
+    codes = tb.TritonOptions(launch={"gat_dst": (64, 2), "scores": (8, 1, 2), "scores_bwd": (32, 8)}).launch_codes()
+    assert tuning.dst_sum_shape(8, codes) == (64, 8, 2)
+    assert tuning.node_score_shape("scores", 8, 8, codes) == (8, 2, 8, 4, 1)
+    assert tuning.node_score_shape("scores_bwd", 8, 8, codes) == (32, 8, 8, 1, 8)
+    other = tb.TritonOptions(launch={"fwd": (2, 1), "gat_src": (4, 2, 1)}).launch_codes()
+    assert tuning.dst_sum_shape(8, other) == tuning.dst_sum_shape(8)
+    assert tuning.node_score_shape("scores", 8, 8, other) == tuning.node_score_shape("scores", 8, 8)
+
+
+@pytest.mark.parametrize("bad, error", [
+    ({"gat_dst": (16, 4, 2)}, r"launch\['gat_dst'\] must be \(BLOCK_E, num_warps\): the destination sum takes every "
+                              r"head in one program, got \(16, 4, 2\)"),
+    ({"scores": (48, 4)}, r"launch\['scores'\] must hold powers of two, got \(48, 4\)"),
+    ({"scores": (16, 4, 3)}, r"launch\['scores'\] must hold powers of two, got \(16, 4, 3\)"),
+    ({"scores_bwd": (0, 4)}, r"launch\['scores_bwd'\] must be \(BLOCK_E, num_warps\) or .* positive ints, got \(0, 4\)"),
+    ({"scores_bwd": (16, 64)}, r"launch\['scores_bwd'\] must ask for at most 32 warps, got 64"),
+    ({"gat_dst": (16.0, 4)}, r"launch\['gat_dst'\] must be .* positive ints, got \(16.0, 4\)"),
+    ({"score": (16, 4)}, r"launch must name kernels of .*'gat_dst', 'scores', 'scores_bwd', got 'score'"),
+], ids=["gat_dst_hg", "not_pow2", "hg_not_pow2", "zero", "too_many_warps", "float", "unknown_name"])
+def test_light_pass_bad_overrides_refused_before_any_kernel(bad, error, launched):
+    """A light pass's bad override is refused where the options are made (``ValueError``, "X must Y, got Z"), before
+    any kernel runs."""
+    with pytest.raises(ValueError, match=error):
+        tb.TritonOptions(launch=bad)
+    assert launched == []
 
 
 @pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])

@@ -257,10 +257,14 @@ class TritonOptions:
             ``dout_i``; the softmax row sums come from the saved per-head output); ``"two_gather"``, the backward
             GATv2 takes (the destination pass gathers ``x_j`` again for ``<dout_i, x_j>``, the source pass
             ``dout_i``). Decided when the forward runs, so a step's forward and backward agree. GATv2 ignores it.
-        launch: launch shapes that replace :func:`~cudnn_gnn.backends.triton.tuning.launch_shape`'s, per kernel (a
+        launch: launch shapes that replace :func:`~cudnn_gnn.backends.triton.tuning.launch_shape`'s (and, for
+            ``"gat_dst"``, ``"scores"`` and ``"scores_bwd"``, :func:`~cudnn_gnn.backends.triton.tuning.dst_sum_shape`'s
+            and :func:`~cudnn_gnn.backends.triton.tuning.node_score_shape`'s), per kernel (a
             :data:`~cudnn_gnn.backends.triton.tuning.KERNELS` name): ``(BLOCK_E, num_warps)`` or ``(BLOCK_E,
-            num_warps, HG)`` (``HG``, heads a program: a power of two, at most the heads rounded up to one). What the
-            tuning sweeps run; a kernel not named keeps its rule.
+            num_warps, HG)`` (``BLOCK_E``: edges a block, rows for the node-score kernels; ``HG``, heads a program: a
+            power of two, at most the heads rounded up to one; not for ``"gat_dst"``, whose programs take every
+            head). Checked by :func:`~cudnn_gnn.backends.triton.tuning.check_launch`. What the tuning sweeps run; a
+            kernel not named keeps its rule.
     """
 
     gat_backward: str = "auto"
@@ -272,14 +276,7 @@ class TritonOptions:
                              f"got {self.gat_backward!r}")
         object.__setattr__(self, "launch", dict(self.launch))  # a copy: the caller's mapping may change later
         for kernel, shape in self.launch.items():
-            if kernel not in tuning.KERNELS:
-                raise ValueError(f"launch must name kernels of {', '.join(map(repr, tuning.KERNELS))}, got {kernel!r}")
-            if len(shape) not in (2, 3) or not all(isinstance(v, int) and v >= 1 for v in shape):
-                raise ValueError(f"launch[{kernel!r}] must be (BLOCK_E, num_warps) or (BLOCK_E, num_warps, HG) "
-                                 f"positive ints, got {shape!r}")
-            block_e, warps, *hg = shape
-            if block_e & (block_e - 1) or warps & (warps - 1) or (hg and hg[0] & (hg[0] - 1)):
-                raise ValueError(f"launch[{kernel!r}] must hold powers of two, got {shape!r}")
+            tuning.check_launch(kernel, shape)
 
     def launch_codes(self) -> list[int]:
         """:attr:`launch` as the ops take it: ``(kernel index in KERNELS, BLOCK_E, num_warps, HG or 0)`` per kernel,

@@ -5,7 +5,7 @@ without compiling anything.
 The sizes a test moves for a run (``MAX_TILE_D``, the chunk bounds) are read at call time through this module; a
 launch shape is replaced per call through :class:`~cudnn_gnn.backends.triton.TritonOptions` ``launch`` (what the tuning
 sweeps, ``benchmarks/investigations/triton_tuning.py`` and ``bench_sampled.py --sweep``, run), read by
-:func:`launch_config`.
+:func:`launch_config`, :func:`dst_sum_shape` and :func:`node_score_shape`.
 """
 
 
@@ -17,10 +17,11 @@ from types import MappingProxyType
 
 from torch import Tensor
 
-__all__ = ["EDGE_PROGRAMS", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
-           "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MIN_CHUNK_E", "MIN_EDGE_SPAN", "SCORE_BWD_PROGRAMS",
-           "SCORE_TILE", "TUNED_SHAPES", "default_launch_shape", "cdiv", "chunk_size", "edge_kernel_shape",
-           "edge_span", "fuse_edge_projection", "launch_config", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
+__all__ = ["DST_SUM_TILE", "EDGE_PROGRAMS", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
+           "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MAX_WARPS", "MIN_CHUNK_E", "MIN_EDGE_SPAN",
+           "SCORE_BWD_PROGRAMS", "SCORE_TILE", "TUNED_SHAPES", "cdiv", "check_launch", "chunk_size",
+           "default_launch_shape", "dst_sum_shape", "edge_kernel_shape", "edge_span", "fuse_edge_projection",
+           "launch_config", "launch_override", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -66,10 +67,48 @@ def default_launch_shape(heads: int, c: int, v2: bool, max_tile_d: int = MAX_TIL
     return block_e, big_e, hg, block_c, num_warps
 
 
-KERNELS = ("fwd", "dst", "src", "gat_src", "gat_delta")
-"""The kernels whose launch shape :func:`launch_shape` decides (and :class:`~cudnn_gnn.backends.triton.TritonOptions`
-``launch`` may replace): the forward, GATv2's (and GAT's two-gather) destination and source passes, GAT's one-gather
-source pass and its attention-gradient delta pass."""
+KERNELS = ("fwd", "dst", "src", "gat_src", "gat_delta", "gat_dst", "scores", "scores_bwd")
+"""The kernels whose launch shape this module decides (and :class:`~cudnn_gnn.backends.triton.TritonOptions`
+``launch`` may replace): through :func:`launch_shape`, the forward, GATv2's (and GAT's two-gather) destination and
+source passes, GAT's one-gather source pass and its attention-gradient delta pass; through :func:`dst_sum_shape`,
+GAT's destination sum (``"gat_dst"``: edges a block and warps, all heads in one program); through
+:func:`node_score_shape`, GAT's node-score kernel and its backward (``"scores"``, ``"scores_bwd"``: rows a block,
+warps and heads a program). New names go last: a call's launch codes hold a kernel's index here."""
+
+
+MAX_WARPS = 32
+"""The most warps a launch override may ask for: 1024 threads, a CUDA block's limit."""
+
+
+def check_launch(kernel: str, shape: Sequence[int]) -> None:
+    """Refuse (``ValueError``) a launch override ``shape`` for ``kernel`` that no launch could take: a name not in
+    :data:`KERNELS`; not ``(BLOCK_E, num_warps)`` or ``(BLOCK_E, num_warps, HG)`` positive ints, powers of two, at
+    most :data:`MAX_WARPS` warps; an ``HG`` for ``"gat_dst"`` (its programs take every head). Checked where
+    :class:`~cudnn_gnn.backends.triton.TritonOptions` is made, before any kernel sees it."""
+    if kernel not in KERNELS:
+        raise ValueError(f"launch must name kernels of {', '.join(map(repr, KERNELS))}, got {kernel!r}")
+    if len(shape) not in (2, 3) or not all(isinstance(v, int) and v >= 1 for v in shape):
+        raise ValueError(f"launch[{kernel!r}] must be (BLOCK_E, num_warps) or (BLOCK_E, num_warps, HG) "
+                         f"positive ints, got {shape!r}")
+    if any(v & (v - 1) for v in shape):
+        raise ValueError(f"launch[{kernel!r}] must hold powers of two, got {shape!r}")
+    if shape[1] > MAX_WARPS:
+        raise ValueError(f"launch[{kernel!r}] must ask for at most {MAX_WARPS} warps, got {shape[1]}")
+    if kernel == "gat_dst" and len(shape) == 3:
+        raise ValueError(f"launch['gat_dst'] must be (BLOCK_E, num_warps): the destination sum takes every head in "
+                         f"one program, got {shape!r}")
+
+
+def launch_override(kernel: str, launch: Sequence[int]) -> tuple[int, int, int] | None:
+    """``(BLOCK_E, num_warps, HG or 0)`` that a call's ``launch`` codes (flat ``(kernel index in KERNELS, BLOCK_E,
+    num_warps, HG or 0)`` quadruples, :meth:`~cudnn_gnn.backends.triton.TritonOptions.launch_codes`) give
+    ``kernel``, or None where they do not name it."""
+    if launch:
+        code = KERNELS.index(kernel)
+        for i in range(0, len(launch), 4):
+            if launch[i] == code:
+                return launch[i + 1], launch[i + 2], launch[i + 3]
+    return None
 
 
 TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProxyType({
@@ -177,22 +216,52 @@ def launch_config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Te
     c = x_src.shape[1] // heads
     block_e, hg, block_c, num_warps = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
     if launch:
-        code = KERNELS.index(kernel)
-        for i in range(0, len(launch), 4):
-            if launch[i] == code:
-                block_e, num_warps, hg = launch[i + 1], launch[i + 2], launch[i + 3] or hg
+        override = launch_override(kernel, launch)
+        if override is not None:
+            block_e, num_warps, hg = override[0], override[1], override[2] or hg
     return c, cdiv(heads, hg), dict(BLOCK_E=block_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
 
 
 SCORE_TILE = 4096
-"""The node-score kernel's rows a program: ``BLOCK_N = clamp(SCORE_TILE / (HG * BLOCK_C), 1, 64)`` (a feature tile of
+"""The node-score kernels' rows a block: ``BLOCK_N = clamp(SCORE_TILE / (HG * BLOCK_C), 1, 64)`` (a feature tile of
 at most ~32 float32 registers a thread at 4 warps; two tiles where ``x_dst`` is its own tensor)."""
 
 
-def node_score_shape(heads: int, c: int) -> tuple[int, int, int, int]:
-    """``(BLOCK_N, HG, BLOCK_C, head groups)`` of the node-score kernel (:func:`default_launch_shape`' head groups)."""
+def node_score_shape(kernel: str, heads: int, c: int, launch: Sequence[int] = ()) -> tuple[int, int, int, int, int]:
+    """``(BLOCK_N, HG, BLOCK_C, head groups, num_warps)`` of GAT's node-score kernel (``kernel`` ``"scores"``: one
+    block of ``BLOCK_N`` rows a program) or its backward (``"scores_bwd"``: blocks of ``BLOCK_N`` rows, about
+    :data:`SCORE_BWD_PROGRAMS` programs) for ``heads`` heads of width ``c``: ``BLOCK_N`` from :data:`SCORE_TILE`,
+    :func:`default_launch_shape`' head groups, 4 warps, for both (not swept yet). ``launch``: a call's overrides
+    (see :func:`launch_override`); ``kernel``'s, where there, replaces ``BLOCK_N`` and ``num_warps`` (and ``HG``
+    where not 0)."""
     _, _, hg, block_c, _ = default_launch_shape(heads, c, False, MAX_TILE_D)
-    return max(1, min(64, SCORE_TILE // (hg * block_c))), hg, block_c, cdiv(heads, hg)
+    block_n, num_warps = max(1, min(64, SCORE_TILE // (hg * block_c))), 4
+    if launch:
+        override = launch_override(kernel, launch)
+        if override is not None:
+            block_n, num_warps, hg = override[0], override[1], override[2] or hg
+    return block_n, hg, block_c, cdiv(heads, hg), num_warps
+
+
+DST_SUM_TILE = 2048
+"""The ``dz`` elements (edges x padded heads) a block of GAT's destination sum holds by default (see
+:func:`dst_sum_shape`)."""
+
+
+def dst_sum_shape(heads: int, launch: Sequence[int] = ()) -> tuple[int, int, int]:
+    """``(BLOCK, HG, num_warps)`` of GAT's destination sum (``_bwd_gat_dst_kernel``, a segmented scan of ``dz [E,
+    H]`` in CSC order, one block of ``BLOCK`` edges a program, and ``_bwd_gat_dst_join_kernel``, the rows that
+    cross blocks, one warp): every head in one program (``HG = next_pow2(H)``), ``BLOCK = max(16, DST_SUM_TILE /
+    HG)`` edges (2048 at one head, 256 at 8), 4 warps (not swept yet). ``launch``: a call's overrides (see
+    :func:`launch_override`); ``"gat_dst"``'s, where there, replaces ``BLOCK`` (the scan's and the join's, which
+    reads the blocks' edges) and the scan's ``num_warps`` (the join keeps one warp)."""
+    hg = next_pow2(max(heads, 1))
+    block, num_warps = max(16, DST_SUM_TILE // hg), 4
+    if launch:
+        override = launch_override("gat_dst", launch)
+        if override is not None:
+            block, num_warps = override[0], override[1]
+    return block, hg, num_warps
 
 
 SCORE_BWD_PROGRAMS = 4096

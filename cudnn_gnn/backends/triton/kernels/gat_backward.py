@@ -38,8 +38,8 @@ from cudnn_gnn.backends.triton.launch import cached_launch
 __all__ = ["launch_gat_backward"]
 
 DENSE_TILE = 4096
-"""Elements of one input a program of the dense light passes holds (the delta pass's ``dout`` and ``out`` rows;
-the destination sum's ``dz`` takes half as many edges x heads, beside its row indices and scan)."""
+"""Elements of one input a program of the dense delta pass holds (its ``dout`` and ``out`` rows; the destination
+sum's blocks: :func:`~cudnn_gnn.backends.triton.tuning.dst_sum_shape`)."""
 
 
 @triton.jit
@@ -314,7 +314,8 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
 
     Launch shapes: the source pass and the attention-gradient delta pass take :func:`launch_shape` of
     ``"gat_src"`` and ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide; ``call.launch``
-    where it names them); the dense passes hold :data:`DENSE_TILE` elements a program."""
+    where it names them); the dense delta pass holds :data:`DENSE_TILE` elements a program; the destination sum
+    takes :func:`~cudnn_gnn.backends.triton.tuning.dst_sum_shape` (``call.launch``'s ``"gat_dst"`` where named)."""
     offsets, indices, map_csc_to_coo, x_src, score_edge = (call.offsets, call.indices, call.map_csc_to_coo,
                                                           call.x_src, call.score_edge)
     row_work, row_hub_work, row_hubs = call.row_work, call.row_hub_work, call.row_hubs
@@ -364,11 +365,10 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
         _merge_sum(src_hubs, dss_part, dscore_src, heads)
     dscore_dst.zero_()  # rows with no edge; the others are written below
     if e:  # the segmented sum over dz_buf in CSC order, then the rows that cross blocks
-        hg = tuning.next_pow2(heads)
-        block = max(16, DENSE_TILE // 2 // hg)
+        block, hg, num_warps = tuning.dst_sum_shape(heads, call.launch)
         n_blocks = tuning.cdiv(e, block)
         part = torch.empty(n_blocks, 2, heads, **f32)
         _bwd_gat_dst_kernel[(n_blocks,)](dz_buf, dst_index, dscore_dst, part, e, heads, HG=hg, BLOCK=block,
-                                         num_warps=4)
+                                         num_warps=num_warps)
         _bwd_gat_dst_join_kernel[(n_blocks,)](dst_index, dscore_dst, part, e, n_blocks, heads, HG=hg, BLOCK=block,
                                               num_warps=1)

@@ -4,6 +4,7 @@ the feature and head-vector gradients."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -94,11 +95,12 @@ def _node_scores_bwd_kernel(x0_ptr, x1_ptr, a_ptr, g0_ptr, g1_ptr, dx0_ptr, dx1_
 
 
 def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int,
-                       out: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+                       out: tuple[Tensor, Tensor] | None = None, launch: Sequence[int] = ()) -> tuple[Tensor, Tensor]:
     """``(score_src [Ns, H], score_dst [Nd, H])`` float32 of ``x_src [Ns, H*C]`` and ``x_dst [Nd, H*C]`` (None:
     ``x_src`` itself, ``Nd = Ns``), contiguous, against ``a = att_src | att_dst`` (``[2*H*C]``), in one launch (see
     :func:`_node_scores_kernel`); written into ``out``, two contiguous float32 tensors of those shapes, where
-    given."""
+    given. Launch shape: :func:`~cudnn_gnn.backends.triton.tuning.node_score_shape` of ``"scores"`` (``launch``: the
+    call's overrides, ``GatCall.launch``)."""
     n, d = x_src.shape
     n_dst = n if x_dst is None else x_dst.shape[0]
     c = d // max(heads, 1)
@@ -107,33 +109,36 @@ def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: in
     rows = max(n, n_dst)
     if rows == 0 or heads == 0:
         return s0, s1
-    block_n, hg, block_c, groups = tuning.node_score_shape(heads, c)
+    block_n, hg, block_c, groups, num_warps = tuning.node_score_shape("scores", heads, c, launch)
     _node_scores_kernel[(tuning.cdiv(rows, block_n), groups)](
         x_src, _or(x_dst, x_src), a, s0, s1, n, n_dst, heads, c, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg,
-        BLOCK_C=block_c, num_warps=4)
+        BLOCK_C=block_c, num_warps=num_warps)
     return s0, s1
 
 
 def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int, g_src: Tensor,
-                                g_dst: Tensor, dx_src: Tensor, dx_dst: Tensor | None) -> Tensor:
+                                g_dst: Tensor, dx_src: Tensor, dx_dst: Tensor | None,
+                                launch: Sequence[int] = ()) -> Tensor:
     """The node scores' backward (see :func:`_node_scores_kernel`), in one launch of
     :func:`_node_scores_bwd_kernel`: adds ``g_src a_src`` to ``dx_src [Ns, H*C]`` in place (and, with ``x_dst``
     None, ``g_dst a_dst`` too: ``dx_src`` is then the one feature gradient), writes ``dx_dst [Nd, H*C] = g_dst
     a_dst`` where ``x_dst`` is its own tensor, and returns the head vectors' gradient ``[2*H*C]`` float32 (``d
     a_src | d a_dst``: ``sum_n g[n, h] x[n, h*C + c]``, per-program partials summed in a fixed order). ``g_src [Ns,
-    H]``, ``g_dst [Nd, H]``: float32, contiguous; ``dx_src`` contiguous, written by this call's kernels."""
+    H]``, ``g_dst [Nd, H]``: float32, contiguous; ``dx_src`` contiguous, written by this call's kernels.
+    Launch shape: :func:`~cudnn_gnn.backends.triton.tuning.node_score_shape` of ``"scores_bwd"`` (``launch``: the
+    call's overrides)."""
     n, d = x_src.shape
     n_dst = n if x_dst is None else x_dst.shape[0]
     c = d // max(heads, 1)
     rows = max(n, n_dst)
     if rows == 0 or heads == 0 or d == 0:
         return torch.zeros(2 * d, device=x_src.device, dtype=torch.float32)
-    block_n, hg, block_c, groups = tuning.node_score_shape(heads, c)
+    block_n, hg, block_c, groups, num_warps = tuning.node_score_shape("scores_bwd", heads, c, launch)
     blocks = tuning.cdiv(rows, block_n)
     per = tuning.cdiv(blocks, tuning.SCORE_BWD_PROGRAMS)
     programs = tuning.cdiv(blocks, per)
     part = torch.empty(programs, 2, d, device=x_src.device, dtype=torch.float32)
     _node_scores_bwd_kernel[(programs, groups)](
         x_src, _or(x_dst, x_src), a, g_src, g_dst, dx_src, _or(dx_dst, dx_src), part, n, n_dst, heads, c,
-        per * block_n, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg, BLOCK_C=block_c, num_warps=4)
+        per * block_n, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
     return part.view(programs, 2 * d).sum(0)
