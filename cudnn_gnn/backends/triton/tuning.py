@@ -152,14 +152,12 @@ measured on products' last layer (4 heads x 47, padded to 4 x 64, sources of abo
 than the 16 KiB block of ``"narrow"``, which holds there (which of the two differences decides was not measured).
 At 512 wide (GAT in bfloat16) one warp a program; the source pass takes the smallest block because a sampled
 block's sources have one or two out-edges; a combination not listed (float32, GATv2, the destination pass: not swept
-at this width) keeps :func:`default_launch_shape`. On full 64-wide tiles (8 x 8) GAT's forward and one-gather
-source pass take one warp and blocks of 4 edges, but float32's source pass 8: ``"narrow"``'s blocks are 16-32 edges
-there, most of them masked lanes on rows of 14 edges (on arxiv, float32 without dropout, 0.36 -> 0.27 and 1.04 ->
-0.39 ms at 8 edges; with the step's dropout the float32 forward 0.31 -> 0.26 ms at 4, its source pass 0.50 at 8
-against 0.56 at 4; bfloat16 0.37 -> 0.24 and 0.71 -> 0.45 ms at 4). One padded head 64 wide (1 x
-40) keeps ``"narrow"`` in float32 (32 edges a block, the sweep's best); in bfloat16 the forward takes 32 edges and the
-source pass 8, one warp each (0.23 -> 0.16 and 0.54 -> 0.29 ms; ``"narrow"``'s were 16 edges and 8 on two warps).
-Figures: docs/performance.md. Read-only: :func:`launch_shape` caches what it derives from it."""
+at this width) keeps :func:`default_launch_shape`. On full 64-wide tiles (8 x 8, the arxiv step's swept with its
+attention dropout) GAT's forward and one-gather source pass take one warp and blocks of 4 edges, but float32's
+source pass 8: ``"narrow"``'s blocks are 16-32 edges there, most of them masked lanes on rows of 14 edges. One
+padded head 64 wide (1 x 40) keeps ``"narrow"`` in float32 (32 edges a block, the sweep's best); in bfloat16 the
+forward takes 32 edges and the source pass 8, one warp each (``"narrow"``'s were 16 edges and 8 on two warps).
+Figures: docs/performance.md ("Launch shapes"). Read-only: :func:`launch_shape` caches what it derives from it."""
 
 
 def tile_classes(width: int, c: int, block_c: int) -> tuple[str, ...]:
