@@ -938,20 +938,24 @@ def test_light_pass_launch_overrides_match_the_reference(heads, shapes, bipartit
 
 
 def test_light_pass_shapes_default_to_todays_rule():
-    """With no override, GAT's destination sum takes blocks of ``max(16, 2048 / next_pow2(H))`` edges and 4 warps
-    (2048 edges at one head, 256 at 8), the node-score kernels ``clamp(4096 / (HG * BLOCK_C), 1, 64)`` rows a block,
-    :func:`default_launch_shape`' head groups and 4 warps; an override replaces its own kernel's shape only, and
-    the kernels' codes keep their indices (a call's launch codes hold them)."""
+    """With no override, GAT's destination sum takes blocks of ``max(16, 2048 / next_pow2(H))`` edges and a warp per
+    256 of them (2048 edges on 8 warps at one head, 256 on one at 8), the node-score kernel ``clamp(4096 / (HG *
+    BLOCK_C), 1, 64)`` rows a block on ``min(4, HG)`` warps and its backward ``clamp(512 / (HG * BLOCK_C), 1, 64)``
+    rows on ``max(1, 4 / HG)``, :func:`default_launch_shape`' head groups; an override replaces its own kernel's
+    shape only, and the kernels' codes keep their indices (a call's launch codes hold them)."""
     assert tuning.KERNELS[:5] == ("fwd", "dst", "src", "gat_src", "gat_delta")
-    assert tuning.dst_sum_shape(1) == (2048, 1, 4)
-    assert tuning.dst_sum_shape(8) == (256, 8, 4)
-    assert tuning.dst_sum_shape(3) == (512, 4, 4)
-    assert tuning.dst_sum_shape(256) == (16, 256, 4)
-    for kernel in ("scores", "scores_bwd"):
-        assert tuning.node_score_shape(kernel, 8, 8) == (64, 8, 8, 1, 4)  # the GAT paper's hidden layer
-        assert tuning.node_score_shape(kernel, 1, 40) == (64, 1, 64, 1, 4)  # its output layer on arxiv
-        assert tuning.node_score_shape(kernel, 8, 32) == (16, 8, 32, 1, 4)
-        assert tuning.node_score_shape(kernel, 2, 550) == (4, 1, 1024, 2, 4)
+    assert tuning.dst_sum_shape(1) == (2048, 1, 8)
+    assert tuning.dst_sum_shape(8) == (256, 8, 1)
+    assert tuning.dst_sum_shape(3) == (512, 4, 2)
+    assert tuning.dst_sum_shape(256) == (16, 256, 1)
+    assert tuning.node_score_shape("scores", 8, 8) == (64, 8, 8, 1, 4)  # the GAT paper's hidden layer
+    assert tuning.node_score_shape("scores", 1, 40) == (64, 1, 64, 1, 1)  # its output layer on arxiv
+    assert tuning.node_score_shape("scores", 8, 32) == (16, 8, 32, 1, 4)
+    assert tuning.node_score_shape("scores", 2, 550) == (4, 1, 1024, 2, 1)
+    assert tuning.node_score_shape("scores_bwd", 8, 8) == (8, 8, 8, 1, 1)
+    assert tuning.node_score_shape("scores_bwd", 1, 40) == (8, 1, 64, 1, 4)
+    assert tuning.node_score_shape("scores_bwd", 8, 32) == (2, 8, 32, 1, 1)
+    assert tuning.node_score_shape("scores_bwd", 2, 550) == (1, 1, 1024, 2, 4)
     codes = tb.TritonOptions(launch={"gat_dst": (64, 2), "scores": (8, 1, 2), "scores_bwd": (32, 8)}).launch_codes()
     assert tuning.dst_sum_shape(8, codes) == (64, 8, 2)
     assert tuning.node_score_shape("scores", 8, 8, codes) == (8, 2, 8, 4, 1)
@@ -1278,6 +1282,7 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
     from cudnn_gnn.backends.triton import tuning as kernels
 
     monkeypatch.setattr(kernels, "SCORE_TILE", 256)
+    monkeypatch.setattr(kernels, "SCORE_BWD_TILE", 256)
     monkeypatch.setattr(kernels, "SCORE_BWD_PROGRAMS", 4)
     h, c, ns = 3, 5, 41
     nd = 14 if bipartite else ns
@@ -1315,7 +1320,7 @@ def test_node_scores_backward_kernel_against_float64(heads, c, bipartite, monkey
     from cudnn_gnn.backends.triton import kernels
 
     monkeypatch.setattr(tuning, "SCORE_BWD_PROGRAMS", 3)
-    monkeypatch.setattr(tuning, "SCORE_TILE", 256)
+    monkeypatch.setattr(tuning, "SCORE_BWD_TILE", 256)
     gen = torch.Generator().manual_seed(21)
     n, nd, d = 37, 11 if bipartite else 37, heads * c
     x = torch.randn(n, d, generator=gen)

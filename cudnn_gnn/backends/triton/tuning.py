@@ -19,7 +19,7 @@ from torch import Tensor
 
 __all__ = ["DST_SUM_TILE", "EDGE_PROGRAMS", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
            "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MAX_WARPS", "MIN_CHUNK_E", "MIN_EDGE_SPAN",
-           "SCORE_BWD_PROGRAMS", "SCORE_TILE", "TUNED_SHAPES", "cdiv", "check_launch", "chunk_size",
+           "SCORE_BWD_PROGRAMS", "SCORE_BWD_TILE", "SCORE_TILE", "TUNED_SHAPES", "cdiv", "check_launch", "chunk_size",
            "default_launch_shape", "dst_sum_shape", "edge_kernel_shape", "edge_span", "fuse_edge_projection",
            "launch_config", "launch_override", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
 
@@ -221,19 +221,29 @@ def launch_config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Te
 
 
 SCORE_TILE = 4096
-"""The node-score kernels' rows a block: ``BLOCK_N = clamp(SCORE_TILE / (HG * BLOCK_C), 1, 64)`` (a feature tile of
+"""The node-score kernel's rows a block: ``BLOCK_N = clamp(SCORE_TILE / (HG * BLOCK_C), 1, 64)`` (a feature tile of
 at most ~32 float32 registers a thread at 4 warps; two tiles where ``x_dst`` is its own tensor)."""
+
+SCORE_BWD_TILE = 512
+"""The node-score backward's rows a block: ``BLOCK_N = clamp(SCORE_BWD_TILE / (HG * BLOCK_C), 1, 64)`` (8 rows at 8 x 8
+and at one head of 40: each row's gradient is an outer product, so a small block keeps the partial sums in
+registers)."""
 
 
 def node_score_shape(kernel: str, heads: int, c: int, launch: Sequence[int] = ()) -> tuple[int, int, int, int, int]:
     """``(BLOCK_N, HG, BLOCK_C, head groups, num_warps)`` of GAT's node-score kernel (``kernel`` ``"scores"``: one
     block of ``BLOCK_N`` rows a program) or its backward (``"scores_bwd"``: blocks of ``BLOCK_N`` rows, about
-    :data:`SCORE_BWD_PROGRAMS` programs) for ``heads`` heads of width ``c``: ``BLOCK_N`` from :data:`SCORE_TILE`,
-    :func:`default_launch_shape`' head groups, 4 warps, for both (not swept yet). ``launch``: a call's overrides
-    (see :func:`launch_override`); ``kernel``'s, where there, replaces ``BLOCK_N`` and ``num_warps`` (and ``HG``
-    where not 0)."""
+    :data:`SCORE_BWD_PROGRAMS` programs) for ``heads`` heads of width ``c``, :func:`default_launch_shape`' head
+    groups. The forward: ``BLOCK_N`` from :data:`SCORE_TILE`, ``min(4, HG)`` warps (one warp reduces a one-head row
+    without crossing warps); the backward: ``BLOCK_N`` from :data:`SCORE_BWD_TILE`, ``max(1, 4 / HG)`` warps (swept
+    on the arxiv step's 8 x 8 and 1 x 40 layers with dropout: docs/performance.md, "Launch shapes"). ``launch``: a
+    call's overrides (see :func:`launch_override`); ``kernel``'s, where there, replaces ``BLOCK_N`` and
+    ``num_warps`` (and ``HG`` where not 0)."""
     _, _, hg, block_c, _ = default_launch_shape(heads, c, False, MAX_TILE_D)
-    block_n, num_warps = max(1, min(64, SCORE_TILE // (hg * block_c))), 4
+    if kernel == "scores":
+        block_n, num_warps = max(1, min(64, SCORE_TILE // (hg * block_c))), min(4, hg)
+    else:
+        block_n, num_warps = max(1, min(64, SCORE_BWD_TILE // (hg * block_c))), max(1, 4 // hg)
     if launch:
         override = launch_override(kernel, launch)
         if override is not None:
@@ -250,11 +260,13 @@ def dst_sum_shape(heads: int, launch: Sequence[int] = ()) -> tuple[int, int, int
     """``(BLOCK, HG, num_warps)`` of GAT's destination sum (``_bwd_gat_dst_kernel``, a segmented scan of ``dz [E,
     H]`` in CSC order, one block of ``BLOCK`` edges a program, and ``_bwd_gat_dst_join_kernel``, the rows that
     cross blocks, one warp): every head in one program (``HG = next_pow2(H)``), ``BLOCK = max(16, DST_SUM_TILE /
-    HG)`` edges (2048 at one head, 256 at 8), 4 warps (not swept yet). ``launch``: a call's overrides (see
+    HG)`` edges (2048 at one head, 256 at 8), a warp per 256 edges of the block (8 warps at one head, 1 at 8; swept
+    on the arxiv step's layers: docs/performance.md, "Launch shapes"). ``launch``: a call's overrides (see
     :func:`launch_override`); ``"gat_dst"``'s, where there, replaces ``BLOCK`` (the scan's and the join's, which
     reads the blocks' edges) and the scan's ``num_warps`` (the join keeps one warp)."""
     hg = next_pow2(max(heads, 1))
-    block, num_warps = max(16, DST_SUM_TILE // hg), 4
+    block = max(16, DST_SUM_TILE // hg)
+    num_warps = max(1, block // 256)
     if launch:
         override = launch_override("gat_dst", launch)
         if override is not None:
