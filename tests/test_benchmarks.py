@@ -370,7 +370,7 @@ assert {{r["HG"] for r in rows if r["pass"] == "gat_dst"}} == {{None}}
 assert {{r["HG"] for r in rows if r["pass"] != "gat_dst"}} == {{2}}
 defaults = {{"gat_dst": (real_dst(2)[0], real_dst(2)[2])}}
 defaults.update({{k: (real_scores(k, 2, 4)[0], real_scores(k, 2, 4)[4]) for k in ("scores", "scores_bwd")}})
-assert defaults == {{"gat_dst": (1024, 4), "scores": (64, 4), "scores_bwd": (64, 4)}}, defaults
+assert defaults == {{"gat_dst": (1024, 4), "scores": (64, 2), "scores_bwd": (64, 2)}}, defaults
 for kernel, default in defaults.items():
     assert {{(b, w) for k, b, w in seen if k == kernel}} == {{default, (2, 1), (16, 2)}}, seen
 print("ok")
