@@ -99,16 +99,16 @@ def check_launch(kernel: str, shape: Sequence[int]) -> None:
                          f"one program, got {shape!r}")
 
 
-def launch_override(kernel: str, launch: Sequence[int]) -> tuple[int, int, int] | None:
-    """``(BLOCK_E, num_warps, HG or 0)`` that a call's ``launch`` codes (flat ``(kernel index in KERNELS, BLOCK_E,
-    num_warps, HG or 0)`` quadruples, :meth:`~cudnn_gnn.backends.triton.TritonOptions.launch_codes`) give
-    ``kernel``, or None where they do not name it."""
+def launch_override(kernel: str, launch: Sequence[int], block: int, num_warps: int, hg: int) -> tuple[int, int, int]:
+    """``(block, num_warps, hg)``, a kernel's shape by its rule, as a call's ``launch`` codes (flat ``(kernel index in
+    KERNELS, BLOCK_E, num_warps, HG or 0)`` quadruples, :meth:`~cudnn_gnn.backends.triton.TritonOptions.launch_codes`)
+    replace it where they name ``kernel``: its block and warps, and its heads a program where not 0."""
     if launch:
         code = KERNELS.index(kernel)
         for i in range(0, len(launch), 4):
             if launch[i] == code:
-                return launch[i + 1], launch[i + 2], launch[i + 3]
-    return None
+                return launch[i + 1], launch[i + 2], launch[i + 3] or hg
+    return block, num_warps, hg
 
 
 TUNED_SHAPES: Mapping[tuple[str, bool, int, str], tuple[int, int]] = MappingProxyType({
@@ -213,10 +213,7 @@ def launch_config(x_src: Tensor, heads: int, v2: bool, kernel: str, gathered: Te
     there, replaces the rule's ``BLOCK_E`` and ``num_warps`` (and ``HG`` where not 0)."""
     c = x_src.shape[1] // heads
     block_e, hg, block_c, num_warps = launch_shape(kernel, heads, c, v2, gathered.element_size(), MAX_TILE_D)
-    if launch:
-        override = launch_override(kernel, launch)
-        if override is not None:
-            block_e, num_warps, hg = override[0], override[1], override[2] or hg
+    block_e, num_warps, hg = launch_override(kernel, launch, block_e, num_warps, hg)
     return c, cdiv(heads, hg), dict(BLOCK_E=block_e, HG=hg, BLOCK_C=block_c, num_warps=num_warps)
 
 
@@ -244,10 +241,7 @@ def node_score_shape(kernel: str, heads: int, c: int, launch: Sequence[int] = ()
         block_n, num_warps = max(1, min(64, SCORE_TILE // (hg * block_c))), min(4, hg)
     else:
         block_n, num_warps = max(1, min(64, SCORE_BWD_TILE // (hg * block_c))), max(1, 4 // hg)
-    if launch:
-        override = launch_override(kernel, launch)
-        if override is not None:
-            block_n, num_warps, hg = override[0], override[1], override[2] or hg
+    block_n, num_warps, hg = launch_override(kernel, launch, block_n, num_warps, hg)
     return block_n, hg, block_c, cdiv(heads, hg), num_warps
 
 
@@ -266,11 +260,7 @@ def dst_sum_shape(heads: int, launch: Sequence[int] = ()) -> tuple[int, int, int
     reads the blocks' edges) and the scan's ``num_warps`` (the join keeps one warp)."""
     hg = next_pow2(max(heads, 1))
     block = max(16, DST_SUM_TILE // hg)
-    num_warps = max(1, block // 256)
-    if launch:
-        override = launch_override("gat_dst", launch)
-        if override is not None:
-            block, num_warps = override[0], override[1]
+    block, num_warps, _ = launch_override("gat_dst", launch, block, max(1, block // 256), hg)
     return block, hg, num_warps
 
 
