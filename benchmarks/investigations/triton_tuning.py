@@ -104,7 +104,7 @@ LIGHT_GRIDS = {"gat_dst": tuple((b, nw) for b in (64, 128, 256, 512, 1024, 2048,
                "scores_bwd": tuple((b, nw) for b in (8, 16, 32, 64, 128, 256) for nw in (1, 2, 4, 8))}
 """The light passes' own default grids, ``(edges or rows a block, num_warps)`` around their rules' shapes
 (:func:`~cudnn_gnn.backends.triton.tuning.dst_sum_shape`: 256 edges at 8 heads, 2048 at one;
-:func:`~cudnn_gnn.backends.triton.tuning.node_score_shape`: 64 rows at 8 x 8 and 1 x 40; 4 warps each);
+:func:`~cudnn_gnn.backends.triton.tuning.node_score_shape`: the forward 64 rows at 8 x 8 and 1 x 40, its backward 8);
 ``--grid`` replaces them too."""
 KERNEL_NAMES = {"fwd": ("_fwd_kernel",), "dst": ("_bwd_dst_kernel",), "src": ("_bwd_src_kernel",),
                 "bwd": ("_bwd_dst_kernel", "_bwd_src_kernel"), "gat_src": ("_bwd_gat_src_kernel",),
