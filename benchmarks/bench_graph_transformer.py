@@ -17,6 +17,10 @@ Each case also times our global attention alone (``cudnn_gnn.graph_attention`` o
 forward+backward): ``non_attention_share_*`` is the share of our layer's time spent outside it (projections, norms,
 MLP, residuals, the local layer), what fusing can shorten.
 
+``--profile`` adds, per case, a profile of our layer's forward+backward and of our attention alone
+(``profile_layer`` / ``profile_attention``: kernels and GPU-busy microseconds a step against the step's time, so a
+step whose time far exceeds its kernels' is host-bound, and the host ops with the most own CPU time a step).
+
 ``--compiled`` adds, per case, our layer through ``torch.compile`` (``dynamic=False``), to measure what Inductor's
 fusion of the non-attention work (the projections' bias epilogues, residual adds, batch norms, the MLP's bias and
 activation) saves against the eager layer (``ours_compiled`` columns, timed in the same run; a compile that fails is
@@ -55,7 +59,7 @@ from cudnn_gnn.layers import GATConv, ToCscGraph
 from cudnn_gnn.layers.gps_conv import GPSConv
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _bench_common import environment, peak_memory, time_fn, write_json  # noqa: E402
+from _bench_common import environment, peak_memory, synchronize, time_fn, write_json  # noqa: E402
 
 from cudnn_gnn.apps._cli import ArgumentParser, check_outputs  # noqa: E402
 from cudnn_gnn.apps._util import write_text  # noqa: E402
@@ -112,8 +116,34 @@ def time_it(fn: Callable[[], Any], device: torch.device, warmup: int, reps: int)
     return median, None if peak is None else peak / 2**20
 
 
+def host_profile(fn: Callable[[], Any], device: torch.device, steps: int = 5, top: int = 12) -> dict[str, Any]:
+    """Where one step of ``fn`` spends its time: ``kernels`` a step, ``gpu_busy_us`` (the kernels' summed time a
+    step), ``aten_ops`` a step, and the ``top`` host ops by own CPU time (us a step; nested ops counted once, in
+    the innermost), over ``steps`` steps after one warm-up."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    synchronize(device)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            fn()
+        synchronize(device)
+    kernels = [e for e in prof.events() if e.device_type == DeviceType.CUDA]
+    host = sorted((e for e in prof.key_averages() if e.self_cpu_time_total > 0),
+                  key=lambda e: -e.self_cpu_time_total)
+    return {
+        "kernels": len(kernels) / steps,
+        "gpu_busy_us": sum(e.time_range.end - e.time_range.start for e in kernels) / steps,
+        "aten_ops": sum(e.count for e in prof.key_averages() if e.key.startswith("aten::")) / steps,
+        "top_host_ops": [{"name": e.key[:80], "self_cpu_us": e.self_cpu_time_total / steps, "calls": e.count / steps}
+                         for e in host[:top]],
+    }
+
+
 def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device, warmup: int, reps: int,
-             compiled: bool = False, attention_backend: str = "auto") -> dict[str, Any]:
+             compiled: bool = False, attention_backend: str = "auto", profile: bool = False) -> dict[str, Any]:
     p = PRESETS[preset]
     data = make_batch(p, device)
     x = data["x"].to(dtype)
@@ -169,14 +199,17 @@ def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device
         row[f"{label}_mib_pyg"], row[f"{label}_mib_ours"] = m_p, m_o
         row[f"{label}_speedup"] = t_p / t_o
         row[f"{label}_mem_ratio"] = m_p / m_o if m_p is not None and m_o else None
-    row.update(attention_columns(data, x, p["heads"], ours.attention_backend, row, device, warmup, reps))
+    row.update(attention_columns(data, x, p["heads"], ours.attention_backend, row, device, warmup, reps,
+                                 profile=profile))
+    if profile:
+        row["profile_layer"] = host_profile(fwd_bwd(ours_call, ours), device)
     if compiled:
         row.update(compiled_columns(ours_call, ours, x, fwd, fwd_bwd, device, warmup, reps))
     return row
 
 
 def attention_columns(data: dict[str, Any], x: torch.Tensor, heads: int, backend: str, row: dict[str, Any],
-                      device: torch.device, warmup: int, reps: int) -> dict[str, Any]:
+                      device: torch.device, warmup: int, reps: int, profile: bool = False) -> dict[str, Any]:
     """Our global attention alone (:func:`cudnn_gnn.graph_attention` on the batch's ``[N, H, C / H]`` q, k, v, the
     layer's backend), forward and forward+backward: ``attention_{pass}_ms``, and ``non_attention_share_{pass}``, the
     share of our layer's time that is not the attention (the projections, norms, MLP, residuals and, for the GPS
@@ -200,6 +233,8 @@ def attention_columns(data: dict[str, Any], x: torch.Tensor, heads: int, backend
         t = time_fn(fn, device=device, warmup=warmup, repeats=reps)["median_ms"]
         out[f"attention_{label}_ms"] = t
         out[f"non_attention_share_{label}"] = max(0.0, 1.0 - t / row[f"{label}_ms_ours"])
+    if profile:
+        out["profile_attention"] = host_profile(fwd_bwd, device)
     return out
 
 
@@ -294,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="CPU smoke run on a tiny batch; no timing claims")
     ap.add_argument("--compiled", action="store_true",
                     help="also time our layer through torch.compile(dynamic=False) (the non-attention work fused)")
+    ap.add_argument("--profile", action="store_true",
+                    help="also profile our layer's and our attention's forward+backward (kernels, GPU-busy time, host "
+                         "ops)")
     ap.add_argument("--md", help="also write the markdown table here")
     ap.add_argument("--plot", help="also draw benchmarks/plot.py's figure here (needs matplotlib)")
     args = ap.parse_args(argv)
@@ -316,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in dtypes:
             for variant in variants:
                 row = run_case(preset, variant, dtype, device, warmup, reps, compiled=args.compiled,
-                               attention_backend=args.attention_backend)
+                               attention_backend=args.attention_backend, profile=args.profile)
                 add_compiled_ratios(row)
                 rows.append(row)
                 print(
@@ -326,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
                     f"peak {_mib(row['fwd_bwd_mib_pyg'])} / {_mib(row['fwd_bwd_mib_ours'])} MiB  err {row['rel_err_vs_pyg']:.1e}",
                     flush=True,
                 )
+                for key in ("profile_layer", "profile_attention") if args.profile else ():
+                    pr = row[key]
+                    print(f"  {key}: {pr['kernels']:.0f} kernels, GPU busy {pr['gpu_busy_us'] / 1e3:.3f} ms, "
+                          f"{pr['aten_ops']:.0f} aten ops a step; most host time: "
+                          + ", ".join(f"{o['name']} {o['self_cpu_us']:.0f} us" for o in pr["top_host_ops"][:4]),
+                          flush=True)
     # what ran, not what could: ``auto`` takes cuDNN SDPA only where the cuDNN in use has its precompiled engines
     # (cudnn_gnn.ops.global_attention.choose_backend), so the plan ledger says whether our cuDNN graphs ran
     ledger = _cudnn_sdpa.plan_cache_info()
