@@ -14,6 +14,7 @@ MATH])``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import warnings
@@ -355,29 +356,34 @@ def _attention_reference(q: Tensor, k: Tensor, v: Tensor, ptr: Tensor, s: int, s
     return out.transpose(1, 2)[graph, pos]
 
 
-def _varlen_attn() -> Callable[..., Tensor] | None:
-    """torch's ``varlen_attn`` if it exists and runs on flash (never on torch's cuDNN attention), else None."""
+@functools.cache
+def _varlen_attn(device_index: int) -> tuple[Callable[..., Tensor] | None, bool]:
+    """``(varlen_attn, whether it takes scale=)``: torch's ``varlen_attn`` where it exists and runs on flash on
+    CUDA device ``device_index`` (never on torch's cuDNN attention), else ``(None, False)``. Looked up once per
+    device: the route check and the signature's inspection cost tens of microseconds, every call of a host-bound
+    layer."""
     try:
         from torch.nn.attention import varlen
     except ImportError:
-        return None
+        return None, False
     fn = getattr(varlen, "varlen_attn", None)
     route = getattr(varlen, "_should_use_cudnn", None)
-    if fn is None or (route is not None and torch.cuda.is_available() and route(torch.cuda.current_device())):
-        return None  # it would run SDPBackend.CUDNN_ATTENTION's kernel: see the module docstring
-    return fn
+    if fn is None or (route is not None and route(device_index)):
+        return None, False  # it would run SDPBackend.CUDNN_ATTENTION's kernel: see the module docstring
+    return fn, "scale" in inspect.signature(fn).parameters
 
 
 def _attention_torch_fused(q: Tensor, k: Tensor, v: Tensor, ptr: Tensor, s: int, scale: float, p: float) -> Tensor:
     d = q.shape[-1]
-    fn = _varlen_attn() if p == 0 else None
+    fn, takes_scale = _varlen_attn(q.device.index if q.device.index is not None else torch.cuda.current_device()) \
+        if p == 0 else (None, False)
     if fn is not None and d % 8 == 0 and d <= 256 and v.shape[-1] == d:
         out_dtype = q.dtype
         if q.dtype not in _FLASH_DTYPES:
             q, k, v = q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16)
         cu = ptr.to(torch.int32)
         kwargs = {}
-        if "scale" in inspect.signature(fn).parameters:
+        if takes_scale:
             kwargs["scale"] = scale
         elif not math.isclose(scale * math.sqrt(d), 1.0):
             q = q * (scale * math.sqrt(d))  # older varlen_attn has no scale= and uses 1/sqrt(D)

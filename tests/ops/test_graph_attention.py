@@ -550,3 +550,25 @@ def test_a_deterministic_call_falls_back_under_torchs_deterministic_algorithms(m
     with pytest.warns(RuntimeWarning, match="failed to launch"):
         _cudnn._fwd_cuda(*call._replace(deterministic=False), True)
     assert seen == [False]
+
+
+def test_varlen_probe_is_looked_up_once_per_device(monkeypatch):
+    """The flash path's probe of torch's ``varlen_attn`` (its route and whether it takes ``scale=``) is cached per
+    device: an eager layer calls it every step."""
+    import inspect
+
+    ga = importlib.import_module("cudnn_gnn.ops.global_attention")
+    ga._varlen_attn.cache_clear()
+    calls = []
+    real = inspect.signature
+    monkeypatch.setattr(inspect, "signature", lambda f: calls.append(f) or real(f))
+    first = ga._varlen_attn(0)
+    assert ga._varlen_attn(0) is first and ga._varlen_attn(0) is first
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+    except ImportError:
+        assert first == (None, False)
+    else:
+        assert first == (varlen_attn, "scale" in real(varlen_attn).parameters)
+        assert sum(f is varlen_attn for f in calls) == 1
+    ga._varlen_attn.cache_clear()
