@@ -27,6 +27,7 @@ from torch import Tensor
 from cudnn_gnn._validation import check_bool, check_choice, check_float, check_index, check_int, check_probability
 from cudnn_gnn.backends import ATTENTION_BACKENDS
 from cudnn_gnn.backends.info import backend_info
+from cudnn_gnn.backends.triton import offsets as triton_offsets
 
 __all__ = ["graph_attention", "choose_backend"]
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
@@ -99,8 +100,9 @@ def graph_attention(
         validate: the value checks: ``ptr`` starts at 0, never decreases and ends at ``N``; ``batch`` is sorted and
             in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph. ``None`` (default): checked in the host
             sync the call makes anyway to read the largest graph (no ``max_num_nodes``), or on CPU tensors, raising
-            ValueError; on CUDA with ``max_num_nodes`` given (no sync wanted) checked on the device, and a batch
-            that fails gets NaN outputs instead of wrong numbers. ``True``: always checked and raised (one sync).
+            ValueError; on CUDA with ``max_num_nodes`` given (no sync wanted) checked on the device (with ``ptr``:
+            one Triton launch, :mod:`cudnn_gnn.backends.triton.offsets`), and a batch that fails gets NaN outputs
+            instead of wrong numbers. ``True``: always checked and raised (one sync).
             ``False``: trusted (for callers that guarantee their batches).
         deterministic: cuDNN's deterministic backward (bitwise repeatable gradients, somewhat slower); ``None``
             follows ``torch.are_deterministic_algorithms_enabled()``. Other backends ignore it.
@@ -162,7 +164,7 @@ def graph_attention(
         return v * 0  # [0, H, Dv], connected to autograd
     if ptr.numel() == 1:
         raise ValueError(f"ptr must end at N={n}, got a batch of no graphs")
-    poison = None
+    poison = poison_flag = None
     if validate is False:  # trusted: no check, and nothing computed that only a check would read
         if max_num_nodes is None:
             max_num_nodes = int((ptr[1:] - ptr[:-1]).max())  # the one host sync of the default forward
@@ -176,12 +178,15 @@ def graph_attention(
         elif big > max_num_nodes:
             raise ValueError(f"max_num_nodes must bound the nodes of every graph, got {max_num_nodes} for a graph "
                              f"of {big}")
-    else:  # CUDA, max_num_nodes given: checked on the device, no sync; a bad batch gets NaN, not wrong numbers
-        poison = _invalid(ptr, n, batch_given, num_graphs) | ((ptr[1:] - ptr[:-1]).max() > max_num_nodes)
-        # what the kernels see is a valid layout whatever ptr held (within [0, N], non-decreasing, 0 to N), and
-        # node positions are clamped below max_num_nodes (_pad_index), so nothing indexes out of range
-        ptr = torch.cummax(ptr.clamp(0, n), 0).values
-        ptr = torch.cat([ptr.new_zeros(1), ptr[1:-1], ptr.new_full((1,), n)])
+    else:  # CUDA, max_num_nodes given: checked on the device, no sync; a bad batch gets NaN, not wrong numbers.
+        # What the kernels see is a valid layout whatever ptr held (within [0, N], non-decreasing, 0 to N), and
+        # node positions are clamped below max_num_nodes (_pad_index), so nothing indexes out of range.
+        if batch_given is None and triton_offsets.available(q.device):
+            ptr, poison_flag = triton_offsets.checked_offsets(ptr, n, max_num_nodes, q.dtype)  # one launch
+        else:  # the same in torch ops (~17 launches): a batch to check too, or no Triton
+            poison = _invalid(ptr, n, batch_given, num_graphs) | ((ptr[1:] - ptr[:-1]).max() > max_num_nodes)
+            ptr = torch.cummax(ptr.clamp(0, n), 0).values
+            ptr = torch.cat([ptr.new_zeros(1), ptr[1:-1], ptr.new_full((1,), n)])
     max_num_nodes = max(max_num_nodes, 1)
 
     if chosen == "cudnn":
@@ -200,6 +205,8 @@ def graph_attention(
         out = _attention_torch_fused(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
     elif chosen == "reference":
         out = _attention_reference(q, k, v, ptr, max_num_nodes, float(scale), p_dropout)
+    if poison_flag is not None:
+        return out + poison_flag  # 0, or NaN for a bad batch; no backward kernel
     return out if poison is None else torch.where(poison, torch.full_like(out, float("nan")), out)
 
 

@@ -160,6 +160,26 @@ def test_flash_matches_reference(dtype, case):
     _check_against_reference("flash", SIZES[case], 4, 32, dtype)
 
 
+def test_bad_batches_without_a_sync_give_nan_on_the_gpu():
+    """With max_num_nodes given on CUDA the offsets are checked on the device (one Triton launch): a good batch of
+    more graphs than one block of the check equals the synced call; bad offsets (a decrease past the first block, an
+    end past N, a graph over max_num_nodes) give NaN everywhere and leave the CUDA context working."""
+    sizes = [1 + (i * 7) % 5 for i in range(1500)]
+    q, k, v, _ = _case(sizes, 2, 16)
+    q, k, v = (x.bfloat16() for x in (q, k, v))
+    ptr = _ptr(sizes)
+    good = graph_attention(q, k, v, ptr, max_num_nodes=max(sizes), backend="flash")
+    assert torch.equal(good, graph_attention(q, k, v, ptr, backend="flash"))
+    late = ptr.clone()
+    late[1300] = late[1299] - 1
+    past = ptr.clone()
+    past[700] = ptr[-1] + 50
+    for bad, m in ((late, max(sizes)), (past, max(sizes)), (ptr, max(sizes) - 1)):
+        assert torch.isnan(graph_attention(q, k, v, bad, max_num_nodes=m, backend="flash")).all()
+    torch.cuda.synchronize()
+    assert torch.equal(good, graph_attention(q, k, v, ptr, max_num_nodes=max(sizes), backend="flash"))
+
+
 def test_flash_dropout_path_is_seeded():
     sizes = SIZES["ragged"]
     q, k, v, _ = _case(sizes, 4, 32)
