@@ -408,10 +408,10 @@ def offset_shapes(spec: AttentionSpec, graph: TritonGraph, walk: SourceWalk | No
     dropout factors, GAT's edge scores, the backward's buffers; the indices and maps ``[E]`` are narrower); GATv2's
     ``edge_attr`` (``[E, H*C]`` projected or ``[E, De]`` raw, and its gradient); the work lists (the rows' and,
     with a backward (``walk``), the sources'); the hub partial slots ``[S, H*C]`` (``S``: both lists' slots
-    together, a bound) and GATv2's attention-vector partials ``[Nd + S, H*C]``; the fused edge projection's weight-gradient partials ``[P, H*C * De]``; GAT's
-    node-score backward, the rows its programs walk ``[P * ROWS, H*C]`` and its partials ``[2P, H*C]``, and its
-    destination sum's partials ``[2B, H]`` (``B`` blocks of edges). ``launch``: the call's overrides (the shapes
-    of those kernels)."""
+    together, a bound) and GATv2's attention-vector partials ``[Nd + S, H*C]``; the fused edge projection's
+    weight-gradient partials ``[P, H*C * De]``; GAT's node-score backward, the rows its programs walk ``[P * ROWS,
+    H*C]`` and its partials ``[2P, H*C]``, and its destination sum's partials ``[2B, H]`` (``B`` blocks of edges).
+    ``launch``: the call's overrides (the shapes of those kernels)."""
     heads, dim = spec.heads, spec.dim
     ns, nd, e = spec.x_src.shape[0], graph.offsets.shape[0] - 1, graph.num_edges
     lists = [*graph.rows] + ([walk.src_work, walk.src_hub_work, walk.src_hubs] if walk is not None else [])
