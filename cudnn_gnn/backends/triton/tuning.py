@@ -275,9 +275,9 @@ against 1,024 and 16,384: docs/performance.md, "The fold as a kernel"."""
 def score_bwd_programs(rows: int, block_n: int) -> tuple[int, int]:
     """``(programs, blocks a program)`` of the node-score backward over ``rows`` rows in blocks of ``block_n`` rows:
     ``blocks a program = ceil(blocks / SCORE_BWD_PROGRAMS)``, ``programs = ceil(blocks / blocks a program)`` (at
-    most :data:`SCORE_BWD_PROGRAMS`, at most one per block)."""
+    most :data:`SCORE_BWD_PROGRAMS`, at most one per block; none for no rows)."""
     blocks = cdiv(rows, block_n)
-    per = cdiv(blocks, SCORE_BWD_PROGRAMS)
+    per = max(1, cdiv(blocks, SCORE_BWD_PROGRAMS))
     return cdiv(blocks, per), per
 
 
