@@ -80,8 +80,9 @@ class TritonGraph:
 
     Attributes:
         source: a weak reference to the CSC graph it was built from (int32 or int64 indices: the kernels compute
-            offsets in the width each call's sizes need, :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`), which keeps it: a strong one would make the two a reference cycle, and a sampled
-            block's tensors would then outlive its step until Python's cycle collector ran.
+            offsets in the width each call's sizes need, :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`),
+            which keeps it: a strong one would make the two a reference cycle, and a sampled block's tensors would
+            then outlive its step until Python's cycle collector ran.
         chunk: the most edges a program walks (:func:`~cudnn_gnn.backends.triton.tuning.chunk_size`).
         offsets, indices, map_csc_to_coo, num_src_nodes: the graph's, as the kernels read them.
         rows: the forward's (and the backward's destination pass') work list over ``offsets``.
