@@ -284,13 +284,15 @@ def test_op_host_times_the_wiring_with_the_launchers_stubbed(tmp_path) -> None:
 @pytest.mark.slow
 def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     """kernel_registers.py compiles a kernel for sm_90a with the installed Triton and its bundled ptxas (no GPU) and
-    reports the registers of the sampled forward at its launch shape (blocks of 8 edges)."""
+    reports the registers of the sampled forward at its launch shape (blocks of 8 edges), with int32 and int64
+    offsets (``--i64 both``: the kernels' ``I64``)."""
     pytest.importorskip("triton")
     out = tmp_path / "kr.json"
-    proc = _run("investigations/kernel_registers.py", "--cases", "sampled", "--kernels", "fwd", "--out", str(out))
+    proc = _run("investigations/kernel_registers.py", "--cases", "sampled", "--kernels", "fwd", "--i64", "both",
+                "--out", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads(out.read_text())
-    assert [r["BLOCK_E"] for r in rows] == [8]
+    assert [(r["BLOCK_E"], r["I64"]) for r in rows] == [(8, False), (8, True)]
     assert all(r["ptxas_error"] is None and isinstance(r["registers"], int) and r["registers"] > 0 for r in rows), rows
 
 

@@ -7,14 +7,16 @@ through ``triton.compile`` (no GPU needed: Triton lowers to PTX on any host), ru
 ``-v`` on the PTX, and reports per kernel and launch shape the registers a thread, the spill bytes and the global
 loads by width, at :func:`launch_shape`'s shape (or every shape of ``--grid``). Pointer arguments and the head
 width are marked divisible by 16, as Triton's JIT
-specialises them for torch's allocations and widths such as 32.
+specialises them for torch's allocations and widths such as 32. ``--i64``: the offset width the kernels are
+compiled for (their ``I64`` constexpr, :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`): ``false`` (the
+default), int32, what a call below 2**31 elements a tensor runs; ``true``, int64; ``both``.
 
 The device's Triton matters (torch 2.11 ships 3.6; this repository's CPU CI 3.9): register allocation differs
 between versions, so run it with the Triton the GPU runs, e.g. in a venv with ``pip install torch==2.13.0
 triton==3.6.0 numpy``::
 
     PYTHONPATH=. python benchmarks/investigations/kernel_registers.py [--cases arxiv,proteins,products,sampled]
-        [--kernels fwd,dst,src,gat_src] [--grid 4,8,16,32x1,2,4] [--out kernel_registers.json]
+        [--kernels fwd,dst,src,gat_src] [--grid 4,8,16,32x1,2,4] [--i64 false|true|both] [--out kernel_registers.json]
 """
 
 from __future__ import annotations
@@ -128,6 +130,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     ap.add_argument("--grid", default=None,
                     help="BLOCK_E list x num_warps list, e.g. 4,8,16,32x1,2,4: compile every shape of the grid with "
                          "instead of launch_shape's (candidates for a sweep on the device)")
+    ap.add_argument("--i64", choices=("false", "true", "both"), default="false",
+                    help="the kernels' offset width (I64): false, int32, as a call of fewer than 2**31 elements a "
+                         "tensor runs them (the default); true, int64; both")
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--out", default=None, help="also write the rows as JSON here")
     args = ap.parse_args(argv)
@@ -148,20 +153,21 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     else:
                         edges, warp_list = args.grid.split("x")
                         shapes = [(int(b), int(w)) for b in edges.split(",") for w in warp_list.split(",")]
-                    for block_e, warps in shapes:
+                    widths = {"false": (False,), "true": (True,), "both": (False, True)}[args.i64]
+                    for (block_e, warps), i64 in ((shape, i64) for shape in shapes for i64 in widths):
                         consts = dict(V2=v2, HAS_MAP=spec["edge"], HAS_EDGE=spec["edge"], DE=0, HAS_MASK=False, ACT=1,
-                                      WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, **extra)
+                                      WHOLE=spec["whole"], HG=hg, BLOCK_C=block_c, BLOCK_E=block_e, I64=i64, **extra)
                         consts.update(H=spec["heads"], C=spec["c"])  # where the kernel takes them as constexprs
                         constexprs = {fn.arg_names[i] for i in fn.constexprs}
                         consts = {n: v for n, v in consts.items() if n in constexprs}
                         rec = compile_kernel(fn, dtype, consts, warps, args.arch)
                         row = {"case": case, "layer": "GATv2" if v2 else "GAT", "dtype": dtype, "kernel": kname,
-                               "BLOCK_E": block_e, "num_warps": warps, "triton": triton.__version__,
+                               "BLOCK_E": block_e, "num_warps": warps, "I64": i64, "triton": triton.__version__,
                                "arch": args.arch, **rec}
                         rows.append(row)
                         print(f"{case:8s} {row['layer']:5s} {dtype} {kname:7s} BLOCK_E {block_e:2d} "
-                              f"warps {warps}: {rec['registers']} registers, {rec['spill_store_bytes']} B spilled",
-                              flush=True)
+                              f"warps {warps} {'int64' if i64 else 'int32'}: {rec['registers']} registers, "
+                              f"{rec['spill_store_bytes']} B spilled", flush=True)
     if args.out:
         with open(args.out, "w") as f:
             json.dump(rows, f, indent=1)

@@ -37,9 +37,9 @@ def stub_launchers() -> None:
     for name in ("launch_forward", "launch_gat_backward", "launch_backward_dst", "launch_backward_src",
                  "launch_backward_edge"):
         setattr(k, name, lambda *a, **kw: None)
-    k.launch_node_scores = lambda x, xd, a, h, out=None, launch=(): out
-    k.launch_node_scores_backward = lambda x, xd, a, h, gs, gd, dx, dxd, launch=(): torch.zeros(a.shape[0],
-                                                                                                 device=a.device)
+    k.launch_node_scores = lambda x, xd, a, h, out=None, launch=(), i64=True: out
+    k.launch_node_scores_backward = lambda x, xd, a, h, gs, gd, dx, dxd, launch=(), i64=True: torch.zeros(
+        a.shape[0], device=a.device)
 
 
 def measure(v2: bool, device: torch.device, steps: int, rounds: int) -> dict[str, Any]:

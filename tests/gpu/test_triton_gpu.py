@@ -8,8 +8,8 @@ the explicit factors); head widths that are not powers of two (3 x 250, 2 x 375)
 GATv2's fused edge
 projection (raw edge features and ``lin_edge_weight``) on a 1.6M-edge graph, its forward+backward peak at least one
 ``[E, H*C]`` buffer below the projected path's; GAT's node-score kernels under autocast at 200,000 rows, and GAT
-compiled against eager. The reference runs in float64; low precision is judged against the error of the
-same-precision reference path.
+compiled against eager; a feature tensor just under and just over 2**31 elements (int32 and int64 offsets). The
+reference runs in float64; low precision is judged against the error of the same-precision reference path.
 """
 
 from __future__ import annotations
@@ -559,3 +559,60 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
     for case in cases:
         for a, b, d in zip(plain[case], first[case], shortcut[case], strict=True):
             assert torch.equal(a, b) and torch.equal(a, d), case
+
+
+@pytest.mark.slow
+@pytest.mark.gpu_alone
+@pytest.mark.parametrize("side", ["under", "over"])
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
+def test_int64_offsets_past_2_31_elements(op, side, monkeypatch):
+    """``x_src [Ns, 2 x 32]`` bfloat16 just under 2**31 elements with the rule's pad (the kernels' int32 offsets) and
+    just over (int64; about 10 GiB a case), bipartite to 8 destinations, each reading 16 sources among the top 1,000
+    rows (the highest offsets) and 8 anywhere: the rule's answer; the output, the returned attention and the
+    gradients of ``x_dst`` and ``attn_weights``, and ``x_src``'s on the rows the edges read, against the float64
+    reference on those rows alone; ``x_src``'s gradient zero on the top rows no edge reads (written by GAT's
+    node-score backward too)."""
+    free, _ = torch.cuda.mem_get_info()
+    if free < 16 * 2**30:
+        pytest.skip("needs ~16 GiB of free GPU memory")
+    v2, heads, c, nd = op == "gatv2", 2, 32, 8
+    d = heads * c
+    limit, pad = tuning.INT32_OFFSETS_BELOW, tuning.OFFSET_PAD_ROWS
+    if side == "under":  # a multiple of GAT's node-score backward's rows a program (8 x 1,024): none past Ns
+        ns = ((limit - 1) // d - pad) // 8192 * 8192
+    else:
+        ns = limit // d + 1
+    answers: list[bool] = []
+    rule = tuning.int64_offsets
+    monkeypatch.setattr(tuning, "int64_offsets", lambda *a, **k: answers.append(rule(*a, **k)) or answers[-1])
+
+    g = torch.Generator(device=DEV).manual_seed(3)
+    top = ns - 1000 + torch.randint(0, 1000, (nd, 16), device=DEV, generator=g)
+    anywhere = torch.randint(0, ns, (nd, 8), device=DEV, generator=g)
+    src = torch.cat([top, anywhere], 1).flatten()
+    dst = torch.arange(nd, device=DEV).repeat_interleave(24)
+    graph = CscGraph.from_edge_index(torch.stack([src, dst]), size=(ns, nd), index_dtype=torch.int32)
+    xs = torch.randn(ns, d, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_()
+    xd = torch.randn(nd, d, device=DEV, dtype=torch.bfloat16, generator=g).requires_grad_()
+    w = (torch.randn(d if v2 else 2 * d, device=DEV, generator=g) * 0.3).to(torch.bfloat16).requires_grad_()
+    kw = dict(v2=v2, heads=heads, concat=True)
+    out, att = tb.triton_gat(call_spec(graph, xs, xd, w, return_attention=True, **kw))
+    assert answers == [side == "over"]
+    go = torch.randn(out.shape, device=DEV, generator=g)
+    ga = torch.randn(att.shape, device=DEV, generator=g)
+    ((out.float() * go).sum() + (att * ga).sum()).backward()
+
+    used, sub_src = torch.unique(src, return_inverse=True)
+    sub = CscGraph.from_edge_index(torch.stack([sub_src, dst]), size=(used.shape[0], nd))
+    leaves = [t.detach()[used].double().requires_grad_() if t is xs else t.detach().double().requires_grad_()
+              for t in (xs, xd, w)]
+    r_out, r_att = reference.mha_gat(call_spec(sub, *leaves, **kw))
+    ((r_out * go.double()).sum() + (r_att * ga.double()).sum()).backward()
+    tol = TOL[torch.bfloat16]
+    assert _rel(out, r_out) < tol and _rel(att, r_att) < tol
+    for name, a, b in (("x_src", xs.grad[used], leaves[0].grad), ("x_dst", xd.grad, leaves[1].grad),
+                       ("attn_weights", w.grad, leaves[2].grad)):
+        assert _rel(a, b) < 3 * tol, f"grad of {name}: {_rel(a, b):.2e}"
+    untouched = torch.ones(1000, dtype=torch.bool, device=DEV)
+    untouched[used[used >= ns - 1000] - (ns - 1000)] = False
+    assert untouched.any() and not xs.grad[ns - 1000:][untouched].any()

@@ -41,8 +41,8 @@ class TritonBackend:
         return None
 
     def kernel_graph(self, spec: AttentionSpec, graph: CscGraph) -> TritonGraph:
-        """``graph`` as the kernels walk it: its arrays (int32 or int64 indices: the kernels compute every offset in
-        int64) and work lists, built once and kept on it (:func:`kernel_graph`)."""
+        """``graph`` as the kernels walk it: its arrays (int32 or int64 indices: the kernels compute offsets in the
+        width each call's sizes need, tuning.int64_offsets) and work lists, built once and kept on it (:func:`kernel_graph`)."""
         return kernel_graph(graph)
 
     def failed_to_launch_before(self, spec: AttentionSpec, graph: TritonGraph) -> bool:

@@ -26,8 +26,8 @@ from cudnn_gnn.graph import CscGraph
 from cudnn_gnn.spec import AttentionSpec, gat_attention_parts
 
 __all__ = ["DEFAULT_OPTIONS", "GatCall", "Gatv2Call", "KernelDropout", "SourceWalk", "TritonBackward", "TritonGraph",
-           "TritonOptions", "build_call", "built_kernel_graph", "gatv2_edge_inputs", "kernel_graph", "op_schema",
-           "scoped_options", "tensor_fields", "use_options"]
+           "TritonOptions", "build_call", "built_kernel_graph", "gatv2_edge_inputs", "kernel_graph", "offset_shapes",
+           "op_schema", "scoped_options", "tensor_fields", "use_options"]
 
 
 class KernelDropout(NamedTuple):
@@ -80,8 +80,9 @@ class TritonGraph:
 
     Attributes:
         source: a weak reference to the CSC graph it was built from (int32 or int64 indices: the kernels compute
-            every offset in int64), which keeps it: a strong one would make the two a reference cycle, and a sampled
-            block's tensors would then outlive its step until Python's cycle collector ran.
+            offsets in the width each call's sizes need, :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`),
+            which keeps it: a strong one would make the two a reference cycle, and a sampled block's tensors would
+            then outlive its step until Python's cycle collector ran.
         chunk: the most edges a program walks (:func:`~cudnn_gnn.backends.triton.tuning.chunk_size`).
         offsets, indices, map_csc_to_coo, num_src_nodes: the graph's, as the kernels read them.
         rows: the forward's (and the backward's destination pass') work list over ``offsets``.
@@ -171,7 +172,9 @@ class GatCall(NamedTuple):
     again) or explicit float32 factors ``[E, H]`` in CSC order (the caller's mask, permuted once per call), or None
     (:attr:`kernel_dropout`).
     Knobs: ``heads``, ``concat``, ``activation`` (a name of :data:`~cudnn_gnn.backends.triton.kernels.ACTIVATION_CODES`)
-    and ``activation_alpha``; ``gat_backward`` and ``launch``, :class:`TritonOptions`' (see there)."""
+    and ``activation_alpha``; ``gat_backward`` and ``launch``, :class:`TritonOptions`' (see there); ``i64``, whether
+    the kernels compute offsets in int64 (their ``I64``; int32 otherwise), decided once a call by
+    :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets` (:func:`build_call`)."""
 
     offsets: Tensor
     indices: Tensor
@@ -191,6 +194,7 @@ class GatCall(NamedTuple):
     dropout_threshold: int
     gat_backward: str
     launch: list[int]
+    i64: bool
 
     @property
     def kernel_dropout(self) -> KernelDropout | None:
@@ -204,7 +208,8 @@ class Gatv2Call(NamedTuple):
     H*C]``, ``edge_attr [E, H*C]`` (COO, projected) or None, ``attn_weights [H*C]``; or, with the edge projection fused
     (:func:`gatv2_edge_inputs`), the raw ``edge_attr [E, De]`` and ``lin_edge_weight [H*C, De]``, projected inside the
     kernels (None otherwise). ``edge_grads``: on the fused path, which edge gradients the backward computes (bit 0:
-    ``edge_attr``'s, bit 1: ``lin_edge_weight``'s; the others come back empty); 0 otherwise."""
+    ``edge_attr``'s, bit 1: ``lin_edge_weight``'s; the others come back empty); 0 otherwise. ``i64`` as
+    :class:`GatCall`'s."""
 
     offsets: Tensor
     indices: Tensor
@@ -225,6 +230,7 @@ class Gatv2Call(NamedTuple):
     dropout_threshold: int
     edge_grads: int
     launch: list[int]
+    i64: bool
 
     @property
     def kernel_dropout(self) -> KernelDropout | None:
@@ -394,13 +400,49 @@ def gatv2_edge_inputs(spec: AttentionSpec, needs_grad: bool) -> tuple[Tensor | N
     return spec.projected_edge_attr(), None
 
 
+def offset_shapes(spec: AttentionSpec, graph: TritonGraph, walk: SourceWalk | None, edge_attr: Tensor | None,
+                  lin_edge_weight: Tensor | None, launch: list[int]) -> list[tuple[int, int]]:
+    """Every tensor the kernels of a call index, as ``(rows, row width)`` in elements, for
+    :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`: the node rows ``x_src [Ns, H*C]`` (and its gradient),
+    ``x_dst``, the output and their gradients ``[Nd, H*C]``, GAT's destination record ``[Nd, 4H]`` (``lse`` and the
+    scores ``[N, H]`` are narrower), the offsets ``[Nd+1]``; every ``[E, H]`` tensor (returned attention, keep flags,
+    dropout factors, GAT's edge scores, the backward's buffers; the indices and maps ``[E]`` are narrower); GATv2's
+    ``edge_attr`` (``[E, H*C]`` projected or ``[E, De]`` raw, and its gradient); the work lists (the rows' and,
+    with a backward (``walk``), the sources'); the hub partial slots ``[S, H*C]`` (``S``: both lists' slots
+    together, a bound) and GATv2's attention-vector partials ``[Nd + S, H*C]``; the fused edge projection's
+    weight-gradient partials ``[P, H*C * De]``; GAT's node-score backward, the rows its programs walk ``[P * ROWS,
+    H*C]`` and its partials ``[2P, H*C]``, and its destination sum's partials ``[2B, H]`` (``B`` blocks of edges).
+    ``launch``: the call's overrides (the shapes of those kernels)."""
+    heads, dim = spec.heads, spec.dim
+    ns, nd, e = spec.x_src.shape[0], graph.offsets.shape[0] - 1, graph.num_edges
+    lists = [*graph.rows] + ([walk.src_work, walk.src_hub_work, walk.src_hubs] if walk is not None else [])
+    slots = graph.rows.hub_work.shape[0] + (walk.src_hub_work.shape[0] if walk is not None else 0)
+    shapes = [(ns, dim), (nd, dim), (nd + 1, 1), (e, heads), (slots, dim)]
+    shapes += [(t.shape[0], t.shape[1] if t.dim() == 2 else 1) for t in lists]
+    if spec.v2:
+        shapes.append((nd + slots, dim))
+        if edge_attr is not None:
+            shapes.append((e, edge_attr.shape[1]))
+        if lin_edge_weight is not None and edge_attr is not None:
+            shapes.append((tuning.cdiv(e, tuning.edge_span(e)), dim * edge_attr.shape[1]))
+    else:
+        rows = max(ns, nd)
+        block_n = tuning.node_score_shape("scores_bwd", heads, dim // heads, launch)[0]
+        programs, per = tuning.score_bwd_programs(rows, block_n)
+        block = tuning.dst_sum_shape(heads, launch)[0]
+        shapes += [(nd, 4 * heads), (programs * per * block_n, dim), (2 * programs, dim),
+                   (2 * tuning.cdiv(e, block), heads)]
+    return shapes
+
+
 def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
                options: TritonOptions = DEFAULT_OPTIONS) -> tuple[GatCall | Gatv2Call, SourceWalk | None]:
     """The op arguments for the validated call ``spec`` on ``graph`` (its kernel graph, :func:`kernel_graph`): the
     call record (:class:`GatCall`, GAT's edge scores computed differentiably by one GEMM; or :class:`Gatv2Call`, its
-    edge projection fused or not, :func:`gatv2_edge_inputs`), and the backward's :class:`SourceWalk` where
-    ``needs_grad`` (the reverse CSC and source work list, :meth:`TritonGraph.backward`, built then the first time and
-    kept), else None."""
+    edge projection fused or not, :func:`gatv2_edge_inputs`; its offset width by
+    :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets` of :func:`offset_shapes`), and the backward's
+    :class:`SourceWalk` where ``needs_grad`` (the reverse CSC and source work list, :meth:`TritonGraph.backward`, built
+    then the first time and kept), else None."""
     g = graph
     walk = None
     if needs_grad:
@@ -408,12 +450,14 @@ def build_call(spec: AttentionSpec, graph: TritonGraph, *, needs_grad: bool,
         walk = SourceWalk(rev.rev_to_csc, rev.dst_index, rev.rev_dst, *rev.src)
     drop = _kernel_dropout(spec, g)
     dropout, threshold = (None, 0) if drop is None else drop
+    launch = options.launch_codes()
+    edge_attr, lin_edge_weight = gatv2_edge_inputs(spec, needs_grad) if spec.v2 else (None, None)
+    i64 = tuning.int64_offsets(offset_shapes(spec, g, walk, edge_attr, lin_edge_weight, launch), launch)
     knobs: dict[str, Any] = dict(dropout=dropout, heads=spec.heads, concat=spec.concat, activation=spec.activation,
                                  activation_alpha=spec.activation_alpha, dropout_threshold=threshold,
-                                 launch=options.launch_codes())
+                                 launch=launch, i64=i64)
     rows = g.rows
     if spec.v2:
-        edge_attr, lin_edge_weight = gatv2_edge_inputs(spec, needs_grad)
         needs_map = edge_attr is not None or spec.return_attention  # dropout is keyed by CSC position: no map
         edge_grads = 0
         if lin_edge_weight is not None and edge_attr is not None:

@@ -85,7 +85,7 @@ def _forward(*args: Any) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     out, lse, att, scores, flags = _outputs(c, return_attention, write_keep)
     parts = _split_scores(c, scores)
     k = kernels()
-    k.launch_node_scores(c.x_src, c.x_dst, c.att_node, c.heads, out=parts, launch=c.launch)
+    k.launch_node_scores(c.x_src, c.x_dst, c.att_node, c.heads, out=parts, launch=c.launch, i64=c.i64)
     k.launch_forward(c, parts, out, lse, att if return_attention else None, flags if write_keep else None)
     return out, lse, att, scores, flags
 
@@ -167,7 +167,7 @@ def _fold_node_scores(c: GatCall, d_x_src: Tensor, d_score_src: Tensor,
     d_x_dst = d_x_src.new_empty(0) if c.x_dst is None else like(c.x_dst, d_x_src)
     d_a = kernels().launch_node_scores_backward(
         c.x_src, c.x_dst, c.att_node, c.heads, d_score_src, d_score_dst, d_x_src,
-        None if c.x_dst is None else d_x_dst, c.launch)
+        None if c.x_dst is None else d_x_dst, c.launch, c.i64)
     return d_x_src, d_x_dst, d_a
 
 

@@ -12,16 +12,17 @@ sweeps, ``benchmarks/investigations/triton_tuning.py`` and ``bench_sampled.py --
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 
 from torch import Tensor
 
-__all__ = ["DST_SUM_TILE", "EDGE_PROGRAMS", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM",
-           "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MAX_WARPS", "MIN_CHUNK_E", "MIN_EDGE_SPAN",
-           "SCORE_BWD_PROGRAMS", "SCORE_BWD_TILE", "SCORE_TILE", "TUNED_SHAPES", "cdiv", "check_launch", "chunk_size",
-           "default_launch_shape", "dst_sum_shape", "edge_kernel_shape", "edge_span", "fuse_edge_projection",
-           "launch_config", "launch_override", "launch_shape", "next_pow2", "node_score_shape", "tile_classes"]
+__all__ = ["DST_SUM_TILE", "EDGE_PROGRAMS", "INT32_OFFSETS_BELOW", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E",
+           "MAX_FUSED_EDGE_DIM", "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MAX_WARPS", "MIN_CHUNK_E",
+           "MIN_EDGE_SPAN", "OFFSET_PAD_ROWS", "SCORE_BWD_PROGRAMS", "SCORE_BWD_TILE", "SCORE_TILE", "TUNED_SHAPES",
+           "cdiv", "check_launch", "chunk_size", "default_launch_shape", "dst_sum_shape", "edge_kernel_shape",
+           "edge_span", "fuse_edge_projection", "int64_offsets", "launch_config", "launch_override", "launch_shape",
+           "next_pow2", "node_score_shape", "score_bwd_programs", "tile_classes"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -271,6 +272,15 @@ SCORE_BWD_PROGRAMS = 4096
 against 1,024 and 16,384: docs/performance.md, "The fold as a kernel"."""
 
 
+def score_bwd_programs(rows: int, block_n: int) -> tuple[int, int]:
+    """``(programs, blocks a program)`` of the node-score backward over ``rows`` rows in blocks of ``block_n`` rows:
+    ``blocks a program = ceil(blocks / SCORE_BWD_PROGRAMS)``, ``programs = ceil(blocks / blocks a program)`` (at
+    most :data:`SCORE_BWD_PROGRAMS`, at most one per block; none for no rows)."""
+    blocks = cdiv(rows, block_n)
+    per = max(1, cdiv(blocks, SCORE_BWD_PROGRAMS))
+    return cdiv(blocks, per), per
+
+
 MIN_CHUNK_E = 256
 MAX_CHUNK_E = 1024
 """Bounds of the chunk size of :func:`chunk_size` (module globals so that tests can force tiny chunks)."""
@@ -343,3 +353,29 @@ def fuse_edge_projection(num_edges: int, heads: int, dim: int, dim_edge: int, el
         return True
     partials = -(-num_edges // edge_span(num_edges)) * dim * dim_edge * 4
     return partials <= FUSED_EXTRA_SHARE * num_edges * dim * elem_bytes
+
+
+INT32_OFFSETS_BELOW = 2**31
+"""The kernels compute their offsets in int32 where every tensor a call's kernels index stays below this many
+elements, its pad included (:func:`int64_offsets`): int32's range."""
+
+OFFSET_PAD_ROWS = 8192
+"""Rows past a tensor's last row that :func:`int64_offsets` counts for masked lanes: a kernel's last block (edges
+past a row's end, rows past the last one in the dense passes, padded heads and channels) computes offsets beyond the
+tensor, which it never loads but which must not wrap. The rules' blocks reach at most 4096 rows past the end (GAT's
+dense delta pass at one head of width 1; edge blocks 2048 at most, padded heads less than four rows)."""
+
+
+def int64_offsets(shapes: Iterable[tuple[int, int]], launch: Sequence[int] = ()) -> bool:
+    """Whether a call's kernels compute offsets in int64 (their ``I64``): True where one of the tensors they index,
+    ``shapes``, each ``(rows, row width)`` in elements, reaches :data:`INT32_OFFSETS_BELOW` elements with
+    :data:`OFFSET_PAD_ROWS` rows more, or more still where the call's ``launch`` overrides (flat ``(kernel index,
+    BLOCK_E, num_warps, HG or 0)`` quadruples, :meth:`~cudnn_gnn.backends.triton.TritonOptions.launch_codes`) ask
+    for a larger block: a masked lane reaches a block past the last row. Else int32, which every offset then fits:
+    int64 offsets cost a thread registers (two a lane, and multiplies of several instructions) that its occupancy
+    pays for (figures: docs/performance.md, "int32 offsets"). Decided once a call
+    (:func:`~cudnn_gnn.backends.triton.call.build_call`)."""
+    pad = OFFSET_PAD_ROWS
+    for i in range(1, len(launch), 4):
+        pad = max(pad, launch[i])
+    return any((rows + pad) * width >= INT32_OFFSETS_BELOW for rows, width in shapes)

@@ -38,7 +38,11 @@ Where a program stores values (a reduction's layout) and reads them back in anot
 separates the write from the read and the read from the next overwrite (threads of other warps hold the other
 layout; the sequential interpreter cannot show such races).
 
-All pointer offsets are computed in int64 (``N * H * C`` and ``E * H * C`` may pass 2**31 with int32 indices);
+Pointer offsets are computed in the call's offset width, the kernels' ``I64`` constexpr (:func:`common._idx`): int32
+where every tensor a call's kernels index stays below 2**31 elements with a pad of rows for masked lanes, else int64
+(``N * H * C`` and ``E * H * C`` may pass 2**31 with int32 indices; the rule:
+:func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`, decided once a call). int32 offsets take fewer registers a
+thread (docs/performance.md, "int32 offsets"). Dropout's Philox counters are 64-bit either way (the same draws);
 arithmetic is float32 whatever the storage dtype; stores cast to the destination tensor's dtype.
 
 The heads ``H`` and the head width ``C`` are constexprs of the row kernels (the forward, the destination and source

@@ -19,6 +19,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _edge_rows,
     _fused_dim,
     _head_group,
+    _idx,
     _item,
     _logits,
     _merge_sum,
@@ -41,23 +42,24 @@ def _bwd_dst_block1(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delt
                     drop_ptr, drop_thr, datt_ptr, alpha_buf_ptr, ds_buf_ptr,
                     H, D, alpha,
                     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-                    DROP: tl.constexpr, HAS_DATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+                    DROP: tl.constexpr, HAS_DATT: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr,
+                    I64: tl.constexpr):
     """Pass 1 over one block: ``p`` and ``g`` per (edge, head) into the buffers, ``delta`` accumulated."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
     eh_mask = e_mask[:, None] & hm[None, :]
-    src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+    src = _idx(tl.load(indices_ptr + e_pos, mask=e_mask, other=0), I64)
     tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
     xj = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
     s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
-                     map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT)
+                     map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT, I64)
     p = tl.where(eh_mask, tl.exp(s - lse[None, :]), 0.0)
     g = _sum(xj * dout[None, :, :], 2)
     if HAS_DATT:
         g += tl.load(datt_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
     a = p
     if DROP != 0:
-        a = p * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
+        a = p * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP, I64)
     delta += _sum(a * g, 0)
     buf_off = e_pos[:, None] * H + h_off[None, :]
     tl.store(alpha_buf_ptr + buf_off, p, mask=eh_mask)
@@ -71,13 +73,13 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
                     drop_ptr, drop_thr, alpha_buf_ptr, ds_buf_ptr, dedge_ptr, dsedge_ptr,
                     H, D, alpha,
                     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-                    DROP: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr):
+                    DROP: tl.constexpr, ACT: tl.constexpr, BLOCK: tl.constexpr, I64: tl.constexpr):
     """Pass 2 over one block: ``ds``, the per-edge gradients, the destination-side sums accumulated. With the fused
     projection (``DE > 0``) the edge gradients are left to :func:`_bwd_edge_kernel`, which reads ``ds``."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
     eh_mask = e_mask[:, None] & hm[None, :]
-    coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
+    coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP, I64)
     buf_off = e_pos[:, None] * H + h_off[None, :]
     p = tl.load(alpha_buf_ptr + buf_off, mask=eh_mask, other=0.0)
     g = tl.load(ds_buf_ptr + buf_off, mask=eh_mask, other=0.0)
@@ -85,12 +87,12 @@ def _bwd_dst_block2(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, delta, dxi, dat
     # layout): every read lands before any of those writes
     tl.debug_barrier()
     if DROP != 0:
-        mk = _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
+        mk = _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP, I64)
     else:
         mk = tl.where(eh_mask, 1.0, 0.0)
     ds = p * (mk * g - delta[None, :])
     tl.store(alpha_buf_ptr + buf_off, p * mk, mask=eh_mask)
-    src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+    src = _idx(tl.load(indices_ptr + e_pos, mask=e_mask, other=0), I64)
     if V2:
         tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
         z = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask,
@@ -130,7 +132,7 @@ def _bwd_dst_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, DROP: tl.constexpr,
     HAS_DATT: tl.constexpr, ACT: tl.constexpr, ONLY_DELTA: tl.constexpr,
-    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr,
 ):
     """Destination pass: for destination ``i`` and each head ``h`` of the program's group, recompute
     ``p_e = exp(s_e - lse_i)`` and ``alpha_e = p_e m_e``; ``g_e = <dout_i, x_j> + datt_e``;
@@ -143,9 +145,9 @@ def _bwd_dst_kernel(
     its slot), the slots are summed per row in a fixed order into ``delta_rows``, and the main launch then runs only
     pass 2 over each chunk, writing its destination-side sums (GATv2 ``dx_dst`` and the attention-vector partial,
     GAT ``d score_dst``) to its slot, merged in a fixed order afterwards."""
-    row, start, end, slot = _item(work_ptr, WHOLE)
+    row, start, end, slot = _item(work_ptr, WHOLE, I64)
     ps = tl.maximum(slot, 0)
-    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C, I64)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
     D = H * C
@@ -170,7 +172,7 @@ def _bwd_dst_kernel(
         delta = _bwd_dst_block1(e0, p1_end, h_off, hm, hc, hc_mask, xi, aw, sd, dout, lse, delta,
                                 indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                 drop_ptr, drop_thr, datt_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha,
-                                V2, HAS_MAP, HAS_EDGE, DE, DROP, HAS_DATT, ACT, BLOCK_E)
+                                V2, HAS_MAP, HAS_EDGE, DE, DROP, HAS_DATT, ACT, BLOCK_E, I64)
     if ONLY_DELTA:
         tl.store(delta_part_ptr + ps * H + h_off, delta, mask=hm & part)
     else:
@@ -187,7 +189,7 @@ def _bwd_dst_kernel(
                                                indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr,
                                                sedge_ptr, drop_ptr, drop_thr, alpha_buf_ptr, ds_buf_ptr,
                                                dedge_ptr, dsedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE,
-                                               DROP, ACT, BLOCK_E)
+                                               DROP, ACT, BLOCK_E, I64)
         if V2:
             tl.store(dx_dst_ptr + row * D + hc, dxi, mask=hc_mask & whole[:, None])
             tl.store(dattw_ptr + row * D + hc, datt_w, mask=hc_mask & whole[:, None])
@@ -237,13 +239,14 @@ def launch_backward_dst(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor]
         heads, c, call.activation_alpha,
     )
     flags = dict(V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
-                 DROP=drop_mode(drop), HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[call.activation], **cfg)
+                 DROP=drop_mode(drop), HAS_DATT=datt is not None, ACT=ACTIVATION_CODES[call.activation], I64=call.i64,
+                 **cfg)
     if n_hubs:
         _bwd_dst_kernel[(n_slots, groups)](hub_work, *common, ONLY_DELTA=True, WHOLE=False, **flags)
-        _merge_sum(hubs, delta_part, delta_rows, heads)
+        _merge_sum(hubs, delta_part, delta_rows, heads, call.i64)
     _bwd_dst_kernel[(n_items(work), groups)](work, *common, ONLY_DELTA=False, WHOLE=work.dim() == 1,
                                              **flags)
     if v2 and dx_dst is not None:
-        _merge_sum(hubs, dxd_part, dx_dst, d)
+        _merge_sum(hubs, dxd_part, dx_dst, d, call.i64)
     if not v2 and dscore_dst is not None:
-        _merge_sum(hubs, dsd_part, dscore_dst, heads)
+        _merge_sum(hubs, dsd_part, dscore_dst, heads, call.i64)

@@ -15,6 +15,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _act_grad,
     _coo_ids,
     _edge_rows,
+    _idx,
     _or,
     _sum,
 )
@@ -31,7 +32,7 @@ def _bwd_edge_kernel(
     dedge_ptr, dew_part_ptr,
     E, SPAN, H, C, alpha,
     HAS_MAP: tl.constexpr, DEDGE: tl.constexpr, DEW: tl.constexpr, ACT: tl.constexpr, DE: tl.constexpr,
-    DE_PAD: tl.constexpr, BLOCK: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    DE_PAD: tl.constexpr, BLOCK: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr,
 ):
     """GATv2's fused edge projection, backward: program ``p`` takes the CSC positions ``p * SPAN .. (p + 1) * SPAN``
     (all heads, ``HG >= H``), recomputes ``dz_e = ds_e a act'(x_j + x_i + edge_attr_e W^T)`` per edge (``ds`` from
@@ -39,26 +40,26 @@ def _bwd_edge_kernel(
     edge once: ``DEDGE``) and its partial ``sum_e edge_attr_e^T dz_e`` of ``dW`` to row ``p`` of
     ``dew_part [P, H*C, DE]`` (``DEW``), which the caller sums over ``p`` in a fixed order. The ``[DE_PAD, HG,
     BLOCK_C]`` partial lives in registers (the caller bounds ``DE_PAD * HG * BLOCK_C``)."""
-    p = tl.program_id(0).to(tl.int64)
+    p = _idx(tl.program_id(0), I64)
     start = p * SPAN
     end = tl.minimum(start + SPAN, E)
-    h_off = tl.arange(0, HG).to(tl.int64)
+    h_off = _idx(tl.arange(0, HG), I64)
     hm = h_off < H
     c_off = tl.arange(0, BLOCK_C)
     hc = h_off[:, None] * C + c_off[None, :]
     hc_mask = hm[:, None] & (c_off < C)[None, :]
     D = H * C
     aw = tl.load(attw_ptr + hc, mask=hc_mask, other=0.0).to(tl.float32)
-    k_off = tl.arange(0, DE_PAD).to(tl.int64)
+    k_off = _idx(tl.arange(0, DE_PAD), I64)
     dew = tl.full([DE_PAD, HG, BLOCK_C], 0.0, tl.float32)
     for e0 in range(start, end, BLOCK):
         e_pos = e0 + tl.arange(0, BLOCK)
         e_mask = e_pos < end
         eh_mask = e_mask[:, None] & hm[None, :]
         tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
-        src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-        dst = tl.load(dst_index_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
-        coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
+        src = _idx(tl.load(indices_ptr + e_pos, mask=e_mask, other=0), I64)
+        dst = _idx(tl.load(dst_index_ptr + e_pos, mask=e_mask, other=0), I64)
+        coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP, I64)
         z = (tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
              + tl.load(x_dst_ptr + dst[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
              + _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE))
@@ -101,5 +102,5 @@ def launch_backward_edge(call: Gatv2Call, dst_index: Tensor, ds_buf: Tensor, ded
         e, span, heads, c, call.activation_alpha,
         HAS_MAP=map_ is not None, DEDGE=dedge is not None, DEW=dew_part is not None,
         ACT=ACTIVATION_CODES[call.activation], DE=de, DE_PAD=de_pad, BLOCK=block, HG=hg, BLOCK_C=block_c,
-        num_warps=num_warps,
+        I64=call.i64, num_warps=num_warps,
     )

@@ -17,6 +17,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _edge_rows,
     _fused_dim,
     _head_group,
+    _idx,
     _item,
     _merge_sum,
     _or,
@@ -31,15 +32,15 @@ __all__ = ["launch_backward_src"]
 
 
 @triton.jit
-def _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST: tl.constexpr):
-    """``(e_pos, i)`` (int64) of the reverse-CSC positions ``k``: each out-edge's CSC position and destination.
+def _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST: tl.constexpr, I64: tl.constexpr):
+    """``(e_pos, i)`` (:func:`_idx`'s width) of the reverse-CSC positions ``k``: each out-edge's CSC position and destination.
     ``REV_DST``: the destination read from ``rev_dst [E]`` beside the position (both loads depend on ``k`` only),
     else ``dst_index[e_pos]`` (a load that waits for the first)."""
-    e_pos = tl.load(rev_to_csc_ptr + k, mask=k_mask, other=0).to(tl.int64)
+    e_pos = _idx(tl.load(rev_to_csc_ptr + k, mask=k_mask, other=0), I64)
     if REV_DST:
-        i = tl.load(rev_dst_ptr + k, mask=k_mask, other=0).to(tl.int64)
+        i = _idx(tl.load(rev_dst_ptr + k, mask=k_mask, other=0), I64)
     else:
-        i = tl.load(dst_index_ptr + e_pos, mask=k_mask, other=0).to(tl.int64)
+        i = _idx(tl.load(dst_index_ptr + e_pos, mask=k_mask, other=0), I64)
     return e_pos, i
 
 
@@ -48,12 +49,12 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
                    rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr, dout_ptr, alpha_buf_ptr,
                    ds_buf_ptr, H, D, alpha,
                    V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
-                   ACT: tl.constexpr, REV_DST: tl.constexpr, BLOCK: tl.constexpr):
+                   ACT: tl.constexpr, REV_DST: tl.constexpr, BLOCK: tl.constexpr, I64: tl.constexpr):
     """One block of a source's out-edges (reverse-CSC positions ``k0 .. k0 + BLOCK``)."""
     k = k0 + tl.arange(0, BLOCK)
     k_mask = k < end
     kh_mask = k_mask[:, None] & hm[None, :]
-    e_pos, i = _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST)
+    e_pos, i = _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST, I64)
     tile_mask = k_mask[:, None, None] & hc_mask[None, :, :]
     buf_off = e_pos[:, None] * H + h_off[None, :]
     a = tl.load(alpha_buf_ptr + buf_off, mask=kh_mask, other=0.0)
@@ -64,7 +65,7 @@ def _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
     if V2:
         z = tl.load(x_dst_ptr + row_off, mask=tile_mask, other=0.0).to(tl.float32) + xj[None, :, :]
         if HAS_EDGE:
-            coo = _coo_ids(map_ptr, e_pos, k_mask, HAS_MAP)
+            coo = _coo_ids(map_ptr, e_pos, k_mask, HAS_MAP, I64)
             z += _edge_rows(coo, k_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE)
         dz = ds[:, :, None] * aw[None, :, :] * _act_grad(z, ACT, alpha)
         dx += _sum(tl.where(tile_mask, dz, 0.0), 0)
@@ -83,15 +84,15 @@ def _bwd_src_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr,
     REV_DST: tl.constexpr,
-    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr,
 ):
     """Source pass over the reverse CSC: for source ``j`` (a work item over reverse-CSC positions) and each head
     ``h`` of the program's group, ``dx_j = sum_e alpha_e dout_i`` plus, for GATv2, ``sum_e ds_e a act'(x_j + x_i +
     f_e)``; for GAT the score gradient ``dscore_src_j = sum_e dz_e``. A chunk of a hub source writes its sums to its
     partial slot (merged in a fixed order afterwards)."""
-    j, start, end, slot = _item(work_ptr, WHOLE)
+    j, start, end, slot = _item(work_ptr, WHOLE, I64)
     ps = tl.maximum(slot, 0)
-    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C, I64)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
     D = H * C
@@ -107,7 +108,7 @@ def _bwd_src_kernel(
         dx, dss = _bwd_src_block(k0, end, xj, aw, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, x_dst_ptr, edge_ptr, ew_ptr,
                                  dout_ptr, alpha_buf_ptr, ds_buf_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT,
-                                 REV_DST, BLOCK_E)
+                                 REV_DST, BLOCK_E, I64)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     if not V2:
@@ -136,8 +137,9 @@ def launch_backward_src(call: GatCall | Gatv2Call, walk: SourceWalk, dout: Tenso
         dx_src, _or(dscore_src, alpha_buf), dx_part, dss_part,
         heads, c, call.activation_alpha,
         V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=edge is not None, DE=_fused_dim(edge, edge_weight),
-        ACT=ACTIVATION_CODES[call.activation], REV_DST=walk.rev_dst is not None, WHOLE=work.dim() == 1, **cfg,
+        ACT=ACTIVATION_CODES[call.activation], REV_DST=walk.rev_dst is not None, WHOLE=work.dim() == 1, I64=call.i64,
+        **cfg,
     )
-    _merge_sum(hubs, dx_part, dx_src, heads * c)
+    _merge_sum(hubs, dx_part, dx_src, heads * c, call.i64)
     if not v2 and dscore_src is not None:
-        _merge_sum(hubs, dss_part, dscore_src, heads)
+        _merge_sum(hubs, dss_part, dscore_src, heads, call.i64)

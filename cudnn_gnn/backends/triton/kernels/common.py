@@ -35,6 +35,20 @@ def _max(x, axis: tl.constexpr):
 
 
 @triton.jit
+def _idx(x, I64: tl.constexpr):
+    """``x`` (an index: a program id, a row, a CSC position, a work item's field) in the width the kernels compute
+    offsets in: int64 where ``I64``, else int32. ``I64`` is the call's
+    (:func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`): int32 offsets wherever every tensor a kernel indexes,
+    with a pad of rows for masked lanes, stays below 2**31 elements, so no offset of any lane overflows; they take half
+    the registers of int64 ones (an int64 offset is two registers a lane, its multiply several instructions)."""
+    if I64:
+        y = x.to(tl.int64)
+    else:
+        y = x.to(tl.int32)
+    return y
+
+
+@triton.jit
 def _act(z, ACT: tl.constexpr, alpha):
     if ACT == 1:
         y = tl.where(z > 0, z, z * alpha)
@@ -80,21 +94,21 @@ def _act_grad(z, ACT: tl.constexpr, alpha):
 # gathered per out-edge, x_j loaded once per source), and a destination sum over the [E, H] buffer the source pass
 # wrote (a segmented sum in CSC order). No program reads back what it stored itself: no barriers needed.
 @triton.jit
-def _head_group(H, C, HG: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The program's head group (axis 1 of the grid): ``h_off [HG]`` (int64), its mask, the feature offsets
+def _head_group(H, C, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr):
+    """The program's head group (axis 1 of the grid): ``h_off [HG]`` (:func:`_idx`'s width), its mask, the feature offsets
     ``hc [HG, BLOCK_C] = h * C + c`` and their mask."""
-    h_off = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    h_off = _idx(tl.program_id(1), I64) * HG + tl.arange(0, HG)
     hm = h_off < H
     c_off = tl.arange(0, BLOCK_C)
     return h_off, hm, h_off[:, None] * C + c_off[None, :], hm[:, None] & (c_off < C)[None, :]
 
 
 @triton.jit
-def _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP: tl.constexpr):
-    """The COO ids (int64) of the CSC positions ``e_pos``: through the CSC -> COO map, or the positions themselves
+def _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP: tl.constexpr, I64: tl.constexpr):
+    """The COO ids (:func:`_idx`'s width) of the CSC positions ``e_pos``: through the CSC -> COO map, or the positions themselves
     where no edge tensor is read or written (no map)."""
     if HAS_MAP:
-        coo = tl.load(map_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+        coo = _idx(tl.load(map_ptr + e_pos, mask=e_mask, other=0), I64)
     else:
         coo = e_pos
     return coo
@@ -123,16 +137,17 @@ def _edge_rows(coo, e_mask, hc, hc_mask, edge_ptr, ew_ptr, D, DE: tl.constexpr):
 def _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
             map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
             H, D, alpha,
-            V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr):
+            V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, ACT: tl.constexpr,
+            I64: tl.constexpr):
     """Logits ``s [BLOCK, HG]`` (float32) of a block of CSC positions ``e_pos [BLOCK]`` with sources ``src`` for the
-    heads ``h_off [HG]``, and ``coo``, their COO ids (int64).
+    heads ``h_off [HG]``, and ``coo``, their COO ids (:func:`_idx`'s width).
 
     GAT: ``act(score_src[j, h] + sd[h] + score_edge[coo, h])`` with ``sd`` the destination's scores (loaded once per
     program, not per block). GATv2: ``sum_c a[h, c] act(z[h, c])`` with ``z = x_j + x_i + f_coo``;
     ``xj [BLOCK, HG, BLOCK_C]`` is the gathered source tile, ``xi [HG, BLOCK_C]`` the destination's slice,
     ``aw [HG, BLOCK_C]`` the attention vector; ``hc [HG, BLOCK_C]`` the offsets ``h * C + c`` inside a feature row;
     ``f`` from :func:`_edge_rows` (``DE > 0``: projected on the fly)."""
-    coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
+    coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP, I64)
     if V2:
         z = xj + xi[None, :, :]
         if HAS_EDGE:
@@ -193,7 +208,7 @@ def _draws(seed, e_pos, h_off):
 
 
 @triton.jit
-def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexpr):
+def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexpr, I64: tl.constexpr):
     """The attention dropout factors ``[BLOCK, HG]`` float32 of the CSC positions ``e_pos [BLOCK]`` and heads
     ``h_off [HG]`` (0 on masked lanes). ``DROP == 1``: read from explicit factors ``[E, H]`` in CSC order (one
     contiguous run of a row's edges). ``DROP == 2``: counter-based, nothing read but the seed ``drop_ptr [1]``
@@ -204,11 +219,11 @@ def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexp
     3 the factor of a kept edge is ``1 / (1 - drop_thr / 2**31)``, computed in float64 and rounded once
     (:mod:`cudnn_gnn._philox` is the same function in torch, bit for bit), so both give the same bits."""
     if DROP == 1:
-        f = tl.load(drop_ptr + e_pos.to(tl.int64)[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
+        f = tl.load(drop_ptr + _idx(e_pos, I64)[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0)
     else:
         thr = tl.full([1], drop_thr, tl.int64)  # a runtime int64 whatever Triton specialised the argument to
         if DROP == 3:
-            keep = tl.load(drop_ptr + e_pos.to(tl.int64)[:, None] * H + h_off[None, :], mask=eh_mask, other=0) != 0
+            keep = tl.load(drop_ptr + _idx(e_pos, I64)[:, None] * H + h_off[None, :], mask=eh_mask, other=0) != 0
         else:
             seed = tl.load(drop_ptr)
             keep = (_draws(seed, e_pos, h_off) >> 1).to(tl.int64) >= thr
@@ -220,61 +235,61 @@ def _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP: tl.constexp
 
 
 @triton.jit
-def _store_keep(keep_ptr, e_pos, h_off, eh_mask, f, H):
+def _store_keep(keep_ptr, e_pos, h_off, eh_mask, f, H, I64: tl.constexpr):
     """Write the keep flags of the dropout factors ``f [BLOCK, HG]`` (:func:`_drop_factor`'s) of the CSC positions
     ``e_pos [BLOCK]`` and heads ``h_off [HG]`` to ``keep_ptr [E, H]`` (uint8, CSC order): 1 where ``f != 0``. That is
     the draw's decision exactly (a kept edge's factor is 0 only at ``p = 1``, where no edge is kept), and
     :func:`_drop_factor` with ``DROP == 3`` turns a flag back into the same factor. A program of a row walk writes its
     head group's bytes of its own edges (one contiguous run a block where the group holds every head): no two
     programs write one byte."""
-    tl.store(keep_ptr + e_pos.to(tl.int64)[:, None] * H + h_off[None, :], (f != 0).to(tl.uint8), mask=eh_mask)
+    tl.store(keep_ptr + _idx(e_pos, I64)[:, None] * H + h_off[None, :], (f != 0).to(tl.uint8), mask=eh_mask)
 
 
 @triton.jit
-def _item(work_ptr, WHOLE: tl.constexpr):
-    """A work item ``(row, start, end, slot)`` (int64): the row's CSC positions ``start .. end`` and where its
+def _item(work_ptr, WHOLE: tl.constexpr, I64: tl.constexpr):
+    """A work item ``(row, start, end, slot)`` (:func:`_idx`'s width): the row's CSC positions ``start .. end`` and where its
     results go, ``slot == -1``: the row itself (the whole row), ``slot >= 0``: partial slot ``slot`` (one chunk of a
     hub row, merged later), ``slot == -2``: nothing (padding of the fixed-size work list). ``WHOLE``: the work list
     is the offsets ``[N+1]`` themselves (see :func:`n_items`): program ``i`` takes row ``i`` whole."""
-    pid = tl.program_id(0).to(tl.int64)
+    pid = _idx(tl.program_id(0), I64)
     if WHOLE:
-        row, start, end, slot = pid, tl.load(work_ptr + pid).to(tl.int64), tl.load(work_ptr + pid + 1).to(tl.int64), \
+        row, start, end, slot = pid, _idx(tl.load(work_ptr + pid), I64), _idx(tl.load(work_ptr + pid + 1), I64), \
             pid * 0 - 1
     else:
         item = work_ptr + pid * 4
-        row, start, end, slot = tl.load(item).to(tl.int64), tl.load(item + 1).to(tl.int64), \
-            tl.load(item + 2).to(tl.int64), tl.load(item + 3).to(tl.int64)
+        row, start, end, slot = _idx(tl.load(item), I64), _idx(tl.load(item + 1), I64), \
+            _idx(tl.load(item + 2), I64), _idx(tl.load(item + 3), I64)
     return row, start, end, slot
 
 
 @triton.jit
 def _normalise_att(start, end, lse, h_off, hm, map_ptr, drop_ptr, drop_thr, att_ptr, H,
-                   HAS_MAP: tl.constexpr, DROP: tl.constexpr, BLOCK: tl.constexpr):
+                   HAS_MAP: tl.constexpr, DROP: tl.constexpr, BLOCK: tl.constexpr, I64: tl.constexpr):
     """Turn the raw logits stored in ``att`` for the CSC positions ``start .. end`` into ``exp(s - lse) * mask``."""
     for e0 in range(start, end, BLOCK):
         e_pos = e0 + tl.arange(0, BLOCK)
         e_mask = e_pos < end
         eh_mask = e_mask[:, None] & hm[None, :]
-        coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP)
+        coo = _coo_ids(map_ptr, e_pos, e_mask, HAS_MAP, I64)
         att_off = coo[:, None] * H + h_off[None, :]
         s = tl.load(att_ptr + att_off, mask=eh_mask, other=0.0)
         tl.debug_barrier()  # the slots read above are overwritten below, possibly by other threads
         a = tl.exp(s - lse[None, :])
         if DROP != 0:
-            a = a * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
+            a = a * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP, I64)
         tl.store(att_ptr + att_off, a, mask=eh_mask)
 
 
 @cached_launch
 @triton.jit
-def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr):
+def _merge_sum_kernel(hubs_ptr, part_ptr, out_ptr, W, BLOCK_W: tl.constexpr, I64: tl.constexpr):
     """``out[row, :W] = sum_k part[slot0 + k, :W]`` for the hub ``hubs[pid0] = (row, slot0, n)``, in slot order
     (float32 sums, stored in ``out``'s dtype); padding entries (``n == 0``) write nothing."""
-    hub = hubs_ptr + tl.program_id(0).to(tl.int64) * 3
-    row = tl.load(hub).to(tl.int64)
-    slot0 = tl.load(hub + 1).to(tl.int64)
-    n = tl.load(hub + 2).to(tl.int64)
-    cols = tl.program_id(1).to(tl.int64) * BLOCK_W + tl.arange(0, BLOCK_W)
+    hub = hubs_ptr + _idx(tl.program_id(0), I64) * 3
+    row = _idx(tl.load(hub), I64)
+    slot0 = _idx(tl.load(hub + 1), I64)
+    n = _idx(tl.load(hub + 2), I64)
+    cols = _idx(tl.program_id(1), I64) * BLOCK_W + tl.arange(0, BLOCK_W)
     cm = cols < W
     acc = tl.full([BLOCK_W], 0.0, tl.float32)
     for k in range(0, n):
@@ -345,12 +360,14 @@ def _partial(rows: int, width: int, like: Tensor) -> Tensor:
     return torch.empty(rows, width, device=like.device, dtype=torch.float32)
 
 
-def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int) -> None:
-    """``out[row] = sum of the row's partial slots`` for every hub row, in slot order (see :func:`_merge_sum_kernel`)."""
+def _merge_sum(hubs: Tensor, part: Tensor, out: Tensor, width: int, i64: bool) -> None:
+    """``out[row] = sum of the row's partial slots`` for every hub row, in slot order (see :func:`_merge_sum_kernel`;
+    ``i64``: the call's offset width, its ``I64``)."""
     if hubs.shape[0] == 0:
         return
     block_w = min(1024, tuning.next_pow2(max(width, 1)))
-    _merge_sum_kernel[(hubs.shape[0], tuning.cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w, num_warps=4)
+    _merge_sum_kernel[(hubs.shape[0], tuning.cdiv(width, block_w))](hubs, part, out, width, BLOCK_W=block_w, I64=i64,
+                                                                    num_warps=4)
 
 
 def n_items(work: Tensor) -> int:

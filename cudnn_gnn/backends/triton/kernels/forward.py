@@ -15,6 +15,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _drop_factor,
     _fused_dim,
     _head_group,
+    _idx,
     _item,
     _logits,
     _max,
@@ -40,17 +41,17 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                H, D, alpha,
                V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr,
                DROP: tl.constexpr, RETURN_ATT: tl.constexpr, KEEP_OUT: tl.constexpr, ACT: tl.constexpr,
-               BLOCK: tl.constexpr):
+               BLOCK: tl.constexpr, I64: tl.constexpr):
     """One online-softmax step over the edges ``e0 .. e0 + BLOCK`` (clipped to ``end``) of a row; with ``KEEP_OUT``
     the dropout's keep flags of these edges written to ``keep_ptr`` (:func:`_store_keep`)."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
     eh_mask = e_mask[:, None] & hm[None, :]
-    src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+    src = _idx(tl.load(indices_ptr + e_pos, mask=e_mask, other=0), I64)
     tile_mask = e_mask[:, None, None] & hc_mask[None, :, :]
     xj = tl.load(x_src_ptr + src[:, None, None] * D + hc[None, :, :], mask=tile_mask, other=0.0).to(tl.float32)
     s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, xj, xi, aw, sd,
-                     map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT)
+                     map_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr, H, D, alpha, V2, HAS_MAP, HAS_EDGE, DE, ACT, I64)
     s = tl.where(eh_mask, s, float("-inf"))
     if RETURN_ATT:  # raw logits for now; normalised once the row's statistics are known
         tl.store(att_ptr + coo[:, None] * H + h_off[None, :], s, mask=eh_mask)
@@ -59,9 +60,9 @@ def _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
     p = tl.exp(s - m_new[None, :])
     l_run = l_run * scale + _sum(p, 0)
     if DROP != 0:
-        f = _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
+        f = _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP, I64)
         if KEEP_OUT:
-            _store_keep(keep_ptr, e_pos, h_off, eh_mask, f, H)
+            _store_keep(keep_ptr, e_pos, h_off, eh_mask, f, H, I64)
         p = p * f
     acc = acc * scale[:, None] + _sum(p[:, :, None] * xj, 0)
     return m_new, l_run, acc
@@ -77,15 +78,15 @@ def _fwd_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     V2: tl.constexpr, HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DE: tl.constexpr, DROP: tl.constexpr,
     RETURN_ATT: tl.constexpr, KEEP_OUT: tl.constexpr, ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr,
 ):
     """One work item: a whole row writes ``out`` and ``lse`` (and normalises its attention); a chunk of a hub row
     writes its unnormalised state ``(max, sumexp, acc)`` per head to its partial slot, for :func:`_fwd_merge_kernel`.
     With ``KEEP_OUT`` (counter-based dropout, ``DROP == 2``, where a backward follows) every item writes the keep
     flags it drew for its edges and its heads to ``keep [E, H]`` uint8 (CSC order), which the backward reads in place
     of Philox."""
-    row, start, end, slot = _item(work_ptr, WHOLE)
-    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
+    row, start, end, slot = _item(work_ptr, WHOLE, I64)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C, I64)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
     D = H * C
@@ -105,7 +106,7 @@ def _fwd_kernel(
         m_run, l_run, acc = _fwd_block(e0, end, h_off, hm, hc, hc_mask, xi, aw, sd, m_run, l_run, acc,
                                        indices_ptr, map_ptr, x_src_ptr, edge_ptr, ew_ptr, ssrc_ptr, sedge_ptr,
                                        drop_ptr, drop_thr, att_ptr, keep_ptr, H, D, alpha,
-                                       V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, KEEP_OUT, ACT, BLOCK_E)
+                                       V2, HAS_MAP, HAS_EDGE, DE, DROP, RETURN_ATT, KEEP_OUT, ACT, BLOCK_E, I64)
 
     # a chunk of a hub row: its partial state (no normalisation; the merge kernel combines the chunks)
     ps = tl.maximum(slot, 0)
@@ -121,7 +122,7 @@ def _fwd_kernel(
     if RETURN_ATT:
         tl.debug_barrier()  # the raw logits stored above, by other threads of this program, are read below
         _normalise_att(start, tl.where(slot == -1, end, start), lse, h_off, hm, map_ptr, drop_ptr, drop_thr,
-                       att_ptr, H, HAS_MAP, DROP, BLOCK_E)
+                       att_ptr, H, HAS_MAP, DROP, BLOCK_E, I64)
 
 
 @cached_launch
@@ -131,15 +132,15 @@ def _fwd_merge_kernel(
     m_part_ptr, l_part_ptr, acc_part_ptr, out_ptr, lse_ptr, att_ptr,
     H, C,
     HAS_MAP: tl.constexpr, DROP: tl.constexpr, RETURN_ATT: tl.constexpr,
-    BLOCK_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr,
 ):
     """One hub row (``hubs[pid] = (row, first slot, chunk count)``, count 0 = padding): the chunks' partial states
     combined in slot order by log-sum-exp into ``out`` and ``lse``; then the row's attention normalised."""
-    hub = hubs_ptr + tl.program_id(0).to(tl.int64) * 3
-    row = tl.load(hub).to(tl.int64)
-    slot0 = tl.load(hub + 1).to(tl.int64)
-    n = tl.load(hub + 2).to(tl.int64)
-    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
+    hub = hubs_ptr + _idx(tl.program_id(0), I64) * 3
+    row = _idx(tl.load(hub), I64)
+    slot0 = _idx(tl.load(hub + 1), I64)
+    n = _idx(tl.load(hub + 2), I64)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C, I64)
     valid = (h_off * 0 + n) > 0
     D = H * C
     m = tl.full([HG], -1.0e30, tl.float32)
@@ -162,10 +163,10 @@ def _fwd_merge_kernel(
     lse = tl.where(has_edges, m + tl.log(tl.where(has_edges, ell, 1.0)), 0.0)
     tl.store(lse_ptr + row * H + h_off, lse, mask=hm & valid)
     if RETURN_ATT:  # the raw logits were stored by the chunk programs (an earlier launch)
-        start = tl.load(offsets_ptr + row).to(tl.int64)
-        end = tl.load(offsets_ptr + row + 1).to(tl.int64)
+        start = _idx(tl.load(offsets_ptr + row), I64)
+        end = _idx(tl.load(offsets_ptr + row + 1), I64)
         _normalise_att(start, tl.where(n > 0, end, start), lse, h_off, hm, map_ptr, drop_ptr, drop_thr,
-                       att_ptr, H, HAS_MAP, DROP, BLOCK_E)
+                       att_ptr, H, HAS_MAP, DROP, BLOCK_E, I64)
 
 
 def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | None, out: Tensor, lse: Tensor,
@@ -194,7 +195,7 @@ def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | No
         V2=v2, HAS_MAP=map_ is not None, HAS_EDGE=has_edge, DE=_fused_dim(edge, edge_weight),
         DROP=drop_mode(drop), RETURN_ATT=att is not None, KEEP_OUT=keep is not None,
         ACT=ACTIVATION_CODES[call.activation],
-        WHOLE=work.dim() == 1, **cfg,
+        WHOLE=work.dim() == 1, I64=call.i64, **cfg,
     )
     if hubs.shape[0]:
         _fwd_merge_kernel[(hubs.shape[0], groups)](
@@ -202,5 +203,5 @@ def launch_forward(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor] | No
             m_part, l_part, acc_part, out, lse, _or(att, lse),
             heads, c,
             HAS_MAP=map_ is not None, DROP=drop_mode(drop), RETURN_ATT=att is not None,
-            BLOCK_E=cfg["BLOCK_E"], HG=cfg["HG"], BLOCK_C=cfg["BLOCK_C"], num_warps=cfg["num_warps"],
+            BLOCK_E=cfg["BLOCK_E"], HG=cfg["HG"], BLOCK_C=cfg["BLOCK_C"], I64=call.i64, num_warps=cfg["num_warps"],
         )

@@ -22,6 +22,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _coo_ids,
     _drop_factor,
     _head_group,
+    _idx,
     _item,
     _logits,
     _max,
@@ -47,17 +48,18 @@ def _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, acc,
                      indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, drop_ptr, drop_thr, datt_ptr,
                      H, alpha,
                      HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, ACT: tl.constexpr,
-                     BLOCK: tl.constexpr):
+                     BLOCK: tl.constexpr, I64: tl.constexpr):
     """``acc += sum_e alpha_e datt_e`` over the CSC positions ``e0 .. e0 + BLOCK`` (clipped to ``end``) of a row."""
     e_pos = e0 + tl.arange(0, BLOCK)
     e_mask = e_pos < end
     eh_mask = e_mask[:, None] & hm[None, :]
-    src = tl.load(indices_ptr + e_pos, mask=e_mask, other=0).to(tl.int64)
+    src = _idx(tl.load(indices_ptr + e_pos, mask=e_mask, other=0), I64)
     s, coo = _logits(e_pos, e_mask, src, h_off, hm, hc, hc_mask, sd, sd, sd, sd,
-                     map_ptr, ssrc_ptr, ssrc_ptr, ssrc_ptr, sedge_ptr, H, 0, alpha, False, HAS_MAP, HAS_EDGE, 0, ACT)
+                     map_ptr, ssrc_ptr, ssrc_ptr, ssrc_ptr, sedge_ptr, H, 0, alpha, False, HAS_MAP, HAS_EDGE, 0, ACT,
+                     I64)
     a = tl.where(eh_mask, tl.exp(s - lse[None, :]), 0.0)
     if DROP != 0:
-        a = a * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP)
+        a = a * _drop_factor(e_pos, h_off, eh_mask, drop_ptr, drop_thr, H, DROP, I64)
     return acc + _sum(a * tl.load(datt_ptr + coo[:, None] * H + h_off[None, :], mask=eh_mask, other=0.0), 0)
 
 
@@ -69,7 +71,7 @@ def _bwd_gat_delta_att_kernel(
     delta_ptr, delta_part_ptr,
     H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, ACT: tl.constexpr,
-    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr,
 ):
     """The delta pass where the returned attention has a gradient ``datt [E, H]`` (COO): ``delta_i = <dout_i,
     out_i> + sum_e alpha_e datt_e`` per destination ``i`` and head (see :func:`_bwd_gat_delta_kernel`), the edge
@@ -77,11 +79,11 @@ def _bwd_gat_delta_att_kernel(
 
     A whole row writes ``delta [Nd, H]``; a chunk of a hub row writes its edges' sum (plus the dot product if it is
     the row's first chunk) to its partial slot, merged in slot order afterwards."""
-    row, start, end, slot = _item(work_ptr, WHOLE)
-    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
+    row, start, end, slot = _item(work_ptr, WHOLE, I64)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C, I64)
     whole = (h_off * 0 + slot) == -1  # per head (the same for all): masks combine with block masks of any shape
     part = (h_off * 0 + slot) >= 0
-    first = (h_off * 0 + start) == tl.load(offsets_ptr + row).to(tl.int64)  # the dot product: once per row
+    first = (h_off * 0 + start) == _idx(tl.load(offsets_ptr + row), I64)  # the dot product: once per row
     D = H * C
     dmask = hc_mask & first[:, None]
     g = tl.load(dout_ptr + row * D + hc, mask=dmask, other=0.0).to(tl.float32)
@@ -91,7 +93,7 @@ def _bwd_gat_delta_att_kernel(
     for e0 in range(start, end, BLOCK_E):
         delta = _gat_delta_block(e0, end, h_off, hm, hc, hc_mask, sd, lse, delta,
                                  indices_ptr, map_ptr, ssrc_ptr, sedge_ptr, drop_ptr, drop_thr,
-                                 datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, DROP, ACT, BLOCK_E)
+                                 datt_ptr, H, alpha, HAS_MAP, HAS_EDGE, DROP, ACT, BLOCK_E, I64)
     tl.store(delta_ptr + row * H + h_off, delta, mask=hm & whole)
     tl.store(delta_part_ptr + tl.maximum(slot, 0) * H + h_off, delta, mask=hm & part)
 
@@ -99,15 +101,15 @@ def _bwd_gat_delta_att_kernel(
 @cached_launch
 @triton.jit
 def _bwd_gat_delta_kernel(dout_ptr, out_ptr, sdst_ptr, lse_ptr, rec_ptr, N, H: tl.constexpr, C: tl.constexpr,
-                          BLOCK_R: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr):
+                          BLOCK_R: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr):
     """The delta pass, the softmax backward's row sum (FlashAttention's ``D = rowsum(dO * O)``): ``delta_i = sum_e
     alpha_e g_e = <dout_i, out_i>`` per row and head, with ``out_i = sum_e alpha_e x_j`` the forward's per-head
     output (dropout inside ``alpha``), so no source row and no edge is read. ``dout, out [N, H*C]`` (contiguous, any
     float dtype), ``score_dst, lse [N, H]`` float32 -> the destinations' record ``rec [N, 4, H] = (score_dst, lse,
     delta, unused)`` float32, what the source pass reads per out-edge in one place. A dense pass over ``BLOCK_R``
     consecutive rows and the ``HG`` heads of the program's group (axis 1 of the grid), no work list."""
-    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    h = tl.program_id(1).to(tl.int64) * HG + tl.arange(0, HG)
+    r = _idx(tl.program_id(0), I64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    h = _idx(tl.program_id(1), I64) * HG + tl.arange(0, HG)
     c = tl.arange(0, BLOCK_C)
     rh_mask = (r < N)[:, None] & (h < H)[None, :]
     mask = rh_mask[:, :, None] & (c < C)[None, None, :]
@@ -127,15 +129,15 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                    lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
                    H, D, alpha,
                    HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
-                   ACT: tl.constexpr, REV_DST: tl.constexpr, RS: tl.constexpr, BLOCK: tl.constexpr):
+                   ACT: tl.constexpr, REV_DST: tl.constexpr, RS: tl.constexpr, BLOCK: tl.constexpr, I64: tl.constexpr):
     """One block of a source's out-edges (reverse-CSC positions ``k0 .. k0 + BLOCK``): the softmax and score
     gradients of each edge, and ``dx_j``'s and ``d score_src_j``'s sums. ``score_dst``, ``lse`` and ``delta`` are
     read at ``i * RS + h``: ``RS = 4H`` where they are one record a destination, ``H`` where three tensors."""
     k = k0 + tl.arange(0, BLOCK)
     k_mask = k < end
     kh_mask = k_mask[:, None] & hm[None, :]
-    e_pos, i = _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST)
-    coo = _coo_ids(map_ptr, e_pos, k_mask, HAS_MAP)
+    e_pos, i = _out_edges(k, k_mask, rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, REV_DST, I64)
+    coo = _coo_ids(map_ptr, e_pos, k_mask, HAS_MAP, I64)
     ih = i[:, None] * RS + h_off[None, :]
     coo_h = coo[:, None] * H + h_off[None, :]
     t = ssj[None, :] + tl.load(sdst_ptr + ih, mask=kh_mask, other=0.0)
@@ -148,7 +150,7 @@ def _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
     if HAS_DATT:
         g += tl.load(datt_ptr + coo_h, mask=kh_mask, other=0.0)
     if DROP != 0:
-        mk = _drop_factor(e_pos, h_off, kh_mask, drop_ptr, drop_thr, H, DROP)
+        mk = _drop_factor(e_pos, h_off, kh_mask, drop_ptr, drop_thr, H, DROP, I64)
         a = p * mk
         ds = p * (mk * g - tl.load(delta_ptr + ih, mask=kh_mask, other=0.0))
     else:
@@ -173,7 +175,7 @@ def _bwd_gat_src_kernel(
     H: tl.constexpr, C: tl.constexpr, alpha,
     HAS_MAP: tl.constexpr, HAS_EDGE: tl.constexpr, DROP: tl.constexpr, HAS_DATT: tl.constexpr,
     ACT: tl.constexpr, REV_DST: tl.constexpr, RS: tl.constexpr,
-    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr,
+    BLOCK_E: tl.constexpr, WHOLE: tl.constexpr, HG: tl.constexpr, BLOCK_C: tl.constexpr, I64: tl.constexpr,
 ):
     """GAT's source pass, the one that gathers feature rows: for source ``j`` (a work item over reverse-CSC
     positions) and each head of the program's group, ``x_j`` is loaded once and each out-edge ``e = (j -> i)``
@@ -183,9 +185,9 @@ def _bwd_gat_src_kernel(
     ``dx_j = sum_e alpha_e dout_i``, ``d score_src_j = sum_e dz_e``, ``dz`` to ``dz_buf [E, H]`` (CSC order) for the
     destination sum, and with edge scores ``d score_edge = dz`` (COO order: each edge once, by its source's
     program). A chunk of a hub source writes its sums to its partial slot (merged in a fixed order afterwards)."""
-    j, start, end, slot = _item(work_ptr, WHOLE)
+    j, start, end, slot = _item(work_ptr, WHOLE, I64)
     ps = tl.maximum(slot, 0)
-    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C)
+    h_off, hm, hc, hc_mask = _head_group(H, C, HG, BLOCK_C, I64)
     whole = (h_off * 0 + slot) == -1
     part = (h_off * 0 + slot) >= 0
     D = H * C
@@ -201,12 +203,12 @@ def _bwd_gat_src_kernel(
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
                                  drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E)
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E, I64)
     for k0 in range(full_end, end, BLOCK_E):
         dx, dss = _gat_src_block(k0, end, xj, ssj, h_off, hm, hc, hc_mask, dx, dss,
                                  rev_to_csc_ptr, dst_index_ptr, rev_dst_ptr, map_ptr, sdst_ptr, sedge_ptr, drop_ptr,
                                  drop_thr, lse_ptr, delta_ptr, dout_ptr, datt_ptr, dz_buf_ptr, dsedge_ptr,
-                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E)
+                                 H, D, alpha, HAS_MAP, HAS_EDGE, DROP, HAS_DATT, ACT, REV_DST, RS, BLOCK_E, I64)
     tl.store(dx_src_ptr + j * D + hc, dx, mask=hc_mask & whole[:, None])
     tl.store(dx_part_ptr + ps * D + hc, dx, mask=hc_mask & part[:, None])
     tl.store(dssrc_ptr + j * H + h_off, dss, mask=hm & whole)
@@ -221,29 +223,29 @@ def _segment_sum(row_a, sum_a, row_b, sum_b):
 
 
 @triton.jit
-def _row_at(dst_index_ptr, e, E):
+def _row_at(dst_index_ptr, e, E, I64: tl.constexpr):
     """The destination row of CSC position ``e`` (a scalar), -1 outside ``0 .. E``."""
     inside = (e >= 0) & (e < E)
-    return tl.where(inside, tl.load(dst_index_ptr + tl.where(inside, e, 0)).to(tl.int64), -1)
+    return tl.where(inside, _idx(tl.load(dst_index_ptr + tl.where(inside, e, 0)), I64), -1)
 
 
 @triton.jit
-def _crossing_runs(dst_index_ptr, b, E, zero, BLOCK: tl.constexpr):
+def _crossing_runs(dst_index_ptr, b, E, zero, BLOCK: tl.constexpr, I64: tl.constexpr):
     """Block ``b``'s runs that cross its edges, as vectors shaped like ``zero``: ``head`` (its first run's row began
     before it), ``tail`` (its last run's row began in it and goes on past it), the rows of its first and last
     edges."""
     block_end = tl.minimum(b * BLOCK + BLOCK, E)
-    first = zero + _row_at(dst_index_ptr, b * BLOCK, E)
-    last = zero + _row_at(dst_index_ptr, block_end - 1, E)
-    head = first == zero + _row_at(dst_index_ptr, b * BLOCK - 1, E)
-    tail = (last == zero + _row_at(dst_index_ptr, block_end, E)) & ((head & (first == last)) == 0)
+    first = zero + _row_at(dst_index_ptr, b * BLOCK, E, I64)
+    last = zero + _row_at(dst_index_ptr, block_end - 1, E, I64)
+    head = first == zero + _row_at(dst_index_ptr, b * BLOCK - 1, E, I64)
+    tail = (last == zero + _row_at(dst_index_ptr, block_end, E, I64)) & ((head & (first == last)) == 0)
     return head, tail, first, last
 
 
 @cached_launch
 @triton.jit
 def _bwd_gat_dst_kernel(dz_buf_ptr, dst_index_ptr, dsdst_ptr, part_ptr, E, H: tl.constexpr, HG: tl.constexpr,
-                        BLOCK: tl.constexpr):
+                        BLOCK: tl.constexpr, I64: tl.constexpr):
     """``d score_dst_i = sum_e dz_e`` over destination ``i``'s in-edges, as a segmented sum in CSC order: program
     ``b`` reads the ``BLOCK`` edges ``b*BLOCK ..`` of ``dz_buf [E, H]`` and ``dst_index [E]`` (both in order,
     whole sectors), sums each row's run of edges with one segmented scan, and stores a row that begins and ends in
@@ -251,19 +253,19 @@ def _bwd_gat_dst_kernel(dz_buf_ptr, dst_index_ptr, dsdst_ptr, part_ptr, E, H: tl
     slot 0 the block's first run where its row began before the block (the whole block when one row covers it),
     slot 1 its last run where its row began in the block and goes on past it; :func:`_bwd_gat_dst_join_kernel`
     adds them up. Rows with no edge are not touched (the launcher zeroes ``dsdst`` first)."""
-    b = tl.program_id(0).to(tl.int64)
+    b = _idx(tl.program_id(0), I64)
     e = b * BLOCK + tl.arange(0, BLOCK)
     h = tl.arange(0, HG)
     e_mask = e < E
     eh_mask = e_mask[:, None] & (h < H)[None, :]
-    row = tl.load(dst_index_ptr + e, mask=e_mask, other=-1).to(tl.int64)
-    following = tl.load(dst_index_ptr + e + 1, mask=(e + 1) < E, other=-1).to(tl.int64)
+    row = _idx(tl.load(dst_index_ptr + e, mask=e_mask, other=-1), I64)
+    following = _idx(tl.load(dst_index_ptr + e + 1, mask=(e + 1) < E, other=-1), I64)
     dz = tl.load(dz_buf_ptr + e[:, None] * H + h[None, :], mask=eh_mask, other=0.0)
     rows = tl.broadcast_to(row[:, None], (BLOCK, HG))
     _, run = tl.associative_scan((rows, dz), 0, _segment_sum)
     block_end = tl.minimum(b * BLOCK + BLOCK, E)
     zero = row * 0  # the block's scalars as vectors: they combine with its masks (and Triton's interpreter takes them)
-    head, tail, first, last = _crossing_runs(dst_index_ptr, b, E, zero, BLOCK)
+    head, tail, first, last = _crossing_runs(dst_index_ptr, b, E, zero, BLOCK, I64)
     run_end = e_mask & ((row != following) | (e == block_end - 1))  # the last edge of each run in the block
     is_head = run_end & (row == first) & head
     is_tail = run_end & (row == last) & tail & (is_head == 0)
@@ -276,17 +278,17 @@ def _bwd_gat_dst_kernel(dz_buf_ptr, dst_index_ptr, dsdst_ptr, part_ptr, E, H: tl
 @cached_launch
 @triton.jit
 def _bwd_gat_dst_join_kernel(dst_index_ptr, dsdst_ptr, part_ptr, E, n_blocks, H: tl.constexpr, HG: tl.constexpr,
-                             BLOCK: tl.constexpr):
+                             BLOCK: tl.constexpr, I64: tl.constexpr):
     """For each row that crosses block edges, begun in block ``b`` (this program's): ``dsdst[row] = part[b, 1] +
     part[k, 0]`` over the following blocks ``k`` it covers, in block order (float32 sums, no atomics)."""
-    b = tl.program_id(0).to(tl.int64)
+    b = _idx(tl.program_id(0), I64)
     h = tl.arange(0, HG)
     hm = h < H
-    _, tail, _, last = _crossing_runs(dst_index_ptr, b, E, h * 0, BLOCK)
+    _, tail, _, last = _crossing_runs(dst_index_ptr, b, E, h * 0, BLOCK, I64)
     acc = tl.load(part_ptr + b * (2 * H) + H + h, mask=hm & tail, other=0.0)
     row = _max(tl.where(tail, last, -1), 0)  # the row begun here that goes on (-1: none)
     k = b + 1
-    while (row >= 0) & (k < n_blocks) & (_row_at(dst_index_ptr, k * BLOCK, E) == row):
+    while (row >= 0) & (k < n_blocks) & (_row_at(dst_index_ptr, k * BLOCK, E, I64) == row):
         acc += tl.load(part_ptr + k * (2 * H) + h, mask=hm, other=0.0)
         k += 1
     tl.store(dsdst_ptr + last * H + h, acc, mask=hm & tail)
@@ -330,7 +332,8 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
     dz_buf = torch.empty(e, heads, **f32)
     has_map, has_edge = map_csc_to_coo is not None, score_edge is not None
     dropout = drop_args(drop, lse)
-    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[call.activation])
+    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[call.activation],
+                 I64=call.i64)
     # what the source pass reads per out-edge of destination i, score_dst_i, lse_i and delta_i: one record
     # [Nd, 4, H] (three used, padded to four so that a record never straddles a 32-byte sector at H = 1 or a 128-byte
     # line at H = 8) or, with datt, three [Nd, H] tensors
@@ -339,7 +342,8 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
         hg_d, block_c_d = tuning.default_launch_shape(heads, c, False, tuning.MAX_TILE_D)[2:4]
         block_r = max(1, DENSE_TILE // (hg_d * block_c_d))
         _bwd_gat_delta_kernel[(tuning.cdiv(nd, block_r), tuning.cdiv(heads, hg_d))](
-            dout, out, score_dst, lse, rec, nd, heads, c, BLOCK_R=block_r, HG=hg_d, BLOCK_C=block_c_d, num_warps=4)
+            dout, out, score_dst, lse, rec, nd, heads, c, BLOCK_R=block_r, HG=hg_d, BLOCK_C=block_c_d, I64=call.i64,
+            num_warps=4)
         per_dst, rs = rec.unbind(1)[:3], 4 * heads
     else:  # plus each row's sum_e alpha_e datt_e: whole rows and hub chunks, the chunks merged in slot order
         delta = torch.empty(nd, heads, **f32)
@@ -350,7 +354,7 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
                 row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst,
                 _or(score_edge, lse), *dropout, lse, dout, out, datt, delta, delta_part,
                 heads, c, alpha, WHOLE=row_work.dim() == 1, **flags, **delta_cfg)
-            _merge_sum(row_hubs, delta_part, delta, heads)
+            _merge_sum(row_hubs, delta_part, delta, heads, call.i64)
         per_dst, rs = (score_dst, lse, delta), heads
     if n_src:
         dx_part = _partial(src_hub_work.shape[0], d, lse)
@@ -361,14 +365,14 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
             per_dst[1], per_dst[2], dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part,
             dss_part, heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, HAS_DATT=datt is not None,
             RS=rs, **flags, **cfg)
-        _merge_sum(src_hubs, dx_part, dx_src, d)
-        _merge_sum(src_hubs, dss_part, dscore_src, heads)
+        _merge_sum(src_hubs, dx_part, dx_src, d, call.i64)
+        _merge_sum(src_hubs, dss_part, dscore_src, heads, call.i64)
     dscore_dst.zero_()  # rows with no edge; the others are written below
     if e:  # the segmented sum over dz_buf in CSC order, then the rows that cross blocks
         block, hg, num_warps = tuning.dst_sum_shape(heads, call.launch)
         n_blocks = tuning.cdiv(e, block)
         part = torch.empty(n_blocks, 2, heads, **f32)
         _bwd_gat_dst_kernel[(n_blocks,)](dz_buf, dst_index, dscore_dst, part, e, heads, HG=hg, BLOCK=block,
-                                         num_warps=num_warps)
+                                         I64=call.i64, num_warps=num_warps)
         _bwd_gat_dst_join_kernel[(n_blocks,)](dst_index, dscore_dst, part, e, n_blocks, heads, HG=hg, BLOCK=block,
-                                              num_warps=1)
+                                              I64=call.i64, num_warps=1)
