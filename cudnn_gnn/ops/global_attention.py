@@ -27,7 +27,7 @@ from torch import Tensor
 from cudnn_gnn._validation import check_bool, check_choice, check_float, check_index, check_int, check_probability
 from cudnn_gnn.backends import ATTENTION_BACKENDS
 from cudnn_gnn.backends.info import backend_info
-from cudnn_gnn.backends.triton import offsets as triton_offsets
+from cudnn_gnn.backends.triton import packed_offsets
 
 __all__ = ["graph_attention", "choose_backend"]
 _FLASH_DTYPES = (torch.float16, torch.bfloat16)
@@ -101,7 +101,7 @@ def graph_attention(
             in ``[0, num_graphs)``; ``max_num_nodes`` bounds every graph. ``None`` (default): checked in the host
             sync the call makes anyway to read the largest graph (no ``max_num_nodes``), or on CPU tensors, raising
             ValueError; on CUDA with ``max_num_nodes`` given (no sync wanted) checked on the device (with ``ptr``:
-            one Triton launch, :mod:`cudnn_gnn.backends.triton.offsets`), and a batch that fails gets NaN outputs
+            one Triton launch, :mod:`cudnn_gnn.backends.triton.packed_offsets`), and a batch that fails gets NaN outputs
             instead of wrong numbers. ``True``: always checked and raised (one sync).
             ``False``: trusted (for callers that guarantee their batches).
         deterministic: cuDNN's deterministic backward (bitwise repeatable gradients, somewhat slower); ``None``
@@ -181,8 +181,8 @@ def graph_attention(
     else:  # CUDA, max_num_nodes given: checked on the device, no sync; a bad batch gets NaN, not wrong numbers.
         # What the kernels see is a valid layout whatever ptr held (within [0, N], non-decreasing, 0 to N), and
         # node positions are clamped below max_num_nodes (_pad_index), so nothing indexes out of range.
-        if batch_given is None and triton_offsets.available(q.device):
-            ptr, poison_flag = triton_offsets.checked_offsets(ptr, n, max_num_nodes, q.dtype)  # one launch
+        if batch_given is None and packed_offsets.available(q.device):
+            ptr, poison_flag = packed_offsets.checked_offsets(ptr, n, max_num_nodes, q.dtype)  # one launch
         else:  # the same in torch ops (~17 launches): a batch to check too, or no Triton
             poison = _invalid(ptr, n, batch_given, num_graphs) | ((ptr[1:] - ptr[:-1]).max() > max_num_nodes)
             ptr = torch.cummax(ptr.clamp(0, n), 0).values

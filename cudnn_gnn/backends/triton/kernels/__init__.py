@@ -63,7 +63,7 @@ from cudnn_gnn.backends.triton.kernels import (
     forward,
     gat_backward,
     node_scores,
-    offsets,
+    packed_offsets,
 )
 from cudnn_gnn.backends.triton.kernels.backward_dst import launch_backward_dst
 from cudnn_gnn.backends.triton.kernels.backward_edge import launch_backward_edge
@@ -72,12 +72,13 @@ from cudnn_gnn.backends.triton.kernels.common import ACTIVATION_CODES, n_items
 from cudnn_gnn.backends.triton.kernels.forward import launch_forward
 from cudnn_gnn.backends.triton.kernels.gat_backward import launch_gat_backward
 from cudnn_gnn.backends.triton.kernels.node_scores import launch_node_scores, launch_node_scores_backward
-from cudnn_gnn.backends.triton.kernels.offsets import launch_checked_offsets
+from cudnn_gnn.backends.triton.kernels.packed_offsets import launch_checked_offsets
 
 __all__ = ["ACTIVATION_CODES", "KERNEL_MODULES", "launch_backward_dst", "launch_backward_edge", "launch_backward_src",
            "launch_checked_offsets", "launch_forward", "launch_gat_backward", "launch_node_scores",
            "launch_node_scores_backward", "n_items"]
 
-KERNEL_MODULES = (forward, backward_dst, backward_src, backward_edge, gat_backward, node_scores, common, offsets)
+KERNEL_MODULES = (forward, backward_dst, backward_src, backward_edge, gat_backward, node_scores, common,
+                  packed_offsets)
 """The modules that hold kernels and launch them (a launcher looks its kernels up in its own module's globals): one
-per pass, ``common`` for the hub merges, and ``offsets`` for the graph attention's batch check."""
+per pass, ``common`` for the hub merges, and ``packed_offsets`` for the graph attention's batch check."""

@@ -1,4 +1,4 @@
-"""The one-launch check of a packed batch's graph offsets (:func:`cudnn_gnn.backends.triton.offsets.checked_offsets`),
+"""The one-launch check of a packed batch's graph offsets (:func:`cudnn_gnn.backends.triton.packed_offsets.checked_offsets`),
 on CPU under Triton's interpreter: against the torch ops it replaces, on good and bad offsets (within one block and
 across blocks), inside :func:`cudnn_gnn.graph_attention` where a sync is costly, through ``torch.library.opcheck``
 and ``torch.compile(fullgraph=True)``."""
@@ -20,8 +20,8 @@ if os.environ.get("TRITON_INTERPRET") != "1":
     pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: the GPU suite runs the compiled kernel",
                 allow_module_level=True)
 
-from cudnn_gnn.backends.triton import offsets  # noqa: E402
-from cudnn_gnn.backends.triton.kernels.offsets import OFFSETS_BLOCK  # noqa: E402
+from cudnn_gnn.backends.triton import packed_offsets as offsets  # noqa: E402
+from cudnn_gnn.backends.triton.kernels.packed_offsets import OFFSETS_BLOCK  # noqa: E402
 from cudnn_gnn.ops.global_attention import graph_attention  # noqa: E402
 
 ga = importlib.import_module("cudnn_gnn.ops.global_attention")
