@@ -45,25 +45,28 @@ def _batch_norm_module(norm: Module) -> BatchNorm1d | None:
 
 class _RowWeights(NamedTuple):
     """The rows a masked batch norm reads, from a ``node_mask`` ``[N]`` bool: ``weight`` ``[N, 1]`` float32 (1 kept,
-    0 not) and ``count`` (0-dim float32, the rows kept). Built once per forward, read by its three norms."""
+    0 not), ``num_kept`` (0-dim float32, the rows kept) and ``divisor`` (``num_kept``, at least 1: what the mean and
+    the variance divide by). Built once per forward, read by its three norms."""
 
     weight: Tensor
-    count: Tensor
+    num_kept: Tensor
+    divisor: Tensor
 
     @classmethod
     def of(cls, mask: Tensor) -> _RowWeights:
         weight = mask.to(torch.float32)[:, None]
-        return cls(weight, weight.sum())
+        num_kept = weight.sum()
+        return cls(weight, num_kept, num_kept.clamp(min=1))
 
 
 def _masked_batch_norm(bn: BatchNorm1d, x: Tensor, rows: _RowWeights) -> Tensor:
     """``bn`` in training mode with its statistics over the rows of ``x`` ``[N, C]`` that ``rows`` keeps:
     the same output on those rows as ``bn`` on them alone, and the same running-statistics update (momentum, or the
     cumulative average with ``momentum=None``; the unbiased variance). Fixed-shape ops, no host sync."""
-    w, count = rows
+    w, count, divisor = rows
     xf = x.float()
-    mean = (xf * w).sum(0) / count.clamp(min=1)
-    var = ((xf - mean).square() * w).sum(0) / count.clamp(min=1)
+    mean = (xf * w).sum(0) / divisor
+    var = ((xf - mean).square() * w).sum(0) / divisor
     if bn.training and bn.track_running_stats and bn.running_mean is not None and bn.running_var is not None:
         with torch.no_grad():
             bn.num_batches_tracked.add_(1)  # type: ignore[union-attr]
