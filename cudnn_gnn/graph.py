@@ -113,7 +113,8 @@ class CscGraph:
         rebuilt_every_call: the graph is rebuilt on every forward (the layers' static plans under
             ``torch.compile``, the blocks of a sampled batch): :meth:`max_degrees` returns ``None`` instead of
             syncing, so nothing that would pay off only across calls (the hub split) is derived for it, and the
-            layers apply their self-loop rule to it with fixed-shape ops (no host sync).
+            layers apply their self-loop rule to it with fixed-shape ops (no host sync), once: the plan is kept on
+            the graph for its other layers (a sort-free one where ``map_csc_to_coo`` is ``None``).
         short_rows: (with ``rebuilt_every_call``) the caller knows that its destinations have few in-edges and its
             sources few out-edges: a hint, not a checked property. Kernels may then walk every destination's
             in-edges and every source's out-edges whole (one program each, in row order) instead of cutting long

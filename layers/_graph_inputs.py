@@ -66,7 +66,12 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
         g = edge_index
         if num_loops is None:  # already CSC: nothing to rewrite, eager or static
             return GraphPlan(g, g.num_dst_nodes, form="csc_graph")
-        plan = make(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
+        if static:  # a graph whose COO order is its CSC order needs no sort (its offsets give the plan's)
+            offsets = g.offsets if g.map_csc_to_coo is None else None
+            plan = static_plan(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None,
+                               offsets=offsets)
+        else:
+            plan = eager_plan(g.edge_index(), g.num_src_nodes, g.num_dst_nodes, num_loops, "csc_graph", None)
         if static and g.short_rows:  # one self-loop more a row (the padding row's length does not matter)
             plan.graph = plan.graph.as_rebuilt_every_call(short_rows=True)
         return plan

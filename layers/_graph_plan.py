@@ -97,16 +97,54 @@ def _static_csc(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> CscGrap
                              dst_index=sorted_dst, rebuilt_every_call=True)
 
 
+def _static_csc_in_order(src: Tensor, dst: Tensor, offsets: Tensor, num_src: int, num_dst: int,
+                         num_loops: int) -> CscGraph:
+    """What :func:`_static_csc` builds from ``[src, loops]`` and ``[dst_pad, loops]`` (self-loops redirected to row
+    ``num_dst``, ``num_loops`` loops appended), the same tensors bitwise, for a ``(src, dst)`` ``[E]`` already in CSC
+    order (``dst`` non-decreasing, ``offsets [num_dst + 1]`` its CSC offsets): one cumulative sum instead of a sort.
+
+    A stable sort by destination keeps, per row ``d``, its edges that are not self-loops in their order, then its
+    loop ``E + d`` (``d < num_loops``); row ``num_dst`` holds the self-loops in their order. With ``before[i]``
+    the self-loops among the first ``i`` edges, edge ``i`` lands at ``i - before[i] + min(d, num_loops)`` (a
+    self-loop at ``E - before[E] + num_loops + before[i]``), loop ``d`` at ``offsets[d + 1] - before[offsets[d +
+    1]] + d``, and row ``d`` starts at ``offsets[d] - before[offsets[d]] + min(d, num_loops)``. Fixed-shape ops."""
+    e = src.shape[0]
+    dtype = storage_index_dtype(e + num_loops, num_src, num_dst + 2)
+    is_loop = src == dst
+    before = torch.cat([is_loop.new_zeros(1, dtype=torch.int64), torch.cumsum(is_loop, 0)])  # [E + 1]
+    off = offsets.long()
+    ar = loops(num_loops, dst)
+    row_start = off - before.index_select(0, off) + loops(num_dst + 1, off).clamp(max=num_loops)
+    edge_ids = loops(e, dst)
+    self_loop_pos = before[:e] + (e + num_loops - before[e])
+    edge_pos = torch.where(is_loop, self_loop_pos, edge_ids - before[:e] + dst.clamp(max=num_loops))
+    loop_end = off[1:num_loops + 1]
+    loop_pos = loop_end - before.index_select(0, loop_end) + ar
+    pos = torch.cat([edge_pos, loop_pos])
+    perm = torch.empty_like(pos).scatter_(0, pos, loops(e + num_loops, pos))  # the stable sort's permutation
+    new_offsets = torch.cat([row_start, row_start.new_full((1,), e + num_loops)]).to(dtype)
+    dst_pad = torch.where(is_loop, num_dst, dst)
+    sorted_dst = torch.cat([dst_pad, ar]).to(dtype).index_select(0, perm)
+    return CscGraph.from_csc(new_offsets, torch.cat([src, ar]).index_select(0, perm).to(dtype), num_src,
+                             perm.to(dtype), dst_index=sorted_dst, rebuilt_every_call=True)
+
+
 def _loop_index(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:
     drop = (src == dst) | (dst >= num_loops)
     return torch.where(drop, torch.full_like(dst, num_loops), dst)
 
 
-def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any) -> GraphPlan:
-    """A plan from fixed-shape ops only (see the module docstring); ``num_loops=None``: no self-loop rule."""
+def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any, *,
+                offsets: Tensor | None = None) -> GraphPlan:
+    """A plan from fixed-shape ops only (see the module docstring); ``num_loops=None``: no self-loop rule.
+    ``offsets``: ``[num_dst + 1]`` CSC offsets of ``ei`` where ``ei`` is already in CSC order (a CscGraph whose
+    COO order is its CSC order): the plan's CSC then comes from a cumulative sum instead of a sort."""
     src, dst = ei[0], ei[1]
     if num_loops is None:
         return GraphPlan(_static_csc(src, dst, num_src, num_dst), num_dst, form=form, source=source)
+    if offsets is not None:
+        graph = _static_csc_in_order(src, dst, offsets, num_src, num_dst, num_loops)
+        return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, form=form, source=source, coo=(src, dst))
     dst_pad = torch.where(src == dst, num_dst, dst)
     ar = loops(num_loops, src)
     graph = _static_csc(torch.cat([src, ar]), torch.cat([dst_pad, ar]), num_src, num_dst + 1)

@@ -106,9 +106,11 @@ def resolve(
 ) -> GraphPlan:
     """The plan for one layer call: kept between calls eagerly, built with fixed-shape ops under
     ``torch.compile`` (where a CscGraph's prepared plans are still used) and for a CscGraph marked rebuilt every
-    call (:attr:`~cudnn_gnn.CscGraph.rebuilt_every_call`, e.g. :func:`cudnn_gnn.sampled_blocks`): the eager
-    self-loop removal syncs, and a plan kept on a graph used once would only hold memory (and, with no self-loop
-    rule, a reference cycle through the graph)."""
+    call (:attr:`~cudnn_gnn.CscGraph.rebuilt_every_call`, e.g. :func:`cudnn_gnn.sampled_blocks` or a packed
+    batch's graph), whose eager self-loop removal would sync. Such a graph keeps its fixed-shape self-loop plan
+    for its own life, so that the layers of one step (a GPS model's, on one batch's graph) build it once and share
+    it, with what the backends derive from the plan's graph (the Triton backward's reverse CSC); without the
+    self-loop rule the plan is the graph itself, kept nowhere (it would be a reference cycle through the graph)."""
     if isinstance(edge_index, CscGraph) and edge_index.device != device:
         edge_index = _moved(edge_index, device)
     if torch.compiler.is_compiling():
@@ -123,8 +125,11 @@ def resolve(
         return build_plan(edge_index, num_src, num_dst, num_loops, static=True)
     if isinstance(edge_index, CscGraph):
         graph = edge_index
-        if graph.rebuilt_every_call:  # used for one call (a sampled block): fixed-shape ops, nothing kept
-            return build_plan(graph, num_src, num_dst, num_loops, static=True)
+        if graph.rebuilt_every_call:  # fixed-shape ops; the self-loop plan kept for the graph's other layers
+            if num_loops is None:
+                return build_plan(graph, num_src, num_dst, None, static=True)
+            return graph.derived((_PLAN_KEY, num_loops),
+                                 lambda: build_plan(graph, num_src, num_dst, num_loops, static=True))
         return graph.derived((_PLAN_KEY, num_loops),
                              lambda: build_plan(graph, num_src, num_dst, num_loops, static=False))
     if not cache or not isinstance(edge_index, Tensor):

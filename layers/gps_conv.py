@@ -3,7 +3,7 @@
 from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as third-party; see report)
 
 import inspect
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -43,15 +43,30 @@ def _batch_norm_module(norm: Module) -> BatchNorm1d | None:
     return inner if isinstance(inner, BatchNorm1d) else None
 
 
-def _masked_batch_norm(bn: BatchNorm1d, x: Tensor, mask: Tensor) -> Tensor:
-    """``bn`` in training mode with its statistics over the rows of ``x`` ``[N, C]`` that ``mask`` ``[N]`` keeps:
+class _RowWeights(NamedTuple):
+    """The rows a masked batch norm reads, from a ``node_mask`` ``[N]`` bool: ``weight`` ``[N, 1]`` float32 (1 kept,
+    0 not), ``num_kept`` (0-dim float32, the rows kept) and ``divisor`` (``num_kept``, at least 1: what the mean and
+    the variance divide by). Built once per forward, read by its three norms."""
+
+    weight: Tensor
+    num_kept: Tensor
+    divisor: Tensor
+
+    @classmethod
+    def of(cls, mask: Tensor) -> _RowWeights:
+        weight = mask.to(torch.float32)[:, None]
+        num_kept = weight.sum()
+        return cls(weight, num_kept, num_kept.clamp(min=1))
+
+
+def _masked_batch_norm(bn: BatchNorm1d, x: Tensor, rows: _RowWeights) -> Tensor:
+    """``bn`` in training mode with its statistics over the rows of ``x`` ``[N, C]`` that ``rows`` keeps:
     the same output on those rows as ``bn`` on them alone, and the same running-statistics update (momentum, or the
     cumulative average with ``momentum=None``; the unbiased variance). Fixed-shape ops, no host sync."""
-    w = mask.to(torch.float32)[:, None]
+    w, count, divisor = rows
     xf = x.float()
-    count = w.sum()
-    mean = (xf * w).sum(0) / count.clamp(min=1)
-    var = ((xf - mean).square() * w).sum(0) / count.clamp(min=1)
+    mean = (xf * w).sum(0) / divisor
+    var = ((xf - mean).square() * w).sum(0) / divisor
     if bn.training and bn.track_running_stats and bn.running_mean is not None and bn.running_var is not None:
         with torch.no_grad():
             bn.num_batches_tracked.add_(1)  # type: ignore[union-attr]
@@ -163,13 +178,18 @@ class GPSConv(Module):
             if norm is not None:
                 norm.reset_parameters()
 
-    def _norm(self, norm: Module | None, h: Tensor, batch: Tensor | None, node_mask: Tensor | None) -> Tensor:
+    @staticmethod
+    def _batch_statistics_norm(norm: Module | None) -> BatchNorm1d | None:
+        """The batch norm ``norm`` is where it normalises with batch statistics (the ones a ``node_mask`` masks)."""
+        bn = None if norm is None else _batch_norm_module(norm)
+        return bn if bn is not None and (bn.training or not bn.track_running_stats) else None
+
+    def _norm(self, norm: Module | None, h: Tensor, batch: Tensor | None, rows: _RowWeights | None) -> Tensor:
         if norm is None:
             return h
-        if node_mask is not None:
-            bn = _batch_norm_module(norm)
-            if bn is not None and (bn.training or not bn.track_running_stats):
-                return _masked_batch_norm(bn, h, node_mask)
+        bn = self._batch_statistics_norm(norm)
+        if rows is not None and bn is not None:
+            return _masked_batch_norm(bn, h, rows)
         return norm(h, batch=batch) if self.norm_with_batch else norm(h)
 
     def forward(
@@ -194,11 +214,15 @@ class GPSConv(Module):
         ``max_num_nodes`` only their shapes are, since comparing the values would cost a host sync."""
         if ptr is not None and batch is not None:
             _check_ptr_matches_batch(ptr, batch, x.size(0), max_num_nodes is None or x.device.type != "cuda")
+        rows = None  # the masked norms' row weights, built once for the three
+        if node_mask is not None and any(self._batch_statistics_norm(n) is not None
+                                         for n in (self.norm1, self.norm2, self.norm3)):
+            rows = _RowWeights.of(node_mask)
         hs = []
         if self.conv is not None:  # local message passing
             h = self.conv(x, edge_index, **kwargs)
             h = F.dropout(h, p=self.dropout, training=self.training)
-            hs.append(self._norm(self.norm1, h + x, batch, node_mask))
+            hs.append(self._norm(self.norm1, h + x, batch, rows))
 
         # Global attention within each graph, on the packed batch.
         h = packed_mha(
@@ -212,11 +236,11 @@ class GPSConv(Module):
             backend=self.attention_backend,
         )
         h = F.dropout(h, p=self.dropout, training=self.training)
-        hs.append(self._norm(self.norm2, h + x, batch, node_mask))
+        hs.append(self._norm(self.norm2, h + x, batch, rows))
 
         out = hs[0] if len(hs) == 1 else hs[0] + hs[1]
         out = out + self.mlp(out)
-        return self._norm(self.norm3, out, batch, node_mask)
+        return self._norm(self.norm3, out, batch, rows)
 
     def __repr__(self) -> str:
         return f"{self.__class__.__name__}({self.channels}, conv={self.conv}, heads={self.heads}, attn_type={self.attn_type})"

@@ -143,3 +143,28 @@ def example_main(monkeypatch):
 
     yield _main
     sys.modules.pop("_common", None)
+
+
+@pytest.fixture
+def aten_ops() -> Callable[[Callable[[], object]], dict[str, int]]:
+    """``aten_ops(fn)`` -> how many times ``fn()`` called each aten op (by packet name, e.g. ``"sort"``), counted
+    below autograd (forward and backward ops alike)."""
+    from collections import Counter
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class _Count(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.counts: Counter[str] = Counter()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+            self.counts[func.overloadpacket.__name__] += 1
+            return func(*args, **(kwargs or {}))
+
+    def count(fn: Callable[[], object]) -> dict[str, int]:
+        with _Count() as mode:
+            fn()
+        return dict(mode.counts)
+
+    return count

@@ -245,9 +245,10 @@ def test_layers_on_blocks_equal_pyg_on_slices(kind, loops, edge_dim, add_self_lo
                 torch.testing.assert_close(go, gp)
 
 
-def test_rebuilt_graph_gets_the_static_plan_and_keeps_none(monkeypatch):
+def test_rebuilt_graph_gets_the_static_plan_and_keeps_it_for_its_life(monkeypatch):
     """A graph marked rebuilt every call takes the fixed-shape self-loop plan (no eager_plan, whose nonzero
-    syncs on CUDA), and the plan is not kept on the graph; an unmarked graph still gets the kept eager plan."""
+    syncs on CUDA), kept on the graph so that its other layers share it (the same object); without the self-loop
+    rule the plan is the graph itself, kept nowhere. An unmarked graph still gets the kept eager plan."""
     from cudnn_gnn.layers import _graph_inputs, _plan_cache
 
     def no_eager(*args, **kwargs):
@@ -260,9 +261,10 @@ def test_rebuilt_graph_gets_the_static_plan_and_keeps_none(monkeypatch):
         m.setattr(_graph_inputs, "eager_plan", no_eager)
         plan = _plan_cache.resolve(block, num_loops=block.num_dst_nodes, **kw)
         assert plan.pad_dst and plan.keep is not None and plan.graph.rebuilt_every_call  # static_plan's
+        assert _plan_cache.resolve(block, num_loops=block.num_dst_nodes, **kw) is plan
         plain = _plan_cache.resolve(block, num_loops=None, **kw)
         assert plain.graph is block and not plain.pad_dst
-    assert block.derived_if_built((_plan_cache._PLAN_KEY, block.num_dst_nodes)) is None
+    assert block.derived_if_built((_plan_cache._PLAN_KEY, block.num_dst_nodes)) is plan
     assert block.derived_if_built((_plan_cache._PLAN_KEY, None)) is None
     unmarked = CscGraph.from_edge_index(ei, size=(block.num_src_nodes, block.num_dst_nodes))
     eager = _plan_cache.resolve(unmarked, num_loops=unmarked.num_dst_nodes, **kw)

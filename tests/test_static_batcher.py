@@ -168,3 +168,27 @@ def test_a_warm_packed_step_syncs_only_in_the_cpu_only_checks() -> None:
         where = sync.split(" at ")[1].split(": ")[0]
         path, line = where.rsplit(":", 1)
         assert path.endswith("layers/gps_conv.py") and int(line) in allowed, sync
+
+
+def test_the_packed_graph_has_short_rows_and_its_layers_share_one_self_loop_plan(monkeypatch) -> None:
+    """A packed batch's graph is in CSC order (no COO permutation) and marked rebuilt every call with short rows (the
+    Triton kernels walk its rows whole, no work list); the GAT layers of a step's GPS layers build one self-loop plan
+    of it, kept on the graph (the same object for every layer), whose graph keeps the short rows."""
+    from cudnn_gnn.layers import _graph_inputs
+    from cudnn_gnn.layers._plan_cache import _PLAN_KEY
+
+    built = []
+    static_plan = _graph_inputs.static_plan
+    monkeypatch.setattr(_graph_inputs, "static_plan", lambda *a, **k: built.append(static_plan(*a, **k)) or built[-1])
+    batcher = StaticGraphBatcher(ragged_graphs(20), GraphBudget(max_graphs=6, max_tokens=50, max_edges=100,
+                                                                max_nodes=12))
+    batch = next(batcher.epoch(shuffle=False))
+    graph = batch.csc_graph()
+    assert graph.rebuilt_every_call and graph.short_rows and graph.map_csc_to_coo is None
+    torch.manual_seed(0)
+    model = GPS(8, 3, 2, 1, 0.1, "reference", in_channels=5, edge_channels=3)
+    model.run(batch.x, graph, batch.edge_attr, batch.batch, batch.ptr, batcher.budget.max_nodes,
+              batcher.budget.num_slots, node_mask=batch.token_valid).sum().backward()
+    assert len(built) == 1  # three layers, one plan
+    plan = graph.derived_if_built((_PLAN_KEY, batcher.budget.max_tokens))
+    assert plan is built[0] and plan.graph.short_rows and plan.pad_dst

@@ -17,8 +17,9 @@ padding that nothing real sees:
   sorted by destination too, among the sink tokens (each sink token receives about the same number, from the next
   token of its sink graph): ``edge_index`` is in CSC order, ``offsets`` its ``[T + 1]`` CSC offsets, and
   :meth:`StaticGraphBatch.csc_graph` wraps them without a sort as a :class:`~cudnn_gnn.CscGraph` marked
-  ``rebuilt_every_call`` (the layers then apply their self-loop rule with fixed-shape ops and derive nothing that
-  would need a host sync, as for the node-level blocks of :mod:`cudnn_gnn.apps.static_sampler`);
+  ``rebuilt_every_call`` with ``short_rows`` (the layers then apply their self-loop rule with fixed-shape ops, no
+  sort: the edges are already in CSC order, and derive nothing that would need a host sync, as for the node-level
+  blocks of :mod:`cudnn_gnn.apps.static_sampler`; the layers of a step share the one self-loop plan);
 - **labels** ``y [B, num_tasks]`` float32 (NaN where a label is missing) with ``graph_valid [B]``: an empty slot
   has no loss (:func:`masked_graph_loss`) and no metric weight (``graph_id`` is -1 there).
 
@@ -179,10 +180,12 @@ class StaticGraphBatch:
 
 def packed_csc_graph(offsets: Tensor, edge_index: Tensor) -> CscGraph:
     """A packed batch's :class:`~cudnn_gnn.CscGraph` from its ``offsets [T + 1]`` and CSC-ordered ``edge_index [2,
-    E]`` (as :meth:`StaticGraphBatch.csc_graph`, for a step that holds the tensors by name)."""
+    E]`` (as :meth:`StaticGraphBatch.csc_graph`, for a step that holds the tensors by name), marked rebuilt every
+    call with ``short_rows``: a small graph's nodes have few in- and out-edges, so the Triton kernels walk each row
+    whole from the offsets and build no work list (no sort, no sync)."""
     dtype = offsets.dtype
     return CscGraph.from_csc(offsets, edge_index[0].to(dtype), offsets.numel() - 1, dst_index=edge_index[1].to(dtype),
-                             edge_index=edge_index, rebuilt_every_call=True)
+                             edge_index=edge_index, rebuilt_every_call=True, short_rows=True)
 
 
 class StaticGraphBatcher:

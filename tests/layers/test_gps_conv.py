@@ -172,7 +172,7 @@ def test_masked_batch_norm_reads_only_the_kept_rows(norm_cls) -> None:
     """``node_mask``: a batch norm's output on the kept rows and its running statistics are those of the same norm
     run on the kept rows alone (the padding rows of a packed batch weigh nothing); in eval mode the mask changes
     nothing."""
-    from cudnn_gnn.layers.gps_conv import _masked_batch_norm
+    from cudnn_gnn.layers.gps_conv import _masked_batch_norm, _RowWeights
 
     torch.manual_seed(0)
     bn = pyg_nn.BatchNorm(6) if norm_cls == "pyg" else torch.nn.BatchNorm1d(6, momentum=None)
@@ -184,7 +184,7 @@ def test_masked_batch_norm_reads_only_the_kept_rows(norm_cls) -> None:
     x = torch.randn(10, 6) * 3
     keep = torch.tensor([True, False, True, True, False, True, True, True, False, True])
     for _ in range(2):
-        got = _masked_batch_norm(inner, x, keep)
+        got = _masked_batch_norm(inner, x, _RowWeights.of(keep))
         want = ref(x[keep])
         torch.testing.assert_close(got[keep], want)
     torch.testing.assert_close(inner.running_mean, ref.running_mean)
@@ -206,3 +206,22 @@ def test_gps_node_mask_leaves_the_real_rows_as_if_alone() -> None:
     torch.testing.assert_close(got[:7], want)
     unmasked = layer(pad, None, torch.tensor([0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2]), ptr=torch.tensor([0, 3, 7, 11]))
     assert not torch.allclose(unmasked[:7], want, atol=1e-3)
+
+
+def test_gps_node_mask_row_weights_built_once_a_forward(monkeypatch) -> None:
+    """The three masked batch norms of a forward read one set of row weights (one mask conversion and count, not
+    three); in eval mode, where the norms use their running statistics, none is built."""
+    from cudnn_gnn.layers import gps_conv
+
+    built = []
+    of = gps_conv._RowWeights.of
+    monkeypatch.setattr(gps_conv._RowWeights, "of", classmethod(lambda cls, mask: built.append(mask) or of(mask)))
+    torch.manual_seed(0)
+    x, edge_index, batch, ptr, _ = _batch([4, 7, 2])
+    layer = GPSConv(C, _local_conv("gat"), heads=HEADS, attention_backend="reference").double()
+    mask = torch.arange(x.size(0)) < 11
+    layer(x, edge_index, batch, ptr=ptr, node_mask=mask).sum().backward()
+    assert len(built) == 1 and built[0] is mask
+    layer.eval()
+    layer(x, edge_index, batch, ptr=ptr, node_mask=mask)
+    assert len(built) == 1

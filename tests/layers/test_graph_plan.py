@@ -1,0 +1,60 @@
+"""The fixed-shape self-loop plan (``layers/_graph_plan.py``): for a graph whose COO order is already its CSC order
+the plan's CSC comes from a cumulative sum, and equals the one a stable sort builds, tensor for tensor (values and
+dtypes); through :func:`resolve`, such a graph's plan takes no sort, another graph's one."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudnn_gnn import CscGraph
+from cudnn_gnn.graph import csc_offsets
+from cudnn_gnn.layers._graph_plan import static_plan
+from cudnn_gnn.layers._plan_cache import resolve
+
+
+def _csc_ordered(num_src: int, num_dst: int, num_edges: int, seed: int, dtype: torch.dtype):
+    """``[2, E]`` int64 random edges sorted by destination (stable), a third of them made self-loops where the
+    destination is also a source (multi-edges, empty rows, bipartite sizes), and their CSC offsets in ``dtype``."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(0, max(num_src, 1), (num_edges,), generator=g)
+    dst = torch.randint(0, max(num_dst, 1), (num_edges,), generator=g)
+    loop = (torch.rand(num_edges, generator=g) < 1 / 3) & (dst < num_src)
+    src = torch.where(loop, dst, src)
+    order = torch.sort(dst, stable=True).indices
+    ei = torch.stack([src[order], dst[order]])
+    return ei, csc_offsets(ei[1], num_dst, dtype)
+
+
+@pytest.mark.parametrize(("num_src", "num_dst", "num_edges"), [(9, 9, 40), (4, 11, 30), (12, 5, 50), (6, 6, 0),
+                                                                 (1, 1, 5), (30, 30, 300)])
+@pytest.mark.parametrize("loops", ["all", "fewer"])
+def test_the_sort_free_plan_equals_the_sorted_plan(num_src, num_dst, num_edges, loops, index_dtype) -> None:
+    ei, offsets = _csc_ordered(num_src, num_dst, num_edges, num_src * 100 + num_edges, index_dtype)
+    n = min(num_src, num_dst)
+    num_loops = n if loops == "all" else n // 2
+    sorted_plan = static_plan(ei, num_src, num_dst, num_loops, "csc_graph", None)
+    free = static_plan(ei, num_src, num_dst, num_loops, "csc_graph", None, offsets=offsets)
+    for name in ("offsets", "indices", "map_csc_to_coo", "dst_index"):
+        want, got = getattr(sorted_plan.graph, name), getattr(free.graph, name)
+        assert got.dtype == want.dtype and torch.equal(got, want), name
+    assert (free.graph.num_src_nodes, free.graph.num_dst_nodes) == (num_src, num_dst + 1)
+    assert free.graph.rebuilt_every_call and free.pad_dst and free.num_loops == num_loops
+    assert torch.equal(free.keep, sorted_plan.keep) and torch.equal(free.loop_index, sorted_plan.loop_index)
+    free.graph.validate()
+
+
+def test_a_graph_in_csc_order_gets_its_plan_without_a_sort(aten_ops) -> None:
+    """A graph marked rebuilt every call whose COO order is its CSC order (``map_csc_to_coo is None``, as a packed
+    batch's) takes its self-loop plan from its offsets; given a COO permutation, the plan sorts."""
+    ei, offsets = _csc_ordered(20, 20, 80, 0, torch.int32)
+    in_order = CscGraph.from_csc(offsets, ei[0].int(), 20, edge_index=ei, rebuilt_every_call=True)
+    permuted = CscGraph.from_csc(offsets, ei[0].int(), 20, torch.arange(80, dtype=torch.int32), edge_index=ei,
+                                 rebuilt_every_call=True)
+    plans = []
+    for graph, sorts in ((in_order, 0), (permuted, 1)):
+        counts = aten_ops(lambda g=graph: plans.append(resolve(g, num_src=20, num_dst=20, num_loops=20,
+                                                               device=g.device, cache=True)))
+        assert counts.get("sort", 0) == sorts and counts.get("searchsorted", 0) == sorts
+    for name in ("offsets", "indices", "map_csc_to_coo", "dst_index"):
+        assert torch.equal(getattr(plans[0].graph, name), getattr(plans[1].graph, name)), name
