@@ -30,7 +30,7 @@ from cudnn_gnn.backends import reference  # noqa: E402
 from cudnn_gnn.backends import triton as tb  # noqa: E402
 from cudnn_gnn.backends.triton import gat_op as triton_op  # noqa: E402
 from cudnn_gnn.backends.triton import kernels as tk  # noqa: E402
-from cudnn_gnn.backends.triton import tuning  # noqa: E402
+from cudnn_gnn.backends.triton import packed_offsets, tuning  # noqa: E402
 
 DEV = torch.device("cuda")
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
@@ -491,14 +491,14 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
     bitwise what Triton's own dispatch gives: GAT with its one-gather and its two-gather backward and GATv2 with its
     fused edge projection, on a graph with a 3,000-edge hub row and hub source (so the merge kernels run too), with
     edge features, a dropout mask and returned attention, and GAT's training call (no attention returned: the dense
-    delta pass); every one of the thirteen kernels holds a variant after the first run, and the third run launches
-    none through Triton's dispatch (all through the shortcut)."""
+    delta pass), and graph attention's packed-offsets check; every one of the fourteen kernels holds a variant after
+    the first run, and the third run launches none through Triton's dispatch (all through the shortcut)."""
     from cudnn_gnn.backends.triton.launch import CachedLaunch
 
     # (module, name) -> the CachedLaunch a launcher finds in its own module's globals
     kernels = {(module, name): k for module in tk.KERNEL_MODULES for name, k in vars(module).items()
                if isinstance(k, CachedLaunch)}
-    assert len(kernels) == 13, sorted(name for _, name in kernels)
+    assert len(kernels) == 14, sorted(name for _, name in kernels)
     n = 3000
     graph = _hub_graph(n, 30_000, 3000, seed=11)
     assert graph.num_edges > 4 * tuning.chunk_size(graph.num_edges)
@@ -529,7 +529,9 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
         if att is not None:
             loss = loss + (att * torch.randn(att.shape, device=DEV, generator=cot)).sum()
         loss.backward()
-        return [t for t in (out, att, x.grad, w.grad, f.grad, wt.grad if v2 else None) if t is not None]
+        ptr = torch.tensor([0, 5, 5, 2000, n], device=DEV)
+        safe, flag = packed_offsets.checked_offsets(ptr, n, 2000, x.dtype)
+        return [t for t in (out, att, x.grad, w.grad, f.grad, wt.grad if v2 else None, safe, flag) if t is not None]
 
     cases = ("gat_one_gather", "gat_two_gather", "gatv2_fused", "gat_training")
     with monkeypatch.context() as plain_dispatch:  # every kernel through Triton's own dispatch
