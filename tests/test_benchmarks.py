@@ -208,7 +208,7 @@ def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
 
 
 INVESTIGATIONS = os.path.join(BENCH, "investigations")
-INVESTIGATION_SCRIPTS = sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py"))
+INVESTIGATION_SCRIPTS = sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py") and f[0] != "_")
 
 
 def test_investigations_index_names_every_script_and_only_those() -> None:
