@@ -21,7 +21,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-__all__ = ["compile_ptx", "ptxas", "ptxas_usage"]
+__all__ = ["compile_ptx", "ptxas", "ptxas_usage", "target"]
 
 
 def ptxas() -> str:
@@ -33,9 +33,9 @@ def ptxas() -> str:
     raise SystemExit(f"no ptxas under {d}")
 
 
-def _capability(arch: str) -> int:
-    """``sm_90a`` -> 90."""
-    return int(re.sub(r"\D", "", arch))
+def target(arch: str) -> GPUTarget:
+    """Triton's target for ``arch`` (``sm_90a`` -> CUDA capability 90, warps of 32 threads)."""
+    return GPUTarget("cuda", int(re.sub(r"\D", "", arch)), 32)
 
 
 def compile_ptx(fn: Any, signature: Mapping[str, str], constexprs: Mapping[tuple[int, ...], Any],
@@ -47,7 +47,7 @@ def compile_ptx(fn: Any, signature: Mapping[str, str], constexprs: Mapping[tuple
     (``[["tt.divisibility", 16]]``), as ``JITFunction`` builds them for a launch; ``options``: compile options such as
     ``num_warps``. Raises whatever Triton's compiler raises (a kernel that does not compile)."""
     src = ASTSource(fn=fn, signature=dict(signature), constexprs=dict(constexprs), attrs=dict(attrs))
-    compiled = triton.compile(src, target=GPUTarget("cuda", _capability(arch), 32), options=dict(options))
+    compiled = triton.compile(src, target=target(arch), options=dict(options))
     return str(compiled.asm["ptx"])
 
 
