@@ -300,7 +300,8 @@ def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
 def test_compile_check_quick_compiles_every_recorded_variant(tmp_path) -> None:
     """compile_check.py --quick records the launches of a few GAT and GATv2 calls under Triton's interpreter and
     compiles each distinct variant for sm_90a (no GPU): none fails, each has registers, the summary line counts them,
-    and the variants carry the launches' own constexprs (GAT's and GATv2's forward, a hub merge) and divisibility."""
+    and the variants carry the launches' own constexprs (GAT's and GATv2's forward, int32 and int64 offsets, a hub
+    merge) and divisibility."""
     pytest.importorskip("triton")
     out = tmp_path / "cc.json"
     proc = _run("investigations/compile_check.py", "--quick", "--out", str(out), timeout=600)
@@ -314,8 +315,9 @@ def test_compile_check_quick_compiles_every_recorded_variant(tmp_path) -> None:
     assert {"_fwd_kernel", "_fwd_merge_kernel", "_bwd_dst_kernel", "_bwd_src_kernel", "_bwd_gat_src_kernel",
             "_node_scores_kernel"} <= kernels, kernels
     fwd = [r for r in rows if r["kernel"] == "_fwd_kernel"]
-    v2 = list(fwd[0]["signature"]).index("V2")
-    assert {dict((p[0], v) for p, v in r["constexprs"])[v2] for r in fwd} == {False, True}
+    for name in ("V2", "I64"):  # GAT and GATv2; int32 and (forced) int64 offsets
+        i = list(fwd[0]["signature"]).index(name)
+        assert {dict((p[0], v) for p, v in r["constexprs"])[i] for r in fwd} == {False, True}, name
     assert all(r["signature"]["x_src_ptr"] == "*fp32" and [[0], [["tt.divisibility", 16]]] in r["attrs"] for r in fwd)
     assert len({json.dumps([r[k] for k in ("kernel", "signature", "constexprs", "attrs", "options")])
                 for r in rows}) == len(rows)  # deduped

@@ -22,7 +22,8 @@ shapes the benchmarks run (:data:`SHAPES`, :data:`MODEL_SHAPES`), with int32 and
 without gradients (and GAT's one- and two-gather backward), dropout drawn in-kernel (the forward writing keep flags
 that the backward reads, or, without gradients, none), an explicit dropout mask, edge features (GATv2's projected and
 fused), returned attention and its gradient, every activation, bipartite graphs rebuilt every call, sampled blocks
-walked in whole short rows, and hub rows cut into chunks (the chunk size forced down). What it cannot see: a
+walked in whole short rows, hub rows cut into chunks (the chunk size forced down), int32 and int64 offsets (the
+kernels' ``I64``; int64 forced); and graph attention's check of a packed batch's offsets. What it cannot see: a
 variant no workload launches, and Triton's checks at a launch on the device. Register use depends on the Triton
 version: run it with the Triton the GPU runs to read registers (any version to check compilation)::
 
@@ -71,7 +72,9 @@ class Case:
     and destinations apart, rebuilt every call, ``x_dst`` a tensor of its own) or ``"short_rows"`` (a sampled
     block: rebuilt every call with short rows, CSC order, ``x_dst`` the first rows of ``x_src``). ``edge``: ``""``,
     ``"projected"`` (GAT's edge scores; GATv2's ``[E, H*C]`` rows) or ``"fused"`` (GATv2's raw ``[E, De]`` with
-    ``lin_edge_weight``). ``dropout``: ``""``, ``"kernel"`` (counter-based, drawn in the kernels) or ``"mask"``."""
+    ``lin_edge_weight``). ``dropout``: ``""``, ``"kernel"`` (counter-based, drawn in the kernels) or ``"mask"``.
+    ``offsets``: the kernels' offset width (their ``I64``): ``"int32"``, what calls below 2**31 elements a tensor run,
+    or ``"int64"`` (forced: the int32 bound, ``tuning.INT32_OFFSETS_BELOW``, set to 1 for the call)."""
 
     v2: bool
     dtype: str
@@ -86,6 +89,7 @@ class Case:
     activation: str = "leaky_relu"
     concat: bool = True
     attention: bool = False
+    offsets: str = "int32"
 
     def name(self) -> str:
         parts = ["gatv2" if self.v2 else "gat", self.dtype, f"{self.heads}x{self.c}", self.graph, self.index,
@@ -96,6 +100,7 @@ class Case:
         parts += [self.activation] if self.activation != "leaky_relu" else []
         parts += [] if self.concat else ["mean"]
         parts += ["attention"] if self.attention else []
+        parts += ["offsets-int64"] if self.offsets == "int64" else []
         return "/".join(parts)
 
 
@@ -141,17 +146,20 @@ def _model_cases(v2: bool, dtype: str, heads: int, c: int) -> list[Case]:
 
 def cases(quick: bool) -> list[Case]:
     """The workloads' calls: every :func:`_shape_cases` of :data:`SHAPES` and :func:`_model_cases` of
-    :data:`MODEL_SHAPES`, GAT and GATv2, float32 and bfloat16, and every activation at 4 x 16 (``quick``: a few
-    cases of 4 x 16 in float32)."""
+    :data:`MODEL_SHAPES`, GAT and GATv2, float32 and bfloat16, the :func:`_model_cases` of :data:`SHAPES` again with
+    int64 offsets, and every activation at 4 x 16 (``quick``: a few cases of 4 x 16 in float32, one with int64
+    offsets)."""
     if quick:
         out = []
         for v2 in (False, True):
             base = Case(v2, "fp32", 4, 16, gat_backward="auto" if v2 else "one_gather")
             out += [base, replace(base, dropout="kernel", edge="fused" if v2 else "projected"),
-                    replace(base, graph="hubs", grad=False)]
+                    replace(base, graph="hubs", grad=False, offsets="int64")]
         return out
     out = [k for shapes, make in ((SHAPES, _shape_cases), (MODEL_SHAPES, _model_cases)) for h, c in shapes
            for v2 in (False, True) for dtype in ("fp32", "bf16") for k in make(v2, dtype, h, c)]
+    out += [replace(k, offsets="int64") for h, c in SHAPES for v2 in (False, True) for dtype in ("fp32", "bf16")
+            for k in _model_cases(v2, dtype, h, c)]
     for act in ACTIVATIONS:
         for v2 in (False, True):
             base = Case(v2, "fp32", 4, 16, activation=act)
@@ -190,17 +198,20 @@ def _graph(kind: str, index: str) -> Any:
 
 
 @contextlib.contextmanager
-def _chunk_size(b: int | None) -> Iterator[None]:
-    """The work lists' chunk size forced to ``b`` within (None: unchanged)."""
+def _sizes(chunk: int | None, int32_offsets_below: int | None) -> Iterator[None]:
+    """Within: the work lists' chunk size forced to ``chunk`` and the int32 offsets' bound to
+    ``int32_offsets_below`` (None: unchanged)."""
     from cudnn_gnn.backends.triton import tuning
 
-    saved = tuning.MIN_CHUNK_E, tuning.MAX_CHUNK_E
-    if b is not None:
-        tuning.MIN_CHUNK_E = tuning.MAX_CHUNK_E = b
+    saved = tuning.MIN_CHUNK_E, tuning.MAX_CHUNK_E, tuning.INT32_OFFSETS_BELOW
+    if chunk is not None:
+        tuning.MIN_CHUNK_E = tuning.MAX_CHUNK_E = chunk
+    if int32_offsets_below is not None:
+        tuning.INT32_OFFSETS_BELOW = int32_offsets_below
     try:
         yield
     finally:
-        tuning.MIN_CHUNK_E, tuning.MAX_CHUNK_E = saved
+        tuning.MIN_CHUNK_E, tuning.MAX_CHUNK_E, tuning.INT32_OFFSETS_BELOW = saved
 
 
 def run_case(case: Case) -> None:
@@ -237,16 +248,30 @@ def run_case(case: Case) -> None:
         dropout_mask=mask, dropout=0.3 if kernel_drop else 0.0,
         dropout_seed=torch.tensor([12345]) if kernel_drop else None, return_attention=case.attention,
         deterministic=False, grad_precision="auto", backend="triton", max_degree=None)
-    with _chunk_size(HUB_CHUNK if case.graph == "hubs" else None):
+    with _sizes(HUB_CHUNK if case.graph == "hubs" else None, 1 if case.offsets == "int64" else None):
         out, att = tb.triton_gat(spec, options=tb.TritonOptions(gat_backward=case.gat_backward))
         if case.grad:
             loss = out.float().sum() + (att.sum() if att is not None else 0.0)
             loss.backward()
 
 
+def run_packed_offsets(dtype: str) -> None:
+    """Graph attention's one-launch check of a packed batch's offsets (three graphs, one past ``max_nodes``), its flag
+    in ``dtype``."""
+    import torch
+
+    from cudnn_gnn.backends.triton import packed_offsets
+
+    ptr = torch.tensor([0, 3, 5, 11])
+    packed_offsets.checked_offsets(ptr, 11, 5, getattr(torch, dtype))
+
+
 def workloads(quick: bool) -> dict[str, Callable[[], None]]:
-    """The built-in workloads by name (:func:`cases` run by :func:`run_case`)."""
-    return {k.name(): functools.partial(run_case, k) for k in cases(quick)}
+    """The built-in workloads by name: :func:`cases` run by :func:`run_case`, and :func:`run_packed_offsets`."""
+    named: dict[str, Callable[[], None]] = {k.name(): functools.partial(run_case, k) for k in cases(quick)}
+    for dtype in ("float32",) if quick else ("float32", "bfloat16", "float16"):
+        named[f"packed_offsets/{dtype}"] = functools.partial(run_packed_offsets, dtype)
+    return named
 
 
 def _file_workloads(path: str) -> dict[str, Callable[[], None]]:
