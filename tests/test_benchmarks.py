@@ -208,7 +208,7 @@ def test_prebuild_builds_each_kernel_group_the_presets_run(monkeypatch) -> None:
 
 
 INVESTIGATIONS = os.path.join(BENCH, "investigations")
-INVESTIGATION_SCRIPTS = sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py"))
+INVESTIGATION_SCRIPTS = sorted(f for f in os.listdir(INVESTIGATIONS) if f.endswith(".py") and f[0] != "_")
 
 
 def test_investigations_index_names_every_script_and_only_those() -> None:
@@ -294,6 +294,82 @@ def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     rows = json.loads(out.read_text())
     assert [(r["BLOCK_E"], r["I64"]) for r in rows] == [(8, False), (8, True)]
     assert all(r["ptxas_error"] is None and isinstance(r["registers"], int) and r["registers"] > 0 for r in rows), rows
+
+
+@pytest.mark.slow
+def test_compile_check_quick_compiles_every_recorded_variant(tmp_path) -> None:
+    """compile_check.py --quick records the launches of a few GAT and GATv2 calls under Triton's interpreter and
+    compiles each distinct variant for sm_90a (no GPU): none fails, each has registers, the summary line counts them,
+    and the variants carry the launches' own constexprs (GAT's and GATv2's forward, int32 and int64 offsets, a hub
+    merge) and divisibility."""
+    pytest.importorskip("triton")
+    out = tmp_path / "cc.json"
+    proc = _run("investigations/compile_check.py", "--quick", "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    rows = payload["variants"]
+    assert re.fullmatch(r"\d+ variants of \d+ kernels, 0 failed", payload["summary"]), payload["summary"]
+    assert payload["summary"] in proc.stdout
+    assert all(r["ok"] and r["error"] is None and r["registers"] > 0 for r in rows), [r for r in rows if not r["ok"]]
+    kernels = {r["kernel"] for r in rows}
+    assert {"_fwd_kernel", "_fwd_merge_kernel", "_bwd_dst_kernel", "_bwd_src_kernel", "_bwd_gat_src_kernel",
+            "_node_scores_kernel"} <= kernels, kernels
+    fwd = [r for r in rows if r["kernel"] == "_fwd_kernel"]
+    for name in ("V2", "I64"):  # GAT and GATv2; int32 and (forced) int64 offsets
+        i = list(fwd[0]["signature"]).index(name)
+        assert {dict((p[0], v) for p, v in r["constexprs"])[i] for r in fwd} == {False, True}, name
+    assert all(r["signature"]["x_src_ptr"] == "*fp32" and [[0], [["tt.divisibility", 16]]] in r["attrs"] for r in fwd)
+    assert len({json.dumps([r[k] for k in ("kernel", "signature", "constexprs", "attrs", "options")])
+                for r in rows}) == len(rows)  # deduped
+
+
+PLANTED_KERNEL = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def cast_kernel(x_ptr, y_ptr, n, HALF{annotation}, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    if HALF:  # at run time both branches are compiled, and y must have one type out of both
+        y = x.to(tl.float16)
+    else:
+        y = x
+    tl.store(y_ptr + offs, y, mask=offs < n)
+
+
+def run():
+    x = torch.arange(10, dtype=torch.float32)
+    y = torch.empty_like(x)
+    cast_kernel[(1,)](x, y, 10, False, BLOCK=16)
+    assert torch.equal(x, y)  # the interpreter ran it
+
+
+WORKLOADS = {{"cast": run}}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("annotation, failed", [("", 1), (": tl.constexpr", 0)], ids=["runtime", "constexpr"])
+def test_compile_check_reports_a_kernel_that_runs_interpreted_but_does_not_compile(tmp_path, annotation,
+                                                                                     failed) -> None:
+    """A flag that must be a ``tl.constexpr`` (its branches give ``y`` two types) passed at run time: the interpreter
+    runs the kernel, the compiler refuses it, and compile_check.py reports the variant failed, with the compiler's
+    message, and exits with 1; declared constexpr, the same workload passes."""
+    pytest.importorskip("triton")
+    planted, out = tmp_path / "planted.py", tmp_path / "cc.json"
+    planted.write_text(PLANTED_KERNEL.format(annotation=annotation))
+    proc = _run("investigations/compile_check.py", "--workloads", str(planted), "--out", str(out), timeout=300)
+    assert proc.returncode == failed, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload = json.loads(out.read_text())
+    assert payload["summary"] == f"1 variants of 1 kernels, {failed} failed"
+    (row,) = payload["variants"]
+    assert row["kernel"] == "cast_kernel" and row["ok"] is not bool(failed)
+    assert row["signature"]["HALF"] == ("constexpr" if failed == 0 else "u1")
+    if failed:
+        assert "Mismatched type for y" in row["error"] and "FAILED cast_kernel" in proc.stdout, row["error"]
 
 
 @pytest.mark.slow

@@ -4,12 +4,13 @@ A kernel's registers are allocated for its largest tile, so the block size sets 
 (why the kernels walk every row in one block size). This compiles the kernels of
 ``cudnn_gnn/backends/triton/kernels/`` with the installed Triton for ``--arch`` (default ``sm_90a``, the H200)
 through ``triton.compile`` (no GPU needed: Triton lowers to PTX on any host), runs the ``ptxas`` Triton ships with
-``-v`` on the PTX, and reports per kernel and launch shape the registers a thread, the spill bytes and the global
-loads by width, at :func:`launch_shape`'s shape (or every shape of ``--grid``). Pointer arguments and the head
-width are marked divisible by 16, as Triton's JIT
-specialises them for torch's allocations and widths such as 32. ``--i64``: the offset width the kernels are
-compiled for (their ``I64`` constexpr, :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`): ``false`` (the
-default), int32, what a call below 2**31 elements a tensor runs; ``true``, int64; ``both``.
+``-v`` on the PTX (both in ``_ahead_of_time.py``), and reports per kernel and launch shape the registers a thread,
+the spill bytes and the global loads by width, at :func:`launch_shape`'s shape (or every shape of ``--grid``).
+Pointer arguments and the head width are marked divisible by 16, as Triton's JIT specialises them for torch's
+allocations and widths such as 32. ``--i64``: the offset width the kernels are compiled for (their ``I64``
+constexpr, :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`): ``false`` (the default), int32, what a call
+below 2**31 elements a tensor runs; ``true``, int64; ``both``. ``compile_check.py`` compiles the variants that
+launches take instead.
 
 The device's Triton matters (torch 2.11 ships 3.6; this repository's CPU CI 3.9): register allocation differs
 between versions, so run it with the Triton the GPU runs, e.g. in a venv with ``pip install torch==2.13.0
@@ -26,15 +27,14 @@ import collections
 import json
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from typing import Any
 
 os.environ.pop("TRITON_INTERPRET", None)  # compiled, never interpreted: read when the kernels are decorated, below
 import triton  # noqa: E402
-from triton.backends.compiler import GPUTarget  # noqa: E402
-from triton.compiler import ASTSource  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _ahead_of_time import compile_ptx, ptxas_usage  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from cudnn_gnn.backends.triton import tuning  # noqa: E402
@@ -80,15 +80,6 @@ CASES: dict[str, dict[str, Any]] = {
 }
 
 
-def _ptxas() -> str:
-    """The newest ``ptxas`` Triton bundles (a Triton whose PTX is newer than its ``ptxas`` ships a second one)."""
-    d = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin")
-    for name in ("ptxas-blackwell", "ptxas"):
-        if os.path.exists(os.path.join(d, name)):
-            return os.path.join(d, name)
-    raise SystemExit(f"no ptxas under {d}")
-
-
 def compile_kernel(fn: Any, dtype: str, consts: dict[str, Any], num_warps: int, arch: str) -> dict[str, Any]:
     """Compile ``fn`` with ``consts`` for ``arch``; registers, spills and global loads of the result."""
     sig: dict[str, str] = {}
@@ -103,24 +94,14 @@ def compile_kernel(fn: Any, dtype: str, consts: dict[str, Any], num_warps: int, 
             sig[n] = "*fp32"
         else:
             sig[n] = "fp32" if n == "alpha" else "i32"
-    attrs = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in fn.arg_names
+    attrs: dict[tuple[int, ...], Any] = {(fn.arg_names.index(n),): [["tt.divisibility", 16]] for n in fn.arg_names
              if sig[n].startswith("*") or n == "C"}
-    src = ASTSource(fn=fn, signature=sig, constexprs={(fn.arg_names.index(n),): v for n, v in consts.items()},
-                    attrs=attrs)
-    cc = int(re.sub(r"\D", "", arch))
-    compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options={"num_warps": num_warps})
-    ptx = compiled.asm["ptx"]
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "k.ptx")
-        with open(path, "w") as f:
-            f.write(ptx)
-        run = subprocess.run([_ptxas(), "-v", "--gpu-name", arch, path, "-o", os.path.join(tmp, "k.cubin")],
-                             capture_output=True, text=True)
-    regs = re.search(r"Used (\d+) registers", run.stderr)
-    spills = re.search(r"(\d+) bytes spill stores", run.stderr)
-    return {"registers": int(regs.group(1)) if regs else None, "spill_store_bytes": int(spills.group(1)) if spills else None,
+    ptx = compile_ptx(fn, sig, {(fn.arg_names.index(n),): v for n, v in consts.items()}, attrs,
+                      {"num_warps": num_warps}, arch)
+    usage = ptxas_usage(ptx, arch)
+    return {"registers": usage["registers"], "spill_store_bytes": usage["spill_store_bytes"],
             "global_loads": dict(collections.Counter(re.findall(r"ld\.global[a-z0-9.]*", ptx))),
-            "ptxas_error": None if run.returncode == 0 else run.stderr.strip()[-300:]}
+            "ptxas_error": usage["ptxas_error"]}
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
