@@ -11,7 +11,7 @@ from types import ModuleType
 
 import torch
 
-__all__ = ["check_runnable", "kernels", "unavailable_reason"]
+__all__ = ["check_runnable", "kernels", "runnable", "unavailable_reason"]
 
 
 def _interpreting() -> bool:
@@ -46,13 +46,16 @@ def kernels() -> ModuleType:
     return module
 
 
+def runnable(device: torch.device) -> bool:
+    """Whether the kernels run on tensors of ``device`` (a tensor's): :func:`unavailable_reason` is None. Asked on
+    every call, so the common case answers first: a CUDA tensor exists only where CUDA does, and an imported
+    ``triton`` is importable, so that is :func:`unavailable_reason`'s None without its environment read, device
+    parse and CUDA query."""
+    return (device.type == "cuda" and sys.modules.get("triton") is not None) or unavailable_reason(device) is None
+
+
 def check_runnable(device: torch.device) -> None:
-    """Raise :func:`unavailable_reason`'s reason, if any, for tensors of ``device`` (a tensor's). Checked on every
-    call (three times a step), so the common case returns first: a CUDA tensor exists only where CUDA does, and an
-    imported ``triton`` is importable, so that is :func:`unavailable_reason`'s None without its environment read,
-    device parse and CUDA query."""
-    if device.type == "cuda" and sys.modules.get("triton") is not None:
-        return
-    reason = unavailable_reason(device)
-    if reason is not None:
-        raise RuntimeError(reason)
+    """Raise :func:`unavailable_reason`'s reason, if any, for tensors of ``device`` (a tensor's); checked on every
+    call (three times a step), through :func:`runnable`'s shortcut."""
+    if not runnable(device):
+        raise RuntimeError(unavailable_reason(device))

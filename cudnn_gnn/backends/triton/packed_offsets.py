@@ -7,15 +7,14 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from cudnn_gnn.backends.triton._runtime import kernels, unavailable_reason
+from cudnn_gnn.backends.triton._op_common import run
+from cudnn_gnn.backends.triton._runtime import kernels, runnable
 
 __all__ = ["available", "checked_offsets"]
 
-
-def available(device: torch.device) -> bool:
-    """Whether :func:`checked_offsets` runs on tensors of ``device`` (CUDA with Triton; any device under Triton's
-    interpreter)."""
-    return unavailable_reason(device) is None
+available = runnable
+"""Whether :func:`checked_offsets` runs on tensors of a device (CUDA with Triton; any device under Triton's
+interpreter)."""
 
 
 def _checked_offsets(ptr: Tensor, n: int, max_nodes: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -41,6 +40,4 @@ def checked_offsets(ptr: Tensor, n: int, max_nodes: int, dtype: torch.dtype) -> 
     ``dtype``, 0 where ``ptr`` was valid and no graph has more than ``max_nodes`` nodes, else NaN, for the caller to
     add to its output. One launch; the registered op under ``torch.compile``, its implementation itself in eager
     calls (no dispatcher on the host path)."""
-    if torch.compiler.is_compiling():
-        return _checked_offsets_op(ptr, n, max_nodes, dtype)
-    return _checked_offsets(ptr, n, max_nodes, dtype)
+    return run(_checked_offsets_op, _checked_offsets, ptr, n, max_nodes, dtype)
