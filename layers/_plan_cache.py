@@ -125,13 +125,11 @@ def resolve(
         return build_plan(edge_index, num_src, num_dst, num_loops, static=True)
     if isinstance(edge_index, CscGraph):
         graph = edge_index
-        if graph.rebuilt_every_call:  # fixed-shape ops; the self-loop plan kept for the graph's other layers
-            if num_loops is None:
-                return build_plan(graph, num_src, num_dst, None, static=True)
-            return graph.derived((_PLAN_KEY, num_loops),
-                                 lambda: build_plan(graph, num_src, num_dst, num_loops, static=True))
+        static = graph.rebuilt_every_call  # fixed-shape ops; the self-loop plan kept for the graph's other layers
+        if static and num_loops is None:  # the plan is the graph itself: kept nowhere
+            return build_plan(graph, num_src, num_dst, None, static=True)
         return graph.derived((_PLAN_KEY, num_loops),
-                             lambda: build_plan(graph, num_src, num_dst, num_loops, static=False))
+                             lambda: build_plan(graph, num_src, num_dst, num_loops, static=static))
     if not cache or not isinstance(edge_index, Tensor):
         return build_plan(edge_index, num_src, num_dst, num_loops, static=False)
     parts = _index_parts(edge_index)
