@@ -52,6 +52,25 @@ def index_dtype(request: pytest.FixtureRequest) -> torch.dtype:
     return request.param
 
 
+def interpret_triton_on_cpu(gpu_suite: str | None = None) -> bool:
+    """Run the calling test module's Triton kernels under Triton's interpreter where no CUDA GPU is present.
+
+    Call it at the top of the module, before anything imports ``cudnn_gnn.backends.triton.kernels``: Triton reads
+    ``TRITON_INTERPRET`` when it decorates the kernels, once a process (with CUDA present it stays as the user set
+    it). With ``gpu_suite`` (what runs the compiled kernels instead), the module skips unless the interpreter is on.
+    Returns whether it is on."""
+    import os
+    import sys
+
+    if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
+        os.environ["TRITON_INTERPRET"] = "1"
+    on = os.environ.get("TRITON_INTERPRET") == "1"
+    if gpu_suite is not None and not on:
+        pytest.skip(f"CUDA is present and TRITON_INTERPRET is not 1: {gpu_suite} runs the compiled kernels; set "
+                    "TRITON_INTERPRET=1 to run this file on the interpreter", allow_module_level=True)
+    return on
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--shard", default=None, metavar="I/N",

@@ -6,7 +6,6 @@ kernels differ). ``python tests/test_call_walk.py`` prints the figures the desig
 
 from __future__ import annotations
 
-import os
 import re
 import sys
 from dataclasses import dataclass
@@ -19,9 +18,9 @@ import torch
 
 pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
-if os.environ.get("TRITON_INTERPRET") != "1":
+from .conftest import interpret_triton_on_cpu  # noqa: E402
+
+if not interpret_triton_on_cpu():
     pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: the walk is measured on the interpreter",
                 allow_module_level=True)
 

@@ -25,6 +25,8 @@ from cudnn_gnn.apps.distributed import (
     wrap_ddp,
 )
 
+from .conftest import interpret_triton_on_cpu
+
 HERE = Path(__file__).resolve().parent
 
 
@@ -332,9 +334,7 @@ def test_warm_up_leaves_the_model_and_random_state_unchanged(papers, backend: st
     backend and on the Triton kernels (Triton's interpreter here), on a flat batch and on a hop-by-hop one."""
     if backend == "triton":
         pytest.importorskip("triton", reason="the triton backend needs the triton package")
-        if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
-            os.environ["TRITON_INTERPRET"] = "1"  # read when the kernels are first decorated (as the Triton tests do)
-        if os.environ.get("TRITON_INTERPRET") != "1":
+        if not interpret_triton_on_cpu():
             pytest.skip("the Triton kernels run compiled on this machine's GPU: the GPU suites cover them")
     common = sys.modules["_common"]
     torch.manual_seed(5)

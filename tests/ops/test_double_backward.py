@@ -11,7 +11,6 @@ CPU (``TRITON_INTERPRET=1``, set before the kernels are first imported, as in ``
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 import torch
@@ -19,10 +18,9 @@ import torch
 import cudnn_gnn
 from cudnn_gnn import CscGraph
 
-from ..conftest import call_spec
+from ..conftest import call_spec, interpret_triton_on_cpu
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
+interpret_triton_on_cpu()
 
 _EDGES = torch.tensor([[0, 1, 2, 3, 1, 2, 0, 4], [1, 0, 0, 2, 2, 3, 3, 3]])
 

@@ -6,19 +6,15 @@ and ``torch.compile(fullgraph=True)``."""
 from __future__ import annotations
 
 import importlib
-import os
-import sys
 
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="the offsets check runs on Triton: pip install triton")
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: the GPU suite runs the compiled kernel",
-                allow_module_level=True)
+from ..conftest import interpret_triton_on_cpu  # noqa: E402
+
+interpret_triton_on_cpu("tests/gpu/test_graph_attention_gpu.py")
 
 from cudnn_gnn.backends.triton import packed_offsets as offsets  # noqa: E402
 from cudnn_gnn.backends.triton.kernels.packed_offsets import OFFSETS_BLOCK  # noqa: E402

@@ -23,11 +23,9 @@ import torch
 
 pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: tests/gpu/test_triton_gpu.py runs the compiled "
-                "kernels; set TRITON_INTERPRET=1 to run this file on the interpreter", allow_module_level=True)
+from ..conftest import interpret_triton_on_cpu  # noqa: E402
+
+interpret_triton_on_cpu("tests/gpu/test_triton_gpu.py")
 
 from cudnn_gnn import CscGraph  # noqa: E402
 from cudnn_gnn.backends import reference  # noqa: E402

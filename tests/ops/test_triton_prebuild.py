@@ -22,8 +22,9 @@ import torch
 
 pytest.importorskip("triton", reason="prebuild needs the triton package: pip install triton")
 
-if not torch.cuda.is_available() and "cudnn_gnn.backends.triton.kernels" not in sys.modules:
-    os.environ["TRITON_INTERPRET"] = "1"
+from ..conftest import interpret_triton_on_cpu  # noqa: E402
+
+interpret_triton_on_cpu()
 
 import triton  # noqa: E402
 

@@ -10,21 +10,14 @@ file skips unless ``TRITON_INTERPRET=1`` was set from the start."""
 
 from __future__ import annotations
 
-import os
-import sys
-
 import pytest
 import torch
 
 pytest.importorskip("triton", reason="the triton backend needs the triton package: pip install triton")
 
-# the kernels' module (named either way across the backend's layouts) must not be decorated yet
-_KERNELS = ("cudnn_gnn.backends._triton_kernels", "cudnn_gnn.backends.triton.kernels")
-if not torch.cuda.is_available() and not any(name in sys.modules for name in _KERNELS):
-    os.environ["TRITON_INTERPRET"] = "1"
-if os.environ.get("TRITON_INTERPRET") != "1":
-    pytest.skip("CUDA is present and TRITON_INTERPRET is not 1: tests/gpu/test_static_sampler_gpu.py runs the "
-                "compiled kernels; set TRITON_INTERPRET=1 to run this file on the interpreter", allow_module_level=True)
+from ..conftest import interpret_triton_on_cpu  # noqa: E402
+
+interpret_triton_on_cpu("tests/gpu/test_static_sampler_gpu.py")
 
 from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.nn import global_mean_pool  # noqa: E402
