@@ -133,7 +133,7 @@ class GPSConv(Module):
         super().__init__()
         check_int("channels", channels, minimum=1)
         check_int("heads", heads, minimum=1)
-        check_probability("dropout", dropout)
+        check_probability("dropout", dropout, allow_one=True)  # 1.0 as in PyG and torch: all dropped
         check_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)
         if attn_type == "performer":
             raise NotImplementedError(

@@ -110,7 +110,7 @@ class GraphTransformerBlock(Module):
         check_int("heads", heads, minimum=1)
         if channels % heads:
             raise ValueError(f"channels must be divisible by heads={heads}, got {channels}")
-        dropout = check_probability("dropout", dropout)
+        dropout = check_probability("dropout", dropout, allow_one=True)  # 1.0 as in torch's encoder layer
         check_choice("activation", activation, tuple(_ACTIVATIONS))
         check_bool("norm_first", norm_first)
         check_choice("attention_backend", attention_backend, ATTENTION_BACKENDS)

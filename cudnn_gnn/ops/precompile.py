@@ -132,7 +132,8 @@ def precompile(
                          f"attention={shapes}, dtypes={dtypes}, index_dtypes={index_dtypes}")
     p = float(attention_dropout) if isinstance(attention_dropout, (int, float)) else attention_dropout
     if isinstance(attention_dropout, bool) or not isinstance(p, float) or not 0.0 <= p < 1.0:
-        raise ValueError(f"attention_dropout must be in [0, 1), got {attention_dropout!r}")
+        raise ValueError(f"attention_dropout must be in [0, 1) (a call with dropout 1 runs on flash: no cuDNN plan to "
+                         f"build), got {attention_dropout!r}")
     check_bool("backward", backward)
     check_bool("deterministic", deterministic)
     check_bool("edge_features", edge_features)

@@ -101,6 +101,17 @@ def test_gps_attention_dropout_runs_and_is_seeded():
     torch.testing.assert_close(a, b, rtol=0, atol=0)
 
 
+@pytest.mark.parametrize("kind", ["gat", None])
+def test_gps_dropout_of_one_drops_everything_as_pyg_does(kind):
+    """``dropout=1`` (and attention dropout 1) in training, as PyG and torch take it: every dropped branch is zero, so
+    the output is deterministic and equals PyG's."""
+    pyg, ours = _pair(kind, dropout=1.0, attn_kwargs={"dropout": 1.0})
+    pyg.train()
+    ours.train()
+    x, edge_index, batch, _, _ = _batch([5, 1, 9, 3])
+    torch.testing.assert_close(ours(x, edge_index, batch), pyg(x, edge_index, batch))
+
+
 def test_gps_repr_reset_and_errors():
     pyg, ours = _pair("gat")
     assert repr(ours).replace("GPSConv", "X") == repr(pyg).replace("GPSConv", "X")
@@ -148,8 +159,11 @@ def test_block_errors_and_repr():
         GraphTransformerBlock(16, 3)
     with pytest.raises(ValueError, match="^activation must be one of"):
         GraphTransformerBlock(16, 2, activation="tanh")
-    with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\]"):
         GraphTransformerBlock(16, 2, dropout=1.5)
+    with pytest.raises(ValueError, match=r"^dropout must be in \[0, 1\]"):
+        GPSConv(16, None, heads=2, dropout=-0.1)
+    GraphTransformerBlock(16, 2, dropout=1.0)  # as torch's TransformerEncoderLayer takes it
     assert "GraphTransformerBlock(16, heads=2" in repr(GraphTransformerBlock(16, 2))
 
 

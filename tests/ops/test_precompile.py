@@ -72,7 +72,7 @@ def test_index_dtypes_build_on_graphs_stored_in_each(monkeypatch):
     (dict(attention=[(2, 8, 2, 16, 17)]), ValueError,
      r"attention num_nodes must lie in \[max_num_nodes, num_graphs \* max_num_nodes\] = \[8, 16\], got 17"),
     (dict(attention=[(2, 8, 2, 16)], attention_dropout=1.0), ValueError,
-     r"attention_dropout must be in \[0, 1\), got 1.0"),
+     r"attention_dropout must be in \[0, 1\) \(a call with dropout 1 runs on flash: no cuDNN plan to build\), got 1.0"),
     (dict(index_dtypes=[torch.int16]), ValueError, "index_dtypes must hold torch.int32 and/or torch.int64"),
     (dict(backward=1), TypeError, "backward must be a bool"),
     (dict(edge_features="yes"), TypeError, "edge_features must be a bool"),
