@@ -29,6 +29,11 @@ version: run it with the Triton the GPU runs to read registers (any version to c
 
     PYTHONPATH=. python benchmarks/investigations/compile_check.py [--quick] [--out compile_check.json]
         [--arch sm_90a] [--jobs N] [--workloads FILE.py]
+
+``--variants compile_check.json`` compiles the variants an earlier run wrote to ``--out`` instead of recording
+them: to compile with a Triton whose interpreter cannot run the workloads (Triton 3.6's fails on numpy 2, "only
+0-dimensional arrays can be converted to Python scalars"), record with another and compile with this one. Our
+kernels' signatures do not depend on the version (no tuples or other arguments whose packing changed).
 """
 
 from __future__ import annotations
@@ -504,6 +509,14 @@ def _record_in_children(args: argparse.Namespace) -> list[dict[str, Any]]:
         return list(variants.values())
 
 
+def _recorded(path: str) -> list[dict[str, Any]]:
+    """The variants of an earlier run's ``--out`` file, without that run's results (each compiled again here)."""
+    with open(path) as f:
+        rows = json.load(f)["variants"]
+    results = {"ok", "error", "registers", "spill_store_bytes", "spill_load_bytes", "seconds"}
+    return [{k: v for k, v in r.items() if k not in results} for r in rows]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="a few workloads of one shape, float32 (a CPU test's)")
@@ -514,6 +527,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
                     else os.cpu_count() or 1, help="recording and compile processes at once (default: the CPUs)")
     ap.add_argument("--out", default=None, help="write every variant and its result here as JSON")
+    ap.add_argument("--variants", default=None,
+                    help="compile the variants of an earlier run's --out file instead of recording them")
     ap.add_argument("--record-to", default=None, help=argparse.SUPPRESS)  # a recording child's output
     ap.add_argument("--record-part", default="0/1", help=argparse.SUPPRESS)  # and its share of the workloads
     args = ap.parse_args(argv)
@@ -525,7 +540,7 @@ def main(argv: list[str] | None = None) -> int:
     import triton
 
     t0 = time.perf_counter()
-    variants = _record_in_children(args)
+    variants = _recorded(args.variants) if args.variants else _record_in_children(args)
     t1 = time.perf_counter()
     rows = check(variants, args.arch, args.jobs)
     t2 = time.perf_counter()

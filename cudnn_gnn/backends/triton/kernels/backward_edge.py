@@ -42,7 +42,7 @@ def _bwd_edge_kernel(
     BLOCK_C]`` partial lives in registers (the caller bounds ``DE_PAD * HG * BLOCK_C``)."""
     p = _idx(tl.program_id(0), I64)
     start = p * SPAN
-    end = tl.minimum(start + SPAN, E)
+    end = start + tl.minimum(SPAN, E - start)  # start < E: no int32 wrap where (p + 1) * SPAN passes 2**31
     h_off = _idx(tl.arange(0, HG), I64)
     hm = h_off < H
     c_off = tl.arange(0, BLOCK_C)
