@@ -321,6 +321,13 @@ def test_compile_check_quick_compiles_every_recorded_variant(tmp_path) -> None:
     assert all(r["signature"]["x_src_ptr"] == "*fp32" and [[0], [["tt.divisibility", 16]]] in r["attrs"] for r in fwd)
     assert len({json.dumps([r[k] for k in ("kernel", "signature", "constexprs", "attrs", "options")])
                 for r in rows}) == len(rows)  # deduped
+    # --variants: the same variants compiled again from that file, nothing recorded
+    again = tmp_path / "again.json"
+    proc = _run("investigations/compile_check.py", "--variants", str(out), "--out", str(again), timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    redo = json.loads(again.read_text())
+    assert redo["summary"] == payload["summary"] and "recorded in 0 s" in proc.stdout
+    assert [(r["kernel"], r["registers"]) for r in redo["variants"]] == [(r["kernel"], r["registers"]) for r in rows]
 
 
 PLANTED_KERNEL = """
