@@ -14,6 +14,12 @@ from torch import Tensor
 
 __all__: list[str] = []
 
+def sync_is_costly(device: torch.device) -> bool:
+    """Whether reading a value back stalls a device queue (CUDA): value checks there stay on the device (a bad
+    input gives NaN, not wrong numbers) instead of raising after a sync."""
+    return device.type == "cuda"
+
+
 _FLOAT_DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 _INDEX_DTYPES = (torch.int32, torch.int64)
 

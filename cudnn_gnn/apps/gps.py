@@ -9,9 +9,11 @@ from __future__ import annotations  # noqa: I001 (ruff reads cudnn_gnn.layers as
 from collections.abc import Callable
 from typing import Any
 
+import torch
 from torch import Tensor, nn
 from torch_geometric.nn import global_mean_pool
 
+from cudnn_gnn._validation import check_int, check_tensor, sync_is_costly
 from cudnn_gnn.apps.static_batcher import GraphBudget, masked_graph_loss, packed_csc_graph
 from cudnn_gnn.layers.gps_conv import GPSConv
 
@@ -35,14 +37,38 @@ def local_gat_class() -> tuple[type, str]:
 
 
 class FeatureEncoder(nn.Module):
-    """Sum of one embedding per categorical column (OGB's AtomEncoder/BondEncoder, without needing ``ogb``)."""
+    """Sum of one embedding per categorical column (OGB's AtomEncoder/BondEncoder, without needing ``ogb``):
+    ``x [N, columns]`` integers in ``[0, vocab)`` -> ``[N, channels]``.
+
+    A value outside ``[0, vocab)`` would make ``nn.Embedding`` index out of its table (on CUDA a device-side assert
+    that ends the process's CUDA context). On CPU it raises ``ValueError`` naming the column and the value; on CUDA,
+    where a check would cost a host sync every step (and break a captured one), its row of the output is NaN (the
+    loss too) and the lookup reads a clamped index."""
 
     def __init__(self, columns: int, vocab: int, channels: int) -> None:
         super().__init__()
+        self.columns, self.vocab = check_int("columns", columns, minimum=1), check_int("vocab", vocab, minimum=1)
         self.embeddings = nn.ModuleList(nn.Embedding(vocab, channels) for _ in range(columns))
 
     def forward(self, x: Tensor) -> Tensor:
-        return sum(emb(x[:, i]) for i, emb in enumerate(self.embeddings))  # sum() starts at int 0, Tensor + int is a Tensor
+        check_tensor("x", x)
+        if x.dim() != 2 or x.shape[1] != self.columns:
+            raise ValueError(f"x must have shape [N, columns={self.columns}], got {tuple(x.shape)}")
+        if x.is_floating_point() or x.is_complex() or x.dtype == torch.bool:
+            raise TypeError(f"x must hold integer category ids, got dtype {x.dtype}")
+        outside = (x < 0) | (x >= self.vocab)  # [N, columns]
+        poison = None
+        if sync_is_costly(x.device):
+            poison = torch.where(outside.any(1, keepdim=True), float("nan"), 0.0)  # [N, 1]
+            x = x.clamp(0, self.vocab - 1)
+        elif bool(outside.any()):
+            row, col = (int(i) for i in outside.nonzero()[0])
+            raise ValueError(f"x must hold values in [0, vocab={self.vocab}) in every column, got {int(x[row, col])} "
+                             f"in column {col} (row {row})")
+        out = self.embeddings[0](x[:, 0])
+        for i in range(1, self.columns):
+            out = out + self.embeddings[i](x[:, i])
+        return out if poison is None else out + poison.to(out.dtype)
 
 
 class GPS(nn.Module):

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from cudnn_gnn._validation import check_bool, check_choice, check_float, check_index, check_int, check_probability
+from cudnn_gnn._validation import sync_is_costly as _sync_is_costly
 from cudnn_gnn.backends import ATTENTION_BACKENDS
 from cudnn_gnn.backends.info import backend_info
 from cudnn_gnn.backends.triton import packed_offsets
@@ -219,11 +220,6 @@ def _warn_fallback(why: str) -> None:
         _FALLBACK_WARNED.add(why)
         warnings.warn(f"graph_attention: {why}; backend='auto' runs 'flash' for such calls", RuntimeWarning,
                       stacklevel=3)
-
-
-def _sync_is_costly(device: torch.device) -> bool:
-    """Whether reading a value back stalls a device queue (CUDA), so that checks should stay on the device."""
-    return device.type == "cuda"
 
 
 def _invalid(ptr: Tensor, n: int, batch: Tensor | None, num_graphs: int | None) -> Tensor:

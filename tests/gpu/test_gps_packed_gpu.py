@@ -126,3 +126,22 @@ def test_gps_molecules_trains_packed_and_captured_by_default_on_cuda() -> None:
         eager = example.main([*argv, "--no-capture"])
     assert eager["batching"] == "packed" and eager["per_run"][0]["captured"] is False
     assert len(eager["per_run"][0]["curves"]["train loss"]) == 2 and 0 <= eager["test"] <= 1
+
+
+def test_an_atom_outside_the_vocabulary_gives_a_nan_loss_and_the_context_survives() -> None:
+    """On CUDA the encoders do not sync: a batch with an atom id past the table (``nn.Embedding`` would assert and
+    end the CUDA context) gives a NaN loss without a host sync; the next good batch is finite."""
+    batcher, batches, task = _batches(2)
+    model = _model()
+    loss_fn = packed_loss(model, batcher.budget, task)
+    bad = batches[0].inputs()
+    bad["x"] = bad["x"].clone()
+    bad["x"][0, 0] = 10_000
+    loss_fn(**batches[1].inputs())  # warm: the layers' first calls may sync (kernel builds), the checked ones not
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        nan_loss, good_loss = loss_fn(**bad), loss_fn(**batches[1].inputs())
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isnan(nan_loss) and torch.isfinite(good_loss)
+    torch.cuda.synchronize()
