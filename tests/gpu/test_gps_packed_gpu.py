@@ -90,19 +90,25 @@ def test_captured_replays_equal_eager_steps_across_batches(dtype: torch.dtype | 
     tol = {"rtol": 2e-2, "atol": 2e-2} if dtype is not None else {"rtol": 1e-3, "atol": 1e-4}
     torch.testing.assert_close(torch.tensor(captured), torch.tensor(eager), **tol)
     if dtype is None:
-        # Adam turns float noise in a near-zero gradient (the embeddings' backward sums with atomics, in another order
-        # each run) into a step of up to lr on the few entries that have one: on the H100, 20 of 8,192 embedding
-        # entries, and 7 of the 64 of a layer's att_src, after 8 steps. A replay on stale state moves every entry;
-        # so: at most 1% of the model's entries beyond 1e-4 + 1e-3 |p|, at most a quarter of any one tensor's, none
-        # beyond 2 lr a step.
+        # Adam turns float noise in a near-zero gradient into a step of up to lr on the entries that have one. The
+        # noise: atomics that sum in another order each run (global_mean_pool's and the self-loop edge features'
+        # scatter_add_, the attention backward's dq), magnified where the attention runs in bf16. On the H100: 20
+        # of 8,192 embedding entries, 3-7 of the 64 of a layer's att_src after 8 steps, and the attention's key
+        # bias, whose true gradient is exactly zero (softmax ignores a constant added to a whole row of scores: each
+        # step is noise, ~1e-7 in bf16 against Adam's eps 1e-8), moved in 62 of its 64 entries. A replay on stale
+        # state moves every entry: so, the key biases aside, at most 1% of the model's entries beyond
+        # 1e-4 + 1e-3 |p| and at most a quarter of any one tensor's; none beyond 2 lr a step.
         bound = 2 * 1e-3 * len(batches)
         total = differing = 0
         for (name, a), b in zip(eager_model.named_parameters(), step_model.parameters()):
             diff = (b - a).abs()
+            assert float(diff.max()) <= bound, f"{name}: entries differ by up to {float(diff.max()):.2e}"
+            if name.endswith("attn.in_proj_bias"):  # [q | k | v] biases: the key's third is noise (above)
+                c = a.numel() // 3
+                a, diff = torch.cat([a[:c], a[2 * c:]]), torch.cat([diff[:c], diff[2 * c:]])
             off = diff > 1e-4 + 1e-3 * a.abs()
             total, differing = total + a.numel(), differing + int(off.sum())
-            assert float(off.float().mean()) <= 0.25 and float(diff.max()) <= bound, (
-                f"{name}: {int(off.sum())} of {a.numel()} entries differ, by up to {float(diff.max()):.2e}")
+            assert float(off.float().mean()) <= 0.25, f"{name}: {int(off.sum())} of {a.numel()} entries differ"
         assert differing <= 0.01 * total, f"{differing} of the model's {total} entries differ"
 
 
