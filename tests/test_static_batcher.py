@@ -143,6 +143,18 @@ def test_a_graph_larger_than_the_budget_is_refused_naming_it() -> None:
         batcher.pack([])
 
 
+@pytest.mark.parametrize("edge", [(0, 3), (3, 0), (-1, 1), (1, -2)])
+def test_an_edge_past_its_own_graph_is_refused_naming_the_graph(edge) -> None:
+    """An id past a graph's own nodes would join the next graph of a batch (or, past the batch, reach the kernels):
+    refused when the batcher is built, with the graph and the edge named."""
+    graphs = ragged_graphs(4, lo=3, hi=3)
+    graphs[2] = Data(x=graphs[2].x, edge_index=torch.tensor([[0, 1, edge[0]], [1, 2, edge[1]]]),
+                     edge_attr=torch.zeros(3, graphs[2].edge_attr.shape[1]), y=graphs[2].y, num_nodes=3)
+    with pytest.raises(ValueError, match=rf"^graphs must have edge_index values in \[0, num_nodes\) of their own "
+                                         rf"graph, got graphs\[2\] with 3 nodes and an edge \({edge[0]}, {edge[1]}\)"):
+        StaticGraphBatcher(graphs)
+
+
 def test_a_warm_packed_step_syncs_only_in_the_cpu_only_checks() -> None:
     """On a CPU, the only ops of a warm packed GPS step (forward, masked loss, backward) that would sync on CUDA are
     ``GPSConv``'s ptr/batch value check, which runs only where the forward syncs anyway (on a CPU; on CUDA with

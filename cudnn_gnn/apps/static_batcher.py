@@ -252,6 +252,17 @@ class StaticGraphBatcher:
             if all(has_attr):
                 attrs.append(_rows(g.edge_attr)[order])
         self.src, self.dst = torch.cat(src).numpy(), torch.cat(dst).numpy()
+        # each graph's node ids within its own nodes, once on the host: an id past them would join another graph of
+        # the batch (or index past the batch's tokens in the kernels), silently
+        graph_of_edge = np.repeat(np.arange(len(graphs)), self.num_edges)
+        limit = self.num_nodes[graph_of_edge]
+        bad = np.nonzero((self.src < 0) | (self.src >= limit) | (self.dst < 0) | (self.dst >= limit))[0]
+        if bad.size:
+            k, i = int(bad[0]), int(graph_of_edge[bad[0]])
+            raise ValueError(
+                f"graphs must have edge_index values in [0, num_nodes) of their own graph, got graphs[{i}] with "
+                f"{int(self.num_nodes[i])} nodes and an edge ({int(self.src[k])}, {int(self.dst[k])}) "
+                f"({bad.size} such edge(s) in the dataset)")
         self.edge_attr = torch.cat(attrs) if all(has_attr) else None
         ys = [torch.as_tensor(g.y, dtype=torch.float32).reshape(-1) for g in graphs]
         if len({y.numel() for y in ys}) != 1:
