@@ -6,13 +6,16 @@ argument errors."""
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import sys
+from collections.abc import Callable
 
 import pytest
 import torch
 
+from cudnn_gnn.apps import static_sampler
 from cudnn_gnn.apps.capture import CapturedStep, host_syncs
 from cudnn_gnn.apps.static_sampler import (
     StaticNeighborSampler,
@@ -223,8 +226,18 @@ def test_a_warm_sampled_step_issues_no_host_sync(model_name: str) -> None:
                         inputs={"seeds": torch.zeros(8, dtype=torch.long), "seed_valid": torch.ones(8, dtype=torch.bool)})
     epoch = list(sampler.epoch(torch.arange(0, 300, 13)))
     step(seeds=epoch[0][0], seed_valid=epoch[0][1])  # warm-up
-    assert host_syncs(lambda: step(seeds=epoch[1][0], seed_valid=epoch[1][1])) == []
-    assert host_syncs(lambda: step(seeds=epoch[-1][0], seed_valid=epoch[-1][1])) == []  # the padded batch
+    lines, first = inspect.getsourcelines(static_sampler._refuse_classes_outside)  # the loss's CPU-only check
+    allowed = range(first, first + len(lines))
+
+    def syncs(fn: Callable[[], object]) -> list[str]:
+        found = host_syncs(fn)
+        assert found  # the CPU check is seen, so the filter is not vacuous
+        where = [s.split(" at ")[1].split(": ")[0].rsplit(":", 1) for s in found]
+        return [s for s, (path, line) in zip(found, where)
+                if not (path.endswith("apps/static_sampler.py") and int(line) in allowed)]
+
+    assert syncs(lambda: step(seeds=epoch[1][0], seed_valid=epoch[1][1])) == []
+    assert syncs(lambda: step(seeds=epoch[-1][0], seed_valid=epoch[-1][1])) == []  # the padded batch
     assert torch.isfinite(step.last_loss)
 
 
@@ -380,6 +393,26 @@ def test_masked_cross_entropy_drops_nan_targets_before_the_cast() -> None:
     for mask in (torch.tensor([True, True, False, True]), torch.ones(4, dtype=torch.bool)):
         got = masked_cross_entropy(logits, target, mask)
         assert torch.isfinite(got) and torch.allclose(got, expected)
+
+
+def test_masked_cross_entropy_refuses_a_class_past_the_logits_or_poisons_it_where_a_sync_is_costly(monkeypatch) -> None:
+    """A kept row's class id past the logits' columns (cross-entropy would index past them: on CUDA an assert that
+    ends the context): ValueError on CPU; where a sync is costly (CUDA, forced here) a NaN loss, no host read. A
+    masked row's bad id is ignored either way."""
+    from cudnn_gnn.apps import static_sampler as ss
+
+    logits = torch.randn(4, 3, generator=torch.Generator().manual_seed(0))
+    target = torch.tensor([1, 3, 0, 2])
+    keep = torch.tensor([True, False, True, True])
+    good = ss.masked_cross_entropy(logits, target, keep)  # row 1's 3 is masked
+    assert torch.isfinite(good)
+    with pytest.raises(ValueError, match=r"^target must hold class ids in \[0, 3\) \(the logits' columns\) on the "
+                                         r"rows mask keeps, got 3"):
+        ss.masked_cross_entropy(logits, target, torch.ones(4, dtype=torch.bool))
+    monkeypatch.setattr(ss, "sync_is_costly", lambda device: True)
+    assert torch.isnan(ss.masked_cross_entropy(logits, target, torch.ones(4, dtype=torch.bool)))
+    assert torch.equal(ss.masked_cross_entropy(logits, target, keep), good)
+    assert torch.isnan(ss.masked_cross_entropy(logits, torch.tensor([1.0, -1.0, 0.0, 2.0]), torch.ones(4, dtype=torch.bool)))
 
 
 def test_out_of_range_seeds_are_sampled_as_padding() -> None:

@@ -53,7 +53,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
-from cudnn_gnn._validation import check_bool, check_index, check_int, check_tensor
+from cudnn_gnn._validation import check_bool, check_index, check_int, check_tensor, sync_is_costly
 from cudnn_gnn.apps.sampler import _check_csc, _choose, _resolve_device
 from cudnn_gnn.graph import CscGraph, storage_index_dtype
 
@@ -397,13 +397,33 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor
     logits (computed in float32), ``[B]`` class ids (int, or float with NaN for an unlabelled node, as
     ogbn-papers100M's), ``[B]`` bool mask -> 0-dim. Rows with a NaN target are dropped as masked ones are; the
     targets of dropped rows are replaced before the cast to int (a NaN cast to int is undefined: INT64_MIN on x86
-    CPUs, which cross-entropy refuses). An all-padding batch gives 0."""
+    CPUs, which cross-entropy refuses). An all-padding batch gives 0.
+
+    A kept row's class id outside ``[0, C)`` (cross-entropy would index past the logits: on CUDA a device-side
+    assert that ends the CUDA context) raises ``ValueError`` on CPU; on CUDA, with no host sync (a captured step
+    keeps working), it makes the loss NaN and the lookup reads a clamped id."""
     if target.is_floating_point():
         mask = mask & ~torch.isnan(target)
     target = torch.where(mask, target, torch.zeros((), dtype=target.dtype, device=target.device)).long()
+    classes = logits.shape[-1]
+    outside = mask & ((target < 0) | (target >= classes))
+    poison = None
+    if sync_is_costly(target.device):
+        poison = torch.where(outside.any(), float("nan"), 0.0)
+        target = target.clamp(0, classes - 1)
+    else:
+        _refuse_classes_outside(target, outside, classes)
     loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="none")
     weight = mask.to(loss.dtype)
-    return (loss * weight).sum() / weight.sum().clamp(min=1)
+    out = (loss * weight).sum() / weight.sum().clamp(min=1)
+    return out if poison is None else out + poison
+
+
+def _refuse_classes_outside(target: Tensor, outside: Tensor, classes: int) -> None:
+    """The CPU's check of :func:`masked_cross_entropy` (a host read: where one is costly the loss turns NaN instead)."""
+    if bool(outside.any()):
+        raise ValueError(f"target must hold class ids in [0, {classes}) (the logits' columns) on the rows mask keeps, "
+                         f"got {int(target[outside][0])}")
 
 
 def _check_labels(y: Tensor, name: str) -> None:
