@@ -225,6 +225,7 @@ class CscGraph:
         edge_index: Tensor | None = None,
         rebuilt_every_call: bool = False,
         short_rows: bool = False,
+        validate: bool = True,
     ) -> CscGraph:
         """Wrap existing CSC tensors (no copy). ``map_csc_to_coo=None`` means COO order is CSC order.
         ``rebuilt_every_call``, ``short_rows``: the graph's modes (see the class docstring).
@@ -232,13 +233,18 @@ class CscGraph:
         keys), kept instead of being rebuilt from ``offsets``. ``edge_index``: the ``[2, num_edges]`` int64 COO
         edges this CSC was sorted from (``map_csc_to_coo`` numbers them), kept for :meth:`edge_index` instead of
         being scattered back (a sampled block's slice of its batch; a layer adding self-loops to a block rebuilt
-        every call reads it every call). Both trusted, like the rest."""
+        every call reads it every call).
+        ``validate``: check every value invariant (:meth:`validate`: a few host reads, ``ValueError`` naming the
+        first broken one) before the graph is used; an offset or index out of range would make the kernels, or
+        the graph's own ``repeat_interleave``, read and write out of bounds. ``False`` trusts the caller: for
+        tensors a checked graph was built from (the library's own sampled blocks, packed batches and self-loop
+        plans), where a check would cost a host sync every step."""
         graph = cls(offsets, indices, num_src_nodes, map_csc_to_coo, rebuilt_every_call, short_rows)
         if dst_index is not None:
             graph._cache["dst_index"] = dst_index
         if edge_index is not None:
             graph._cache["edge_index"] = edge_index
-        return graph
+        return graph.validate() if check_bool("validate", validate) else graph
 
     @classmethod
     def from_edge_index(
@@ -343,7 +349,7 @@ class CscGraph:
         return graph
 
     @classmethod
-    def from_sparse(cls, adj_t: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:
+    def from_sparse(cls, adj_t: Any, *, index_dtype: torch.dtype | None = None, validate: bool = True) -> CscGraph:
         """Build from a sparse adjacency in PyG's ``adj_t`` convention: entry ``(i, j)`` is the edge ``j -> i``.
 
         This is how PyG's ``MessagePassing`` reads every sparse ``edge_index`` (rows are destinations, columns
@@ -352,26 +358,29 @@ class CscGraph:
         PyG ``EdgeIndex`` (which is COO ``[2, E]``, handled by :meth:`from_edge_index`). The caller's edge
         order is the sparse tensor's own element order (row-major for CSR/COO, column-major for CSC). The graph
         holds copies of the index tensors, never views of the caller's buffers (an in-place write to them after
-        the call does not change it).
+        the call does not change it). ``validate``: as :meth:`from_edge_index`'s (the value checks, by default; a
+        sparse tensor's constructor checks nothing by default).
         """
+        validate = check_bool("validate", validate)
         try:
             from torch_geometric import EdgeIndex
 
             if isinstance(adj_t, EdgeIndex):
-                return cls.from_edge_index(adj_t, index_dtype=index_dtype)
+                return cls.from_edge_index(adj_t, index_dtype=index_dtype, validate=validate)
         except ImportError:  # pragma: no cover
             pass
         if type(adj_t).__name__ == "SparseTensor":  # torch_sparse.SparseTensor
             rowptr, col, _ = adj_t.csr()
             num_dst, num_src = adj_t.sparse_sizes()
             dtype = index_dtype or storage_index_dtype(col.numel(), num_src, num_dst)
-            return cls(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), int(num_src))
+            return cls.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), int(num_src), validate=validate)
         t = check_tensor("adj_t", adj_t)
         num_dst, num_src = int(t.shape[0]), int(t.shape[1])
         if t.layout == torch.sparse_csr:
             rowptr, col = t.crow_indices(), t.col_indices()
             dtype = index_dtype or storage_index_dtype(col.numel(), num_src, num_dst)
-            return cls(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), num_src)  # never the caller's buffers
+            return cls.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), num_src,  # never the caller's
+                                validate=validate)                                            # buffers
         if t.layout == torch.sparse_csc:
             _check_offsets_fit("num_src_nodes", num_src, torch.int64, t.device)  # adj_t_to_coo's arange
             ei = adj_t_to_coo(t)
@@ -380,7 +389,7 @@ class CscGraph:
             ei = torch.stack([idx[1], idx[0]])
         else:
             raise TypeError(f"adj_t must be a sparse tensor (CSR, CSC or COO), SparseTensor or EdgeIndex, got {t.layout}")
-        return cls.from_edge_index(ei, size=(num_src, num_dst), index_dtype=index_dtype)
+        return cls.from_edge_index(ei, size=(num_src, num_dst), index_dtype=index_dtype, validate=validate)
 
     @classmethod
     def from_data(cls, data: Any, *, index_dtype: torch.dtype | None = None) -> CscGraph:

@@ -180,5 +180,5 @@ def sampled_blocks(
         e = s.num_edges
         blocks.append(CscGraph.from_csc(offsets[: s.num_dst + 1], indices[:e], s.num_src, perm[:e],
                                         dst_index=sorted_dst[:e], edge_index=coo[:, :e], rebuilt_every_call=True,
-                                        short_rows=True))
+                                        short_rows=True, validate=False))
     return blocks

@@ -76,7 +76,7 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
             plan.graph = plan.graph.as_rebuilt_every_call(short_rows=True)
         return plan
     if is_sparse_tensor(edge_index):
-        return _sparse_tensor_plan(edge_index, num_loops)
+        return _sparse_tensor_plan(edge_index, num_loops, static)
     if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):
         n_dst, n_src = int(edge_index.shape[0]), int(edge_index.shape[1])
         form = "csr" if edge_index.layout == torch.sparse_csr else "csc"
@@ -84,7 +84,7 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
             rowptr, col = edge_index.crow_indices(), edge_index.col_indices()
             dtype = storage_index_dtype(col.numel(), n_src, n_dst)
             # copies: a plan kept between calls never holds views of the caller's buffers
-            graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), n_src).validate()
+            graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), n_src)
             return GraphPlan(graph, n_dst, form=form)
         if form == "csr" and num_loops is not None and not static:
             from torch_geometric.utils import add_self_loops, remove_self_loops
@@ -106,7 +106,8 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
     raise TypeError(f"edge_index must be {FORMS}, got {type(edge_index).__name__}")
 
 
-def _sparse_tensor_plan(adj: Any, num_loops: int | None) -> GraphPlan:  # pragma: no cover - needs torch_sparse
+def _sparse_tensor_plan(adj: Any, num_loops: int | None, static: bool) -> GraphPlan:  # pragma: no cover - torch_sparse
+    """A ``torch_sparse.SparseTensor``'s plan: its CSR is our CSC (checked, except under fixed-shape ops)."""
     from torch_geometric.typing import torch_sparse
 
     if num_loops is not None:
@@ -114,6 +115,6 @@ def _sparse_tensor_plan(adj: Any, num_loops: int | None) -> GraphPlan:  # pragma
     rowptr, col, _ = adj.csr()
     n_dst, n_src = adj.sparse_sizes()
     dtype = storage_index_dtype(col.numel(), n_src, n_dst)
-    graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), int(n_src))
+    graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), int(n_src), validate=not static)
     return GraphPlan(graph, int(n_dst), num_loops=0 if num_loops is None else min(n_src, n_dst),
                      form="sparse_tensor", source=adj)

@@ -11,7 +11,9 @@ attention in PyG's order. Two builders:
   dynamo traces it without a graph break and CUDA never waits for the host. Existing
   self-loops cannot be dropped without a data-dependent shape, so they are *redirected* to one extra dummy
   destination (row ``num_dst``) whose output row is discarded: real destinations see exactly PyG's edge set.
-  ``x_dst`` gets one zero row appended per forward for it.
+  ``x_dst`` gets one zero row appended per forward for it. Node ids of a raw ``edge_index`` outside
+  ``[0, num_src)`` / ``[0, num_dst)`` cannot be refused without a host read either: they are clamped into range
+  (no kernel indexes out of bounds) and the plan's ``poison`` makes the layer's output NaN (never wrong numbers).
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class GraphPlan:
             read (returned attention, explanations), from ``coo``.
         coo: static plans with the self-loop rule: the caller's ``(src, dst)``, what ``loop_index`` and ``keep``
             are built from when read. A sampled step reads neither and skips their eight launches a layer.
+        poison: static plans of a raw ``edge_index``: a float ``[]`` tensor, NaN where a node id was out of range
+            (clamped into range for the graph), else 0; the layer adds it to its outputs. None: nothing to add.
         form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_tensor", "csc_graph".
         source: the structure PyG returns attention on when it is not the caller's own object (the
             self-loop form of a sparse input); None otherwise. Eager plans, the ones kept between calls, never
@@ -64,6 +68,7 @@ class GraphPlan:
     source: Any = None
     coo: tuple[Tensor, Tensor] | None = field(default=None, repr=False)
     keep_: Tensor | None = field(default=None, repr=False)
+    poison: Tensor | None = field(default=None, repr=False)
     _returned: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @property
@@ -94,7 +99,7 @@ def _static_csc(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> CscGrap
     offsets = csc_offsets(sorted_dst, num_dst, dtype)
     # rebuilt every call: no degree sync, so no automatic hub split
     return CscGraph.from_csc(offsets, src.index_select(0, perm).to(dtype), num_src, perm.to(dtype),
-                             dst_index=sorted_dst, rebuilt_every_call=True)
+                             dst_index=sorted_dst, rebuilt_every_call=True, validate=False)
 
 
 def _static_csc_in_order(src: Tensor, dst: Tensor, offsets: Tensor, num_src: int, num_dst: int,
@@ -126,7 +131,7 @@ def _static_csc_in_order(src: Tensor, dst: Tensor, offsets: Tensor, num_src: int
     dst_pad = torch.where(is_loop, num_dst, dst)
     sorted_dst = torch.cat([dst_pad, ar]).to(dtype).index_select(0, perm)
     return CscGraph.from_csc(new_offsets, torch.cat([src, ar]).index_select(0, perm).to(dtype), num_src,
-                             perm.to(dtype), dst_index=sorted_dst, rebuilt_every_call=True)
+                             perm.to(dtype), dst_index=sorted_dst, rebuilt_every_call=True, validate=False)
 
 
 def _loop_index(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:
@@ -138,17 +143,35 @@ def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, f
                 offsets: Tensor | None = None) -> GraphPlan:
     """A plan from fixed-shape ops only (see the module docstring); ``num_loops=None``: no self-loop rule.
     ``offsets``: ``[num_dst + 1]`` CSC offsets of ``ei`` where ``ei`` is already in CSC order (a CscGraph whose
-    COO order is its CSC order): the plan's CSC then comes from a cumulative sum instead of a sort."""
+    COO order is its CSC order): the plan's CSC then comes from a cumulative sum instead of a sort. A raw
+    ``edge_index`` (any ``form`` but ``"csc_graph"``, whose graph was checked when built or trusted on the caller's
+    word) has its node ids clamped into range and the plan a ``poison`` (see :class:`GraphPlan`)."""
     src, dst = ei[0], ei[1]
+    poison = None
+    if form != "csc_graph":
+        src, dst, poison = _clamped(src, dst, num_src, num_dst)
     if num_loops is None:
-        return GraphPlan(_static_csc(src, dst, num_src, num_dst), num_dst, form=form, source=source)
+        return GraphPlan(_static_csc(src, dst, num_src, num_dst), num_dst, form=form, source=source, poison=poison)
     if offsets is not None:
         graph = _static_csc_in_order(src, dst, offsets, num_src, num_dst, num_loops)
-        return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, form=form, source=source, coo=(src, dst))
+        return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, form=form, source=source, coo=(src, dst),
+                         poison=poison)
     dst_pad = torch.where(src == dst, num_dst, dst)
     ar = loops(num_loops, src)
     graph = _static_csc(torch.cat([src, ar]), torch.cat([dst_pad, ar]), num_src, num_dst + 1)
-    return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, form=form, source=source, coo=(src, dst))
+    return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, form=form, source=source, coo=(src, dst),
+                     poison=poison)
+
+
+def _clamped(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
+    """``(src, dst)`` clamped into ``[0, num_src)`` / ``[0, num_dst)`` and a float ``[]`` tensor, NaN where any id
+    was outside (fixed-shape ops, no host read). Edges with no node to point at are refused here (a shape fact)."""
+    if src.numel() and (num_src == 0 or num_dst == 0):
+        raise ValueError(f"edge_index must be empty for a graph of {num_src} source and {num_dst} destination nodes, "
+                         f"got {src.numel()} edges")
+    outside = (src < 0) | (src >= num_src) | (dst < 0) | (dst >= num_dst)
+    poison = torch.where(outside.any(), float("nan"), 0.0)
+    return src.clamp(0, max(num_src - 1, 0)), dst.clamp(0, max(num_dst - 1, 0)), poison
 
 
 def eager_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any) -> GraphPlan:

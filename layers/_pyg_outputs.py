@@ -35,6 +35,9 @@ def finish(
         out, alpha = result, None
     if plan.pad_dst:
         out = out[: plan.num_dst]
+    if plan.poison is not None:  # a raw edge_index with node ids out of range, under fixed-shape ops: NaN
+        out = out + plan.poison.to(out.dtype)
+        alpha = None if alpha is None else alpha + plan.poison.to(alpha.dtype)
     if res is not None:
         out = out + res
     out = bias_add(out, bias)  # the bias's gradient a column sum (cudnn_gnn._bias), torch's promotion kept

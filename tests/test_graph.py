@@ -256,6 +256,39 @@ def test_validate_checks_the_structures_from_csc_keeps():
         CscGraph.from_csc(offsets, indices, 2, edge_index=torch.tensor([[1, 1, 0], [0, 1, 1]])).validate()
 
 
+@pytest.mark.parametrize(
+    "offsets, indices, match",
+    [
+        ([0, 1, 2, 5, 3], [0, 1, 0], r"offsets must be non-decreasing, got offsets\[3\]=5 > offsets\[4\]=3"),
+        ([0, 2, 1, 3], [0, 1, 0], r"offsets must be non-decreasing, got offsets\[1\]=2 > offsets\[2\]=1"),
+        ([1, 2, 3], [0, 1], r"offsets\[0\] must be 0, got 1"),
+        ([0, 1, 2], [0, 5], r"indices must be in \[0, num_src_nodes=2\), got range \[0, 5\]"),
+        ([0, 1, 2], [-1, 0], r"indices must be in \[0, num_src_nodes=2\), got range \[-1, 0\]"),
+    ],
+)
+def test_from_csc_checks_its_values_unless_told_to_trust_them(offsets, indices, match):
+    """Offsets out of order made the destinations' ``repeat_interleave`` write out of bounds (heap corruption on a
+    CPU); indices past the sources made the kernels read out of bounds: checked by default, before any use."""
+    with pytest.raises(ValueError, match=match):
+        CscGraph.from_csc(torch.tensor(offsets), torch.tensor(indices), 2)
+    g = CscGraph.from_csc(torch.tensor(offsets), torch.tensor(indices), 2, validate=False)  # the caller's word
+    assert g.num_edges == len(indices)
+    with pytest.raises(TypeError, match="validate must be a bool"):
+        CscGraph.from_csc(torch.tensor([0, 1]), torch.tensor([0]), 1, validate=1)
+
+
+def test_from_sparse_checks_a_sparse_tensors_values():
+    """``torch.sparse_csr_tensor`` checks nothing by default (``check_invariants=False``): a column past the sources
+    or a decreasing row pointer is refused here, by default; ``validate=False`` trusts it."""
+    bad_col = torch.sparse_csr_tensor(torch.tensor([0, 1, 2]), torch.tensor([0, 7]), torch.ones(2), size=(2, 3))
+    with pytest.raises(ValueError, match=r"indices must be in \[0, num_src_nodes=3\), got range \[0, 7\]"):
+        CscGraph.from_sparse(bad_col)
+    assert CscGraph.from_sparse(bad_col, validate=False).num_edges == 2
+    bad_row = torch.sparse_csr_tensor(torch.tensor([0, 2, 1]), torch.tensor([0, 1]), torch.ones(2), size=(2, 3))
+    with pytest.raises(ValueError, match=r"offsets\[-1\] must equal num_edges=2, got 1"):
+        CscGraph.from_sparse(bad_row)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_graph_copies_the_callers_index_buffers(dtype):
     """A sorted EdgeIndex and a CSR adj_t already in the stored dtype were wrapped as views: a caller's in-place

@@ -185,7 +185,8 @@ def packed_csc_graph(offsets: Tensor, edge_index: Tensor) -> CscGraph:
     whole from the offsets and build no work list (no sort, no sync)."""
     dtype = offsets.dtype
     return CscGraph.from_csc(offsets, edge_index[0].to(dtype), offsets.numel() - 1, dst_index=edge_index[1].to(dtype),
-                             edge_index=edge_index, rebuilt_every_call=True, short_rows=True)
+                             edge_index=edge_index, rebuilt_every_call=True, short_rows=True,
+                             validate=False)
 
 
 class StaticGraphBatcher:

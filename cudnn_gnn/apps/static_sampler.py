@@ -369,7 +369,7 @@ class StaticNeighborSampler:
             offsets = torch.cat([torch.zeros(1, dtype=torch.int64, device=dev), ends[:n_dst], sink_offsets])
             coo = torch.stack([b_src, b_dst])
             graph = CscGraph.from_csc(offsets.to(dtype), b_src.to(dtype), n_src, dst_index=b_dst.to(dtype),
-                                      edge_index=coo, rebuilt_every_call=True, short_rows=True)
+                                      edge_index=coo, rebuilt_every_call=True, short_rows=True, validate=False)
             blocks.append(StaticBlock(graph, coo, n_src, n_dst, rows, cap))
         return blocks
 

@@ -99,3 +99,26 @@ def test_changing_graph_sizes_recompile_dynamic_without_breaks() -> None:
         x = torch.randn(n, 6)
         torch.testing.assert_close(compiled(x, ei), conv(x, ei))
     assert sum(counters["graph_break"].values()) == 0, dict(counters["graph_break"])
+
+
+@pytest.mark.parametrize("loops", [True, False])
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+@pytest.mark.parametrize("bad", [(0, 9), (1, 9), (0, -1), (1, -3)], ids=["src-past", "dst-past", "src-neg", "dst-neg"])
+def test_compiled_layers_give_nan_for_node_ids_out_of_range(cls: type, loops: bool, bad: tuple[int, int]) -> None:
+    """Under ``torch.compile`` the plan cannot read ids back to refuse them (the eager layer raises ValueError): an id
+    outside the nodes is clamped into range, so nothing indexes out of bounds, and the output and the returned
+    attention are NaN, never wrong numbers; edge features with a reducing fill_value included. The same call on good
+    ids equals the eager layer."""
+    ei, n = _graph()
+    torch.manual_seed(0)
+    conv = cls(6, 4, heads=2, edge_dim=3, fill_value="mean", add_self_loops=loops)
+    x, ea = torch.randn(n, 6), torch.randn(ei.shape[1], 3)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="eager", fullgraph=True)
+    torch.testing.assert_close(compiled(x, ei, ea), conv(x, ei, ea), rtol=1e-5, atol=1e-6)
+    wrong = ei.clone()
+    wrong[bad[0], 5] = bad[1]
+    with pytest.raises(ValueError, match="edge_index"):
+        conv(x, wrong, ea)
+    out, (_, alpha) = compiled(x, wrong, ea, return_attention_weights=True)
+    assert torch.isnan(out).all() and torch.isnan(alpha).all()
