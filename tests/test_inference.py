@@ -115,3 +115,24 @@ def test_argument_errors(kwargs, exc, match) -> None:
     if "targets" in kwargs or "colptr" in kwargs:  # the receptive fields check alike
         with pytest.raises(exc, match=match):
             receptive_fields(kwargs.get("colptr", colptr), row, kwargs.get("targets", torch.tensor([0])), 3)
+
+
+@pytest.mark.parametrize("broken", ["row_past", "row_negative", "colptr_decreasing", "colptr_short"])
+def test_a_csc_that_would_index_out_of_bounds_is_refused(broken: str) -> None:
+    """The CSC is read once on the host before any work: a source id past the nodes or a colptr that decreases or
+    does not end at the edge count would index out of bounds (on CUDA, a device-side assert)."""
+    colptr, row, _ = _graph()
+    colptr, row = colptr.clone(), row.clone()
+    if broken == "row_past":
+        row[3] = 300
+    elif broken == "row_negative":
+        row[0] = -1
+    elif broken == "colptr_decreasing":
+        colptr[5] = colptr[7]
+    else:
+        colptr[-1] -= 1
+    match = "row must hold node ids in" if broken.startswith("row") else "colptr must start at 0, never decrease"
+    with pytest.raises(ValueError, match=match):
+        layerwise_inference(lambda *a: None, 2, torch.randn(300, 12), colptr, row)
+    with pytest.raises(ValueError, match=match):
+        receptive_fields(colptr, row, torch.tensor([0]), 2)

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._validation import check_index, check_int, check_tensor
+from cudnn_gnn.apps.sampler import _check_csc
 
 __all__ = ["layerwise_inference", "receptive_fields"]
 
@@ -68,6 +69,7 @@ def _checked(colptr: Tensor, row: Tensor, targets: Tensor | None, num_layers: in
         raise ValueError(f"colptr and row must have shapes (num_nodes + 1,) and (num_edges,), got "
                          f"{tuple(colptr.shape)} and {tuple(row.shape)}")
     n = colptr.numel() - 1
+    _check_csc(colptr, row, n)  # one host read, once: a bad colptr or row would index out of bounds on the device
     if targets is None:
         return colptr, row, torch.arange(n, device=colptr.device)
     wanted = check_index("targets", targets).to(colptr.device).long()
