@@ -143,6 +143,18 @@ def test_seeds_without_in_edges():
     assert batch.edge_index.tolist() == [[2, 3, 4], [1, 2, 3]]
 
 
+@pytest.mark.parametrize("bad", [6, -1])
+def test_sample_refuses_seeds_outside_the_graph_and_stays_usable(bad: int) -> None:
+    """``sample(seeds)`` with a node id outside the graph (it would index past the node map: on CUDA a device-side
+    assert): ValueError at the first hop's host read (no read more), and the loader's next batch is right."""
+    colptr, row = _csc(torch.tensor([[0, 1, 2], [1, 2, 3]]), 6)
+    loader = _loader(colptr, row, input_nodes=torch.tensor([0, 4, 5]), batch_size=3)
+    with pytest.raises(ValueError, match=r"^seeds must be node ids in \[0, num_nodes=6\), got 1 outside"):
+        loader.sample(torch.tensor([3, bad, 1]))
+    batch = loader.sample(torch.tensor([4, 3]))
+    assert batch.n_id.tolist() == [4, 3, 2, 1, 0] and batch.edge_index.tolist() == [[2, 3, 4], [1, 2, 3]]
+
+
 def test_repeated_seeds_as_torch_sparse():
     """Each seed slot keeps its own row and its own in-edges; an edge from a repeated seed points at its first slot
     (torch-sparse's NeighborLoader on this graph gives exactly this)."""

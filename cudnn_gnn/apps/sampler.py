@@ -311,9 +311,9 @@ class DeviceNeighborLoader:
                 f"device={self.device})")
 
     def sample(self, seeds: Tensor, *, input_id: Tensor | None = None) -> Any:
-        """One batch around ``seeds`` (``[B]`` int64 node ids on the loader's device, not checked: the iterator's
-        path); ``input_id`` is stored as the batch's ``input_id`` (default ``arange(B)``). See the class docstring
-        for the batch's fields and host syncs."""
+        """One batch around ``seeds`` (``[B]`` int64 node ids on the loader's device; one outside ``[0, num_nodes)``
+        raises ``ValueError`` at the first hop's host read, no read more); ``input_id`` is stored as the batch's
+        ``input_id`` (default ``arange(B)``). See the class docstring for the batch's fields and host syncs."""
         from torch_geometric.data import Data
 
         try:
@@ -353,12 +353,20 @@ class DeviceNeighborLoader:
     def _sample(self, seeds: Tensor) -> tuple[Tensor, Tensor, Tensor, list[int], list[int]]:
         dev, state = self.device, self._map
         num_seeds = seeds.numel()
+        if num_seeds and not self.num_nodes:
+            raise ValueError(f"seeds must be node ids in [0, num_nodes=0), got {num_seeds} seeds")
+        # Seeds outside the graph would index past the node map (on CUDA a device-side assert): clamped here, counted,
+        # and refused at the first host read below, before anything uses them.
+        outside = ((seeds < 0) | (seeds >= self.num_nodes)).sum()
+        seeds = seeds.clamp(0, max(self.num_nodes - 1, 0))
         # A repeated seed: its first slot is the one other nodes' edges point to (min position wins).
         state.scatter_reduce_(0, seeds, torch.arange(num_seeds, device=dev), reduce="amin")
         frontier, first = seeds, 0  # the frontier's local ids are first .. first + len - 1
         lo, deg, take, draw, counts = self._degrees(frontier, self.fanout[0])
         # host sync 1: the first hop's edge count, and how many seeds draw a subset, with how many in-edges
-        total, drawing, drawn_from = counts.tolist() if num_seeds else (0, 0, 0)
+        total, drawing, drawn_from, bad = torch.cat([counts, outside.view(1)]).tolist() if num_seeds else (0, 0, 0, 0)
+        if bad:
+            raise ValueError(f"seeds must be node ids in [0, num_nodes={self.num_nodes}), got {bad} outside")
         node_parts, src_parts, dst_parts, pos_parts = [seeds], [], [], []
         nodes, edges = [num_seeds], []
         for hop, fanout in enumerate(self.fanout):
