@@ -260,3 +260,21 @@ def test_a_cuda_index_this_machine_lacks_is_refused_naming_device() -> None:
     row = torch.randint(0, N, (2 * N,), generator=g)
     with pytest.raises(ValueError, match=r"device must be"):
         StaticNeighborSampler(colptr, row, fanout=[2], batch_size=4, device=f"cuda:{torch.cuda.device_count()}")
+
+
+def test_a_class_id_past_the_logits_gives_a_nan_loss_without_a_sync() -> None:
+    """masked_cross_entropy on CUDA: a kept row's class id past the logits (cross-entropy's device-side assert would
+    end the context) gives NaN, no host sync; a masked row's bad id is ignored; the context works after."""
+    from cudnn_gnn.apps.static_sampler import masked_cross_entropy
+
+    logits = torch.randn(4, 3, device=DEV)
+    target = torch.tensor([1, 3, 0, 2], device=DEV)
+    keep = torch.tensor([True, False, True, True], device=DEV)
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        bad, good = masked_cross_entropy(logits, target, torch.ones_like(keep)), masked_cross_entropy(logits, target, keep)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert torch.isnan(bad) and torch.isfinite(good)
+    want = torch.nn.functional.cross_entropy(logits[keep], target[keep])
+    torch.testing.assert_close(good, want)

@@ -618,3 +618,26 @@ def test_int64_offsets_past_2_31_elements(op, side, monkeypatch):
     untouched = torch.ones(1000, dtype=torch.bool, device=DEV)
     untouched[used[used >= ns - 1000] - (ns - 1000)] = False
     assert untouched.any() and not xs.grad[ns - 1000:][untouched].any()
+
+
+@pytest.mark.parametrize("cls_name", ["GATConv", "GATv2Conv"])
+def test_compiled_layers_turn_out_of_range_ids_into_nan_and_the_context_survives(cls_name: str) -> None:
+    """Compiled (Inductor) layers on the Triton kernels given a raw edge_index with a source past the nodes and a
+    negative destination: NaN output and attention, no device-side assert; the next good call is right."""
+    import cudnn_gnn.layers as layers
+
+    torch.manual_seed(0)
+    n = 40
+    ei = torch.randint(0, n, (2, 200), device=DEV)
+    conv = getattr(layers, cls_name)(16, 8, heads=2, edge_dim=4, fill_value="mean").to(DEV)
+    x, ea = torch.randn(n, 16, device=DEV), torch.randn(200, 4, device=DEV)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, fullgraph=True)
+    want = conv(x, ei, ea)
+    torch.testing.assert_close(compiled(x, ei, ea), want, rtol=1e-4, atol=1e-4)
+    wrong = ei.clone()
+    wrong[0, 7], wrong[1, 11] = 10 * n, -5
+    out, (_, alpha) = compiled(x, wrong, ea, return_attention_weights=True)
+    assert torch.isnan(out).all() and torch.isnan(alpha).all()
+    torch.testing.assert_close(compiled(x, ei, ea), want, rtol=1e-4, atol=1e-4)
+    torch.cuda.synchronize()
