@@ -112,3 +112,22 @@ def test_train_planetoid_refuses_out_of_range_seeds():
     for seed in (-1, 2**32, 2**64):
         with pytest.raises(ValueError, match="seed must be an int in"):
             train_planetoid(TrainConfig(device="cpu", progress=False, seed=seed))
+
+
+@pytest.mark.parametrize("bad", ["negative", "float", "two_columns"])
+def test_train_planetoid_refuses_labels_that_are_not_class_ids(bad):
+    """A negative label would index before the logits in cross-entropy (on CUDA a device-side assert): refused with
+    the data's own value before the model is built, as are float or 2-d labels."""
+    from cudnn_gnn.apps.train import TrainConfig, train_planetoid
+    from cudnn_gnn.datasets import load_planetoid
+
+    data = load_planetoid("Cora", normalize_features=True)[0]
+    if bad == "negative":
+        data.y = data.y.clone()
+        data.y[5] = -3
+        match = r"^data.y must hold class ids >= 0, got -3"
+    else:
+        data.y = data.y.float() if bad == "float" else data.y.view(-1, 1)
+        match = r"^data.y must hold one integer class id per node"
+    with pytest.raises(ValueError, match=match):
+        train_planetoid(TrainConfig(device="cpu", progress=False, epochs=1), data=data)

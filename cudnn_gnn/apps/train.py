@@ -240,7 +240,13 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         edge_index = ToCscGraph()(Data(edge_index=data.edge_index, num_nodes=data.num_nodes)).csc_graph
 
     seed_everything(cfg.seed)
-    num_classes = int(data.y.max()) + 1
+    if data.y.is_floating_point() or data.y.dtype == torch.bool or data.y.dim() != 1:
+        raise ValueError(f"data.y must hold one integer class id per node, got dtype {data.y.dtype} and shape "
+                         f"{tuple(data.y.shape)}")
+    lowest, highest = torch.stack([data.y.min(), data.y.max()]).tolist()  # one read: the class count, and a check
+    if lowest < 0:  # cross-entropy would index before the logits (on CUDA a device-side assert)
+        raise ValueError(f"data.y must hold class ids >= 0, got {lowest}")
+    num_classes = highest + 1
     model = build_gat(cfg.model, data.num_features, num_classes, hidden=cfg.hidden, heads=cfg.heads,
                       out_heads=out_heads, dropout=cfg.dropout, backend=cfg.backend).to(device)
     # captured: our layers on a prepared graph, on CUDA, without float16's GradScaler (its step syncs)
