@@ -114,7 +114,9 @@ class CscGraph:
             ``torch.compile``, the blocks of a sampled batch): :meth:`max_degrees` returns ``None`` instead of
             syncing, so nothing that would pay off only across calls (the hub split) is derived for it, and the
             layers apply their self-loop rule to it with fixed-shape ops (no host sync), once: the plan is kept on
-            the graph for its other layers (a sort-free one where ``map_csc_to_coo`` is ``None``).
+            the graph for its other layers (a sort-free one where ``map_csc_to_coo`` is ``None``). A graph built
+            every step inside a captured or compiled step comes from ``from_csc(..., validate=False)`` (the check
+            reads values back: a host sync).
         short_rows: (with ``rebuilt_every_call``) the caller knows that its destinations have few in-edges and its
             sources few out-edges: a hint, not a checked property. Kernels may then walk every destination's
             in-edges and every source's out-edges whole (one program each, in row order) instead of cutting long
@@ -607,20 +609,22 @@ class CscGraph:
         ``EdgeIndex`` claiming a column sort it lacks, built with ``validate=False``) is caught here.
         """
         o, idx, e = self.offsets, self.indices, self.num_edges
-        first, last = int(o[0]), int(o[-1])
+        zero = o.new_zeros((), dtype=torch.int64)
+        decreasing = (o.diff() < 0).sum() if o.numel() > 1 else zero
+        lo_t, hi_t = (idx.min().long(), idx.max().long()) if e > 0 else (zero, zero)
+        # one host read for the offsets' and the indices' checks; the messages' details read more only on failure
+        first, last, drops, lo, hi = torch.stack([o[0].long(), o[-1].long(), decreasing, lo_t, hi_t]).tolist()
         if first != 0:
             raise ValueError(f"offsets[0] must be 0, got {first}")
         if last != e:
             raise ValueError(f"offsets[-1] must equal num_edges={e}, got {last}")
-        if o.numel() > 1 and bool((o.diff() < 0).any()):
+        if drops:
             bad = int(torch.nonzero(o.diff() < 0)[0, 0])
             raise ValueError(
                 f"offsets must be non-decreasing, got offsets[{bad}]={int(o[bad])} > offsets[{bad + 1}]={int(o[bad + 1])}"
             )
-        if e > 0:
-            lo, hi = int(idx.min()), int(idx.max())
-            if lo < 0 or hi >= self.num_src_nodes:
-                raise ValueError(f"indices must be in [0, num_src_nodes={self.num_src_nodes}), got range [{lo}, {hi}]")
+        if e > 0 and (lo < 0 or hi >= self.num_src_nodes):
+            raise ValueError(f"indices must be in [0, num_src_nodes={self.num_src_nodes}), got range [{lo}, {hi}]")
         if self.map_csc_to_coo is not None and e > 0:
             seen = torch.zeros(e, dtype=torch.bool, device=self.device)
             m = self.map_csc_to_coo.long()

@@ -410,7 +410,10 @@ def test_masked_cross_entropy_refuses_a_class_past_the_logits_or_poisons_it_wher
                                          r"rows mask keeps, got 3"):
         ss.masked_cross_entropy(logits, target, torch.ones(4, dtype=torch.bool))
     monkeypatch.setattr(ss, "sync_is_costly", lambda device: True)
-    assert torch.isnan(ss.masked_cross_entropy(logits, target, torch.ones(4, dtype=torch.bool)))
+    leaf = logits.clone().requires_grad_()
+    poisoned = ss.masked_cross_entropy(leaf, target, torch.ones(4, dtype=torch.bool))
+    poisoned.backward()
+    assert torch.isnan(poisoned) and torch.isnan(leaf.grad).all()  # no step on the clamped labels
     assert torch.equal(ss.masked_cross_entropy(logits, target, keep), good)
     assert torch.isnan(ss.masked_cross_entropy(logits, torch.tensor([1.0, -1.0, 0.0, 2.0]), torch.ones(4, dtype=torch.bool)))
 

@@ -114,7 +114,7 @@ def test_train_planetoid_refuses_out_of_range_seeds():
             train_planetoid(TrainConfig(device="cpu", progress=False, seed=seed))
 
 
-@pytest.mark.parametrize("bad", ["negative", "float", "two_columns"])
+@pytest.mark.parametrize("bad", ["negative", "float", "two_columns", "empty"])
 def test_train_planetoid_refuses_labels_that_are_not_class_ids(bad):
     """A negative label would index before the logits in cross-entropy (on CUDA a device-side assert): refused with
     the data's own value before the model is built, as are float or 2-d labels."""
@@ -122,12 +122,15 @@ def test_train_planetoid_refuses_labels_that_are_not_class_ids(bad):
     from cudnn_gnn.datasets import load_planetoid
 
     data = load_planetoid("Cora", normalize_features=True)[0]
+    exc = ValueError
     if bad == "negative":
         data.y = data.y.clone()
         data.y[5] = -3
         match = r"^data.y must hold class ids >= 0, got -3"
+    elif bad == "float":
+        data.y, exc, match = data.y.float(), TypeError, r"^data.y must hold integer class ids, got dtype torch.float32"
     else:
-        data.y = data.y.float() if bad == "float" else data.y.view(-1, 1)
-        match = r"^data.y must hold one integer class id per node"
-    with pytest.raises(ValueError, match=match):
+        data.y = data.y.view(-1, 1) if bad == "two_columns" else data.y[:0]
+        match = r"^data.y must have shape \(num_nodes=2708,\): one class id per node"
+    with pytest.raises(exc, match=match):
         train_planetoid(TrainConfig(device="cpu", progress=False, epochs=1), data=data)

@@ -401,22 +401,21 @@ def masked_cross_entropy(logits: Tensor, target: Tensor, mask: Tensor) -> Tensor
 
     A kept row's class id outside ``[0, C)`` (cross-entropy would index past the logits: on CUDA a device-side
     assert that ends the CUDA context) raises ``ValueError`` on CPU; on CUDA, with no host sync (a captured step
-    keeps working), it makes the loss NaN and the lookup reads a clamped id."""
+    keeps working), it makes the loss and every gradient NaN (the logits are) and the lookup reads a clamped id."""
     if target.is_floating_point():
         mask = mask & ~torch.isnan(target)
     target = torch.where(mask, target, torch.zeros((), dtype=target.dtype, device=target.device)).long()
     classes = logits.shape[-1]
     outside = mask & ((target < 0) | (target >= classes))
-    poison = None
-    if sync_is_costly(target.device):
-        poison = torch.where(outside.any(), float("nan"), 0.0)
+    logits = logits.float()
+    if sync_is_costly(target.device):  # NaN logits: the loss and every gradient NaN, not a step on clamped labels
+        logits = logits + torch.where(outside.any(), float("nan"), 0.0)
         target = target.clamp(0, classes - 1)
     else:
         _refuse_classes_outside(target, outside, classes)
-    loss = torch.nn.functional.cross_entropy(logits.float(), target, reduction="none")
+    loss = torch.nn.functional.cross_entropy(logits, target, reduction="none")
     weight = mask.to(loss.dtype)
-    out = (loss * weight).sum() / weight.sum().clamp(min=1)
-    return out if poison is None else out + poison
+    return (loss * weight).sum() / weight.sum().clamp(min=1)
 
 
 def _refuse_classes_outside(target: Tensor, outside: Tensor, classes: int) -> None:

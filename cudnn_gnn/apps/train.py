@@ -240,8 +240,10 @@ def train_planetoid(cfg: TrainConfig, *, data: Any = None) -> dict[str, Any]:
         edge_index = ToCscGraph()(Data(edge_index=data.edge_index, num_nodes=data.num_nodes)).csc_graph
 
     seed_everything(cfg.seed)
-    if data.y.is_floating_point() or data.y.dtype == torch.bool or data.y.dim() != 1:
-        raise ValueError(f"data.y must hold one integer class id per node, got dtype {data.y.dtype} and shape "
+    if data.y.is_floating_point() or data.y.is_complex() or data.y.dtype == torch.bool:
+        raise TypeError(f"data.y must hold integer class ids, got dtype {data.y.dtype}")
+    if tuple(data.y.shape) != (data.num_nodes,):
+        raise ValueError(f"data.y must have shape (num_nodes={data.num_nodes},): one class id per node, got "
                          f"{tuple(data.y.shape)}")
     lowest, highest = torch.stack([data.y.min(), data.y.max()]).tolist()  # one read: the class count, and a check
     if lowest < 0:  # cross-entropy would index before the logits (on CUDA a device-side assert)

@@ -267,14 +267,15 @@ def test_a_class_id_past_the_logits_gives_a_nan_loss_without_a_sync() -> None:
     end the context) gives NaN, no host sync; a masked row's bad id is ignored; the context works after."""
     from cudnn_gnn.apps.static_sampler import masked_cross_entropy
 
-    logits = torch.randn(4, 3, device=DEV)
+    logits = torch.randn(4, 3, device=DEV, requires_grad=True)
     target = torch.tensor([1, 3, 0, 2], device=DEV)
     keep = torch.tensor([True, False, True, True], device=DEV)
     torch.cuda.set_sync_debug_mode("error")
     try:
         bad, good = masked_cross_entropy(logits, target, torch.ones_like(keep)), masked_cross_entropy(logits, target, keep)
+        bad.backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
-    assert torch.isnan(bad) and torch.isfinite(good)
+    assert torch.isnan(bad) and torch.isfinite(good) and torch.isnan(logits.grad).all()
     want = torch.nn.functional.cross_entropy(logits[keep], target[keep])
     torch.testing.assert_close(good, want)

@@ -632,7 +632,7 @@ def test_compiled_layers_turn_out_of_range_ids_into_nan_and_the_context_survives
     conv = getattr(layers, cls_name)(16, 8, heads=2, edge_dim=4, fill_value="mean").to(DEV)
     x, ea = torch.randn(n, 16, device=DEV), torch.randn(200, 4, device=DEV)
     torch._dynamo.reset()
-    compiled = torch.compile(conv, fullgraph=True)
+    compiled = torch.compile(conv)  # not fullgraph: the returned attention's boolean-mask index may break a graph
     want = conv(x, ei, ea)
     torch.testing.assert_close(compiled(x, ei, ea), want, rtol=1e-4, atol=1e-4)
     wrong = ei.clone()
