@@ -132,7 +132,10 @@ def run_explained(
                 f"{type(conv).__name__}, got the {plan.form!r} form"
             )
         ei, a = attention_result(plan, alpha.to(alpha_dtype), edge_index)
-        x_j = x_src.view(x_src.shape[0], heads, -1).index_select(0, ei[0])
+        src = ei[0]
+        if plan.poison is not None:  # a compiled call on a raw edge_index: its ids clamped as the plan's, NaN messages
+            src, a = src.clamp(0, max(x_src.shape[0] - 1, 0)), a + plan.poison.to(a.dtype)
+        x_j = x_src.view(x_src.shape[0], heads, -1).index_select(0, src)
         messages = a.unsqueeze(-1) * x_j
         for hook in hooks:
             if hook(conv, ({"x_j": x_j, "alpha": a},), messages) is not None:

@@ -165,3 +165,17 @@ def test_unsupported_hooks_and_forms_are_refused() -> None:
         conv(x, ei)
     clear_masks(conv)
     conv(x, ei)  # and back to normal
+
+
+def test_compiled_message_hooks_on_out_of_range_ids_see_nan_not_an_index_error() -> None:
+    """Under torch.compile a raw edge_index's out-of-range ids are clamped and the output NaN: the message hooks get
+    the clamped sources' rows and NaN coefficients, never an out-of-range index (on CUDA a device-side assert)."""
+    x, ei, _ = _graph()
+    conv = GATConv(F, 4, heads=2)
+    seen: list[torch.Tensor] = []
+    conv.register_message_forward_hook(lambda module, inputs, out: seen.append(inputs[0]["alpha"].detach()))
+    wrong = ei.clone()
+    wrong[0, 3] = N + 5
+    torch._dynamo.reset()
+    out = torch.compile(conv, backend="eager")(x, wrong)
+    assert torch.isnan(out).all() and seen and torch.isnan(seen[-1]).all()
