@@ -56,6 +56,16 @@ def csc_offsets(sorted_dst: Tensor, num_dst: int, dtype: torch.dtype) -> Tensor:
     return torch.searchsorted(sorted_dst, bounds, out_int32=dtype == torch.int32).to(dtype)
 
 
+def csc_value_bounds(offsets: Tensor, indices: Tensor) -> tuple[int, int, int, int, int]:
+    """What a CSC's value checks read, in one host read: ``(offsets[0], offsets[-1], the offsets' decreasing
+    steps, min(indices), max(indices))``, the last two 0 where there are no edges."""
+    zero = offsets.new_zeros((), dtype=torch.int64)
+    decreasing = (offsets.diff() < 0).sum() if offsets.numel() > 1 else zero
+    lo, hi = (indices.min().long(), indices.max().long()) if indices.numel() else (zero, zero)
+    first, last, drops, lo_v, hi_v = torch.stack([offsets[0].long(), offsets[-1].long(), decreasing, lo, hi]).tolist()
+    return first, last, drops, lo_v, hi_v
+
+
 def _free_bytes(device: torch.device) -> int | None:
     """Memory that can still be allocated on ``device``: free GPU memory (``torch.cuda.mem_get_info``), or the
     host's available memory (psutil, else ``/proc/meminfo``-backed sysconf); ``None`` where unknown."""
@@ -608,12 +618,8 @@ class CscGraph:
         ``edge_index``) are the ones ``offsets`` and ``indices`` describe: a trusted input that is not (an
         ``EdgeIndex`` claiming a column sort it lacks, built with ``validate=False``) is caught here.
         """
-        o, idx, e = self.offsets, self.indices, self.num_edges
-        zero = o.new_zeros((), dtype=torch.int64)
-        decreasing = (o.diff() < 0).sum() if o.numel() > 1 else zero
-        lo_t, hi_t = (idx.min().long(), idx.max().long()) if e > 0 else (zero, zero)
-        # one host read for the offsets' and the indices' checks; the messages' details read more only on failure
-        first, last, drops, lo, hi = torch.stack([o[0].long(), o[-1].long(), decreasing, lo_t, hi_t]).tolist()
+        o, e = self.offsets, self.num_edges
+        first, last, drops, lo, hi = csc_value_bounds(o, self.indices)  # the messages' details read more on failure
         if first != 0:
             raise ValueError(f"offsets[0] must be 0, got {first}")
         if last != e:

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._validation import check_bool, check_index, check_int, check_tensor
+from cudnn_gnn.graph import csc_value_bounds
 
 __all__ = ["DeviceNeighborLoader"]
 
@@ -70,11 +71,7 @@ def _check_csc(colptr: Tensor, row: Tensor, num_nodes: int) -> None:
     """``colptr[0] == 0``, non-decreasing, ``colptr[N] == E``; sources in ``[0, N)``: one host read (the samplers'
     ``validate=True``)."""
     num_edges = row.numel()
-    zero = torch.zeros((), dtype=torch.int64, device=colptr.device)
-    drop = (colptr.diff() < 0).sum() if colptr.numel() > 1 else zero
-    lo = row.min().long() if num_edges else zero
-    hi = row.max().long() if num_edges else zero
-    first, last, drops, lo_v, hi_v = torch.stack([colptr[0].long(), colptr[-1].long(), drop, lo, hi]).tolist()
+    first, last, drops, lo_v, hi_v = csc_value_bounds(colptr, row)
     if first != 0 or last != num_edges or drops:
         raise ValueError(f"colptr must start at 0, never decrease and end at row.numel()={num_edges}, got "
                          f"colptr[0]={first}, colptr[-1]={last} and {drops} decreasing steps")
