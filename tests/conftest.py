@@ -71,6 +71,24 @@ def interpret_triton_on_cpu(gpu_suite: str | None = None) -> bool:
     return on
 
 
+def syncs_outside(found: list[str], check: Callable[..., object]) -> list[str]:
+    """The syncs of ``found`` (:func:`cudnn_gnn.apps.capture.host_syncs`'s ``"<op> at <file:line>: <why>"``) that
+    are not inside function ``check`` (a value check that runs only where a sync is cheap, on a CPU). Asserts that
+    ``found`` is not empty: the check's own sync is seen, so filtering it out is not vacuous."""
+    import inspect
+    import os
+
+    assert found, "no sync seen: the CPU-only check did not run"
+    lines, first = inspect.getsourcelines(check)
+    source = os.path.realpath(inspect.getsourcefile(check) or "")
+    rest = []
+    for sync in found:
+        path, line = sync.split(" at ")[1].split(": ")[0].rsplit(":", 1)
+        if os.path.realpath(path) != source or not first <= int(line) < first + len(lines):
+            rest.append(sync)
+    return rest
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--shard", default=None, metavar="I/N",

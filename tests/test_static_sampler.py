@@ -6,11 +6,9 @@ argument errors."""
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import os
 import sys
-from collections.abc import Callable
 
 import pytest
 import torch
@@ -24,6 +22,8 @@ from cudnn_gnn.apps.static_sampler import (
     sampled_loss,
     self_loops_in_blocks,
 )
+
+from .conftest import syncs_outside
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "examples"))
 
@@ -226,18 +226,9 @@ def test_a_warm_sampled_step_issues_no_host_sync(model_name: str) -> None:
                         inputs={"seeds": torch.zeros(8, dtype=torch.long), "seed_valid": torch.ones(8, dtype=torch.bool)})
     epoch = list(sampler.epoch(torch.arange(0, 300, 13)))
     step(seeds=epoch[0][0], seed_valid=epoch[0][1])  # warm-up
-    lines, first = inspect.getsourcelines(static_sampler._refuse_classes_outside)  # the loss's CPU-only check
-    allowed = range(first, first + len(lines))
-
-    def syncs(fn: Callable[[], object]) -> list[str]:
-        found = host_syncs(fn)
-        assert found  # the CPU check is seen, so the filter is not vacuous
-        where = [s.split(" at ")[1].split(": ")[0].rsplit(":", 1) for s in found]
-        return [s for s, (path, line) in zip(found, where)
-                if not (path.endswith("apps/static_sampler.py") and int(line) in allowed)]
-
-    assert syncs(lambda: step(seeds=epoch[1][0], seed_valid=epoch[1][1])) == []
-    assert syncs(lambda: step(seeds=epoch[-1][0], seed_valid=epoch[-1][1])) == []  # the padded batch
+    check = static_sampler._refuse_classes_outside  # the loss's CPU-only check
+    assert syncs_outside(host_syncs(lambda: step(seeds=epoch[1][0], seed_valid=epoch[1][1])), check) == []
+    assert syncs_outside(host_syncs(lambda: step(seeds=epoch[-1][0], seed_valid=epoch[-1][1])), check) == []  # padded
     assert torch.isfinite(step.last_loss)
 
 
