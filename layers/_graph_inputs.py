@@ -2,6 +2,8 @@
 
 The forms: a ``[2, E]`` Tensor or PyG ``EdgeIndex`` (COO, row 0 sources), a ``torch_sparse.SparseTensor`` or a
 torch sparse CSR / CSC ``adj_t`` (rows are destinations, PyG's convention), or a :class:`~cudnn_gnn.CscGraph`.
+A torch sparse form's offsets and indices are checked before any op reads them (an eager plan; one host read) or
+made well-formed with the plan's NaN ``poison`` (a static plan), as a raw ``edge_index``'s node ids are.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from cudnn_gnn.graph import CscGraph, adj_t_to_coo, storage_index_dtype
+from cudnn_gnn.graph import CscGraph, adj_t_to_coo, csc_value_bounds, storage_index_dtype
 
-from ._graph_plan import GraphPlan, eager_plan, static_plan
+from ._graph_plan import GraphPlan, compressed_ids, eager_plan, static_plan
 
 __all__ = ["FORMS", "build_plan", "graph_sizes", "is_sparse_form", "is_sparse_tensor", "plain"]
 
@@ -52,6 +54,35 @@ def graph_sizes(edge_index: Any) -> tuple[int | None, int | None]:
     return None, None
 
 
+# a sparse form's index tensors as messages name them: (offsets, indices, the nodes the indices number, what the
+# offsets count)
+_PARTS = {"csr": ("crow_indices", "col_indices", "source", "rows"),
+          "csc": ("ccol_indices", "row_indices", "destination", "columns")}
+
+
+def _check_compressed(form: str, offsets: Tensor, indices: Tensor, num_rows: int, num_indexed: int, *,
+                      values: bool) -> None:
+    """Refuse a sparse form's ``offsets`` (``[num_rows + 1]``) and ``indices`` (``[nnz]``, into ``[0,
+    num_indexed)``) that would make its conversion index out of bounds: the shape always (a host fact); with
+    ``values`` (eager plans; one host read) also offsets that do not rise from 0 to ``nnz`` without decreasing
+    (``repeat_interleave`` writes where they point) and indices outside the nodes.
+    A static plan makes those well-formed instead (:func:`~._graph_plan.compressed_ids`)."""
+    ptr_name, idx_name, nodes, rows = _PARTS[form]
+    if offsets.dim() != 1 or offsets.numel() != num_rows + 1:
+        raise ValueError(f"edge_index's {ptr_name} must have shape ({num_rows + 1},), one more than the adjacency's "
+                         f"{num_rows} {rows}, got {tuple(offsets.shape)}")
+    if not values:
+        return
+    first, last, drops, lo, hi = csc_value_bounds(offsets, indices)
+    nnz = indices.numel()
+    if first != 0 or last != nnz or drops:
+        raise ValueError(f"edge_index's {ptr_name} must rise from 0 to nnz={nnz} without decreasing, got first "
+                         f"{first}, last {last} and {drops} decreasing steps")
+    if nnz and (lo < 0 or hi >= num_indexed):
+        raise ValueError(f"edge_index's {idx_name} ({nodes} node ids) must be in [0, {num_indexed}), got range "
+                         f"[{lo}, {hi}]")
+
+
 def _check_coo(ei: Tensor) -> None:
     if ei.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"edge_index must have dtype int32 or int64, got {ei.dtype}")
@@ -78,22 +109,7 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
     if is_sparse_tensor(edge_index):
         return _sparse_tensor_plan(edge_index, num_loops, static)
     if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):
-        n_dst, n_src = int(edge_index.shape[0]), int(edge_index.shape[1])
-        form = "csr" if edge_index.layout == torch.sparse_csr else "csc"
-        if form == "csr" and num_loops is None and not static:  # adj_t in CSR is our CSC: no sort
-            rowptr, col = edge_index.crow_indices(), edge_index.col_indices()
-            dtype = storage_index_dtype(col.numel(), n_src, n_dst)
-            # copies: a plan kept between calls never holds views of the caller's buffers
-            graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), n_src)
-            return GraphPlan(graph, n_dst, form=form)
-        if form == "csr" and num_loops is not None and not static:
-            from torch_geometric.utils import add_self_loops, remove_self_loops
-
-            adj = add_self_loops(remove_self_loops(edge_index)[0])[0]  # PyG's own structure and element order
-            plan = build_plan(adj, num_src, num_dst, None, False)
-            plan.num_loops, plan.source = min(n_src, n_dst), adj
-            return plan
-        return make(adj_t_to_coo(edge_index), n_src, n_dst, num_loops, form, None)
+        return _compressed_plan(edge_index, num_loops, static)
     if isinstance(edge_index, Tensor):
         if edge_index.layout != torch.strided:
             raise ValueError(f"edge_index must be a sparse CSR or CSC tensor when sparse, got layout {edge_index.layout}")
@@ -104,6 +120,35 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
         form = "edge_index" if isinstance(edge_index, EdgeIndex) else "coo"
         return make(ei, num_src, num_dst, num_loops, form, None)
     raise TypeError(f"edge_index must be {FORMS}, got {type(edge_index).__name__}")
+
+
+def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> GraphPlan:
+    """A torch sparse CSR / CSC ``adj_t``'s plan, its offsets and indices checked first (see the module docstring)."""
+    n_dst, n_src = int(adj_t.shape[0]), int(adj_t.shape[1])
+    form = "csr" if adj_t.layout == torch.sparse_csr else "csc"
+    if form == "csr":
+        offsets, indices, num_rows, num_indexed = adj_t.crow_indices(), adj_t.col_indices(), n_dst, n_src
+    else:
+        offsets, indices, num_rows, num_indexed = adj_t.ccol_indices(), adj_t.row_indices(), n_src, n_dst
+    _check_compressed(form, offsets, indices, num_rows, num_indexed, values=not static)
+    if static:
+        ids, poison = compressed_ids(offsets, indices.numel())
+        ids = ids.to(indices.dtype)
+        ei = torch.stack([indices, ids] if form == "csr" else [ids, indices])
+        return static_plan(ei, n_src, n_dst, num_loops, form, None, poison=poison)
+    if form == "csc":
+        return eager_plan(adj_t_to_coo(adj_t), n_src, n_dst, num_loops, form, None)
+    source = None
+    if num_loops is not None:
+        from torch_geometric.utils import add_self_loops, remove_self_loops
+
+        adj_t = source = add_self_loops(remove_self_loops(adj_t)[0])[0]  # PyG's own structure and element order
+    rowptr, col = adj_t.crow_indices(), adj_t.col_indices()  # adj_t in CSR is our CSC: no sort
+    dtype = storage_index_dtype(col.numel(), n_src, n_dst)
+    # copies: a plan kept between calls never holds views of the caller's buffers; checked above (or PyG's
+    # self-loop form of the checked adjacency)
+    graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), n_src, validate=False)
+    return GraphPlan(graph, n_dst, num_loops=0 if num_loops is None else min(n_src, n_dst), form=form, source=source)
 
 
 def _sparse_tensor_plan(adj: Any, num_loops: int | None, static: bool) -> GraphPlan:  # pragma: no cover - torch_sparse

@@ -14,6 +14,8 @@ attention in PyG's order. Two builders:
   ``x_dst`` gets one zero row appended per forward for it. Node ids of a raw ``edge_index`` outside
   ``[0, num_src)`` / ``[0, num_dst)`` cannot be refused without a host read either: they are clamped into range
   (no kernel indexes out of bounds) and the plan's ``poison`` makes the layer's output NaN (never wrong numbers).
+  A sparse adjacency's offsets (a CSR's ``crow_indices``, a CSC's ``ccol_indices``) are made well-formed the same
+  way before they are expanded into per-edge ids (:func:`compressed_ids`).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph, csc_offsets, storage_index_dtype
 
-__all__ = ["GraphPlan", "eager_plan", "static_plan"]
+__all__ = ["GraphPlan", "compressed_ids", "eager_plan", "static_plan"]
 
 
 @dataclass(eq=False)
@@ -50,7 +52,8 @@ class GraphPlan:
         coo: static plans with the self-loop rule: the caller's ``(src, dst)``, what ``loop_index`` and ``keep``
             are built from when read. A sampled step reads neither and skips their eight launches a layer.
         poison: static plans of a raw ``edge_index``: a float ``[]`` tensor, NaN where a node id was out of range
-            (clamped into range for the graph), else 0; the layer adds it to its outputs. None: nothing to add.
+            (clamped into range for the graph) or a sparse adjacency's offsets were malformed (made well-formed),
+            else 0; the layer adds it to its outputs. None: nothing to add.
         form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_tensor", "csc_graph".
         source: the structure PyG returns attention on when it is not the caller's own object (the
             self-loop form of a sparse input); None otherwise. Eager plans, the ones kept between calls, never
@@ -140,16 +143,17 @@ def _loop_index(src: Tensor, dst: Tensor, num_loops: int) -> Tensor:
 
 
 def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any, *,
-                offsets: Tensor | None = None) -> GraphPlan:
+                offsets: Tensor | None = None, poison: Tensor | None = None) -> GraphPlan:
     """A plan from fixed-shape ops only (see the module docstring); ``num_loops=None``: no self-loop rule.
     ``offsets``: ``[num_dst + 1]`` CSC offsets of ``ei`` where ``ei`` is already in CSC order (a CscGraph whose
     COO order is its CSC order): the plan's CSC then comes from a cumulative sum instead of a sort. A raw
     ``edge_index`` (any ``form`` but ``"csc_graph"``, whose graph was checked when built or trusted on the caller's
-    word) has its node ids clamped into range and the plan a ``poison`` (see :class:`GraphPlan`)."""
+    word) has its node ids clamped into range and the plan a ``poison`` (see :class:`GraphPlan`); ``poison``: what
+    the caller's conversion found already (a sparse adjacency's offsets, :func:`compressed_ids`), added to it."""
     src, dst = ei[0], ei[1]
-    poison = None
     if form != "csc_graph":
-        src, dst, poison = _clamped(src, dst, num_src, num_dst)
+        src, dst, clamp_poison = _clamped(src, dst, num_src, num_dst)
+        poison = clamp_poison if poison is None else poison + clamp_poison
     if num_loops is None:
         return GraphPlan(_static_csc(src, dst, num_src, num_dst), num_dst, form=form, source=source, poison=poison)
     if offsets is not None:
@@ -172,6 +176,28 @@ def _clamped(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> tuple[Tens
     outside = (src < 0) | (src >= num_src) | (dst < 0) | (dst >= num_dst)
     poison = torch.where(outside.any(), float("nan"), 0.0)
     return src.clamp(0, max(num_src - 1, 0)), dst.clamp(0, max(num_dst - 1, 0)), poison
+
+
+def compressed_ids(offsets: Tensor, num_entries: int) -> tuple[Tensor, Tensor]:
+    """``[num_entries]`` the compressed-dimension id of each entry of a sparse adjacency (``offsets [n + 1]``: a
+    CSR's rows, a CSC's columns) and a float ``[]`` tensor, NaN where ``offsets`` do not rise from 0 to
+    ``num_entries`` without decreasing, else 0. Fixed-shape ops, no host read.
+
+    Malformed offsets are first made well-formed (clamped into ``[0, num_entries]``, a running maximum, 0 first and
+    ``num_entries`` last; well-formed ones are left as they are), so that the rows' spans tile the entries:
+    ``repeat_interleave`` then writes exactly ``num_entries`` ids in ``[0, n)`` (given other spans it raises on a
+    CPU, and on CUDA its kernel's device-side assert ends the process's CUDA context). The entries' other ids
+    are not read here: the plan clamps them with these (:func:`static_plan`)."""
+    n = offsets.numel() - 1  # the caller has checked the shape: n + 1 offsets for n >= 0 rows
+    if num_entries and n == 0:  # no row to give an entry (a shape fact)
+        raise ValueError(f"edge_index must be empty for a sparse adjacency whose offsets have 0 rows, got "
+                         f"{num_entries} entries")
+    pos = loops(n + 1, offsets)
+    fixed = torch.cummax(offsets.clamp(0, num_entries), 0).values
+    fixed = torch.where(pos == n, num_entries, torch.where(pos == 0, 0, fixed))
+    poison = torch.where((fixed != offsets).any(), float("nan"), 0.0)
+    ids = torch.repeat_interleave(loops(n, offsets), fixed.diff(), output_size=num_entries)
+    return ids, poison
 
 
 def eager_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, form: str, source: Any) -> GraphPlan:

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._bias import bias_add
-from cudnn_gnn.graph import CscGraph, adj_t_to_coo
+from cudnn_gnn.graph import CscGraph
 
 from ._graph_inputs import plain
 from ._graph_plan import GraphPlan, loops
@@ -51,8 +51,12 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
     """PyG's second return value for ``return_attention_weights``: ``(edge_index, alpha)``, or the sparse
     forms for sparse inputs, in PyG's edge order (self-loops appended last). ``edge_index`` is the caller's."""
     if plan.keep is not None:  # static plan: the graph also holds redirected self-loops
-        src = edge_index if not isinstance(edge_index, CscGraph) else edge_index.edge_index()
-        ei = adj_t_to_coo(src) if plan.form in ("csr", "csc") else plain(src)
+        if plan.form in ("csr", "csc") and plan.coo is not None:
+            # a sparse input's COO as the plan converted it (the caller's offsets may be malformed, made
+            # well-formed there), its own edges where they were in range
+            ei = torch.stack(plan.coo)
+        else:
+            ei = plain(edge_index if not isinstance(edge_index, CscGraph) else edge_index.edge_index())
         ar = loops(plan.num_loops, ei)
         full = torch.cat([ei, torch.stack([ar, ar])], dim=1)
         return full[:, plan.keep], alpha[plan.keep]

@@ -1,6 +1,7 @@
 """The fixed-shape self-loop plan (``layers/_graph_plan.py``): for a graph whose COO order is already its CSC order
 the plan's CSC comes from a cumulative sum, and equals the one a stable sort builds, tensor for tensor (values and
-dtypes); through :func:`resolve`, such a graph's plan takes no sort, another graph's one."""
+dtypes); through :func:`resolve`, such a graph's plan takes no sort, another graph's one. A sparse adjacency's
+offsets become per-edge ids with fixed-shape ops, malformed ones made well-formed and flagged NaN."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from cudnn_gnn import CscGraph
 from cudnn_gnn.graph import csc_offsets
-from cudnn_gnn.layers._graph_plan import static_plan
+from cudnn_gnn.layers._graph_plan import compressed_ids, static_plan
 from cudnn_gnn.layers._plan_cache import resolve
 
 
@@ -58,3 +59,65 @@ def test_a_graph_in_csc_order_gets_its_plan_without_a_sort(aten_ops) -> None:
         assert counts.get("sort", 0) == sorts and counts.get("searchsorted", 0) == sorts
     for name in ("offsets", "indices", "map_csc_to_coo", "dst_index"):
         assert torch.equal(getattr(plans[0].graph, name), getattr(plans[1].graph, name)), name
+
+
+# offsets [6] of 5 rows over 7 entries: well-formed, and broken each way a caller's adjacency can be
+_OFFSETS = {
+    "well-formed": [0, 2, 2, 5, 6, 7],
+    "decreasing": [0, 4, 2, 5, 6, 7],
+    "end-short": [0, 2, 2, 5, 6, 6],
+    "end-past": [0, 2, 2, 5, 6, 9],
+    "start-past": [1, 2, 2, 5, 6, 7],
+    "negative": [0, 2, -3, 5, 6, 7],
+    "past-the-entries": [0, 2, 40, 5, 6, 7],
+}
+
+
+@pytest.mark.parametrize("case", sorted(_OFFSETS))
+def test_compressed_ids_tile_the_entries_and_flag_malformed_offsets(case: str, index_dtype: torch.dtype) -> None:
+    """Every entry gets one row id in ``[0, n)``, rows non-decreasing (what ``repeat_interleave`` gives for
+    well-formed offsets, bitwise); the flag is NaN exactly where the offsets were malformed."""
+    offsets = torch.tensor(_OFFSETS[case], dtype=index_dtype)
+    ids, poison = compressed_ids(offsets, 7)
+    assert ids.shape == (7,) and ids.dtype == index_dtype
+    assert int(ids.min()) >= 0 and int(ids.max()) < 5 and bool((ids.diff() >= 0).all())
+    if case == "well-formed":
+        assert torch.equal(ids, torch.repeat_interleave(torch.arange(5, dtype=index_dtype), offsets.diff()))
+        assert float(poison) == 0.0
+    else:
+        assert torch.isnan(poison)
+
+
+def test_compressed_ids_refuse_entries_without_rows() -> None:
+    with pytest.raises(ValueError, match="edge_index must be empty"):
+        compressed_ids(torch.zeros(1, dtype=torch.long), 3)
+    ids, poison = compressed_ids(torch.zeros(1, dtype=torch.long), 0)
+    assert ids.numel() == 0 and float(poison) == 0.0
+
+
+def test_static_plan_of_a_sparse_adjacency_reads_nothing_back() -> None:
+    """A compiled call's plan of a torch sparse CSR with broken offsets and indices: no host sync (a CUDA step never
+    waits, a captured one stays capturable), a graph whose every index is in range, and the NaN poison."""
+    from cudnn_gnn.apps.capture import host_syncs
+    from cudnn_gnn.layers._graph_inputs import build_plan
+
+    offsets = torch.tensor(_OFFSETS["decreasing"])
+    adj = torch.sparse_csr_tensor(offsets, torch.tensor([0, 3, 1, 9, 2, -1, 4]), torch.ones(7), (5, 5))
+    plans = []
+    assert host_syncs(lambda: plans.append(build_plan(adj, 5, 5, 5, static=True))) == []
+    plans[0].graph.validate()
+    assert torch.isnan(plans[0].poison)
+
+
+def test_compressed_ids_compile_without_graph_breaks() -> None:
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    compiled = torch.compile(compressed_ids, backend="aot_eager", fullgraph=True)
+    for case in ("well-formed", "decreasing"):
+        offsets = torch.tensor(_OFFSETS[case])
+        (ids, poison), (want_ids, want_poison) = compiled(offsets, 7), compressed_ids(offsets, 7)
+        assert torch.equal(ids, want_ids), case
+        torch.testing.assert_close(poison, want_poison, equal_nan=True)
+    assert sum(counters["graph_break"].values()) == 0

@@ -122,3 +122,90 @@ def test_compiled_layers_give_nan_for_node_ids_out_of_range(cls: type, loops: bo
         conv(x, wrong, ea)
     out, (_, alpha) = compiled(x, wrong, ea, return_attention_weights=True)
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
+
+
+# A sparse adjacency (torch sparse CSR / CSC adj_t) broken one way each: an index past the
+# nodes or negative, offsets that decrease, end short of nnz, or start past 0.
+_SPARSE_BREAKS = ["index-past", "index-neg", "offsets-decrease", "offsets-end", "offsets-start"]
+
+
+def _sparse_adjacency(ei: torch.Tensor, n: int, form: str, broken: str | None) -> object:
+    """``ei``'s adjacency in PyG's adj_t convention (rows are destinations) as ``form``, broken as ``broken`` says."""
+    from torch_geometric.utils import to_torch_coo_tensor
+
+    adj = to_torch_coo_tensor(ei.flip(0), size=(n, n)).coalesce()  # no duplicate pairs: every form keeps all edges
+    adj = adj.to_sparse_csc() if form == "csc" else adj.to_sparse_csr()
+    offsets, indices = (adj.ccol_indices(), adj.row_indices()) if form == "csc" else (adj.crow_indices(),
+                                                                                      adj.col_indices())
+    offsets, indices = offsets.clone(), indices.clone()
+    if broken == "index-past":
+        indices[3] = n + 2
+    elif broken == "index-neg":
+        indices[3] = -1
+    elif broken == "offsets-decrease":
+        offsets[4] = offsets[5] + 3
+    elif broken == "offsets-end":
+        offsets[-1] -= 2
+    elif broken == "offsets-start":
+        offsets[0] = 1
+    make = torch.sparse_csc_tensor if form == "csc" else torch.sparse_csr_tensor
+    return make(offsets, indices, torch.ones(indices.numel()), (n, n))  # torch checks no invariant by default
+
+
+def _sparse_forms() -> list:
+    return ["csr", "csc"]
+
+
+# one self-loop setting a layer in the default run; the others are slow
+_SPARSE_LAYERS = [(GATConv, True), (GATv2Conv, False),
+                  pytest.param(GATConv, False, marks=pytest.mark.slow), pytest.param(GATv2Conv, True, marks=pytest.mark.slow)]
+
+
+@pytest.mark.parametrize("broken", _SPARSE_BREAKS)
+@pytest.mark.parametrize("form", _sparse_forms())
+@pytest.mark.parametrize(("cls", "loops"), _SPARSE_LAYERS)
+def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, loops: bool, form: str, broken: str,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixed-shape plan a compiled call builds, built here by letting the layer see ``is_compiling()`` (torch
+    2.13's dynamo runs a frame that holds a torch sparse tensor eagerly, so a real compiled call takes the eager
+    path for those): a sparse adjacency's malformed offsets are made well-formed and its indices clamped, so nothing
+    reads out of bounds, and the output and the returned attention are NaN; a well-formed one gives the eager
+    layer's output. The eager layer raises ``ValueError`` naming ``edge_index`` before any op reads the offsets
+    (``repeat_interleave`` raises a bare RuntimeError for them on a CPU and its device-side assert ends the CUDA
+    context)."""
+    ei, n = _graph()
+    torch.manual_seed(0)
+    conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
+    x = torch.randn(n, 6)
+    good, bad = _sparse_adjacency(ei, n, form, None), _sparse_adjacency(ei, n, form, broken)
+    ref = conv(x, good)
+    with pytest.raises(ValueError, match="edge_index"):
+        conv(x, bad)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.testing.assert_close(conv(x, good), ref, rtol=1e-5, atol=1e-6)
+    out, (_, alpha) = conv(x, bad, return_attention_weights=True)
+    assert torch.isnan(out).all() and torch.isnan(alpha).all()
+
+
+@pytest.mark.parametrize("form", _sparse_forms())
+def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(form: str) -> None:
+    """Under a real ``torch.compile``, whichever path the call takes (torch 2.13's dynamo runs a frame holding a torch
+    sparse tensor eagerly, so the eager check raises; a traced call takes the static plan's NaN): a ``ValueError``
+    naming ``edge_index`` or an all-NaN output, never numbers and never an index out of bounds."""
+    ei, n = _graph()
+    torch.manual_seed(0)
+    # no self-loops: with them torch 2.13's dynamo fails inside PyG's add_self_loops on a CSR adj_t, on valid input
+    # too (an IndexError in its automatic-dynamic shape profile)
+    conv = GATConv(6, 4, heads=2, add_self_loops=False)
+    x = torch.randn(n, 6)
+    torch._dynamo.reset()
+    compiled = torch.compile(conv, backend="eager")
+    torch.testing.assert_close(compiled(x, _sparse_adjacency(ei, n, form, None)),
+                               conv(x, _sparse_adjacency(ei, n, form, None)), rtol=1e-5, atol=1e-6)
+    for broken in _SPARSE_BREAKS:
+        try:
+            out = compiled(x, _sparse_adjacency(ei, n, form, broken))
+        except ValueError as e:
+            assert "edge_index" in str(e), broken
+        else:
+            assert torch.isnan(out).all(), broken
