@@ -2,8 +2,8 @@
 
 The forms: a ``[2, E]`` Tensor or PyG ``EdgeIndex`` (COO, row 0 sources), a ``torch_sparse.SparseTensor`` or a
 torch sparse CSR / CSC ``adj_t`` (rows are destinations, PyG's convention), or a :class:`~cudnn_gnn.CscGraph`.
-A torch sparse form's offsets and indices are checked before any op reads them (an eager plan; one host read) or
-made well-formed with the plan's NaN ``poison`` (a static plan), as a raw ``edge_index``'s node ids are.
+A sparse form's offsets and indices are checked before any op reads them (an eager plan; one host read) or made
+well-formed with the plan's NaN ``poison`` (a static plan), as a raw ``edge_index``'s node ids are.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from cudnn_gnn.graph import CscGraph, adj_t_to_coo, csc_value_bounds, storage_index_dtype
+from cudnn_gnn.graph import CscGraph, adj_t_to_coo, csc_offsets, csc_value_bounds, storage_index_dtype
 
 from ._graph_plan import GraphPlan, compressed_ids, eager_plan, static_plan
 
@@ -57,7 +57,8 @@ def graph_sizes(edge_index: Any) -> tuple[int | None, int | None]:
 # a sparse form's index tensors as messages name them: (offsets, indices, the nodes the indices number, what the
 # offsets count)
 _PARTS = {"csr": ("crow_indices", "col_indices", "source", "rows"),
-          "csc": ("ccol_indices", "row_indices", "destination", "columns")}
+          "csc": ("ccol_indices", "row_indices", "destination", "columns"),
+          "sparse_tensor": ("rowptr", "col", "source", "rows")}
 
 
 def _check_compressed(form: str, offsets: Tensor, indices: Tensor, num_rows: int, num_indexed: int, *,
@@ -65,7 +66,7 @@ def _check_compressed(form: str, offsets: Tensor, indices: Tensor, num_rows: int
     """Refuse a sparse form's ``offsets`` (``[num_rows + 1]``) and ``indices`` (``[nnz]``, into ``[0,
     num_indexed)``) that would make its conversion index out of bounds: the shape always (a host fact); with
     ``values`` (eager plans; one host read) also offsets that do not rise from 0 to ``nnz`` without decreasing
-    (``repeat_interleave`` writes where they point) and indices outside the nodes.
+    (``repeat_interleave`` and torch_sparse's ``ptr2ind`` write where they point) and indices outside the nodes.
     A static plan makes those well-formed instead (:func:`~._graph_plan.compressed_ids`)."""
     ptr_name, idx_name, nodes, rows = _PARTS[form]
     if offsets.dim() != 1 or offsets.numel() != num_rows + 1:
@@ -152,14 +153,35 @@ def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> Grap
 
 
 def _sparse_tensor_plan(adj: Any, num_loops: int | None, static: bool) -> GraphPlan:  # pragma: no cover - torch_sparse
-    """A ``torch_sparse.SparseTensor``'s plan: its CSR is our CSC (checked, except under fixed-shape ops)."""
+    """A ``torch_sparse.SparseTensor``'s plan: its CSR is our CSC. Eager, its ``rowptr`` and ``col`` are checked
+    before torch_sparse's ``set_diag`` reads them (its kernels write where they point, unchecked); a static plan
+    takes PyG's self-loop rule from :func:`~._graph_plan.static_plan` (fixed-shape ops, no torch_sparse kernel)."""
     from torch_geometric.typing import torch_sparse
 
-    if num_loops is not None:
+    n_dst, n_src = (int(n) for n in adj.sparse_sizes())
+    rowptr, col = _sparse_tensor_csr(adj, n_dst)
+    _check_compressed("sparse_tensor", rowptr, col, n_dst, n_src, values=not static)
+    num_diag = None if num_loops is None else min(n_src, n_dst)  # the self-loops set_diag adds
+    if static:
+        rows, poison = compressed_ids(rowptr, col.numel())
+        ei = torch.stack([col, rows.to(col.dtype)])
+        return static_plan(ei, n_src, n_dst, num_diag, "sparse_tensor", adj, poison=poison)
+    if num_diag is not None:
         adj = torch_sparse.set_diag(adj)
-    rowptr, col, _ = adj.csr()
-    n_dst, n_src = adj.sparse_sizes()
+        rowptr, col, _ = adj.csr()
     dtype = storage_index_dtype(col.numel(), n_src, n_dst)
-    graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), int(n_src), validate=not static)
-    return GraphPlan(graph, int(n_dst), num_loops=0 if num_loops is None else min(n_src, n_dst),
-                     form="sparse_tensor", source=adj)
+    # checked above (or set_diag's form of the checked adjacency)
+    graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), n_src, validate=False)
+    return GraphPlan(graph, n_dst, num_loops=0 if num_diag is None else num_diag, form="sparse_tensor", source=adj)
+
+
+def _sparse_tensor_csr(adj: Any, num_rows: int) -> tuple[Tensor, Tensor]:  # pragma: no cover - needs torch_sparse
+    """``(rowptr [num_rows + 1], col [nnz])`` of a ``SparseTensor``: its stored ``rowptr``, or where it stores only
+    COO rows, one counted from them by binary search (:func:`~cudnn_gnn.graph.csc_offsets`), not torch_sparse's
+    ``ind2ptr``, which writes at each row id unchecked. A row outside ``[0, num_rows)`` leaves offsets that do not
+    rise from 0 to nnz, which the check refuses (eager) or the plan poisons (static)."""
+    storage = adj.storage
+    if storage.has_rowptr():
+        return storage.rowptr(), storage.col()
+    row = storage.row()
+    return csc_offsets(row, num_rows, row.dtype), storage.col()

@@ -14,8 +14,8 @@ attention in PyG's order. Two builders:
   ``x_dst`` gets one zero row appended per forward for it. Node ids of a raw ``edge_index`` outside
   ``[0, num_src)`` / ``[0, num_dst)`` cannot be refused without a host read either: they are clamped into range
   (no kernel indexes out of bounds) and the plan's ``poison`` makes the layer's output NaN (never wrong numbers).
-  A sparse adjacency's offsets (a CSR's ``crow_indices``, a CSC's ``ccol_indices``) are made well-formed the same
-  way before they are expanded into per-edge ids (:func:`compressed_ids`).
+  A sparse adjacency's offsets (a CSR's ``crow_indices``, a CSC's ``ccol_indices``, a ``SparseTensor``'s
+  ``rowptr``) are made well-formed the same way before they are expanded into per-edge ids (:func:`compressed_ids`).
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
     """PyG's second return value for ``return_attention_weights``: ``(edge_index, alpha)``, or the sparse
     forms for sparse inputs, in PyG's edge order (self-loops appended last). ``edge_index`` is the caller's."""
     if plan.keep is not None:  # static plan: the graph also holds redirected self-loops
-        if plan.form in ("csr", "csc") and plan.coo is not None:
+        if plan.form in ("csr", "csc", "sparse_tensor") and plan.coo is not None:
             # a sparse input's COO as the plan converted it (the caller's offsets may be malformed, made
             # well-formed there), its own edges where they were in range
             ei = torch.stack(plan.coo)
@@ -59,6 +59,8 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
             ei = plain(edge_index if not isinstance(edge_index, CscGraph) else edge_index.edge_index())
         ar = loops(plan.num_loops, ei)
         full = torch.cat([ei, torch.stack([ar, ar])], dim=1)
+        if plan.form == "sparse_tensor":  # pragma: no cover - needs torch_sparse
+            return _as_sparse_tensor(full[:, plan.keep], alpha[plan.keep], plan.num_dst, plan.graph.num_src_nodes)
         return full[:, plan.keep], alpha[plan.keep]
     if plan.form == "sparse_tensor":  # pragma: no cover - needs torch_sparse
         return plan.source.set_value(alpha, layout="coo")
@@ -84,6 +86,18 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
     ei = cached if cached is not None else plan._returned.setdefault("ei", _returned_edge_index(plan, edge_index))
     # a fresh tensor every call, as PyG's: the kept one must not change under a caller's in-place write
     return ei.clone(), alpha
+
+
+def _as_sparse_tensor(ei: Tensor, alpha: Tensor, num_dst: int, num_src: int) -> Any:  # pragma: no cover - torch_sparse
+    """PyG's return for a ``SparseTensor`` input, ``set_diag(adj).set_value(alpha, layout="coo")``, from a static
+    plan's kept edges ``ei [2, E']`` (the caller's in CSR order, then the loops) and their ``alpha [E', H]``:
+    set_diag's entries are in (row, column) order, equal pairs in the caller's order, so a stable sort gives them."""
+    from torch_geometric.typing import SparseTensor
+
+    col, row = ei[0], ei[1]
+    perm = torch.sort(row * max(num_src, 1) + col, stable=True)[1]
+    return SparseTensor(row=row[perm], col=col[perm], value=alpha[perm], sparse_sizes=(num_dst, num_src),
+                        is_sorted=True, trust_data=True)
 
 
 def _returned_edge_index(plan: GraphPlan, edge_index: Any) -> Tensor:

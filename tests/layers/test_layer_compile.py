@@ -124,7 +124,7 @@ def test_compiled_layers_give_nan_for_node_ids_out_of_range(cls: type, loops: bo
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
 
 
-# A sparse adjacency (torch sparse CSR / CSC adj_t) broken one way each: an index past the
+# A sparse adjacency (torch sparse CSR / CSC adj_t, torch_sparse SparseTensor) broken one way each: an index past the
 # nodes or negative, offsets that decrease, end short of nnz, or start past 0.
 _SPARSE_BREAKS = ["index-past", "index-neg", "offsets-decrease", "offsets-end", "offsets-start"]
 
@@ -148,12 +148,21 @@ def _sparse_adjacency(ei: torch.Tensor, n: int, form: str, broken: str | None) -
         offsets[-1] -= 2
     elif broken == "offsets-start":
         offsets[0] = 1
+    if form == "sparse_tensor":  # pragma: no cover - needs torch_sparse
+        from torch_geometric.typing import SparseTensor
+
+        # is_sorted, trust_data: the constructor would read the broken offsets itself (its sort check)
+        return SparseTensor(rowptr=offsets, col=indices, sparse_sizes=(n, n), is_sorted=True, trust_data=True)
     make = torch.sparse_csc_tensor if form == "csc" else torch.sparse_csr_tensor
     return make(offsets, indices, torch.ones(indices.numel()), (n, n))  # torch checks no invariant by default
 
 
 def _sparse_forms() -> list:
-    return ["csr", "csc"]
+    from torch_geometric.typing import WITH_TORCH_SPARSE
+
+    skip = pytest.mark.skipif(not WITH_TORCH_SPARSE, reason="torch_sparse is not installed (SparseTensor form): "
+                              "pip install torch-sparse")
+    return ["csr", "csc", pytest.param("sparse_tensor", marks=skip)]
 
 
 # one self-loop setting a layer in the default run; the others are slow
@@ -172,7 +181,7 @@ def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, l
     reads out of bounds, and the output and the returned attention are NaN; a well-formed one gives the eager
     layer's output. The eager layer raises ``ValueError`` naming ``edge_index`` before any op reads the offsets
     (``repeat_interleave`` raises a bare RuntimeError for them on a CPU and its device-side assert ends the CUDA
-    context)."""
+    context; torch_sparse's ``set_diag`` writes where they point)."""
     ei, n = _graph()
     torch.manual_seed(0)
     conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
@@ -183,7 +192,8 @@ def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, l
         conv(x, bad)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     torch.testing.assert_close(conv(x, good), ref, rtol=1e-5, atol=1e-6)
-    out, (_, alpha) = conv(x, bad, return_attention_weights=True)
+    out, attention = conv(x, bad, return_attention_weights=True)
+    alpha = attention[1] if isinstance(attention, tuple) else attention.storage.value()
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
 
 
@@ -209,3 +219,57 @@ def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(for
             assert "edge_index" in str(e), broken
         else:
             assert torch.isnan(out).all(), broken
+
+
+class _StandInSparseTensor:
+    """What a plan reads of a torch_sparse.SparseTensor: ``sparse_sizes()`` and its storage's ``rowptr`` or COO
+    ``row`` (whichever is stored) and ``col``."""
+
+    def __init__(self, rowptr: torch.Tensor | None, row: torch.Tensor | None, col: torch.Tensor, n: int) -> None:
+        self.storage = type("Storage", (), {"has_rowptr": lambda _s: rowptr is not None, "rowptr": lambda _s: rowptr,
+                                            "row": lambda _s: row, "col": lambda _s: col, "value": lambda _s: None})()
+        self.sparse_sizes = lambda: (n, n)
+        if rowptr is not None:  # stored as COO, torch_sparse's csr() would run its ind2ptr: not offered
+            self.csr = lambda: (rowptr, col, None)
+
+
+@pytest.mark.parametrize(("stored", "broken"), [("rowptr", "offsets-decrease"), ("rowptr", "index-neg"),
+                                                 ("row", "row-past"), ("row", "index-neg")])
+def test_sparse_tensor_read_as_the_plan_reads_it(stored: str, broken: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SparseTensor path's own reading of ``rowptr`` (or, stored as COO, the rows: counted by binary search, not
+    torch_sparse's unchecked ``ind2ptr``) and ``col``, through a stand-in (torch-sparse is not needed; ``set_diag``
+    and the returned SparseTensor are, so no self-loops and no attention here): the eager layer raises
+    ``ValueError`` naming ``edge_index``, the static plan gives NaN, and a well-formed one the torch CSR's output."""
+    from cudnn_gnn.layers import _common, _graph_inputs
+
+    for module in (_common, _graph_inputs):
+        monkeypatch.setattr(module, "is_sparse_tensor", lambda obj: isinstance(obj, _StandInSparseTensor))
+    ei, n = _graph()
+    csr = _sparse_adjacency(ei, n, "csr", None)
+
+    def stand_in(rowptr: torch.Tensor, col: torch.Tensor, row: torch.Tensor | None = None) -> _StandInSparseTensor:
+        if stored == "rowptr":
+            return _StandInSparseTensor(rowptr, None, col, n)
+        return _StandInSparseTensor(None, torch.repeat_interleave(torch.arange(n), rowptr.diff()) if row is None else row,
+                                    col, n)
+
+    rowptr, col = csr.crow_indices().clone(), csr.col_indices().clone()
+    row = None
+    if broken == "offsets-decrease":
+        rowptr[4] = rowptr[5] + 3
+    elif broken == "row-past":
+        row = torch.repeat_interleave(torch.arange(n), rowptr.diff())
+        row[-1] = n + 1
+    else:
+        col[3] = -1
+    good, bad = stand_in(csr.crow_indices(), csr.col_indices()), stand_in(rowptr, col, row)
+    torch.manual_seed(0)
+    conv = GATConv(6, 4, heads=2, add_self_loops=False, cache_graph=False)
+    x = torch.randn(n, 6)
+    ref = conv(x, csr)
+    torch.testing.assert_close(conv(x, good), ref)
+    with pytest.raises(ValueError, match="edge_index's (rowptr|col) "):
+        conv(x, bad)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    torch.testing.assert_close(conv(x, good), ref, rtol=1e-5, atol=1e-6)
+    assert torch.isnan(conv(x, bad)).all()
