@@ -96,10 +96,13 @@ def check_probability(name: str, value: object, *, allow_one: bool = False) -> f
 def check_edge_attr(edge_attr: object, edge_dim: int, edge_index: object) -> None:
     """The user's ``edge_attr`` against the layer's ``edge_dim`` and the user's edge count, before any projection,
     so the message quotes the shape the user passed: ``[num_edges, edge_dim]``, or ``[num_edges]`` when
-    ``edge_dim == 1`` (as PyG). The edge count is read from a ``[2, E]`` tensor or a graph's ``num_edges``."""
+    ``edge_dim == 1`` (as PyG). The edge count is read from a ``[2, E]`` tensor, a torch sparse adjacency's entry
+    count (one of shape ``(2, n)`` is no ``[2, E]``) or a graph's ``num_edges``."""
     t = check_float("edge_attr", edge_attr)
     num_edges: int | None = None
-    if isinstance(edge_index, Tensor) and edge_index.dim() == 2 and edge_index.shape[0] == 2:
+    if isinstance(edge_index, Tensor) and edge_index.layout != torch.strided:
+        num_edges = int(edge_index._nnz())
+    elif isinstance(edge_index, Tensor) and edge_index.dim() == 2 and edge_index.shape[0] == 2:
         num_edges = int(edge_index.shape[1])
     elif isinstance(getattr(edge_index, "num_edges", None), int):
         num_edges = int(getattr(edge_index, "num_edges"))  # noqa: B009 - duck-typed CscGraph

@@ -457,8 +457,9 @@ def test_errors_name_the_argument() -> None:
         GATConv(5, 4, aggr="mean")
     with pytest.raises(ValueError, match="^backend must be one of"):
         GATConv(5, 4, backend="cuda")
+    adj = to_torch_csr_tensor(ei.flip(0), size=(n, n))  # duplicate pairs merged: fewer entries than ei has edges
     with pytest.raises(NotImplementedError, match="^edge_attr must be None with add_self_loops"):
-        GATConv(5, 4, edge_dim=2)(x, to_torch_csr_tensor(ei.flip(0), size=(n, n)), torch.randn(ei.shape[1], 2))
+        GATConv(5, 4, edge_dim=2)(x, adj, torch.randn(adj._nnz(), 2))
     with pytest.raises(ValueError, match=r"^size\[0\] must equal"):
         conv((x, x), ei, size=(n + 1, n))
 

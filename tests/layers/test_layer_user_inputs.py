@@ -302,6 +302,26 @@ def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
         ours(5, 4, heads=2, edge_dim=2)(x, adj)
 
 
+@pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
+@pytest.mark.parametrize("layout", ["csr", "csc"])
+def test_edge_attr_is_counted_against_a_sparse_adjacencys_entries(ours, theirs, layout):
+    """An adj_t of 2 destination rows has shape (2, num_src), which the edge_attr check read as a [2, E] edge_index:
+    edge_attr of the adjacency's 3 entries was refused for not having num_src=5 rows. It is counted against the
+    entries."""
+    ei = torch.tensor([[0, 3, 4], [0, 1, 1]])  # 5 sources, 2 destinations
+    coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(3), (2, 5)).coalesce()
+    adj = coo.to_sparse_csr() if layout == "csr" else coo.to_sparse_csc()
+    g = torch.Generator().manual_seed(0)
+    x, ea = (torch.randn(5, 5, generator=g), torch.randn(2, 5, generator=g)), torch.randn(3, 2, generator=g)
+    torch.manual_seed(0)
+    pyg = theirs((5, 5), 4, heads=2, edge_dim=2, add_self_loops=False)
+    conv = ours((5, 5), 4, heads=2, edge_dim=2, add_self_loops=False, backend="reference")
+    conv.load_state_dict(pyg.state_dict())
+    torch.testing.assert_close(conv(x, adj, ea), pyg(x, ei, ea), rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match=r"^edge_attr must have shape \(num_edges=3, edge_dim=2\), got \(5, 2\)"):
+        conv(x, adj, torch.randn(5, 2))
+
+
 @pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
 @pytest.mark.parametrize(("kwargs", "exc", "match"), [
     ({"heads": 0}, ValueError, r"heads must be >= 1, got 0"),
