@@ -135,7 +135,11 @@ def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None
     """The edge features a layer with ``edge_dim`` uses when ``edge_index`` carries values PyG reads as
     ``edge_attr`` (:func:`sparse_tensor_edge_attr_rule` decides): a ``torch_sparse.SparseTensor``'s values, or the
     ``[E, D]`` values of a torch sparse CSR / CSC tensor (PyG's ``MessagePassing`` takes 2-D values of one as
-    ``edge_attr`` and 1-D ones as edge weights, which GAT ignores). ``edge_attr`` for any other form."""
+    ``edge_attr`` and 1-D ones as edge weights, which GAT ignores). ``edge_attr`` for any other form.
+
+    A torch sparse tensor's values are passed on as a copy: ``values()`` is a view whose base is the sparse tensor,
+    and torch 2.13's dynamo raises ``IndexError`` in every frame it traces that receives such a view (the layer's
+    callees, in a compiled model whose layer frame runs eagerly for the sparse tensor)."""
     if edge_dim is None:
         return edge_attr
     if is_sparse_tensor(edge_index):
@@ -143,7 +147,7 @@ def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None
                                             add_self_loops=add_self_loops, form="SparseTensor")
     if (isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc)
             and edge_index.dense_dim() > 0 and edge_attr is None):
-        return sparse_tensor_edge_attr_rule(name, None, edge_index.values(), edge_dim=edge_dim,
+        return sparse_tensor_edge_attr_rule(name, None, edge_index.values().clone(), edge_dim=edge_dim,
                                             add_self_loops=add_self_loops, form="torch_sparse_values")
     return edge_attr
 

@@ -4,6 +4,12 @@ The forms: a ``[2, E]`` Tensor or PyG ``EdgeIndex`` (COO, row 0 sources), a ``to
 torch sparse CSR / CSC ``adj_t`` (rows are destinations, PyG's convention), or a :class:`~cudnn_gnn.CscGraph`.
 A sparse form's offsets and indices are checked before any op reads them (an eager plan; one host read) or made
 well-formed with the plan's NaN ``poison`` (a static plan), as a raw ``edge_index``'s node ids are.
+
+With self-loops, a torch sparse CSR ``adj_t`` runs on the structure PyG's ``remove_self_loops`` / ``add_self_loops``
+leave it: diagonal entries removed, the loops ``i -> i`` for ``i < min(size)`` added, and the whole coalesced
+(sorted by destination, then source; duplicate entries one edge). It is built here (:func:`_pyg_self_loop_plan`),
+not by calling them: they hand a sparse tensor's ``values()`` (a view whose base is the sparse tensor) to helpers
+that dynamo traces inside a compiled layer, and torch 2.13's dynamo raises ``IndexError`` on such a view.
 """
 
 from __future__ import annotations
@@ -139,17 +145,33 @@ def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> Grap
         return static_plan(ei, n_src, n_dst, num_loops, form, None, poison=poison)
     if form == "csc":
         return eager_plan(adj_t_to_coo(adj_t), n_src, n_dst, num_loops, form, None)
-    source = None
     if num_loops is not None:
-        from torch_geometric.utils import add_self_loops, remove_self_loops
-
-        adj_t = source = add_self_loops(remove_self_loops(adj_t)[0])[0]  # PyG's own structure and element order
+        src, dst = adj_t_to_coo(adj_t)
+        return _pyg_self_loop_plan(src, dst, n_src, n_dst)
     rowptr, col = adj_t.crow_indices(), adj_t.col_indices()  # adj_t in CSR is our CSC: no sort
     dtype = storage_index_dtype(col.numel(), n_src, n_dst)
-    # copies: a plan kept between calls never holds views of the caller's buffers; checked above (or PyG's
-    # self-loop form of the checked adjacency)
+    # copies: a plan kept between calls never holds views of the caller's buffers; checked above
     graph = CscGraph.from_csc(rowptr.to(dtype, copy=True), col.to(dtype, copy=True), n_src, validate=False)
-    return GraphPlan(graph, n_dst, num_loops=0 if num_loops is None else min(n_src, n_dst), form=form, source=source)
+    return GraphPlan(graph, n_dst, form=form)
+
+
+def _pyg_self_loop_plan(src: Tensor, dst: Tensor, n_src: int, n_dst: int) -> GraphPlan:
+    """An eager plan of a torch sparse CSR ``adj_t``'s checked entries ``(src, dst)`` ``[nnz]`` with PyG's
+    self-loop structure (module docstring): sorted by destination, so the graph needs no sort and its COO order is
+    PyG's element order. ``source``: the structure as the sparse tensor PyG returns attention on (int64 indices),
+    its values placeholders."""
+    n = min(n_src, n_dst)
+    width = max(n_src, 1)
+    ar = torch.arange(n, device=src.device, dtype=torch.int64)
+    off_diagonal = src != dst
+    key = torch.cat([dst[off_diagonal].long() * width + src[off_diagonal].long(), ar * width + ar])
+    key = torch.unique(key)  # sorted, duplicates merged: PyG's coalesce
+    dst, src = key // width, key % width
+    dtype = storage_index_dtype(key.numel(), n_src, n_dst)
+    graph = CscGraph.from_csc(csc_offsets(dst, n_dst, dtype), src.to(dtype), n_src, validate=False)
+    ones = torch.ones(key.numel(), dtype=torch.bool, device=key.device)
+    source = torch.sparse_csr_tensor(csc_offsets(dst, n_dst, torch.int64), src, ones, size=(n_dst, n_src))
+    return GraphPlan(graph, n_dst, num_loops=n, form="csr", source=source)
 
 
 def _sparse_tensor_plan(adj: Any, num_loops: int | None, static: bool) -> GraphPlan:  # pragma: no cover - torch_sparse

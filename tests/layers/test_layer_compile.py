@@ -204,9 +204,7 @@ def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(for
     naming ``edge_index`` or an all-NaN output, never numbers and never an index out of bounds."""
     ei, n = _graph()
     torch.manual_seed(0)
-    # no self-loops: with them torch 2.13's dynamo fails inside PyG's add_self_loops on a CSR adj_t, on valid input
-    # too (an IndexError in its automatic-dynamic shape profile)
-    conv = GATConv(6, 4, heads=2, add_self_loops=False)
+    conv = GATConv(6, 4, heads=2)
     x = torch.randn(n, 6)
     torch._dynamo.reset()
     compiled = torch.compile(conv, backend="eager")
@@ -219,6 +217,40 @@ def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(for
             assert "edge_index" in str(e), broken
         else:
             assert torch.isnan(out).all(), broken
+
+
+def _with_values(adj: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``adj`` (a torch sparse CSR / CSC adj_t) with ``values`` ``[nnz, D]`` instead of its own."""
+    size = (*adj.shape[:2], *values.shape[1:])
+    if adj.layout == torch.sparse_csr:
+        return torch.sparse_csr_tensor(adj.crow_indices(), adj.col_indices(), values, size)
+    return torch.sparse_csc_tensor(adj.ccol_indices(), adj.row_indices(), values, size)
+
+
+@pytest.mark.parametrize("form", ["csr", "csc"])
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+def test_compiled_layer_on_a_sparse_adjacency_matches_eager(cls: type, form: str) -> None:
+    """A real ``torch.compile`` of a layer given a valid torch sparse adj_t gives the eager layer's results: with
+    self-loops the output and the returned attention (the sparse adjacency and ``alpha``); without them, the output
+    with ``[nnz, 3]`` values read as edge features (``edge_dim``). Torch 2.13's dynamo runs the layer's frame eagerly
+    for the sparse tensor and traces the functions it calls, and raised ``IndexError`` in any of them given a view of
+    a sparse tensor: PyG's ``add_self_loops`` (which the layer called for a CSR adj_t) and the layer's edge-feature
+    checks are given ``values()``."""
+    from .test_gat_conv import assert_close_tree
+
+    ei, n = _graph()
+    x = torch.randn(n, 6)
+    adj = _sparse_adjacency(ei, n, form, None)
+    torch.manual_seed(0)
+    conv = cls(6, 4, heads=2)
+    torch._dynamo.reset()
+    out, attention = torch.compile(conv, backend="eager")(x, adj, return_attention_weights=True)
+    assert_close_tree(conv(x, adj, return_attention_weights=True), (out, attention), "compiled", rtol=1e-5, atol=1e-6)
+    adj = _with_values(adj, torch.randn(adj._nnz(), 3))
+    torch.manual_seed(0)
+    conv = cls(6, 4, heads=2, edge_dim=3, add_self_loops=False)
+    torch._dynamo.reset()
+    torch.testing.assert_close(torch.compile(conv, backend="eager")(x, adj), conv(x, adj), rtol=1e-5, atol=1e-6)
 
 
 class _StandInSparseTensor:
