@@ -9,7 +9,7 @@ import torch
 from torch import Tensor
 
 from cudnn_gnn._bias import bias_add
-from cudnn_gnn.graph import CscGraph
+from cudnn_gnn.graph import CscGraph, csc_offsets
 
 from ._graph_inputs import plain
 from ._graph_plan import GraphPlan, loops
@@ -49,9 +49,10 @@ def finish(
 
 def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
     """PyG's second return value for ``return_attention_weights``: ``(edge_index, alpha)``, or the sparse
-    forms for sparse inputs, in PyG's edge order (self-loops appended last). ``edge_index`` is the caller's."""
+    forms for sparse inputs, in PyG's edge order (self-loops appended last; for a torch sparse adjacency with them,
+    the coalesced order). ``edge_index`` is the caller's."""
     if plan.keep is not None:  # static plan: the graph also holds redirected self-loops
-        if plan.form in ("csr", "csc", "sparse_tensor") and plan.coo is not None:
+        if (plan.form in _LAYOUTS or plan.form == "sparse_tensor") and plan.coo is not None:
             # a sparse input's COO as the plan converted it (the caller's offsets may be malformed, made
             # well-formed there), its own edges where they were in range
             ei = torch.stack(plan.coo)
@@ -59,9 +60,12 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
             ei = plain(edge_index if not isinstance(edge_index, CscGraph) else edge_index.edge_index())
         ar = loops(plan.num_loops, ei)
         full = torch.cat([ei, torch.stack([ar, ar])], dim=1)
+        kept, a = full[:, plan.keep], alpha[plan.keep]
         if plan.form == "sparse_tensor":  # pragma: no cover - needs torch_sparse
-            return _as_sparse_tensor(full[:, plan.keep], alpha[plan.keep], plan.num_dst, plan.graph.num_src_nodes)
-        return full[:, plan.keep], alpha[plan.keep]
+            return _as_sparse_tensor(kept, a, plan.num_dst, plan.graph.num_src_nodes)
+        if plan.form in _LAYOUTS:  # PyG's coalesced self-loop form (the eager plan's order; CSC: column-major)
+            return _sorted_sparse(_LAYOUTS[plan.form], kept[0], kept[1], a, plan.num_dst, plan.graph.num_src_nodes)
+        return kept, a
     if plan.form == "sparse_tensor":  # pragma: no cover - needs torch_sparse
         return plan.source.set_value(alpha, layout="coo")
     if plan.form == "csr":
@@ -72,20 +76,31 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
     if plan.form == "csc":
         cached = plan._returned.get("ei")
         ei = cached if cached is not None else plan._returned.setdefault("ei", plan.graph.edge_index())
-        num_dst, num_src = plan.num_dst, plan.graph.num_src_nodes
-        perm = torch.sort(ei[0] * max(num_dst, 1) + ei[1], stable=True)[1]
-        counts = torch.bincount(ei[0], minlength=num_src)
-        ccol = torch.zeros(num_src + 1, dtype=torch.long, device=ei.device)
-        ccol[1:] = counts.cumsum(0)
-        a = alpha.index_select(0, perm)
-        adj = torch.sparse_csc_tensor(ccol, ei[1, perm], a, size=(num_dst, num_src, *alpha.shape[1:]))
-        return adj, a
+        return _sorted_sparse(torch.sparse_csc, ei[0], ei[1], alpha, plan.num_dst, plan.graph.num_src_nodes)
     if plan.form != "csc_graph" and plan.loop_index is None:
         return edge_index, alpha
     cached = plan._returned.get("ei")
     ei = cached if cached is not None else plan._returned.setdefault("ei", _returned_edge_index(plan, edge_index))
     # a fresh tensor every call, as PyG's: the kept one must not change under a caller's in-place write
     return ei.clone(), alpha
+
+
+# the torch sparse adj_t forms and their layouts
+_LAYOUTS = {"csr": torch.sparse_csr, "csc": torch.sparse_csc}
+
+
+def _sorted_sparse(layout: torch.layout, src: Tensor, dst: Tensor, alpha: Tensor, num_dst: int,
+                   num_src: int) -> tuple[Tensor, Tensor]:
+    """``(adj_t, alpha)``: the edges ``(src, dst)`` ``[E']`` with ``alpha [E', H]`` as a new torch sparse ``layout``
+    tensor of size ``(num_dst, num_src, H)``, entries and ``alpha`` sorted into its order (by destination, then
+    source; CSC by source, then destination; equal pairs stable), int64 indices."""
+    row_major = layout != torch.sparse_csc
+    major, minor, n_major, n_minor = (dst, src, num_dst, num_src) if row_major else (src, dst, num_src, num_dst)
+    perm = torch.sort(major.long() * max(n_minor, 1) + minor.long(), stable=True)[1]
+    major, minor, a = major.long().index_select(0, perm), minor.long().index_select(0, perm), alpha.index_select(0, perm)
+    size = (num_dst, num_src, *alpha.shape[1:])
+    make = torch.sparse_csr_tensor if row_major else torch.sparse_csc_tensor
+    return make(csc_offsets(major, n_major, torch.int64), minor, a, size), a
 
 
 def _as_sparse_tensor(ei: Tensor, alpha: Tensor, num_dst: int, num_src: int) -> Any:  # pragma: no cover - torch_sparse

@@ -197,6 +197,27 @@ def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, l
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
 
 
+@pytest.mark.parametrize("form", ["csr", "csc"])
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type, form: str,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixed-shape plan (built as in the test above) of a valid torch sparse adj_t returns what the eager layer
+    returns: the output, and the attention as the same sparse tensor (layout, index tensors in the same order,
+    values) with ``alpha`` in its order, where it returned ``(edge_index, alpha)``. With self-loops that is PyG's
+    coalesced self-loop form (CSC: column-major), which the static plan (the caller's entries, self-loops
+    redirected, the loops appended) sorts its kept edges into."""
+    from .test_gat_conv import assert_close_tree
+
+    ei, n = _graph()
+    adj = _sparse_adjacency(ei, n, form, None)
+    torch.manual_seed(0)
+    conv = cls(6, 4, heads=2, cache_graph=False)
+    x = torch.randn(n, 6)
+    ref = conv(x, adj, return_attention_weights=True)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert_close_tree(ref, conv(x, adj, return_attention_weights=True), "static", rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("form", _sparse_forms())
 def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(form: str) -> None:
     """Under a real ``torch.compile``, whichever path the call takes (torch 2.13's dynamo runs a frame holding a torch
