@@ -134,22 +134,28 @@ def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None
                             add_self_loops: bool) -> Tensor | None:
     """The edge features a layer with ``edge_dim`` uses when ``edge_index`` carries values PyG reads as
     ``edge_attr`` (:func:`sparse_tensor_edge_attr_rule` decides): a ``torch_sparse.SparseTensor``'s values, or the
-    ``[E, D]`` values of a torch sparse CSR / CSC tensor (PyG's ``MessagePassing`` takes 2-D values of one as
+    ``[E, D]`` values of a torch sparse COO / CSR / CSC tensor (PyG's ``MessagePassing`` takes 2-D values of one as
     ``edge_attr`` and 1-D ones as edge weights, which GAT ignores). ``edge_attr`` for any other form.
 
     A torch sparse tensor's values are passed on as a copy: ``values()`` is a view whose base is the sparse tensor,
     and torch 2.13's dynamo raises ``IndexError`` in every frame it traces that receives such a view (the layer's
-    callees, in a compiled model whose layer frame runs eagerly for the sparse tensor)."""
+    callees, in a compiled model whose layer frame runs eagerly for the sparse tensor). An uncoalesced COO tensor's
+    are not read (``values()`` refuses it): its plan refuses it without self-loops, the rule with them."""
     if edge_dim is None:
         return edge_attr
     if is_sparse_tensor(edge_index):
         return sparse_tensor_edge_attr_rule(name, edge_attr, edge_index.storage.value(), edge_dim=edge_dim,
                                             add_self_loops=add_self_loops, form="SparseTensor")
-    if (isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc)
+    if (isinstance(edge_index, Tensor) and edge_index.layout in _TORCH_SPARSE_LAYOUTS
             and edge_index.dense_dim() > 0 and edge_attr is None):
-        return sparse_tensor_edge_attr_rule(name, None, edge_index.values().clone(), edge_dim=edge_dim,
-                                            add_self_loops=add_self_loops, form="torch_sparse_values")
+        readable = edge_index.layout != torch.sparse_coo or edge_index.is_coalesced()
+        values = edge_index.values().clone() if readable else None
+        return sparse_tensor_edge_attr_rule(name, None, values, edge_dim=edge_dim, add_self_loops=add_self_loops,
+                                            form="torch_sparse_values")
     return edge_attr
+
+
+_TORCH_SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
 
 
 def sparse_tensor_edge_attr_rule(name: str, edge_attr: Tensor | None, values: Tensor | None, *, edge_dim: int,
@@ -157,8 +163,8 @@ def sparse_tensor_edge_attr_rule(name: str, edge_attr: Tensor | None, values: Te
     """What a ``GATConv`` / ``GATv2Conv`` with ``edge_dim`` does with a sparse ``edge_index``'s values
     (``values``: ``[E]`` or ``[E, edge_dim]`` in the sparse tensor's element order, the edge order the layer's graph
     keeps for these forms, or None), as a decision on plain tensors. ``form``: ``"SparseTensor"`` (a
-    ``torch_sparse.SparseTensor``) or ``"torch_sparse_values"`` (a torch sparse CSR / CSC tensor with ``[E, D]``
-    values and no ``edge_attr`` given).
+    ``torch_sparse.SparseTensor``) or ``"torch_sparse_values"`` (a torch sparse COO / CSR / CSC tensor with
+    ``[E, D]`` values and no ``edge_attr`` given).
 
     * ``add_self_loops=True``: refused (NotImplementedError), edge features given or not. PyG raises the same
       way for a SparseTensor (it cannot fill self-loop features into one); for a torch sparse tensor PyG fills

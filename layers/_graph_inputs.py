@@ -1,15 +1,16 @@
 """Every ``edge_index`` form a PyG layer accepts, turned into a :class:`~._graph_plan.GraphPlan`.
 
 The forms: a ``[2, E]`` Tensor or PyG ``EdgeIndex`` (COO, row 0 sources), a ``torch_sparse.SparseTensor`` or a
-torch sparse CSR / CSC ``adj_t`` (rows are destinations, PyG's convention), or a :class:`~cudnn_gnn.CscGraph`.
+torch sparse COO / CSR / CSC ``adj_t`` (rows are destinations, PyG's convention), or a :class:`~cudnn_gnn.CscGraph`.
 A sparse form's offsets and indices are checked before any op reads them (an eager plan; one host read) or made
 well-formed with the plan's NaN ``poison`` (a static plan), as a raw ``edge_index``'s node ids are.
 
-With self-loops, a torch sparse CSR ``adj_t`` runs on the structure PyG's ``remove_self_loops`` / ``add_self_loops``
-leave it: diagonal entries removed, the loops ``i -> i`` for ``i < min(size)`` added, and the whole coalesced
-(sorted by destination, then source; duplicate entries one edge). It is built here (:func:`_pyg_self_loop_plan`),
-not by calling them: they hand a sparse tensor's ``values()`` (a view whose base is the sparse tensor) to helpers
-that dynamo traces inside a compiled layer, and torch 2.13's dynamo raises ``IndexError`` on such a view.
+With self-loops, a torch sparse COO or CSR ``adj_t`` runs on the structure PyG's ``remove_self_loops`` /
+``add_self_loops`` leave it: diagonal entries removed, the loops ``i -> i`` for ``i < min(size)`` added, and the
+whole coalesced (sorted by destination, then source; duplicate entries one edge). It is built here
+(:func:`_pyg_self_loop_plan`), not by calling them: they hand a sparse tensor's ``values()`` (a view whose base is
+the sparse tensor) to helpers that dynamo traces inside a compiled layer, and torch 2.13's dynamo raises
+``IndexError`` on such a view.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph, adj_t_to_coo, csc_offsets, csc_value_bounds, storage_index_dtype
 
-from ._graph_plan import GraphPlan, compressed_ids, eager_plan, static_plan
+from ._graph_plan import GraphPlan, clamped_ids, compressed_ids, eager_plan, static_plan
 
 __all__ = ["FORMS", "build_plan", "graph_sizes", "is_sparse_form", "is_sparse_tensor", "plain"]
 
-FORMS = "a [2, E] Tensor, EdgeIndex, SparseTensor, torch sparse CSR/CSC adj_t tensor or CscGraph"
+FORMS = "a [2, E] Tensor, EdgeIndex, SparseTensor, torch sparse COO/CSR/CSC adj_t tensor or CscGraph"
 
 
 def is_sparse_tensor(obj: Any) -> bool:
@@ -57,7 +58,20 @@ def graph_sizes(edge_index: Any) -> tuple[int | None, int | None]:
         return int(n_src), int(n_dst)
     if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):
         return int(edge_index.shape[1]), int(edge_index.shape[0])
+    if isinstance(edge_index, Tensor) and edge_index.layout == torch.sparse_coo:
+        n_dst, n_src = _coo_sizes(edge_index)
+        return n_src, n_dst
     return None, None
+
+
+def _coo_sizes(adj_t: Tensor) -> tuple[int, int]:
+    """``(num_dst, num_src)`` of a torch sparse COO ``adj_t``, refusing one that is not a matrix: its indices
+    ``[2, nnz]``, trailing dense dims (``[nnz, D]`` values) allowed. (Torch stores COO indices as int64 whatever
+    dtype they were given in, so their dtype needs no check.)"""
+    if adj_t.sparse_dim() != 2:
+        raise ValueError(f"edge_index must be a sparse adjacency of 2 sparse dims (indices of shape (2, nnz)) when a "
+                         f"torch sparse COO tensor, got {adj_t.sparse_dim()} sparse dims (shape {tuple(adj_t.shape)})")
+    return int(adj_t.shape[0]), int(adj_t.shape[1])
 
 
 # a sparse form's index tensors as messages name them: (offsets, indices, the nodes the indices number, what the
@@ -117,9 +131,12 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
         return _sparse_tensor_plan(edge_index, num_loops, static)
     if isinstance(edge_index, Tensor) and edge_index.layout in (torch.sparse_csr, torch.sparse_csc):
         return _compressed_plan(edge_index, num_loops, static)
+    if isinstance(edge_index, Tensor) and edge_index.layout == torch.sparse_coo:
+        return _coo_plan(edge_index, num_loops, static)
     if isinstance(edge_index, Tensor):
         if edge_index.layout != torch.strided:
-            raise ValueError(f"edge_index must be a sparse CSR or CSC tensor when sparse, got layout {edge_index.layout}")
+            raise ValueError(f"edge_index must be a sparse COO, CSR or CSC tensor when sparse, got layout "
+                             f"{edge_index.layout}")
         ei = plain(edge_index)
         _check_coo(ei)
         from torch_geometric import EdgeIndex
@@ -147,7 +164,7 @@ def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> Grap
         return eager_plan(adj_t_to_coo(adj_t), n_src, n_dst, num_loops, form, None)
     if num_loops is not None:
         src, dst = adj_t_to_coo(adj_t)
-        return _pyg_self_loop_plan(src, dst, n_src, n_dst)
+        return _pyg_self_loop_plan(src, dst, n_src, n_dst, form)
     rowptr, col = adj_t.crow_indices(), adj_t.col_indices()  # adj_t in CSR is our CSC: no sort
     dtype = storage_index_dtype(col.numel(), n_src, n_dst)
     # copies: a plan kept between calls never holds views of the caller's buffers; checked above
@@ -155,8 +172,58 @@ def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> Grap
     return GraphPlan(graph, n_dst, form=form)
 
 
-def _pyg_self_loop_plan(src: Tensor, dst: Tensor, n_src: int, n_dst: int) -> GraphPlan:
-    """An eager plan of a torch sparse CSR ``adj_t``'s checked entries ``(src, dst)`` ``[nnz]`` with PyG's
+def _coo_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> GraphPlan:
+    """A torch sparse COO ``adj_t``'s plan: its ``[2, nnz]`` indices (destination, source) checked first (see the
+    module docstring). As in PyG: without self-loops its entries are the edges in their stored order, and an
+    uncoalesced one is refused (PyG's ``adj_t.indices()`` raises for it); with them it is coalesced on the way
+    (:func:`_pyg_self_loop_plan`; a static plan drops the duplicate entries with the self-loops instead)."""
+    n_dst, n_src = _coo_sizes(adj_t)
+    coalesced = adj_t.is_coalesced()
+    if num_loops is None and not coalesced:
+        raise ValueError("edge_index must be coalesced when a torch sparse COO adj_t is read without self-loops (its "
+                         "entries are the edges in their stored order, as in PyG, which refuses an uncoalesced one), "
+                         "got an uncoalesced tensor; pass edge_index.coalesce()")
+    indices = adj_t._indices()  # the stored entries; indices() refuses an uncoalesced tensor
+    dst, src = indices[0], indices[1]
+    if static:
+        poison = None
+        if num_loops is not None and not coalesced:
+            # clamped first, their poison kept: a repeat's source is replaced, and one out of range (whose key
+            # may equal another pair's) must still make the output NaN
+            src, dst, poison = clamped_ids(src, dst, n_src, n_dst)
+            src = _duplicates_as_self_loops(src, dst, n_src)
+        return static_plan(torch.stack([src, dst]), n_src, n_dst, num_loops, "sparse_coo", None, poison=poison)
+    _check_coo_ids(indices, n_dst, n_src)
+    if num_loops is not None:
+        return _pyg_self_loop_plan(src, dst, n_src, n_dst, "sparse_coo")
+    return eager_plan(torch.stack([src, dst]), n_src, n_dst, None, "sparse_coo", None)
+
+
+def _check_coo_ids(indices: Tensor, n_dst: int, n_src: int) -> None:
+    """Refuse a COO ``adj_t``'s ``indices [2, nnz]`` (destination, source) outside its ``n_dst x n_src`` size, in
+    one host read (torch checks no sparse invariant by default, and conversions index with them unchecked)."""
+    if not indices.numel():
+        return
+    lo, hi = torch.aminmax(indices, dim=1)
+    dst_lo, src_lo, dst_hi, src_hi = torch.cat([lo, hi]).tolist()
+    for row, nodes, n, a, b in ((0, "destination", n_dst, dst_lo, dst_hi), (1, "source", n_src, src_lo, src_hi)):
+        if a < 0 or b >= n:
+            raise ValueError(f"edge_index's indices[{row}] ({nodes} node ids) must be in [0, {n}), got range [{a}, {b}]")
+
+
+def _duplicates_as_self_loops(src: Tensor, dst: Tensor, n_src: int) -> Tensor:
+    """``src`` ``[nnz]`` with every repeat of an earlier entry's ``(src, dst)`` pair made a self-loop of its
+    destination, which the static plan's self-loop rule then drops: the edges coalescing would leave, with
+    fixed-shape ops (a stable sort, no ``unique``). Ids already in range."""
+    key = dst.long() * max(n_src, 1) + src.long()
+    sorted_key, perm = torch.sort(key, stable=True)
+    repeat = torch.cat([sorted_key.new_zeros(1, dtype=torch.bool), sorted_key[1:] == sorted_key[:-1]])
+    repeat = torch.empty_like(repeat).scatter_(0, perm, repeat)  # back to the stored order
+    return torch.where(repeat, dst.to(src.dtype), src)
+
+
+def _pyg_self_loop_plan(src: Tensor, dst: Tensor, n_src: int, n_dst: int, form: str) -> GraphPlan:
+    """An eager plan of a torch sparse COO / CSR ``adj_t``'s checked entries ``(src, dst)`` ``[nnz]`` with PyG's
     self-loop structure (module docstring): sorted by destination, so the graph needs no sort and its COO order is
     PyG's element order. ``source``: the structure as the sparse tensor PyG returns attention on (int64 indices),
     its values placeholders."""
@@ -170,8 +237,11 @@ def _pyg_self_loop_plan(src: Tensor, dst: Tensor, n_src: int, n_dst: int) -> Gra
     dtype = storage_index_dtype(key.numel(), n_src, n_dst)
     graph = CscGraph.from_csc(csc_offsets(dst, n_dst, dtype), src.to(dtype), n_src, validate=False)
     ones = torch.ones(key.numel(), dtype=torch.bool, device=key.device)
-    source = torch.sparse_csr_tensor(csc_offsets(dst, n_dst, torch.int64), src, ones, size=(n_dst, n_src))
-    return GraphPlan(graph, n_dst, num_loops=n, form="csr", source=source)
+    if form == "csr":
+        source = torch.sparse_csr_tensor(csc_offsets(dst, n_dst, torch.int64), src, ones, size=(n_dst, n_src))
+    else:
+        source = torch.sparse_coo_tensor(torch.stack([dst, src]), ones, (n_dst, n_src), is_coalesced=True)
+    return GraphPlan(graph, n_dst, num_loops=n, form=form, source=source)
 
 
 def _sparse_tensor_plan(adj: Any, num_loops: int | None, static: bool) -> GraphPlan:  # pragma: no cover - torch_sparse

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph, csc_offsets, storage_index_dtype
 
-__all__ = ["GraphPlan", "compressed_ids", "eager_plan", "static_plan"]
+__all__ = ["GraphPlan", "clamped_ids", "compressed_ids", "eager_plan", "static_plan"]
 
 
 @dataclass(eq=False)
@@ -54,7 +54,8 @@ class GraphPlan:
         poison: static plans of a raw ``edge_index``: a float ``[]`` tensor, NaN where a node id was out of range
             (clamped into range for the graph) or a sparse adjacency's offsets were malformed (made well-formed),
             else 0; the layer adds it to its outputs. None: nothing to add.
-        form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_tensor", "csc_graph".
+        form: how the caller gave the graph: "coo", "edge_index", "csr", "csc", "sparse_coo" (a torch sparse COO
+            adj_t), "sparse_tensor", "csc_graph".
         source: the structure PyG returns attention on when it is not the caller's own object (the
             self-loop form of a sparse input); None otherwise. Eager plans, the ones kept between calls, never
             hold the caller's tensor, so a cache entry dies with it; a static plan (built for one call, never
@@ -152,7 +153,7 @@ def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, f
     the caller's conversion found already (a sparse adjacency's offsets, :func:`compressed_ids`), added to it."""
     src, dst = ei[0], ei[1]
     if form != "csc_graph":
-        src, dst, clamp_poison = _clamped(src, dst, num_src, num_dst)
+        src, dst, clamp_poison = clamped_ids(src, dst, num_src, num_dst)
         poison = clamp_poison if poison is None else poison + clamp_poison
     if num_loops is None:
         return GraphPlan(_static_csc(src, dst, num_src, num_dst), num_dst, form=form, source=source, poison=poison)
@@ -167,7 +168,7 @@ def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, f
                      poison=poison)
 
 
-def _clamped(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
+def clamped_ids(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:
     """``(src, dst)`` clamped into ``[0, num_src)`` / ``[0, num_dst)`` and a float ``[]`` tensor, NaN where any id
     was outside (fixed-shape ops, no host read). Edges with no node to point at are refused here (a shape fact)."""
     if src.numel() and (num_src == 0 or num_dst == 0):

@@ -37,13 +37,17 @@ def _index_parts(t: Any) -> tuple[Tensor, ...]:
         return t.crow_indices(), t.col_indices()
     if t.layout == torch.sparse_csc:
         return t.ccol_indices(), t.row_indices()
+    if t.layout == torch.sparse_coo:
+        return (t._indices(),)  # [2, nnz] as stored: indices() refuses an uncoalesced tensor
     data: Tensor = t._data if type(t) is not Tensor and hasattr(t, "_data") else t  # EdgeIndex wraps _data
     return (data,)
 
 
 def _key(t: Tensor, parts: tuple[Tensor, ...]) -> tuple:
-    """What a plan is looked up by (identity, layout, shape, memory); its values are checked on a hit."""
-    out: list[Any] = [id(t), t.layout, tuple(t.shape), t.device, torch.is_inference_mode_enabled()]
+    """What a plan is looked up by (identity, layout, shape, memory, a COO tensor's coalesced flag: what its plan
+    reads it by); its values are checked on a hit."""
+    out: list[Any] = [id(t), t.layout, tuple(t.shape), t.device, torch.is_inference_mode_enabled(),
+                      t.layout == torch.sparse_coo and t.is_coalesced()]
     for p in parts:
         out += [p.data_ptr(), tuple(p.stride()), p.dtype]
     return tuple(out)

@@ -73,6 +73,13 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
 
         # plan.source (the self-loop form, kept with the plan) is cloned: the returned tensor shares its indices
         return set_sparse_value(edge_index if plan.source is None else plan.source.clone(), alpha), alpha
+    if plan.form == "sparse_coo":
+        indices = (edge_index if plan.source is None else plan.source)._indices()
+        # PyG's set_sparse_value: a new tensor, coalesced (a fresh copy of the indices). Its size there is the
+        # adjacency's (dense dims of [E, D] values too) + alpha's, an invalid one for [E, D] values, where PyG
+        # raises; alpha's trailing dims alone here
+        size = (plan.num_dst, plan.graph.num_src_nodes, *alpha.shape[1:])
+        return torch.sparse_coo_tensor(indices, alpha, size, device=alpha.device).coalesce(), alpha
     if plan.form == "csc":
         cached = plan._returned.get("ei")
         ei = cached if cached is not None else plan._returned.setdefault("ei", plan.graph.edge_index())
@@ -86,19 +93,22 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
 
 
 # the torch sparse adj_t forms and their layouts
-_LAYOUTS = {"csr": torch.sparse_csr, "csc": torch.sparse_csc}
+_LAYOUTS = {"csr": torch.sparse_csr, "csc": torch.sparse_csc, "sparse_coo": torch.sparse_coo}
 
 
 def _sorted_sparse(layout: torch.layout, src: Tensor, dst: Tensor, alpha: Tensor, num_dst: int,
                    num_src: int) -> tuple[Tensor, Tensor]:
     """``(adj_t, alpha)``: the edges ``(src, dst)`` ``[E']`` with ``alpha [E', H]`` as a new torch sparse ``layout``
     tensor of size ``(num_dst, num_src, H)``, entries and ``alpha`` sorted into its order (by destination, then
-    source; CSC by source, then destination; equal pairs stable), int64 indices."""
+    source; CSC by source, then destination; equal pairs stable), int64 indices. For COO no pair may come twice
+    (the tensor is marked coalesced), but where a NaN plan's clamped ids made one, whose values are NaN anyway."""
     row_major = layout != torch.sparse_csc
     major, minor, n_major, n_minor = (dst, src, num_dst, num_src) if row_major else (src, dst, num_src, num_dst)
     perm = torch.sort(major.long() * max(n_minor, 1) + minor.long(), stable=True)[1]
     major, minor, a = major.long().index_select(0, perm), minor.long().index_select(0, perm), alpha.index_select(0, perm)
     size = (num_dst, num_src, *alpha.shape[1:])
+    if layout == torch.sparse_coo:
+        return torch.sparse_coo_tensor(torch.stack([major, minor]), a, size, is_coalesced=True), a
     make = torch.sparse_csr_tensor if row_major else torch.sparse_csc_tensor
     return make(csc_offsets(major, n_major, torch.int64), minor, a, size), a
 

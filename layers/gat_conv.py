@@ -80,7 +80,7 @@ class GATConv(MessagePassing):
 
     Shapes:
         - **input:** node features ``(|V|, F_in)`` or ``((|V_s|, F_s), (|V_t|, F_t))`` (``x_dst`` may be None);
-          ``edge_index`` ``(2, |E|)`` (Tensor or EdgeIndex), a ``SparseTensor`` / torch sparse CSR or CSC
+          ``edge_index`` ``(2, |E|)`` (Tensor or EdgeIndex), a ``SparseTensor`` / torch sparse COO, CSR or CSC
           ``adj_t`` (rows are destinations), or a :class:`~cudnn_gnn.CscGraph`; edge features ``(|E|, D)``
           *(optional)* in the caller's edge order.
         - **output:** ``(|V_t|, H * F_out)`` (``concat``) or ``(|V_t|, F_out)``. With

@@ -15,7 +15,7 @@ import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric import EdgeIndex
 from torch_geometric.typing import WITH_TORCH_SPARSE
-from torch_geometric.utils import to_torch_csc_tensor, to_torch_csr_tensor
+from torch_geometric.utils import to_torch_coo_tensor, to_torch_csc_tensor, to_torch_csr_tensor
 
 import cudnn_gnn
 from cudnn_gnn import CscGraph
@@ -78,7 +78,8 @@ def assert_close_tree(a: Any, b: Any, what: str, **tol: float) -> None:
         assert b.layout == a.layout and b.shape == a.shape, f"{what}: {b.layout} {b.shape} != {a.layout} {a.shape}"
         for i, (u, v) in enumerate(zip(_sparse_structure(a), _sparse_structure(b))):
             assert torch.equal(u, v), f"{what}: sparse index tensor {i} differs"
-        a, b = a.values(), b.values()
+        a, b = a._values() if a.layout == torch.sparse_coo else a.values(), \
+            b._values() if b.layout == torch.sparse_coo else b.values()
     if isinstance(a, Tensor) and a.dtype in (torch.int32, torch.int64):
         assert type(a) is type(b), f"{what}: {type(b).__name__} != {type(a).__name__}"
         assert torch.equal(a.as_subclass(Tensor).long(), b.as_subclass(Tensor).long()), f"{what}: edge indices differ"
@@ -87,7 +88,9 @@ def assert_close_tree(a: Any, b: Any, what: str, **tol: float) -> None:
 
 
 def _sparse_structure(t: Tensor) -> tuple[Tensor, ...]:
-    """A torch sparse CSR / CSC tensor's index tensors in storage order."""
+    """A torch sparse tensor's index tensors in storage order (and a COO tensor's coalesced flag, as a tensor)."""
+    if t.layout == torch.sparse_coo:
+        return torch.tensor(t.is_coalesced()), t._indices()
     if t.layout == torch.sparse_csr:
         return t.crow_indices(), t.col_indices()
     return t.ccol_indices(), t.row_indices()
@@ -216,11 +219,12 @@ def _forms(ei: Tensor, n: int) -> dict[str, Any]:
         "int32": ei.to(torch.int32),
         "edge_index": EdgeIndex(ei, sparse_size=(n, n)),
         "csr_adj_t": to_torch_csr_tensor(ei.flip(0), size=(n, n)),
+        "coo_adj_t": to_torch_coo_tensor(ei.flip(0), size=(n, n)),  # coalesced: duplicate pairs merged
     }
 
 
 @pytest.mark.parametrize("loops", [True, False])
-@pytest.mark.parametrize("form", ["tensor", "int32", "edge_index", "csr_adj_t"])
+@pytest.mark.parametrize("form", ["tensor", "int32", "edge_index", "csr_adj_t", "coo_adj_t"])
 def test_edge_index_forms_match_pyg(form: str, loops: bool) -> None:
     ei, n, _ = GRAPHS["shuffled_dup_loops"]()
     pyg, ours = make_pair(pyg_nn.GATConv, GATConv, 5, 4, heads=2, add_self_loops=loops)
@@ -233,6 +237,54 @@ def test_edge_index_forms_match_pyg(form: str, loops: bool) -> None:
         x = features(n, 5, 0)
         got = ours(x, ours_form, return_attention_weights=True)[1][0].dtype
         assert got == pyg(x, ours_form, return_attention_weights=True)[1][0].dtype
+
+
+def _uncoalesced_adj_t(ei: Tensor, num_src: int, num_dst: int) -> Tensor:
+    """``ei``'s torch sparse COO adj_t as built, entries in ``ei``'s order (duplicates and self-loops kept)."""
+    return torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.shape[1], dtype=DT), (num_dst, num_src))
+
+
+@pytest.mark.parametrize("graph", ["shuffled_dup_loops", "bipartite"])
+def test_uncoalesced_coo_adj_t_with_self_loops_is_coalesced_like_pyg(graph: str) -> None:
+    """PyG's remove_self_loops / add_self_loops coalesce a torch sparse COO adj_t (duplicate entries become one
+    edge, entries sorted): the output, the coalesced attention adjacency and ``alpha`` in its order match; the
+    caller's tensor stays marked uncoalesced (PyG's ``to_edge_index`` marks it coalesced, in place)."""
+    ei, ns, nd = GRAPHS[graph]()
+    if ns == nd:
+        pyg, ours = make_pair(pyg_nn.GATConv, GATConv, 5, 4, heads=2)
+        x: Any = features(ns, 5, 0)
+    else:
+        pyg, ours = make_pair(pyg_nn.GATConv, GATConv, (5, 6), 4, heads=2)
+        x = (features(ns, 5, 0), features(nd, 6, 1))
+    adj = _uncoalesced_adj_t(ei, ns, nd)
+    run_parity(pyg, ours, x, _uncoalesced_adj_t(ei, ns, nd), ours_edge_index=adj)
+    assert not adj.is_coalesced()
+
+
+def test_uncoalesced_coo_adj_t_without_self_loops_is_refused() -> None:
+    """Without self-loops PyG reads a COO adj_t's entries as stored and fails on an uncoalesced one (a bare
+    RuntimeError from ``adj_t.indices()``); ours refuses it naming edge_index, and takes its coalesced form."""
+    ei, n, _ = GRAPHS["shuffled_dup_loops"]()
+    pyg, ours = make_pair(pyg_nn.GATConv, GATConv, 5, 4, heads=2, add_self_loops=False)
+    x = features(n, 5, 0)
+    with pytest.raises(RuntimeError, match="uncoalesced"):
+        pyg(x, _uncoalesced_adj_t(ei, n, n))
+    with pytest.raises(ValueError, match=r"^edge_index must be coalesced .*got an uncoalesced tensor; pass "
+                                         r"edge_index.coalesce\(\)"):
+        ours(x, _uncoalesced_adj_t(ei, n, n))
+    run_parity(pyg, ours, x, _uncoalesced_adj_t(ei, n, n).coalesce())
+
+
+@pytest.mark.parametrize("loops", [True, False])
+def test_bipartite_coo_adj_t_matches_pyg(loops: bool) -> None:
+    """A torch sparse COO adj_t of 3 destination rows and 7 source columns fixes the sizes: x as a pair, with and
+    without ``size``; self-loops up to min(size) = 3."""
+    ei, ns, nd = GRAPHS["bipartite"]()
+    pyg, ours = make_pair(pyg_nn.GATConv, GATConv, (5, 6), 4, heads=2, residual=True, add_self_loops=loops)
+    adj = to_torch_coo_tensor(ei.flip(0), size=(nd, ns))
+    x = (features(ns, 5, 0), features(nd, 6, 1))
+    run_parity(pyg, ours, x, adj)
+    run_parity(pyg, ours, x, adj, extra={"size": (ns, nd)})
 
 
 @pytest.mark.parametrize("loops", [True, False])
@@ -471,6 +523,29 @@ def test_errors_name_the_argument() -> None:
         GATConv(5, 4, edge_dim=2)(x, adj, torch.randn(adj._nnz(), 2))
     with pytest.raises(ValueError, match=r"^size\[0\] must equal"):
         conv((x, x), ei, size=(n + 1, n))
+
+
+def test_coo_adj_t_refusals_name_edge_index() -> None:
+    """A torch sparse COO adj_t checks nothing when built (``check_invariants`` is off by default): its ids outside
+    its size and a tensor of other than 2 sparse dims are refused naming edge_index before anything reads them (the
+    layer raised a bare RuntimeError for every COO adj_t); the sizes it fixes are checked against x."""
+    n = 7
+    conv = GATConv(5, 4)
+    x = features(n, 5, 0).float()
+
+    def coo(indices: list, size: tuple = (n, n)) -> Tensor:
+        return torch.sparse_coo_tensor(torch.tensor(indices), torch.ones(len(indices[0])), size)
+
+    with pytest.raises(ValueError, match=rf"^edge_index's indices\[1\] \(source node ids\) must be in \[0, {n}\), got "
+                                         rf"range \[2, {n}\]"):
+        conv(x, coo([[0, 1], [2, n]]))
+    with pytest.raises(ValueError, match=r"^edge_index's indices\[0\] \(destination node ids\) must be in \[0, 7\), "
+                                         r"got range \[-1, 1\]"):
+        conv(x, coo([[-1, 1], [2, 3]]))
+    with pytest.raises(ValueError, match=r"^edge_index must be a sparse adjacency of 2 sparse dims .*got 3 sparse dims"):
+        conv(x, coo([[0, 1], [2, 3], [1, 1]], (n, n, n)))
+    with pytest.raises(ValueError, match=r"^x must have shape \(num_nodes=7, in_channels\)"):
+        conv(features(n + 1, 5, 0).float(), coo([[0, 1], [2, 3]]))
 
 
 def test_grid_is_modest() -> None:

@@ -7,7 +7,7 @@ import torch
 import torch_geometric.nn as pyg_nn
 from torch import Tensor
 from torch_geometric import EdgeIndex
-from torch_geometric.utils import to_torch_csr_tensor
+from torch_geometric.utils import to_torch_coo_tensor, to_torch_csr_tensor
 
 from cudnn_gnn import CscGraph
 from cudnn_gnn.layers import GATv2Conv
@@ -48,7 +48,7 @@ def test_parity_grid(graph: str, cfg: tuple) -> None:
 
 
 @pytest.mark.parametrize("loops", [True, False])
-@pytest.mark.parametrize("form", ["edge_index", "csr_adj_t", "csc_graph"])
+@pytest.mark.parametrize("form", ["edge_index", "csr_adj_t", "coo_adj_t", "csc_graph"])
 def test_edge_index_forms_match_pyg(form: str, loops: bool) -> None:
     ei, n, _ = GRAPHS["shuffled_dup_loops"]()
     pyg, ours = make_pair(pyg_nn.GATv2Conv, GATv2Conv, 5, 4, heads=2, add_self_loops=loops)
@@ -56,7 +56,9 @@ def test_edge_index_forms_match_pyg(form: str, loops: bool) -> None:
     if form == "csc_graph":
         run_parity(pyg, ours, x, ei, ours_edge_index=CscGraph.from_edge_index(ei, num_nodes=n))
         return
-    f = EdgeIndex(ei, sparse_size=(n, n)) if form == "edge_index" else to_torch_csr_tensor(ei.flip(0), size=(n, n))
+    f = {"edge_index": lambda: EdgeIndex(ei, sparse_size=(n, n)),
+         "csr_adj_t": lambda: to_torch_csr_tensor(ei.flip(0), size=(n, n)),
+         "coo_adj_t": lambda: to_torch_coo_tensor(ei.flip(0), size=(n, n))}[form]()  # coalesced: duplicates merged
     run_parity(pyg, ours, x, f)
 
 

@@ -109,6 +109,25 @@ def test_static_plan_of_a_sparse_adjacency_reads_nothing_back() -> None:
     assert torch.isnan(plans[0].poison)
 
 
+def test_static_plan_of_an_uncoalesced_coo_adjacency_reads_nothing_back() -> None:
+    """A compiled call's plan of a torch sparse COO adj_t with self-loops, uncoalesced (a repeated pair, a self-loop)
+    and a source id past the nodes: no host sync, a graph whose every index is in range, the NaN poison, and the
+    repeat dropped from PyG's edges as the self-loop is; without the bad id, no poison."""
+    from cudnn_gnn.apps.capture import host_syncs
+    from cudnn_gnn.layers._graph_inputs import build_plan
+
+    indices = torch.tensor([[1, 0, 1, 2, 3, 1], [0, 2, 0, 2, 9, 4]])  # (destination, source): (1, 0) twice, 2 -> 2
+    adj = torch.sparse_coo_tensor(indices, torch.ones(6), (5, 5))
+    plans = []
+    assert host_syncs(lambda: plans.append(build_plan(adj, 5, 5, 5, static=True))) == []
+    plan = plans[0]
+    plan.graph.validate()
+    assert torch.isnan(plan.poison)
+    assert plan.keep.tolist() == [True, True, False, False, True, True] + [True] * 5
+    good = torch.sparse_coo_tensor(indices[:, [0, 1, 2, 3, 5]], torch.ones(5), (5, 5))
+    assert float(build_plan(good, 5, 5, 5, static=True).poison) == 0.0
+
+
 def test_compressed_ids_compile_without_graph_breaks() -> None:
     from torch._dynamo.utils import counters
 

@@ -124,16 +124,25 @@ def test_compiled_layers_give_nan_for_node_ids_out_of_range(cls: type, loops: bo
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
 
 
-# A sparse adjacency (torch sparse CSR / CSC adj_t, torch_sparse SparseTensor) broken one way each: an index past the
-# nodes or negative, offsets that decrease, end short of nnz, or start past 0.
+# A sparse adjacency (torch sparse COO / CSR / CSC adj_t, torch_sparse SparseTensor) broken one way each: an index
+# past the nodes or negative, offsets that decrease, end short of nnz, or start past 0; a COO tensor has no offsets,
+# its destination ids are broken instead.
 _SPARSE_BREAKS = ["index-past", "index-neg", "offsets-decrease", "offsets-end", "offsets-start"]
+_COO_BREAKS = ["index-past", "index-neg", "dst-past", "dst-neg"]
 
 
 def _sparse_adjacency(ei: torch.Tensor, n: int, form: str, broken: str | None) -> object:
-    """``ei``'s adjacency in PyG's adj_t convention (rows are destinations) as ``form``, broken as ``broken`` says."""
+    """``ei``'s adjacency in PyG's adj_t convention (rows are destinations) as ``form``, broken as ``broken`` says.
+    ``coo``: coalesced; ``coo_uncoalesced``: ``ei``'s entries as given, and two of them once more."""
     from torch_geometric.utils import to_torch_coo_tensor
 
     adj = to_torch_coo_tensor(ei.flip(0), size=(n, n)).coalesce()  # no duplicate pairs: every form keeps all edges
+    if form in ("coo", "coo_uncoalesced"):
+        indices = adj.indices().clone() if form == "coo" else torch.cat([ei, ei[:, 7:9]], 1).flip(0)
+        if broken is not None:  # indices[1] the sources, indices[0] the destinations
+            indices[0 if broken.startswith("dst") else 1, 3] = n + 2 if broken.endswith("past") else -1
+        coalesced = form == "coo" or None  # torch checks no invariant by default: the broken ones are kept as given
+        return torch.sparse_coo_tensor(indices, torch.ones(indices.shape[1]), (n, n), is_coalesced=coalesced)
     adj = adj.to_sparse_csc() if form == "csc" else adj.to_sparse_csr()
     offsets, indices = (adj.ccol_indices(), adj.row_indices()) if form == "csc" else (adj.crow_indices(),
                                                                                       adj.col_indices())
@@ -157,12 +166,23 @@ def _sparse_adjacency(ei: torch.Tensor, n: int, form: str, broken: str | None) -
     return make(offsets, indices, torch.ones(indices.numel()), (n, n))  # torch checks no invariant by default
 
 
-def _sparse_forms() -> list:
+def _needs_torch_sparse() -> pytest.MarkDecorator:
     from torch_geometric.typing import WITH_TORCH_SPARSE
 
-    skip = pytest.mark.skipif(not WITH_TORCH_SPARSE, reason="torch_sparse is not installed (SparseTensor form): "
+    return pytest.mark.skipif(not WITH_TORCH_SPARSE, reason="torch_sparse is not installed (SparseTensor form): "
                               "pip install torch-sparse")
-    return ["csr", "csc", pytest.param("sparse_tensor", marks=skip)]
+
+
+def _sparse_forms() -> list:
+    return ["csr", "csc", "coo", pytest.param("sparse_tensor", marks=_needs_torch_sparse())]
+
+
+def _breaks() -> list:
+    """``(form, broken)``: each form with each of its breaks."""
+    cases = ([(form, broken) for form in ("csr", "csc", "sparse_tensor") for broken in _SPARSE_BREAKS]
+             + [(form, broken) for form in ("coo", "coo_uncoalesced") for broken in _COO_BREAKS])
+    return [pytest.param(form, broken, id=f"{form}-{broken}",
+                         marks=_needs_torch_sparse() if form == "sparse_tensor" else ()) for form, broken in cases]
 
 
 # one self-loop setting a layer in the default run; the others are slow
@@ -170,8 +190,7 @@ _SPARSE_LAYERS = [(GATConv, True), (GATv2Conv, False),
                   pytest.param(GATConv, False, marks=pytest.mark.slow), pytest.param(GATv2Conv, True, marks=pytest.mark.slow)]
 
 
-@pytest.mark.parametrize("broken", _SPARSE_BREAKS)
-@pytest.mark.parametrize("form", _sparse_forms())
+@pytest.mark.parametrize(("form", "broken"), _breaks())
 @pytest.mark.parametrize(("cls", "loops"), _SPARSE_LAYERS)
 def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, loops: bool, form: str, broken: str,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
@@ -187,6 +206,12 @@ def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, l
     conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
     x = torch.randn(n, 6)
     good, bad = _sparse_adjacency(ei, n, form, None), _sparse_adjacency(ei, n, form, broken)
+    if form == "coo_uncoalesced" and not loops:  # read as stored without self-loops: refused as PyG does (a flag)
+        for compiling in (False, True):
+            monkeypatch.setattr(torch.compiler, "is_compiling", lambda compiling=compiling: compiling)
+            with pytest.raises(ValueError, match="^edge_index must be coalesced"):
+                conv(x, bad)
+        return
     ref = conv(x, good)
     with pytest.raises(ValueError, match="edge_index"):
         conv(x, bad)
@@ -197,21 +222,23 @@ def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, l
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
 
 
-@pytest.mark.parametrize("form", ["csr", "csc"])
+@pytest.mark.parametrize(("form", "loops"), [("csr", True), ("csc", True), ("coo", True), ("coo", False),
+                                             ("coo_uncoalesced", True)])  # without self-loops refused (test above)
 @pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
-def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type, form: str,
+def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type, form: str, loops: bool,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The fixed-shape plan (built as in the test above) of a valid torch sparse adj_t returns what the eager layer
     returns: the output, and the attention as the same sparse tensor (layout, index tensors in the same order,
     values) with ``alpha`` in its order, where it returned ``(edge_index, alpha)``. With self-loops that is PyG's
     coalesced self-loop form (CSC: column-major), which the static plan (the caller's entries, self-loops
-    redirected, the loops appended) sorts its kept edges into."""
+    redirected, the loops appended) sorts its kept edges into; an uncoalesced COO tensor's repeated entries are
+    dropped as its self-loops are."""
     from .test_gat_conv import assert_close_tree
 
     ei, n = _graph()
     adj = _sparse_adjacency(ei, n, form, None)
     torch.manual_seed(0)
-    conv = cls(6, 4, heads=2, cache_graph=False)
+    conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
     x = torch.randn(n, 6)
     ref = conv(x, adj, return_attention_weights=True)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
@@ -231,7 +258,7 @@ def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(for
     compiled = torch.compile(conv, backend="eager")
     torch.testing.assert_close(compiled(x, _sparse_adjacency(ei, n, form, None)),
                                conv(x, _sparse_adjacency(ei, n, form, None)), rtol=1e-5, atol=1e-6)
-    for broken in _SPARSE_BREAKS:
+    for broken in _COO_BREAKS if form == "coo" else _SPARSE_BREAKS:
         try:
             out = compiled(x, _sparse_adjacency(ei, n, form, broken))
         except ValueError as e:
@@ -241,14 +268,16 @@ def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(for
 
 
 def _with_values(adj: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``adj`` (a torch sparse CSR / CSC adj_t) with ``values`` ``[nnz, D]`` instead of its own."""
+    """``adj`` (a torch sparse COO / CSR / CSC adj_t) with ``values`` ``[nnz, D]`` instead of its own."""
     size = (*adj.shape[:2], *values.shape[1:])
+    if adj.layout == torch.sparse_coo:
+        return torch.sparse_coo_tensor(adj._indices(), values, size, is_coalesced=adj.is_coalesced())
     if adj.layout == torch.sparse_csr:
         return torch.sparse_csr_tensor(adj.crow_indices(), adj.col_indices(), values, size)
     return torch.sparse_csc_tensor(adj.ccol_indices(), adj.row_indices(), values, size)
 
 
-@pytest.mark.parametrize("form", ["csr", "csc"])
+@pytest.mark.parametrize("form", ["csr", "csc", "coo", "coo_uncoalesced"])
 @pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
 def test_compiled_layer_on_a_sparse_adjacency_matches_eager(cls: type, form: str) -> None:
     """A real ``torch.compile`` of a layer given a valid torch sparse adj_t gives the eager layer's results: with
@@ -267,6 +296,8 @@ def test_compiled_layer_on_a_sparse_adjacency_matches_eager(cls: type, form: str
     torch._dynamo.reset()
     out, attention = torch.compile(conv, backend="eager")(x, adj, return_attention_weights=True)
     assert_close_tree(conv(x, adj, return_attention_weights=True), (out, attention), "compiled", rtol=1e-5, atol=1e-6)
+    if form == "coo_uncoalesced":  # read without self-loops only when coalesced
+        return
     adj = _with_values(adj, torch.randn(adj._nnz(), 3))
     torch.manual_seed(0)
     conv = cls(6, 4, heads=2, edge_dim=3, add_self_loops=False)

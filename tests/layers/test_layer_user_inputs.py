@@ -120,22 +120,26 @@ def _edge_index_forms(ei, n):
 
 
 @pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
-@pytest.mark.parametrize("form", ["coo", "edge_index", "csc_graph", "csr"])
+@pytest.mark.parametrize("form", ["coo", "edge_index", "csc_graph", "csr", "sparse_coo"])
 def test_returned_attention_edge_index_is_fresh_every_call(ours, theirs, form):
     """The returned edge_index was one tensor kept with the plan: a caller's in-place write to it changed what the
     next call returned. PyG builds a new one every call."""
-    from torch_geometric.utils import to_torch_csr_tensor
+    from torch_geometric.utils import to_torch_coo_tensor, to_torch_csr_tensor
 
     x, ei, _ = _graph()
-    f = to_torch_csr_tensor(ei.flip(0), size=(7, 7)) if form == "csr" else _edge_index_forms(ei, 7)[form]
+    sparse = {"csr": to_torch_csr_tensor, "sparse_coo": to_torch_coo_tensor}
+    f = sparse[form](ei.flip(0), size=(7, 7)) if form in sparse else _edge_index_forms(ei, 7)[form]
     conv = ours(5, 4, heads=2, backend="reference")
     first = conv(x, f, return_attention_weights=True)[1][0]
     second = conv(x, f, return_attention_weights=True)[1][0]
-    if form == "csr":  # the self-loop form of the adjacency: its index tensors
-        assert first.crow_indices().data_ptr() != second.crow_indices().data_ptr()
-        keep = second.col_indices().clone()
-        first.col_indices().fill_(3)
-        assert torch.equal(conv(x, f, return_attention_weights=True)[1][0].col_indices(), keep)
+    if form in sparse:  # the self-loop form of the adjacency: its index tensors
+        def index(t):
+            return t.col_indices() if form == "csr" else t.indices()
+
+        assert index(first).data_ptr() != index(second).data_ptr()
+        keep = index(second).clone()
+        index(first).fill_(3)
+        assert torch.equal(index(conv(x, f, return_attention_weights=True)[1][0]), keep)
         return
     first, second = (t.as_tensor() if hasattr(t, "as_tensor") else t for t in (first, second))  # an EdgeIndex's data
     assert first.data_ptr() != second.data_ptr()
@@ -280,7 +284,7 @@ def test_triton_backend_runs_on_an_edge_index_under_the_interpreter():
 
 
 @pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
-@pytest.mark.parametrize("layout", ["csr", "csc"])
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
 def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
     """A torch sparse adj_t with [E, edge_dim] values: PyG reads them as edge_attr; we ignored them (a different
     result, silently). Without self-loops they are read now; with self-loops (PyG fills loop features into the
@@ -288,14 +292,14 @@ def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
     x, ei, ea = _graph()
     ea = ea[:, :2]
     coo = torch.sparse_coo_tensor(ei.flip(0), ea, (7, 7, 2)).coalesce()  # rows are destinations (adj_t)
-    adj = coo.to_sparse_csr() if layout == "csr" else coo.to_sparse_csc()
+    adj = {"csr": coo.to_sparse_csr, "csc": coo.to_sparse_csc, "coo": lambda: coo}[layout]()
     torch.manual_seed(0)
     pyg = theirs(5, 4, heads=2, edge_dim=2, add_self_loops=False)
     conv = ours(5, 4, heads=2, edge_dim=2, add_self_loops=False, backend="reference")
     conv.load_state_dict(pyg.state_dict())
     expected = pyg(x, ei, ea)
     torch.testing.assert_close(conv(x, adj), expected, rtol=1e-5, atol=1e-6)
-    if layout == "csr":
+    if layout != "csc":  # PyG refuses a CSC edge_index
         torch.testing.assert_close(pyg(x, adj), expected, rtol=1e-5, atol=1e-6)
     with pytest.raises(NotImplementedError, match=r"edge_dim must be None for .* with add_self_loops=True when "
                                                   r"edge_index is a torch sparse tensor with \[num_edges, edge_dim\]"):
@@ -303,14 +307,14 @@ def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
 
 
 @pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
-@pytest.mark.parametrize("layout", ["csr", "csc"])
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
 def test_edge_attr_is_counted_against_a_sparse_adjacencys_entries(ours, theirs, layout):
     """An adj_t of 2 destination rows has shape (2, num_src), which the edge_attr check read as a [2, E] edge_index:
     edge_attr of the adjacency's 3 entries was refused for not having num_src=5 rows. It is counted against the
     entries."""
     ei = torch.tensor([[0, 3, 4], [0, 1, 1]])  # 5 sources, 2 destinations
     coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(3), (2, 5)).coalesce()
-    adj = coo.to_sparse_csr() if layout == "csr" else coo.to_sparse_csc()
+    adj = {"csr": coo.to_sparse_csr, "csc": coo.to_sparse_csc, "coo": lambda: coo}[layout]()
     g = torch.Generator().manual_seed(0)
     x, ea = (torch.randn(5, 5, generator=g), torch.randn(2, 5, generator=g)), torch.randn(3, 2, generator=g)
     torch.manual_seed(0)
