@@ -126,6 +126,42 @@ def test_csc_graph_and_csr_forms(kind: str) -> None:
     torch.testing.assert_close(ours(x, adj_t), pyg(x, adj_t), **TOL32)
 
 
+@pytest.mark.parametrize("backend", ["cudnn", "triton"])
+@pytest.mark.parametrize("kind", ["gat", "gatv2"])
+def test_torch_sparse_adjacencies_on_cuda(kind: str, backend: str) -> None:
+    """A torch sparse adj_t in each layout (CSR, CSC, coalesced COO) on CUDA against PyG on the same tensor (CSC:
+    on its CSR, as PyG refuses one with self-loops): output and attention values. Malformed offsets and ids get
+    the eager ValueError before any kernel (a CSR's offsets reached ``repeat_interleave``, whose CUDA kernel asserts
+    on the device and ends the process's CUDA context), and the context still runs a layer afterwards."""
+    if DRY_RUN:
+        backend = "reference"
+    elif backend == "triton" and (reason := compiled_triton_skip_reason()) is not None:
+        pytest.skip(reason)
+    ei = _graph(200, 200, 1500, seed=11)
+    pyg, ours = _pair(kind, 16, 8, heads=2)
+    ours.backend = backend
+    x = torch.randn(200, 16, device=DEV)
+    coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(ei.shape[1], device=DEV), (200, 200)).coalesce()
+    csr = coo.to_sparse_csr()
+    for name, adj in {"csr": csr, "coo": coo}.items():
+        out_p, (_, alpha_p) = pyg(x, adj, return_attention_weights=True)
+        out_o, (_, alpha_o) = ours(x, adj, return_attention_weights=True)
+        torch.testing.assert_close(out_o, out_p, **TOL32, msg=lambda m, n=name: f"{n}: {m}")
+        torch.testing.assert_close(alpha_o, alpha_p, **TOL32, msg=lambda m, n=name: f"{n} attention: {m}")
+    # PyG's add_self_loops refuses a CSC layout: against PyG on the CSR of the same adjacency
+    torch.testing.assert_close(ours(x, coo.to_sparse_csc()), pyg(x, csr), **TOL32)
+    crow = csr.crow_indices().clone()
+    crow[5] = crow[-1] + 7  # offsets that rise past nnz
+    bad_csr = torch.sparse_csr_tensor(crow, csr.col_indices(), csr.values(), (200, 200), check_invariants=False)
+    bad_coo = torch.sparse_coo_tensor(torch.stack([coo.indices()[0], coo.indices()[1] + 150]), coo.values(),
+                                      (200, 200), check_invariants=False).coalesce()
+    for adj in (bad_csr, bad_coo):
+        with pytest.raises(ValueError, match="edge_index"):
+            ours(x, adj)
+    torch.testing.assert_close(ours(x, csr), pyg(x, csr), **TOL32)  # the CUDA context is intact
+    torch.cuda.synchronize() if DEV.type == "cuda" else None
+
+
 @pytest.mark.parametrize("loops", [False, True])
 @pytest.mark.parametrize("backend", ["auto", "cudnn", "triton"])
 @pytest.mark.parametrize("kind", ["gat", "gatv2"])
