@@ -469,9 +469,65 @@ def test_background_loader_makes_at_most_ahead_batches_in_front():
             time.sleep(0.05)  # and a moment more, in which it must not make another
             assert loader.made == i + 1 + ahead  # the batch in hand and `ahead` in front, no more
         it.close()
-        assert not it.thread.is_alive() and loader.made <= 4 + ahead + 1
+        assert not it.thread.is_alive() and loader.made == 4 + ahead
         with pytest.raises(StopIteration):
             next(it)
+
+
+@pytest.fixture
+def slow_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """BackgroundLoader's thread slow to be scheduled: each time it is given a slot it waits 0.2 s before going on, as
+    on a loaded machine, where the consumer may leave its loop in that time (its next batch was already queued)."""
+    import threading
+    import time
+
+    class Slow(threading.Semaphore):
+        def acquire(self, blocking: bool = True, timeout: float | None = None) -> bool:
+            got = super().acquire(blocking, timeout)
+            if threading.current_thread().name == "BackgroundLoader":
+                time.sleep(0.2)
+            return got
+
+    monkeypatch.setattr(threading, "Semaphore", Slow)
+
+
+@pytest.mark.parametrize("ahead", [1, 2])
+def test_background_loader_left_early_has_made_ahead_batches_however_slow_the_thread(slow_thread, ahead):
+    """Closed after k batches, the thread has made exactly k + ahead (fewer where the loader ends; ahead + 1 before
+    the first was taken), not however many it got to before the close: closing waits for the ones it was free to
+    make. Stopped at once, a slow thread had made k."""
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    for n, taken, made in ((10, 2, 2 + ahead), (10, 0, 1 + ahead), (3, 2, 3)):
+        loader = _Counting(n)
+        it = iter(BackgroundLoader(loader, torch.device("cpu"), ahead=ahead))
+        assert [int(next(it)) for _ in range(taken)] == list(range(taken))
+        it.close()
+        assert loader.made == made and not it.thread.is_alive()
+    it = iter(BackgroundLoader(_Counting(10, fail=2), torch.device("cpu"), ahead=ahead))
+    next(it)
+    it.close()  # the failure at a batch never asked for is not raised
+    assert not it.thread.is_alive()
+
+
+def test_background_loader_left_early_next_epoch_is_the_same_however_slow_the_thread(slow_thread):
+    """The device sampler's epoch after one left early in a BackgroundLoader (2 batches taken, 1 made ahead) samples
+    from the generator as left by 3 batches made inline, in every run with the seed: its batches do not depend on
+    how the threads were scheduled."""
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    colptr, row = _power_law_csc()
+    x = torch.randn(400, 3)
+    inline = _loader(colptr, row, node_attrs={"x": x}, input_nodes=torch.arange(100), shuffle=True)
+    ahead = _loader(colptr, row, node_attrs={"x": x}, input_nodes=torch.arange(100), shuffle=True)
+    for k, _ in enumerate(BackgroundLoader(ahead, torch.device("cpu"), ahead=1), 1):
+        if k == 2:
+            break
+    for k, _ in enumerate(inline, 1):
+        if k == 3:
+            break
+    got, want = list(BackgroundLoader(ahead, torch.device("cpu"))), list(inline)
+    assert len(got) == len(want) == 7 and all(_same_batch(a, b) for a, b in zip(got, want))
 
 
 def test_background_loader_early_exit_joins_the_thread():

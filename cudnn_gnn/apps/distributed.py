@@ -332,10 +332,13 @@ class BackgroundLoader:
     (the graph's copy to the GPU), and when iteration ends, is closed or fails, the thread is joined and the
     consumer's stream waits for the side stream; so loaders that share state (``with_inputs``' relabel map) may be
     iterated one after another, never two at once. Leaving a ``for`` loop early closes the iterator when it is
-    released; ``with`` or ``close()`` does it at a known point. A loop left early has had up to ``ahead`` batches
-    made that it never saw: a loader that draws random numbers (the device sampler) has drawn for them, so its next
-    epoch differs from an inline run's. An exception in the thread is raised in the consumer at the batch where it
-    happened. On a CPU the thread runs without streams.
+    released; ``with`` or ``close()`` does it at a known point. A loop left early has had exactly ``ahead`` batches
+    made that it never saw (fewer where the loader ends first): closing waits for the thread to make those it was
+    free to make but had not yet (a thread slow to be scheduled), so that a loader that draws random numbers (the
+    device sampler) has drawn for the same batches however the threads ran, and its next epoch is the same in every
+    run with the same seed (it differs from an inline run's, which drew for none). An exception in the thread is
+    raised in the consumer at the batch where it happened; one at a batch it never saw is dropped. On a CPU the
+    thread runs without streams.
 
     Args:
         loader: an iterable of batches (tensors, or lists, tuples, dicts or PyG ``Data`` of them).
@@ -401,7 +404,9 @@ class _BackgroundIterator:
         self.queue: queue.Queue[Any] = queue.Queue()
         self.slots = threading.Semaphore(ahead + 1)
         self.stop = threading.Event()
+        self.ahead = ahead
         self.holding = False  # the consumer holds a batch; its slot is freed when it asks for the next one
+        self.ended = False  # the thread has returned (_END or an exception taken from the queue)
         self.done = False
         # The thread gets the queue and the primitives, not this object: a consumer that drops the iterator early
         # lets it be collected, and __del__ stops the thread.
@@ -420,6 +425,7 @@ class _BackgroundIterator:
             self.holding = False
         item = self.queue.get()
         if item is _END or isinstance(item, _Raised):
+            self.ended = True
             self.close()
             if isinstance(item, _Raised):
                 raise item.exc
@@ -435,13 +441,24 @@ class _BackgroundIterator:
         return batch
 
     def close(self) -> None:
-        """Stop the thread after the batch it is making, join it, and order the consumer's stream after its work."""
+        """Let the thread make the batches it is free to (every slot the consumer does not hold: ``ahead``, or
+        ``ahead + 1`` before the first batch was taken; fewer where the loader ends or fails first), stop it, join
+        it, and order the consumer's stream after its work. Stopping it at once would leave the number of batches
+        made, and so of random draws, to how the threads were scheduled."""
         if self.done:
             return
         self.done = True
-        self.stop.set()
-        self.slots.release()  # a thread waiting for a slot sees the stop
-        self.thread.join()
+        try:
+            # Each free slot yields one queue item (a batch, _END or _Raised), the ones already queued included; the
+            # consumer's slot is not released, so the thread then waits on the semaphore and sees the stop.
+            for _ in range(0 if self.ended else self.ahead + 1 - self.holding):
+                item = self.queue.get()
+                if item is _END or isinstance(item, _Raised):  # the thread has returned; a failure nobody asked for
+                    break
+        finally:  # also when the wait is interrupted
+            self.stop.set()
+            self.slots.release()  # a thread waiting for a slot sees the stop
+            self.thread.join()
         if self.cuda:
             torch.cuda.current_stream(self.device).wait_stream(self.stream)
 
