@@ -417,17 +417,19 @@ def to_device(batch: Any, device: torch.device, non_blocking: bool) -> tuple[Any
 
 
 def batches(loader: Any, sampler: str, device: torch.device, meter: BusyMeter | None = None,
-            ahead: int = 0) -> Iterator[tuple[Any, ...]]:
+            ahead: int = 0, limit: int = 0) -> Iterator[tuple[Any, ...]]:
     """``loader``'s batches as :func:`to_device` tuples. PyG's host loader goes through the ``Prefetcher`` (the next
     batch's copy to the GPU on a side stream, overlapped with this step). The device sampler's batches are made
     where they are used, so nothing is copied: with ``ahead`` > 0 in a :class:`BackgroundLoader` (a thread and a
-    side stream, ``ahead`` batches in front of the step), else inline on the current stream. ``meter`` times each
-    batch's sampling (and its attribute gathers) on the GPU, apart from the model's step, on the stream that ran it.
+    side stream, ``ahead`` batches in front of the step), else inline on the current stream; at most ``limit`` of
+    them (0: all; ``--max-batches``), so that the thread makes, and the sampler draws for, no batch the loop would
+    not use, and the later epochs are those of an inline run. ``meter`` times each batch's sampling (and its
+    attribute gathers) on the GPU, apart from the model's step, on the stream that ran it.
     """
     if sampler == "pyg":
         yield from Prefetcher(loader, device, to_device)
         return
-    timed = _Timed(loader, device, meter or BusyMeter(torch.device("cpu")))  # untimed without a meter
+    timed = _Timed(loader, device, meter or BusyMeter(torch.device("cpu")), limit)  # untimed without a meter
     if ahead > 0:
         with iter(BackgroundLoader(timed, device, ahead=ahead)) as it:  # joined when the loop ends or breaks
             yield from it
@@ -436,17 +438,18 @@ def batches(loader: Any, sampler: str, device: torch.device, meter: BusyMeter | 
 
 
 class _Timed:
-    """The device sampler's batches as :func:`to_device` tuples, each one's making timed by ``meter``."""
+    """The device sampler's first ``limit`` batches (0: all) as :func:`to_device` tuples, each one's making timed by
+    ``meter``."""
 
-    def __init__(self, loader: Any, device: torch.device, meter: BusyMeter) -> None:
-        self.loader, self.device, self.meter = loader, device, meter
+    def __init__(self, loader: Any, device: torch.device, meter: BusyMeter, limit: int = 0) -> None:
+        self.loader, self.device, self.meter, self.limit = loader, device, meter, limit
 
     def __len__(self) -> int:
-        return len(self.loader)
+        return min(len(self.loader), self.limit) if self.limit else len(self.loader)
 
     def __iter__(self) -> Iterator[tuple[Any, ...]]:
         it = iter(self.loader)
-        for _ in range(len(self.loader)):
+        for _ in range(len(self)):
             with self.meter.step():
                 batch = to_device(next(it), self.device, False)
             yield batch
@@ -558,7 +561,7 @@ def worker(ctx: DistContext, args: argparse.Namespace, result_path: str) -> dict
         first = 2 if not args.max_batches else max(0, min(2, args.max_batches - args.profile_batches))
         window = KernelBusyWindow(device, start=first, count=args.profile_batches if epoch == args.epochs else 0)
         for x, y, edge_index, bs, nsn, nse in batches(train_loader, args.sampler, device, sample_meter,
-                                                      args.sample_ahead):
+                                                      args.sample_ahead, args.max_batches):
             window.before(n_batches)
             if hops is None and nsn is not None:
                 hops = (list(nsn), list(nse))
