@@ -549,6 +549,44 @@ def test_background_loader_early_exit_joins_the_thread():
     assert not thread.is_alive()
 
 
+def test_background_loader_collected_on_its_own_thread_stops_it():
+    """An iterator left in a reference cycle is closed by whichever thread's allocation runs the cyclic garbage
+    collector, the loader's own included (the device sampler allocates a lot): there closing tells the thread to stop
+    after its batch instead of waiting for batches only that thread can make. The thread is joined with a time limit,
+    so a wait that never ends fails the test instead of hanging it."""
+    import gc
+    import threading
+    import weakref
+
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    go, collected = threading.Event(), []
+
+    class CollectedAt2(_Counting):
+        def __iter__(self):
+            for i, batch in enumerate(super().__iter__()):
+                if i == 2:
+                    go.wait()
+                    gc.collect()  # on the loader's thread
+                    collected.append(ref() is None)
+                yield batch
+
+    loader = CollectedAt2(100)
+    gc.disable()  # no collection on this thread, which would wait for batch 2 while the loader waits for `go`
+    try:
+        it = iter(BackgroundLoader(loader, torch.device("cpu"), ahead=2))
+        assert int(next(it)) == 0
+        thread, ref = it.thread, weakref.ref(it)
+        cycle: dict[str, object] = {"it": it}
+        cycle["self"] = cycle
+        del it, cycle
+        go.set()
+        thread.join(timeout=10)
+    finally:
+        gc.enable()
+    assert not thread.is_alive() and collected == [True] and loader.made == 3
+
+
 def test_background_loader_raises_the_loaders_error_at_its_batch():
     from cudnn_gnn.apps.distributed import BackgroundLoader
 

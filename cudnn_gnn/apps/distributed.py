@@ -37,6 +37,7 @@ import math
 import numbers
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -390,7 +391,6 @@ def _produce(loader: Iterable[Any], device: torch.device, stream: Any, out: Any,
 class _BackgroundIterator:
     def __init__(self, loader: Iterable[Any], device: torch.device, ahead: int) -> None:
         import queue
-        import threading
 
         self.device = device
         self.cuda = device.type == "cuda"
@@ -444,10 +444,18 @@ class _BackgroundIterator:
         """Let the thread make the batches it is free to (every slot the consumer does not hold: ``ahead``, or
         ``ahead + 1`` before the first batch was taken; fewer where the loader ends or fails first), stop it, join
         it, and order the consumer's stream after its work. Stopping it at once would leave the number of batches
-        made, and so of random draws, to how the threads were scheduled."""
+        made, and so of random draws, to how the threads were scheduled.
+
+        Called on the thread itself (the cyclic garbage collector runs on whichever thread allocates, and the loader
+        allocates a lot), it only tells the thread to stop after the batch it is making: the batches to wait for and
+        the join are that thread's own, so waiting there would never end."""
         if self.done:
             return
         self.done = True
+        if threading.current_thread() is self.thread:
+            self.stop.set()
+            self.slots.release()  # once back from the batch it is making, the thread takes this slot and sees the stop
+            return
         try:
             # Each free slot yields one queue item (a batch, _END or _Raised), the ones already queued included; the
             # consumer's slot is not released, so the thread then waits on the semaphore and sees the stop.
