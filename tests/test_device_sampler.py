@@ -510,6 +510,32 @@ def test_background_loader_left_early_has_made_ahead_batches_however_slow_the_th
     assert not it.thread.is_alive()
 
 
+def test_background_loader_left_through_an_exception_does_not_wait(slow_thread):
+    """`with` left through an exception (a failed step, Ctrl-C) stops the slow thread after the batch it is making
+    instead of waiting for the `ahead` it was free to make: after a failure the draws need not repeat, and the wait
+    would hold the error back by `ahead` batches. A generator closed at its `yield` (a loop over it left early) still
+    waits, as a loop left early does."""
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    ahead = 4
+    loader = _Counting(10)
+    with pytest.raises(KeyError, match="step failed"):
+        with iter(BackgroundLoader(loader, torch.device("cpu"), ahead=ahead)) as it:
+            next(it)
+            raise KeyError("step failed")
+    assert not it.thread.is_alive() and loader.made < 1 + ahead  # waiting had made 1 + ahead
+
+    def batches(loader):
+        with iter(BackgroundLoader(loader, torch.device("cpu"), ahead=ahead)) as it:
+            yield from it
+
+    loader = _Counting(10)
+    gen = batches(loader)
+    next(gen)
+    gen.close()
+    assert loader.made == 1 + ahead
+
+
 def test_background_loader_left_early_next_epoch_is_the_same_however_slow_the_thread(slow_thread):
     """The device sampler's epoch after one left early in a BackgroundLoader (2 batches taken, 1 made ahead) samples
     from the generator as left by 3 batches made inline, in every run with the seed: its batches do not depend on
