@@ -333,16 +333,16 @@ class BackgroundLoader:
     (the graph's copy to the GPU), and when iteration ends, is closed or fails, the thread is joined and the
     consumer's stream waits for the side stream; so loaders that share state (``with_inputs``' relabel map) may be
     iterated one after another, never two at once. Leaving a ``for`` loop early closes the iterator when it is
-    released; ``with`` or ``close()`` does it at a known point. A loop left early has had exactly ``ahead`` batches
-    made that it never saw (fewer where the loader ends first): closing waits for the thread to make those it was
-    free to make but had not yet (a thread slow to be scheduled), so that a loader that draws random numbers (the
-    device sampler) has drawn for the same batches however the threads ran, and its next epoch is the same in every
-    run with the same seed (it differs from an inline run's, which drew for none). ``with`` left through an
-    exception (a failed step, Ctrl-C) does not wait: the thread stops after the batch it is making. A ``for`` loop's
-    iterator released by an exception still waits (its finalizer cannot see the exception), and one the cyclic
-    garbage collector closes on the loader's own thread cannot wait there, so what that thread made is then up to
-    timing. An exception in the thread is raised in the consumer at the batch where it happened; one at a batch it
-    never saw is dropped. On a CPU the thread runs without streams.
+    released; ``with`` or ``close()`` does it at a known point. A loop left early has had ``ahead`` batches made
+    past the last it took, ``ahead + 1`` if it took none (fewer where the loader ends first): closing waits for the
+    thread to make those it was free to make but had not yet (a thread slow to be scheduled), so that a loader that
+    draws random numbers (the device sampler) has drawn for the same batches however the threads ran, and its next
+    epoch is the same in every run with the same seed (it differs from an inline run's, which drew for none).
+    ``with`` left through an exception (a failed step, Ctrl-C) does not wait: the thread stops after the batch it is
+    making. A ``for`` loop's iterator released by an exception still waits (its finalizer cannot see the exception),
+    and one the cyclic garbage collector closes on the loader's own thread cannot wait there, so what that thread
+    made is then up to timing. An exception in the thread is raised in the consumer at the batch where it happened;
+    one at a batch it never saw is dropped. On a CPU the thread runs without streams.
 
     Args:
         loader: an iterable of batches (tensors, or lists, tuples, dicts or PyG ``Data`` of them).
