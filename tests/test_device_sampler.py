@@ -495,7 +495,7 @@ def slow_thread(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_background_loader_left_early_has_made_ahead_batches_however_slow_the_thread(slow_thread, ahead):
     """Closed after k batches, the thread has made exactly k + ahead (fewer where the loader ends; ahead + 1 before
     the first was taken), not however many it got to before the close: closing waits for the ones it was free to
-    make. Stopped at once, a slow thread had made k."""
+    make, so the count, and a sampler's draws, do not depend on how slowly the thread was scheduled."""
     from cudnn_gnn.apps.distributed import BackgroundLoader
 
     for n, taken, made in ((10, 2, 2 + ahead), (10, 0, 1 + ahead), (3, 2, 3)):
@@ -557,7 +557,7 @@ def test_background_loader_left_early_next_epoch_is_the_same_however_slow_the_th
 
 
 def test_background_loader_early_exit_joins_the_thread():
-    """Leaving a for loop early releases the iterator and stops its thread; `with` stops it at once."""
+    """Leaving a for loop early releases the iterator and stops its thread; `with` stops it where the block ends."""
     import gc
     import threading
 
