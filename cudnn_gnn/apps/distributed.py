@@ -364,6 +364,10 @@ class BackgroundLoader:
         return _BackgroundIterator(self.loader, self.device, self.ahead)
 
 
+_STOP_POLL_SECONDS = 0.05
+"""How often the producer thread, waiting for a free slot, looks whether it was told to stop."""
+
+
 def _produce(loader: Iterable[Any], device: torch.device, stream: Any, out: Any, slots: Any, stop: Any) -> None:
     """The producer thread of :class:`BackgroundLoader`: each batch of ``loader`` made on ``stream`` once a slot is
     free, put in ``out`` with an event recorded after it; then ``_END``, or the exception raised."""
@@ -375,7 +379,11 @@ def _produce(loader: Iterable[Any], device: torch.device, stream: Any, out: Any,
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             it = iter(loader)
             while True:
-                slots.acquire()
+                # a timed wait that looks at the stop: a close on this very thread (see _BackgroundIterator.close)
+                # cannot release a slot, since the semaphore's lock may be the one this thread holds
+                while not slots.acquire(timeout=_STOP_POLL_SECONDS):
+                    if stop.is_set():
+                        return
                 if stop.is_set():
                     return
                 batch = next(it, _END)
@@ -457,8 +465,7 @@ class _BackgroundIterator:
             return
         self.done = True
         if threading.current_thread() is self.thread:
-            self.stop.set()
-            self.slots.release()  # once back from the batch it is making, the thread takes this slot and sees the stop
+            self.stop.set()  # seen by its timed wait for a slot, once back from the batch it is making
             return
         try:
             # Each free slot yields one queue item (a batch, _END or _Raised), the ones already queued included; the
