@@ -495,7 +495,7 @@ def slow_thread(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_background_loader_left_early_has_made_ahead_batches_however_slow_the_thread(slow_thread, ahead):
     """Closed after k batches, the thread has made exactly k + ahead (fewer where the loader ends; ahead + 1 before
     the first was taken), not however many it got to before the close: closing waits for the ones it was free to
-    make. Stopped at once, a slow thread had made k."""
+    make, so the count, and a sampler's draws, do not depend on how slowly the thread was scheduled."""
     from cudnn_gnn.apps.distributed import BackgroundLoader
 
     for n, taken, made in ((10, 2, 2 + ahead), (10, 0, 1 + ahead), (3, 2, 3)):
@@ -508,6 +508,32 @@ def test_background_loader_left_early_has_made_ahead_batches_however_slow_the_th
     next(it)
     it.close()  # the failure at a batch never asked for is not raised
     assert not it.thread.is_alive()
+
+
+def test_background_loader_left_through_an_exception_does_not_wait(slow_thread):
+    """`with` left through an exception (a failed step, Ctrl-C) stops the slow thread after the batch it is making
+    instead of waiting for the `ahead` it was free to make: after a failure the draws need not repeat, and the wait
+    would hold the error back by `ahead` batches. A generator closed at its `yield` (a loop over it left early) still
+    waits, as a loop left early does."""
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    ahead = 4
+    loader = _Counting(10)
+    with pytest.raises(KeyError, match="step failed"):
+        with iter(BackgroundLoader(loader, torch.device("cpu"), ahead=ahead)) as it:
+            next(it)
+            raise KeyError("step failed")
+    assert not it.thread.is_alive() and loader.made < 1 + ahead  # waiting had made 1 + ahead
+
+    def batches(loader):
+        with iter(BackgroundLoader(loader, torch.device("cpu"), ahead=ahead)) as it:
+            yield from it
+
+    loader = _Counting(10)
+    gen = batches(loader)
+    next(gen)
+    gen.close()
+    assert loader.made == 1 + ahead
 
 
 def test_background_loader_left_early_next_epoch_is_the_same_however_slow_the_thread(slow_thread):
@@ -531,7 +557,7 @@ def test_background_loader_left_early_next_epoch_is_the_same_however_slow_the_th
 
 
 def test_background_loader_early_exit_joins_the_thread():
-    """Leaving a for loop early releases the iterator and stops its thread; `with` stops it at once."""
+    """Leaving a for loop early releases the iterator and stops its thread; `with` stops it where the block ends."""
     import gc
     import threading
 
@@ -547,6 +573,44 @@ def test_background_loader_early_exit_joins_the_thread():
         next(it)
         thread = it.thread
     assert not thread.is_alive()
+
+
+def test_background_loader_collected_on_its_own_thread_stops_it():
+    """An iterator left in a reference cycle is closed by whichever thread's allocation runs the cyclic garbage
+    collector, the loader's own included (the device sampler allocates a lot): there closing tells the thread to stop
+    after its batch instead of waiting for batches only that thread can make. The thread is joined with a time limit,
+    so a wait that never ends fails the test instead of hanging it."""
+    import gc
+    import threading
+    import weakref
+
+    from cudnn_gnn.apps.distributed import BackgroundLoader
+
+    go, collected = threading.Event(), []
+
+    class CollectedAt2(_Counting):
+        def __iter__(self):
+            for i, batch in enumerate(super().__iter__()):
+                if i == 2:
+                    go.wait()
+                    gc.collect()  # on the loader's thread
+                    collected.append(ref() is None)
+                yield batch
+
+    loader = CollectedAt2(100)
+    gc.disable()  # no collection on this thread, which would wait for batch 2 while the loader waits for `go`
+    try:
+        it = iter(BackgroundLoader(loader, torch.device("cpu"), ahead=2))
+        assert int(next(it)) == 0
+        thread, ref = it.thread, weakref.ref(it)
+        cycle: dict[str, object] = {"it": it}
+        cycle["self"] = cycle
+        del it, cycle
+        go.set()
+        thread.join(timeout=10)
+    finally:
+        gc.enable()
+    assert not thread.is_alive() and collected == [True] and loader.made == 3
 
 
 def test_background_loader_raises_the_loaders_error_at_its_batch():

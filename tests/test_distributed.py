@@ -463,8 +463,8 @@ def test_papers100m_samples_ahead_in_a_thread_like_inline(papers, tmp_path: Path
     --sample-ahead 0 (inline): the same losses, hop counts and accuracies over whole epochs. Cut short by
     --max-batches, an epoch still ends at its batch count and the thread is stopped before the evaluation loaders
     (which share the relabel map) start; it makes no batch past the cut, so the loader's generator has drawn for
-    the same batches as inline and every epoch equals the inline run's (it had drawn for the batch made ahead:
-    epoch 2 differed, and with it made or not as the threads ran, so did runs with the same seed)."""
+    the same batches as inline and every epoch equals the inline run's (a batch made ahead past the cut would have
+    drawn from it and changed epoch 2)."""
     monkeypatch.setattr(papers, "sampler_available", lambda: False)
     args = [*TINY, "--root", str(tmp_path / "d"), "--epochs", "2", "--backend", "reference", "--fanout", "4,3,2",
             "--batch-size", "8", "--sampler", "device", "--no-warm-up", "--dropout", "0"]

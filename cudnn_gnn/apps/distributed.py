@@ -37,6 +37,7 @@ import math
 import numbers
 import os
 import socket
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -332,13 +333,16 @@ class BackgroundLoader:
     (the graph's copy to the GPU), and when iteration ends, is closed or fails, the thread is joined and the
     consumer's stream waits for the side stream; so loaders that share state (``with_inputs``' relabel map) may be
     iterated one after another, never two at once. Leaving a ``for`` loop early closes the iterator when it is
-    released; ``with`` or ``close()`` does it at a known point. A loop left early has had exactly ``ahead`` batches
-    made that it never saw (fewer where the loader ends first): closing waits for the thread to make those it was
-    free to make but had not yet (a thread slow to be scheduled), so that a loader that draws random numbers (the
-    device sampler) has drawn for the same batches however the threads ran, and its next epoch is the same in every
-    run with the same seed (it differs from an inline run's, which drew for none). An exception in the thread is
-    raised in the consumer at the batch where it happened; one at a batch it never saw is dropped. On a CPU the
-    thread runs without streams.
+    released; ``with`` or ``close()`` does it at a known point. A loop left early has had ``ahead`` batches made
+    past the last it took, ``ahead + 1`` if it took none (fewer where the loader ends first): closing waits for the
+    thread to make those it was free to make but had not yet (a thread slow to be scheduled), so that a loader that
+    draws random numbers (the device sampler) has drawn for the same batches however the threads ran, and its next
+    epoch is the same in every run with the same seed (it differs from an inline run's, which drew for none).
+    ``with`` left through an exception (a failed step, Ctrl-C) does not wait: the thread stops after the batch it is
+    making. A ``for`` loop's iterator released by an exception still waits (its finalizer cannot see the exception),
+    and one the cyclic garbage collector closes on the loader's own thread cannot wait there, so what that thread
+    made is then up to timing. An exception in the thread is raised in the consumer at the batch where it happened;
+    one at a batch it never saw is dropped. On a CPU the thread runs without streams.
 
     Args:
         loader: an iterable of batches (tensors, or lists, tuples, dicts or PyG ``Data`` of them).
@@ -360,6 +364,10 @@ class BackgroundLoader:
         return _BackgroundIterator(self.loader, self.device, self.ahead)
 
 
+_STOP_POLL_SECONDS = 0.05
+"""How often the producer thread, waiting for a free slot, looks whether it was told to stop."""
+
+
 def _produce(loader: Iterable[Any], device: torch.device, stream: Any, out: Any, slots: Any, stop: Any) -> None:
     """The producer thread of :class:`BackgroundLoader`: each batch of ``loader`` made on ``stream`` once a slot is
     free, put in ``out`` with an event recorded after it; then ``_END``, or the exception raised."""
@@ -371,7 +379,11 @@ def _produce(loader: Iterable[Any], device: torch.device, stream: Any, out: Any,
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             it = iter(loader)
             while True:
-                slots.acquire()
+                # a timed wait that looks at the stop: a close on this very thread (see _BackgroundIterator.close)
+                # cannot release a slot, since the semaphore's lock may be the one this thread holds
+                while not slots.acquire(timeout=_STOP_POLL_SECONDS):
+                    if stop.is_set():
+                        return
                 if stop.is_set():
                     return
                 batch = next(it, _END)
@@ -390,7 +402,6 @@ def _produce(loader: Iterable[Any], device: torch.device, stream: Any, out: Any,
 class _BackgroundIterator:
     def __init__(self, loader: Iterable[Any], device: torch.device, ahead: int) -> None:
         import queue
-        import threading
 
         self.device = device
         self.cuda = device.type == "cuda"
@@ -440,18 +451,26 @@ class _BackgroundIterator:
         self.holding = True
         return batch
 
-    def close(self) -> None:
-        """Let the thread make the batches it is free to (every slot the consumer does not hold: ``ahead``, or
-        ``ahead + 1`` before the first batch was taken; fewer where the loader ends or fails first), stop it, join
-        it, and order the consumer's stream after its work. Stopping it at once would leave the number of batches
-        made, and so of random draws, to how the threads were scheduled."""
+    def close(self, *, drain: bool = True) -> None:
+        """Stop the thread, join it, and order the consumer's stream after its work. With ``drain``, first let it make
+        the batches it is free to (every slot the consumer does not hold: ``ahead``, or ``ahead + 1`` before the first
+        batch was taken; fewer where the loader ends or fails first): stopping it at once would leave the number of
+        batches made, and so of random draws, to how the threads were scheduled. Without (the way out through an
+        exception, after which the draws need not repeat) it stops after the batch it is making.
+
+        Called on the thread itself (the cyclic garbage collector runs on whichever thread allocates, and the loader
+        allocates a lot), it only tells the thread to stop after the batch it is making: the batches to wait for and
+        the join are that thread's own, so waiting there would never end."""
         if self.done:
             return
         self.done = True
+        if threading.current_thread() is self.thread:
+            self.stop.set()  # seen by its timed wait for a slot, once back from the batch it is making
+            return
         try:
             # Each free slot yields one queue item (a batch, _END or _Raised), the ones already queued included; the
             # consumer's slot is not released, so the thread then waits on the semaphore and sees the stop.
-            for _ in range(0 if self.ended else self.ahead + 1 - self.holding):
+            for _ in range(self.ahead + 1 - self.holding if drain and not self.ended else 0):
                 item = self.queue.get()
                 if item is _END or isinstance(item, _Raised):  # the thread has returned; a failure nobody asked for
                     break
@@ -465,10 +484,13 @@ class _BackgroundIterator:
     def __enter__(self) -> _BackgroundIterator:
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        # A generator closed at its `yield` (GeneratorExit) is a loop over it left early: that one waits.
+        self.close(drain=exc_type is None or issubclass(exc_type, GeneratorExit))
 
     def __del__(self) -> None:
+        """Closed with the wait: released by a ``for`` loop left early, or by one an exception unwinds (a finalizer
+        cannot see the exception); on the thread itself (see :meth:`close`), without."""
         if not getattr(self, "done", True):
             self.close()
 
