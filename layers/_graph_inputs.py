@@ -147,8 +147,11 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
 
 
 def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> GraphPlan:
-    """A torch sparse CSR / CSC ``adj_t``'s plan, its offsets and indices checked first (see the module docstring)."""
+    """A torch sparse CSR / CSC ``adj_t``'s plan, its offsets and indices checked first (see the module docstring).
+    With self-loops, ``min(adj_t.shape)`` of them whatever the layer's count (``num_loops``, from ``x`` or ``size``),
+    as PyG's ``add_self_loops`` adds to a sparse tensor."""
     n_dst, n_src = int(adj_t.shape[0]), int(adj_t.shape[1])
+    num_loops = None if num_loops is None else min(n_src, n_dst)
     form = "csr" if adj_t.layout == torch.sparse_csr else "csc"
     if form == "csr":
         offsets, indices, num_rows, num_indexed = adj_t.crow_indices(), adj_t.col_indices(), n_dst, n_src
@@ -175,9 +178,11 @@ def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> Grap
 def _coo_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> GraphPlan:
     """A torch sparse COO ``adj_t``'s plan: its ``[2, nnz]`` indices (destination, source) checked first (see the
     module docstring). As in PyG: without self-loops its entries are the edges in their stored order, and an
-    uncoalesced one is refused (PyG's ``adj_t.indices()`` raises for it); with them it is coalesced on the way
-    (:func:`_pyg_self_loop_plan`; a static plan drops the duplicate entries with the self-loops instead)."""
+    uncoalesced one is refused (PyG's ``adj_t.indices()`` raises for it); with them (``min(adj_t.shape)``, as in
+    :func:`_compressed_plan`) it is coalesced on the way (:func:`_pyg_self_loop_plan`; a static plan drops the
+    duplicate entries with the self-loops instead)."""
     n_dst, n_src = _coo_sizes(adj_t)
+    num_loops = None if num_loops is None else min(n_src, n_dst)
     coalesced = adj_t.is_coalesced()
     if num_loops is None and not coalesced:
         raise ValueError("edge_index must be coalesced when a torch sparse COO adj_t is read without self-loops (its "

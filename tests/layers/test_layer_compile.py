@@ -245,6 +245,41 @@ def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type
     assert_close_tree(ref, conv(x, adj, return_attention_weights=True), "static", rtol=1e-5, atol=1e-6)
 
 
+def _bipartite_adjacency(form: str) -> torch.Tensor:
+    """A 3 x 5 adj_t (3 destinations, 5 sources) as ``form``, one diagonal entry among its 6."""
+    ei = torch.tensor([[1, 0, 4, 1, 0, 3], [0, 0, 1, 1, 2, 2]])  # (source, destination); (0, 0), (1, 1) loops
+    coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(6), (3, 5)).coalesce()
+    return {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[form]
+
+
+@pytest.mark.parametrize("size", [None, (5, 2), (5, 3), (5, 4)], ids=str)
+@pytest.mark.parametrize("form", ["csr", "csc", "coo"])
+def test_sparse_adjacency_gets_min_shape_self_loops_whatever_x_and_size(form: str, size: tuple | None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``x=(x_src, None)`` on a 3 x 5 adj_t: PyG's ``add_self_loops`` gives a torch sparse tensor ``min(adj_t.shape)``
+    = 3 self-loops whatever ``x`` and ``size`` say, where the layer's own count (``x_src``'s 5 rows, or ``min(size)``)
+    differs: the eager and the static plan add those 3 (a count from ``x`` indexes past the 3 destinations, one from
+    ``size`` misses a loop or adds one). PyG refuses a CSC adj_t with self-loops; the CSC runs as the CSR does."""
+    from torch_geometric.nn import GATConv as PyGGATConv
+
+    from .test_gat_conv import assert_close_tree
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(5, 6, generator=g), None)
+    torch.manual_seed(0)
+    pyg = PyGGATConv((6, 6), 4, heads=2)
+    conv = GATConv((6, 6), 4, heads=2, cache_graph=False)
+    conv.load_state_dict(pyg.state_dict())
+    kwargs = {} if size is None else {"size": size}
+    ref = pyg(x, _bipartite_adjacency("csr" if form == "csc" else form), return_attention_weights=True, **kwargs)
+    eager = conv(x, _bipartite_adjacency(form), return_attention_weights=True, **kwargs)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    static = conv(x, _bipartite_adjacency(form), return_attention_weights=True, **kwargs)
+    assert_close_tree(ref[0] if form == "csc" else ref, eager[0] if form == "csc" else eager, "eager", rtol=1e-5,
+                      atol=1e-6)
+    assert_close_tree(eager, static, "static", rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("form", _sparse_forms())
 def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(form: str) -> None:
     """Under a real ``torch.compile``, whichever path the call takes (torch 2.13's dynamo runs a frame holding a torch
