@@ -280,6 +280,41 @@ def test_sparse_adjacency_gets_min_shape_self_loops_whatever_x_and_size(form: st
     assert_close_tree(eager, static, "static", rtol=1e-5, atol=1e-6)
 
 
+def _adjacency_with_repeats(form: str) -> torch.Tensor:
+    """A 5 x 5 adj_t holding a pair twice in a row and twice apart (row 1: columns 0, 3, 0; row 3: 4, 4), which
+    torch builds unchecked: a CSR (its columns unsorted in row 1), and a COO marked coalesced."""
+    dst = torch.tensor([0, 1, 1, 1, 2, 3, 3, 4])
+    src = torch.tensor([2, 0, 3, 0, 2, 4, 4, 1])  # (2, 2) a diagonal entry
+    if form == "csr":
+        return torch.sparse_csr_tensor(torch.tensor([0, 1, 4, 5, 7, 8]), src, torch.ones(8), (5, 5))
+    return torch.sparse_coo_tensor(torch.stack([dst, src]), torch.ones(8), (5, 5), is_coalesced=True)
+
+
+@pytest.mark.parametrize("form", ["csr", "coo"])
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+def test_static_plan_merges_a_sparse_adjacencys_repeated_entries_with_self_loops(cls: type, form: str,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With self-loops PyG coalesces a torch sparse CSR / COO adj_t (repeated entries one edge), whatever its COO
+    coalesced flag says, and so does the eager plan; the static plan drops the repeats as it drops self-loops, so
+    it gives PyG's output and attention (kept, the repeats are messages of their own: other numbers, none NaN)."""
+    from torch_geometric.nn import GATConv as PyGGATConv
+    from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+
+    from .test_gat_conv import assert_close_tree
+
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    pyg = (PyGGATConv if cls is GATConv else PyGGATv2Conv)(6, 4, heads=2)
+    conv = cls(6, 4, heads=2, cache_graph=False)
+    conv.load_state_dict(pyg.state_dict())
+    ref = pyg(x, _adjacency_with_repeats(form), return_attention_weights=True)
+    assert_close_tree(ref, conv(x, _adjacency_with_repeats(form), return_attention_weights=True), "eager",
+                      rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert_close_tree(ref, conv(x, _adjacency_with_repeats(form), return_attention_weights=True), "static",
+                      rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("form", _sparse_forms())
 def test_compiled_layer_never_gives_numbers_for_a_malformed_sparse_adjacency(form: str) -> None:
     """Under a real ``torch.compile``, whichever path the call takes (torch 2.13's dynamo runs a frame holding a torch
