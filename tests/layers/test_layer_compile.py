@@ -375,6 +375,53 @@ def test_compiled_layer_on_a_sparse_adjacency_matches_eager(cls: type, form: str
     torch.testing.assert_close(torch.compile(conv, backend="eager")(x, adj), conv(x, adj), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+def test_sparse_values_read_as_edge_features_uncopied_with_pygs_gradients(cls: type, layout: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch sparse adj_t's ``[nnz, 3]`` values read as edge features (``edge_dim``, no self-loops) reach the layer
+    as the values' own memory, no copy (the eager check sees their data pointer), and their gradient, eager and
+    under a real ``torch.compile`` (where the layer passes them on as a tensor that is no view: dynamo fails on a
+    view of a sparse tensor), equals PyG's for the same edges given as ``edge_attr``."""
+    from torch_geometric.nn import GATConv as PyGGATConv
+    from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+
+    from cudnn_gnn.layers import gat_conv, gatv2_conv
+
+    ei, n = _graph()
+    ei = ei.unique(dim=1)  # no repeated pair: the adjacency keeps every edge
+    g = torch.Generator().manual_seed(1)
+    x, base = torch.randn(n, 6, generator=g), torch.randn(ei.shape[1], 3, generator=g)
+    torch.manual_seed(0)
+    pyg = (PyGGATConv if cls is GATConv else PyGGATv2Conv)(6, 4, heads=2, edge_dim=3, add_self_loops=False)
+    conv = cls(6, 4, heads=2, edge_dim=3, add_self_loops=False)
+    conv.load_state_dict(pyg.state_dict())
+    weights = torch.randn(n, 8, generator=g)
+
+    def grad(layer: object, sparse: bool) -> torch.Tensor:
+        values = base.clone().requires_grad_()
+        if sparse:
+            coo = torch.sparse_coo_tensor(ei.flip(0), values, (n, n, 3)).coalesce()
+            adj = {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[layout]
+            (layer(x, adj) * weights).sum().backward()
+        else:
+            (layer(x, ei, values) * weights).sum().backward()
+        return values.grad
+
+    seen = []
+    for module in (gat_conv, gatv2_conv):
+        real = module.check_edge_attr
+        monkeypatch.setattr(module, "check_edge_attr", lambda ea, *a, real=real: seen.append(ea) or real(ea, *a))
+    coo = torch.sparse_coo_tensor(ei.flip(0), base, (n, n, 3)).coalesce()
+    adj = {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[layout]
+    conv(x, adj)
+    assert seen[-1].data_ptr() == adj.values().data_ptr()
+    expected = grad(pyg, False)
+    torch.testing.assert_close(grad(conv, True), expected, rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
+    torch.testing.assert_close(grad(torch.compile(conv, backend="eager"), True), expected, rtol=1e-5, atol=1e-6)
+
+
 class _StandInSparseTensor:
     """What a plan reads of a torch_sparse.SparseTensor: ``sparse_sizes()`` and its storage's ``rowptr`` or COO
     ``row`` (whichever is stored) and ``col``."""
