@@ -548,9 +548,9 @@ def test_errors_name_the_argument() -> None:
 
 
 def test_coo_adj_t_refusals_name_edge_index() -> None:
-    """A torch sparse COO adj_t checks nothing when built (``check_invariants`` is off by default): its ids outside
-    its size and a tensor of other than 2 sparse dims are refused naming edge_index before anything reads them (the
-    layer raised a bare RuntimeError for every COO adj_t); the sizes it fixes are checked against x."""
+    """A torch sparse COO adj_t checks nothing when built (``check_invariants`` is off by default) and conversions
+    index with its ids unchecked: ids outside its size and a tensor of other than 2 sparse dims are refused naming
+    edge_index before anything reads them; the sizes it fixes are checked against x."""
     n = 7
     conv = GATConv(5, 4)
     x = features(n, 5, 0).float()

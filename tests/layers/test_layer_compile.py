@@ -222,34 +222,47 @@ def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, l
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
 
 
+def _bipartite_adjacency(form: str) -> torch.Tensor:
+    """A 3 x 5 adj_t (3 destinations, 5 sources) as ``form`` (as :func:`_sparse_adjacency` names them), two
+    diagonal entries among its 6 (``coo_uncoalesced``: as given, and two of them once more)."""
+    ei = torch.tensor([[1, 0, 4, 1, 0, 3], [0, 0, 1, 1, 2, 2]])  # (source, destination); (0, 0), (1, 1) loops
+    if form == "coo_uncoalesced":
+        indices = torch.cat([ei, ei[:, 2:4]], 1).flip(0)
+        return torch.sparse_coo_tensor(indices, torch.ones(indices.shape[1]), (3, 5))
+    coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(6), (3, 5)).coalesce()
+    return {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[form]
+
+
 @pytest.mark.parametrize(("form", "loops"), [("csr", True), ("csc", True), ("coo", True), ("coo", False),
                                              ("coo_uncoalesced", True)])  # without self-loops refused (test above)
-@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
-def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type, form: str, loops: bool,
+@pytest.mark.parametrize(("cls", "graph"), [(cls, graph) for cls in (GATConv, GATv2Conv)
+                                            for graph in ("square", "bipartite", "bipartite_no_x_dst")
+                                            if not (cls is GATv2Conv and graph == "bipartite_no_x_dst")])
+def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type, form: str, loops: bool, graph: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The fixed-shape plan (built as in the test above) of a valid torch sparse adj_t returns what the eager layer
     returns: the output, and the attention as the same sparse tensor (layout, index tensors in the same order,
     values) with ``alpha`` in its order, where it returned ``(edge_index, alpha)``. With self-loops that is PyG's
     coalesced self-loop form (CSC: column-major), which the static plan (the caller's entries, self-loops
     redirected, the loops appended) sorts its kept edges into; an uncoalesced COO tensor's repeated entries are
-    dropped as its self-loops are."""
+    dropped as its self-loops are. On a square graph with one ``x``, and on a 3 x 5 one with ``x=(x_src, x_dst)``
+    and with ``x=(x_src, None)`` (GATConv only: GATv2Conv needs ``x_dst``), whose self-loops are
+    ``min(adj_t.shape)`` whatever the layer counts from ``x``."""
     from .test_gat_conv import assert_close_tree
 
-    ei, n = _graph()
-    adj = _sparse_adjacency(ei, n, form, None)
     torch.manual_seed(0)
-    conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
-    x = torch.randn(n, 6)
+    if graph == "square":
+        ei, n = _graph()
+        adj = _sparse_adjacency(ei, n, form, None)
+        conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
+        x: object = torch.randn(n, 6)
+    else:
+        adj = _bipartite_adjacency(form)
+        conv = cls((6, 6), 4, heads=2, add_self_loops=loops, cache_graph=False)
+        x = (torch.randn(5, 6), None if graph == "bipartite_no_x_dst" else torch.randn(3, 6))
     ref = conv(x, adj, return_attention_weights=True)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert_close_tree(ref, conv(x, adj, return_attention_weights=True), "static", rtol=1e-5, atol=1e-6)
-
-
-def _bipartite_adjacency(form: str) -> torch.Tensor:
-    """A 3 x 5 adj_t (3 destinations, 5 sources) as ``form``, one diagonal entry among its 6."""
-    ei = torch.tensor([[1, 0, 4, 1, 0, 3], [0, 0, 1, 1, 2, 2]])  # (source, destination); (0, 0), (1, 1) loops
-    coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(6), (3, 5)).coalesce()
-    return {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[form]
 
 
 @pytest.mark.parametrize("size", [None, (5, 2), (5, 3), (5, 4)], ids=str)
@@ -353,9 +366,9 @@ def test_compiled_layer_on_a_sparse_adjacency_matches_eager(cls: type, form: str
     """A real ``torch.compile`` of a layer given a valid torch sparse adj_t gives the eager layer's results: with
     self-loops the output and the returned attention (the sparse adjacency and ``alpha``); without them, the output
     with ``[nnz, 3]`` values read as edge features (``edge_dim``). Torch 2.13's dynamo runs the layer's frame eagerly
-    for the sparse tensor and traces the functions it calls, and raised ``IndexError`` in any of them given a view of
-    a sparse tensor: PyG's ``add_self_loops`` (which the layer called for a CSR adj_t) and the layer's edge-feature
-    checks are given ``values()``."""
+    for the sparse tensor and traces the functions it calls, raising ``IndexError`` in any of them given a view of a
+    sparse tensor such as ``values()``: this catches one reaching them (through PyG's ``add_self_loops``, or as the
+    edge features)."""
     from .test_gat_conv import assert_close_tree
 
     ei, n = _graph()
@@ -430,7 +443,7 @@ class _StandInSparseTensor:
         self.storage = type("Storage", (), {"has_rowptr": lambda _s: rowptr is not None, "rowptr": lambda _s: rowptr,
                                             "row": lambda _s: row, "col": lambda _s: col, "value": lambda _s: None})()
         self.sparse_sizes = lambda: (n, n)
-        if rowptr is not None:  # stored as COO, torch_sparse's csr() would run its ind2ptr: not offered
+        if rowptr is not None:  # csr() only where rowptr is stored: stored as COO, torch_sparse's would run ind2ptr
             self.csr = lambda: (rowptr, col, None)
 
 
