@@ -137,10 +137,11 @@ def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None
     ``[E, D]`` values of a torch sparse COO / CSR / CSC tensor (PyG's ``MessagePassing`` takes 2-D values of one as
     ``edge_attr`` and 1-D ones as edge weights, which GAT ignores). ``edge_attr`` for any other form.
 
-    A torch sparse tensor's values are passed on as a copy: ``values()`` is a view whose base is the sparse tensor,
-    and torch 2.13's dynamo raises ``IndexError`` in every frame it traces that receives such a view (the layer's
-    callees, in a compiled model whose layer frame runs eagerly for the sparse tensor). An uncoalesced COO tensor's
-    are not read (``values()`` refuses it): its plan refuses it without self-loops, the rule with them."""
+    A torch sparse tensor's values are passed on as an alias that is no view (:func:`_unviewed`, no copy): torch
+    2.13's dynamo raises ``IndexError`` in every frame it traces that receives ``values()``, a view whose base is
+    the sparse tensor (the layer's callees, in a compiled model whose layer frame runs eagerly for the sparse
+    tensor). An uncoalesced COO tensor's are not read (``values()`` refuses it): its plan refuses it without
+    self-loops, the rule with them."""
     if edge_dim is None:
         return edge_attr
     if is_sparse_tensor(edge_index):
@@ -149,13 +150,35 @@ def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None
     if (isinstance(edge_index, Tensor) and edge_index.layout in _TORCH_SPARSE_LAYOUTS
             and edge_index.dense_dim() > 0 and edge_attr is None):
         readable = edge_index.layout != torch.sparse_coo or edge_index.is_coalesced()
-        values = edge_index.values().clone() if readable else None
+        values = _unviewed(edge_index.values()) if readable else None
         return sparse_tensor_edge_attr_rule(name, None, values, edge_dim=edge_dim, add_self_loops=add_self_loops,
                                             form="torch_sparse_values")
     return edge_attr
 
 
 _TORCH_SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+
+
+class _Unviewed(torch.autograd.Function):
+    """``values`` unchanged as a tensor that is no view (``detach()`` shares its memory without one), its gradient
+    passed back to ``values`` as it comes."""
+
+    @staticmethod
+    def forward(ctx: Any, values: Tensor) -> Tensor:
+        return values.detach()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> Tensor:
+        return grad
+
+
+@torch.compiler.disable
+def _unviewed(values: Tensor) -> Tensor:
+    """A sparse tensor's ``values()`` ``[E, D]`` as a tensor that is no view of the sparse tensor: the same memory,
+    its gradient flowing back to ``values``. Kept from dynamo (``disable``): inside a compiled model the frame
+    calling this runs eagerly (it holds the sparse tensor), and dynamo would trace ``forward``, a frame receiving
+    the view."""
+    return _Unviewed.apply(values)
 
 
 def sparse_tensor_edge_attr_rule(name: str, edge_attr: Tensor | None, values: Tensor | None, *, edge_dim: int,

@@ -147,8 +147,12 @@ def build_plan(edge_index: Any, num_src: int, num_dst: int, num_loops: int | Non
 
 
 def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> GraphPlan:
-    """A torch sparse CSR / CSC ``adj_t``'s plan, its offsets and indices checked first (see the module docstring)."""
+    """A torch sparse CSR / CSC ``adj_t``'s plan, its offsets and indices checked first (see the module docstring).
+    With self-loops, ``min(adj_t.shape)`` of them whatever the layer's count (``num_loops``, from ``x`` or ``size``),
+    as PyG's ``add_self_loops`` adds to a sparse tensor; with them a static CSR plan drops repeated entries as it
+    drops self-loops (the eager plan's coalescing, :func:`_pyg_self_loop_plan`)."""
     n_dst, n_src = int(adj_t.shape[0]), int(adj_t.shape[1])
+    num_loops = None if num_loops is None else min(n_src, n_dst)
     form = "csr" if adj_t.layout == torch.sparse_csr else "csc"
     if form == "csr":
         offsets, indices, num_rows, num_indexed = adj_t.crow_indices(), adj_t.col_indices(), n_dst, n_src
@@ -157,9 +161,10 @@ def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> Grap
     _check_compressed(form, offsets, indices, num_rows, num_indexed, values=not static)
     if static:
         ids, poison = compressed_ids(offsets, indices.numel())
-        ids = ids.to(indices.dtype)
-        ei = torch.stack([indices, ids] if form == "csr" else [ids, indices])
-        return static_plan(ei, n_src, n_dst, num_loops, form, None, poison=poison)
+        src, dst = (indices, ids.to(indices.dtype)) if form == "csr" else (ids.to(indices.dtype), indices)
+        if form == "csr" and num_loops is not None:
+            src, dst, poison = _coalesced_with_loops(src, dst, n_src, n_dst, poison)
+        return static_plan(torch.stack([src, dst]), n_src, n_dst, num_loops, form, None, poison=poison)
     if form == "csc":
         return eager_plan(adj_t_to_coo(adj_t), n_src, n_dst, num_loops, form, None)
     if num_loops is not None:
@@ -175,9 +180,12 @@ def _compressed_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> Grap
 def _coo_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> GraphPlan:
     """A torch sparse COO ``adj_t``'s plan: its ``[2, nnz]`` indices (destination, source) checked first (see the
     module docstring). As in PyG: without self-loops its entries are the edges in their stored order, and an
-    uncoalesced one is refused (PyG's ``adj_t.indices()`` raises for it); with them it is coalesced on the way
-    (:func:`_pyg_self_loop_plan`; a static plan drops the duplicate entries with the self-loops instead)."""
+    uncoalesced one is refused (PyG's ``adj_t.indices()`` raises for it); with them (``min(adj_t.shape)``, as in
+    :func:`_compressed_plan`) it is coalesced on the way (:func:`_pyg_self_loop_plan`; a static plan drops the
+    repeated entries with the self-loops instead, whatever the tensor's coalesced flag says, as the eager plan
+    merges them whatever it says)."""
     n_dst, n_src = _coo_sizes(adj_t)
+    num_loops = None if num_loops is None else min(n_src, n_dst)
     coalesced = adj_t.is_coalesced()
     if num_loops is None and not coalesced:
         raise ValueError("edge_index must be coalesced when a torch sparse COO adj_t is read without self-loops (its "
@@ -187,11 +195,8 @@ def _coo_plan(adj_t: Tensor, num_loops: int | None, static: bool) -> GraphPlan:
     dst, src = indices[0], indices[1]
     if static:
         poison = None
-        if num_loops is not None and not coalesced:
-            # clamped first, their poison kept: a repeat's source is replaced, and one out of range (whose key
-            # may equal another pair's) must still make the output NaN
-            src, dst, poison = clamped_ids(src, dst, n_src, n_dst)
-            src = _duplicates_as_self_loops(src, dst, n_src)
+        if num_loops is not None:
+            src, dst, poison = _coalesced_with_loops(src, dst, n_src, n_dst, None)
         return static_plan(torch.stack([src, dst]), n_src, n_dst, num_loops, "sparse_coo", None, poison=poison)
     _check_coo_ids(indices, n_dst, n_src)
     if num_loops is not None:
@@ -209,6 +214,16 @@ def _check_coo_ids(indices: Tensor, n_dst: int, n_src: int) -> None:
     for row, nodes, n, a, b in ((0, "destination", n_dst, dst_lo, dst_hi), (1, "source", n_src, src_lo, src_hi)):
         if a < 0 or b >= n:
             raise ValueError(f"edge_index's indices[{row}] ({nodes} node ids) must be in [0, {n}), got range [{a}, {b}]")
+
+
+def _coalesced_with_loops(src: Tensor, dst: Tensor, n_src: int, n_dst: int,
+                          poison: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
+    """A static plan's ``(src, dst)`` ``[nnz]`` of a sparse ``adj_t`` read with self-loops, clamped into range and
+    every repeated pair made a self-loop (:func:`_duplicates_as_self_loops`), and the poison (``poison``, what the
+    offsets gave, plus the clamp's). Clamped first: a repeat's source is replaced, and an id out of range (whose
+    clamped pair may equal another) must still make the output NaN."""
+    src, dst, clamp_poison = clamped_ids(src, dst, n_src, n_dst)
+    return _duplicates_as_self_loops(src, dst, n_src), dst, clamp_poison if poison is None else poison + clamp_poison
 
 
 def _duplicates_as_self_loops(src: Tensor, dst: Tensor, n_src: int) -> Tensor:

@@ -75,11 +75,14 @@ def attention_result(plan: GraphPlan, alpha: Tensor, edge_index: Any) -> Any:
         return set_sparse_value(edge_index if plan.source is None else plan.source.clone(), alpha), alpha
     if plan.form == "sparse_coo":
         indices = (edge_index if plan.source is None else plan.source)._indices()
-        # PyG's set_sparse_value: a new tensor, coalesced (a fresh copy of the indices). Its size there is the
-        # adjacency's (dense dims of [E, D] values too) + alpha's, an invalid one for [E, D] values, where PyG
-        # raises; alpha's trailing dims alone here
+        # PyG's set_sparse_value: a new tensor, coalesced (a fresh copy of the indices). These indices are
+        # coalesced already: the self-loop form's are sorted and unique (_pyg_self_loop_plan), and without
+        # self-loops the caller's tensor is marked coalesced (its plan refuses one that is not; torch's invariant
+        # check refuses a false mark), so the tensor is marked so, not sorted again (coalesce(): a sort, and on
+        # CUDA a host read). Its size in PyG is the adjacency's (dense dims of [E, D] values too) + alpha's, an
+        # invalid one for [E, D] values, where PyG raises; alpha's trailing dims alone here
         size = (plan.num_dst, plan.graph.num_src_nodes, *alpha.shape[1:])
-        return torch.sparse_coo_tensor(indices, alpha, size, device=alpha.device).coalesce(), alpha
+        return torch.sparse_coo_tensor(indices.clone(), alpha, size, is_coalesced=True), alpha
     if plan.form == "csc":
         cached = plan._returned.get("ei")
         ei = cached if cached is not None else plan._returned.setdefault("ei", plan.graph.edge_index())

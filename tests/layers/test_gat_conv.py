@@ -275,6 +275,28 @@ def test_uncoalesced_coo_adj_t_without_self_loops_is_refused() -> None:
     run_parity(pyg, ours, x, _uncoalesced_adj_t(ei, n, n).coalesce())
 
 
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+@pytest.mark.parametrize("loops", [True, False])
+def test_coo_adj_t_attention_is_built_coalesced_without_a_sort(loops: bool, static: bool,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attention returned for a COO adj_t is PyG's coalesced tensor, built from indices already coalesced (the
+    self-loop form's, or the caller's tensor marked coalesced) and marked so: no ``coalesce()`` (a sort, and on
+    CUDA a host read), eager or in the static plan (``is_compiling()`` patched, as in test_layer_compile.py)."""
+    ei, n, _ = GRAPHS["shuffled_dup_loops"]()
+    pyg, ours = make_pair(pyg_nn.GATConv, GATConv, 5, 4, heads=2, add_self_loops=loops)
+    x, adj = features(n, 5, 0), to_torch_coo_tensor(ei.flip(0), size=(n, n))
+    want = pyg(x, adj, return_attention_weights=True)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: static)
+
+    def refuse(self: Tensor) -> Tensor:
+        raise AssertionError("coalesce() called")
+
+    monkeypatch.setattr(Tensor, "coalesce", refuse)
+    got = ours(x, adj, return_attention_weights=True)
+    assert got[1][0].is_coalesced()
+    assert_close_tree(want, got, "attention", **TOL)
+
+
 @pytest.mark.parametrize("loops", [True, False])
 def test_bipartite_coo_adj_t_matches_pyg(loops: bool) -> None:
     """A torch sparse COO adj_t of 3 destination rows and 7 source columns fixes the sizes: x as a pair, with and
@@ -526,9 +548,9 @@ def test_errors_name_the_argument() -> None:
 
 
 def test_coo_adj_t_refusals_name_edge_index() -> None:
-    """A torch sparse COO adj_t checks nothing when built (``check_invariants`` is off by default): its ids outside
-    its size and a tensor of other than 2 sparse dims are refused naming edge_index before anything reads them (the
-    layer raised a bare RuntimeError for every COO adj_t); the sizes it fixes are checked against x."""
+    """A torch sparse COO adj_t checks nothing when built (``check_invariants`` is off by default) and conversions
+    index with its ids unchecked: ids outside its size and a tensor of other than 2 sparse dims are refused naming
+    edge_index before anything reads them; the sizes it fixes are checked against x."""
     n = 7
     conv = GATConv(5, 4)
     x = features(n, 5, 0).float()

@@ -222,27 +222,110 @@ def test_sparse_adjacency_out_of_range_gives_nan_in_the_static_plan(cls: type, l
     assert torch.isnan(out).all() and torch.isnan(alpha).all()
 
 
+def _bipartite_adjacency(form: str) -> torch.Tensor:
+    """A 3 x 5 adj_t (3 destinations, 5 sources) as ``form`` (as :func:`_sparse_adjacency` names them), two
+    diagonal entries among its 6 (``coo_uncoalesced``: as given, and two of them once more)."""
+    ei = torch.tensor([[1, 0, 4, 1, 0, 3], [0, 0, 1, 1, 2, 2]])  # (source, destination); (0, 0), (1, 1) loops
+    if form == "coo_uncoalesced":
+        indices = torch.cat([ei, ei[:, 2:4]], 1).flip(0)
+        return torch.sparse_coo_tensor(indices, torch.ones(indices.shape[1]), (3, 5))
+    coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(6), (3, 5)).coalesce()
+    return {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[form]
+
+
 @pytest.mark.parametrize(("form", "loops"), [("csr", True), ("csc", True), ("coo", True), ("coo", False),
                                              ("coo_uncoalesced", True)])  # without self-loops refused (test above)
-@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
-def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type, form: str, loops: bool,
+@pytest.mark.parametrize(("cls", "graph"), [(cls, graph) for cls in (GATConv, GATv2Conv)
+                                            for graph in ("square", "bipartite", "bipartite_no_x_dst")
+                                            if not (cls is GATv2Conv and graph == "bipartite_no_x_dst")])
+def test_static_plan_of_a_sparse_adjacency_returns_the_eager_attention(cls: type, form: str, loops: bool, graph: str,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """The fixed-shape plan (built as in the test above) of a valid torch sparse adj_t returns what the eager layer
     returns: the output, and the attention as the same sparse tensor (layout, index tensors in the same order,
     values) with ``alpha`` in its order, where it returned ``(edge_index, alpha)``. With self-loops that is PyG's
     coalesced self-loop form (CSC: column-major), which the static plan (the caller's entries, self-loops
     redirected, the loops appended) sorts its kept edges into; an uncoalesced COO tensor's repeated entries are
-    dropped as its self-loops are."""
+    dropped as its self-loops are. On a square graph with one ``x``, and on a 3 x 5 one with ``x=(x_src, x_dst)``
+    and with ``x=(x_src, None)`` (GATConv only: GATv2Conv needs ``x_dst``), whose self-loops are
+    ``min(adj_t.shape)`` whatever the layer counts from ``x``."""
     from .test_gat_conv import assert_close_tree
 
-    ei, n = _graph()
-    adj = _sparse_adjacency(ei, n, form, None)
     torch.manual_seed(0)
-    conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
-    x = torch.randn(n, 6)
+    if graph == "square":
+        ei, n = _graph()
+        adj = _sparse_adjacency(ei, n, form, None)
+        conv = cls(6, 4, heads=2, add_self_loops=loops, cache_graph=False)
+        x: object = torch.randn(n, 6)
+    else:
+        adj = _bipartite_adjacency(form)
+        conv = cls((6, 6), 4, heads=2, add_self_loops=loops, cache_graph=False)
+        x = (torch.randn(5, 6), None if graph == "bipartite_no_x_dst" else torch.randn(3, 6))
     ref = conv(x, adj, return_attention_weights=True)
     monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     assert_close_tree(ref, conv(x, adj, return_attention_weights=True), "static", rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("size", [None, (5, 2), (5, 3), (5, 4)], ids=str)
+@pytest.mark.parametrize("form", ["csr", "csc", "coo"])
+def test_sparse_adjacency_gets_min_shape_self_loops_whatever_x_and_size(form: str, size: tuple | None,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``x=(x_src, None)`` on a 3 x 5 adj_t: PyG's ``add_self_loops`` gives a torch sparse tensor ``min(adj_t.shape)``
+    = 3 self-loops whatever ``x`` and ``size`` say, where the layer's own count (``x_src``'s 5 rows, or ``min(size)``)
+    differs: the eager and the static plan add those 3 (a count from ``x`` indexes past the 3 destinations, one from
+    ``size`` misses a loop or adds one). PyG refuses a CSC adj_t with self-loops; the CSC runs as the CSR does."""
+    from torch_geometric.nn import GATConv as PyGGATConv
+
+    from .test_gat_conv import assert_close_tree
+
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(5, 6, generator=g), None)
+    torch.manual_seed(0)
+    pyg = PyGGATConv((6, 6), 4, heads=2)
+    conv = GATConv((6, 6), 4, heads=2, cache_graph=False)
+    conv.load_state_dict(pyg.state_dict())
+    kwargs = {} if size is None else {"size": size}
+    ref = pyg(x, _bipartite_adjacency("csr" if form == "csc" else form), return_attention_weights=True, **kwargs)
+    eager = conv(x, _bipartite_adjacency(form), return_attention_weights=True, **kwargs)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    static = conv(x, _bipartite_adjacency(form), return_attention_weights=True, **kwargs)
+    assert_close_tree(ref[0] if form == "csc" else ref, eager[0] if form == "csc" else eager, "eager", rtol=1e-5,
+                      atol=1e-6)
+    assert_close_tree(eager, static, "static", rtol=1e-5, atol=1e-6)
+
+
+def _adjacency_with_repeats(form: str) -> torch.Tensor:
+    """A 5 x 5 adj_t holding a pair twice in a row and twice apart (row 1: columns 0, 3, 0; row 3: 4, 4), which
+    torch builds unchecked: a CSR (its columns unsorted in row 1), and a COO marked coalesced."""
+    dst = torch.tensor([0, 1, 1, 1, 2, 3, 3, 4])
+    src = torch.tensor([2, 0, 3, 0, 2, 4, 4, 1])  # (2, 2) a diagonal entry
+    if form == "csr":
+        return torch.sparse_csr_tensor(torch.tensor([0, 1, 4, 5, 7, 8]), src, torch.ones(8), (5, 5))
+    return torch.sparse_coo_tensor(torch.stack([dst, src]), torch.ones(8), (5, 5), is_coalesced=True)
+
+
+@pytest.mark.parametrize("form", ["csr", "coo"])
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+def test_static_plan_merges_a_sparse_adjacencys_repeated_entries_with_self_loops(cls: type, form: str,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """With self-loops PyG coalesces a torch sparse CSR / COO adj_t (repeated entries one edge), whatever its COO
+    coalesced flag says, and so does the eager plan; the static plan drops the repeats as it drops self-loops, so
+    it gives PyG's output and attention (kept, the repeats are messages of their own: other numbers, none NaN)."""
+    from torch_geometric.nn import GATConv as PyGGATConv
+    from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+
+    from .test_gat_conv import assert_close_tree
+
+    x = torch.randn(5, 6, generator=torch.Generator().manual_seed(0))
+    torch.manual_seed(0)
+    pyg = (PyGGATConv if cls is GATConv else PyGGATv2Conv)(6, 4, heads=2)
+    conv = cls(6, 4, heads=2, cache_graph=False)
+    conv.load_state_dict(pyg.state_dict())
+    ref = pyg(x, _adjacency_with_repeats(form), return_attention_weights=True)
+    assert_close_tree(ref, conv(x, _adjacency_with_repeats(form), return_attention_weights=True), "eager",
+                      rtol=1e-5, atol=1e-6)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    assert_close_tree(ref, conv(x, _adjacency_with_repeats(form), return_attention_weights=True), "static",
+                      rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.parametrize("form", _sparse_forms())
@@ -283,9 +366,9 @@ def test_compiled_layer_on_a_sparse_adjacency_matches_eager(cls: type, form: str
     """A real ``torch.compile`` of a layer given a valid torch sparse adj_t gives the eager layer's results: with
     self-loops the output and the returned attention (the sparse adjacency and ``alpha``); without them, the output
     with ``[nnz, 3]`` values read as edge features (``edge_dim``). Torch 2.13's dynamo runs the layer's frame eagerly
-    for the sparse tensor and traces the functions it calls, and raised ``IndexError`` in any of them given a view of
-    a sparse tensor: PyG's ``add_self_loops`` (which the layer called for a CSR adj_t) and the layer's edge-feature
-    checks are given ``values()``."""
+    for the sparse tensor and traces the functions it calls, raising ``IndexError`` in any of them given a view of a
+    sparse tensor such as ``values()``: this catches one reaching them (through PyG's ``add_self_loops``, or as the
+    edge features)."""
     from .test_gat_conv import assert_close_tree
 
     ei, n = _graph()
@@ -305,6 +388,53 @@ def test_compiled_layer_on_a_sparse_adjacency_matches_eager(cls: type, form: str
     torch.testing.assert_close(torch.compile(conv, backend="eager")(x, adj), conv(x, adj), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
+@pytest.mark.parametrize("cls", [GATConv, GATv2Conv])
+def test_sparse_values_read_as_edge_features_uncopied_with_pygs_gradients(cls: type, layout: str,
+                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A torch sparse adj_t's ``[nnz, 3]`` values read as edge features (``edge_dim``, no self-loops) reach the layer
+    as the values' own memory, no copy (the eager check sees their data pointer), and their gradient, eager and
+    under a real ``torch.compile`` (where the layer passes them on as a tensor that is no view: dynamo fails on a
+    view of a sparse tensor), equals PyG's for the same edges given as ``edge_attr``."""
+    from torch_geometric.nn import GATConv as PyGGATConv
+    from torch_geometric.nn import GATv2Conv as PyGGATv2Conv
+
+    from cudnn_gnn.layers import gat_conv, gatv2_conv
+
+    ei, n = _graph()
+    ei = ei.unique(dim=1)  # no repeated pair: the adjacency keeps every edge
+    g = torch.Generator().manual_seed(1)
+    x, base = torch.randn(n, 6, generator=g), torch.randn(ei.shape[1], 3, generator=g)
+    torch.manual_seed(0)
+    pyg = (PyGGATConv if cls is GATConv else PyGGATv2Conv)(6, 4, heads=2, edge_dim=3, add_self_loops=False)
+    conv = cls(6, 4, heads=2, edge_dim=3, add_self_loops=False)
+    conv.load_state_dict(pyg.state_dict())
+    weights = torch.randn(n, 8, generator=g)
+
+    def grad(layer: object, sparse: bool) -> torch.Tensor:
+        values = base.clone().requires_grad_()
+        if sparse:
+            coo = torch.sparse_coo_tensor(ei.flip(0), values, (n, n, 3)).coalesce()
+            adj = {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[layout]
+            (layer(x, adj) * weights).sum().backward()
+        else:
+            (layer(x, ei, values) * weights).sum().backward()
+        return values.grad
+
+    seen = []
+    for module in (gat_conv, gatv2_conv):
+        real = module.check_edge_attr
+        monkeypatch.setattr(module, "check_edge_attr", lambda ea, *a, real=real: seen.append(ea) or real(ea, *a))
+    coo = torch.sparse_coo_tensor(ei.flip(0), base, (n, n, 3)).coalesce()
+    adj = {"coo": coo, "csr": coo.to_sparse_csr(), "csc": coo.to_sparse_csc()}[layout]
+    conv(x, adj)
+    assert seen[-1].data_ptr() == adj.values().data_ptr()
+    expected = grad(pyg, False)
+    torch.testing.assert_close(grad(conv, True), expected, rtol=1e-5, atol=1e-6)
+    torch._dynamo.reset()
+    torch.testing.assert_close(grad(torch.compile(conv, backend="eager"), True), expected, rtol=1e-5, atol=1e-6)
+
+
 class _StandInSparseTensor:
     """What a plan reads of a torch_sparse.SparseTensor: ``sparse_sizes()`` and its storage's ``rowptr`` or COO
     ``row`` (whichever is stored) and ``col``."""
@@ -313,7 +443,7 @@ class _StandInSparseTensor:
         self.storage = type("Storage", (), {"has_rowptr": lambda _s: rowptr is not None, "rowptr": lambda _s: rowptr,
                                             "row": lambda _s: row, "col": lambda _s: col, "value": lambda _s: None})()
         self.sparse_sizes = lambda: (n, n)
-        if rowptr is not None:  # stored as COO, torch_sparse's csr() would run its ind2ptr: not offered
+        if rowptr is not None:  # csr() only where rowptr is stored: stored as COO, torch_sparse's would run ind2ptr
             self.csr = lambda: (rowptr, col, None)
 
 

@@ -286,9 +286,9 @@ def test_triton_backend_runs_on_an_edge_index_under_the_interpreter():
 @pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
 @pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
 def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
-    """A torch sparse adj_t with [E, edge_dim] values: PyG reads them as edge_attr; we ignored them (a different
-    result, silently). Without self-loops they are read now; with self-loops (PyG fills loop features into the
-    values) we refuse."""
+    """A torch sparse adj_t with [E, edge_dim] values: PyG reads them as edge_attr, and so do ours without
+    self-loops; with self-loops (PyG fills loop features into the values) ours refuse, rather than give other
+    numbers."""
     x, ei, ea = _graph()
     ea = ea[:, :2]
     coo = torch.sparse_coo_tensor(ei.flip(0), ea, (7, 7, 2)).coalesce()  # rows are destinations (adj_t)
@@ -309,19 +309,21 @@ def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
 @pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
 @pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
 def test_edge_attr_is_counted_against_a_sparse_adjacencys_entries(ours, theirs, layout):
-    """An adj_t of 2 destination rows has shape (2, num_src), which the edge_attr check read as a [2, E] edge_index:
-    edge_attr of the adjacency's 3 entries was refused for not having num_src=5 rows. It is counted against the
-    entries."""
-    ei = torch.tensor([[0, 3, 4], [0, 1, 1]])  # 5 sources, 2 destinations
+    """A sparse adjacency's edge count is its entry count: an adj_t of 2 destination rows has shape (2, num_src),
+    not a [2, E] edge_index's, so edge_attr has a row per entry (3), not num_src=5 rows. The rows follow the
+    adjacency's storage order, row-major (CSR, COO) or column-major (CSC), which differ on this graph: a CSC's
+    edge_attr read in the other order gives other numbers."""
+    ei = torch.tensor([[4, 0, 3], [0, 1, 1]])  # 5 sources, 2 destinations, in row-major order
     coo = torch.sparse_coo_tensor(ei.flip(0), torch.ones(3), (2, 5)).coalesce()
     adj = {"csr": coo.to_sparse_csr, "csc": coo.to_sparse_csc, "coo": lambda: coo}[layout]()
+    stored = ei[:, [1, 2, 0]] if layout == "csc" else ei  # column-major: by source
     g = torch.Generator().manual_seed(0)
     x, ea = (torch.randn(5, 5, generator=g), torch.randn(2, 5, generator=g)), torch.randn(3, 2, generator=g)
     torch.manual_seed(0)
     pyg = theirs((5, 5), 4, heads=2, edge_dim=2, add_self_loops=False)
     conv = ours((5, 5), 4, heads=2, edge_dim=2, add_self_loops=False, backend="reference")
     conv.load_state_dict(pyg.state_dict())
-    torch.testing.assert_close(conv(x, adj, ea), pyg(x, ei, ea), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(conv(x, adj, ea), pyg(x, stored, ea), rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match=r"^edge_attr must have shape \(num_edges=3, edge_dim=2\), got \(5, 2\)"):
         conv(x, adj, torch.randn(5, 2))
 
