@@ -397,8 +397,8 @@ def test_mixed_precision_features_run_under_autocast(ours):
 @pytest.mark.parametrize("ours", [GATConv, GATv2Conv], ids=IDS)
 @pytest.mark.parametrize("add_self_loops", [True, False])
 def test_bipartite_rows_that_disagree_with_the_graph_name_the_users_x(ours, add_self_loops):
-    """A CscGraph of 5 sources and 3 destinations: x[1] of 4 rows used to be reported by the self-loop plan built
-    from it ("edge_index[1] (destinations) must be < num_dst_nodes=3"); the user's x[1] is named instead."""
+    """A CscGraph of 5 sources and 3 destinations given x[1] of 4 rows: the error names the user's x[1] and the
+    graph's destination count, not the self-loop plan built from them (whose edge_index the user never passed)."""
     g = CscGraph.from_edge_index(torch.tensor([[0, 1, 4], [0, 1, 2]]), size=(5, 3))
     conv = ours((5, 5), 4, add_self_loops=add_self_loops)
     assert conv((torch.randn(5, 5), torch.randn(3, 5)), g).shape == (3, 4)
