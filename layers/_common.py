@@ -133,9 +133,9 @@ def check_sparse_loop_edge_attr(edge_index: Any, has_edge_attr: bool) -> None:
 def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None, edge_dim: int | None,
                             add_self_loops: bool) -> Tensor | None:
     """The edge features a layer with ``edge_dim`` uses when ``edge_index`` carries values PyG reads as
-    ``edge_attr`` (:func:`sparse_tensor_edge_attr_rule` decides): a ``torch_sparse.SparseTensor``'s values, or the
-    ``[E, D]`` values of a torch sparse COO / CSR / CSC tensor (PyG's ``MessagePassing`` takes 2-D values of one as
-    ``edge_attr`` and 1-D ones as edge weights, which GAT ignores). ``edge_attr`` for any other form.
+    ``edge_attr`` (:func:`sparse_tensor_edge_attr_rule` decides): the ``[E, D]`` values of a
+    ``torch_sparse.SparseTensor`` or of a torch sparse COO / CSR / CSC tensor (PyG's ``MessagePassing`` takes 2-D
+    values as ``edge_attr`` and 1-D ones as edge weights, which GAT ignores). ``edge_attr`` for any other form.
 
     A torch sparse tensor's values are passed on as an alias that is no view (:func:`_unviewed`, no copy): torch
     2.13's dynamo raises ``IndexError`` in every frame it traces that receives ``values()``, a view whose base is
@@ -192,7 +192,9 @@ def sparse_tensor_edge_attr_rule(name: str, edge_attr: Tensor | None, values: Te
     * ``add_self_loops=True``: refused (NotImplementedError), edge features given or not. PyG raises the same
       way for a SparseTensor (it cannot fill self-loop features into one); for a torch sparse tensor PyG fills
       them into the values, which the layers here do not do.
-    * otherwise ``edge_attr`` where given, else the values (PyG's ``MessagePassing`` reads them as ``edge_attr``).
+    * otherwise ``edge_attr`` where given, else ``[E, D]`` values (PyG's generated ``MessagePassing`` collect
+      reads 2-D values as ``edge_attr``); 1-D values are edge weights, which GAT ignores (PyG's collect passes
+      ``edge_attr=None`` for them), so the layer runs without an edge term, as PyG's does.
     """
     if add_self_loops:
         if form == "SparseTensor":
@@ -205,4 +207,6 @@ def sparse_tensor_edge_attr_rule(name: str, edge_attr: Tensor | None, values: Te
             f"edge_dim must be None for {name} with add_self_loops=True when edge_index is {what} ({why}), got "
             f"edge_dim={edge_dim}; pass add_self_loops=False, or a [2, E] edge_index or CscGraph with edge_attr"
         )
-    return values if edge_attr is None else edge_attr
+    if edge_attr is not None:
+        return edge_attr
+    return values if values is not None and values.dim() > 1 else None

@@ -166,14 +166,17 @@ def test_sparse_tensor_edge_attr_rule_refuses_self_loops_like_pyg():
             sparse_tensor_edge_attr_rule("GATConv", edge_attr, values, edge_dim=1, add_self_loops=True)
 
 
-def test_sparse_tensor_edge_attr_rule_reads_values_as_edge_attr_like_pyg():
-    """Without self-loops PyG's MessagePassing reads a SparseTensor's values as edge_attr when none is given; we
-    ignored them, so the result differed from the edge_index + edge_attr path."""
+def test_sparse_tensor_edge_attr_rule_reads_2d_values_as_edge_attr_like_pyg():
+    """Without self-loops PyG's generated MessagePassing collect reads a SparseTensor's [E, D] values as edge_attr
+    when none is given and passes None for [E] values (edge weights, which GAT ignores). We once read [E] values as
+    edge_attr too, adding an edge term PyG's layer does not have."""
     from cudnn_gnn.layers._common import sparse_tensor_edge_attr_rule
 
-    vals, ea = torch.randn(5), torch.randn(5, 1)
+    vals, weights, ea = torch.randn(5, 1), torch.randn(5), torch.randn(5, 1)
     assert sparse_tensor_edge_attr_rule("GATConv", None, vals, edge_dim=1, add_self_loops=False) is vals
+    assert sparse_tensor_edge_attr_rule("GATConv", None, weights, edge_dim=1, add_self_loops=False) is None
     assert sparse_tensor_edge_attr_rule("GATConv", ea, vals, edge_dim=1, add_self_loops=False) is ea
+    assert sparse_tensor_edge_attr_rule("GATConv", ea, weights, edge_dim=1, add_self_loops=False) is ea
     assert sparse_tensor_edge_attr_rule("GATConv", None, None, edge_dim=1, add_self_loops=False) is None
 
 
@@ -189,10 +192,11 @@ def test_layers_apply_the_sparse_tensor_rule(ours, monkeypatch):
     """The layers' wiring of the rule, with a stand-in for a SparseTensor (torch-sparse is not needed to decide)."""
     from cudnn_gnn.layers import _common
 
-    vals = torch.randn(4)
+    vals = torch.randn(4, 1)
     fake = _StandInSparseTensor(vals)
     monkeypatch.setattr(_common, "is_sparse_tensor", lambda obj: isinstance(obj, _StandInSparseTensor))
     assert _common.sparse_tensor_edge_attr("GATConv", fake, None, 1, False) is vals
+    assert _common.sparse_tensor_edge_attr("GATConv", _StandInSparseTensor(vals.view(-1)), None, 1, False) is None
     assert _common.sparse_tensor_edge_attr("GATConv", fake, None, None, True) is None  # no edge_dim: not read
     ei = torch.tensor([[0, 1], [1, 0]])
     assert _common.sparse_tensor_edge_attr("GATConv", ei, None, 1, True) is None  # other forms: untouched
@@ -203,25 +207,26 @@ def test_layers_apply_the_sparse_tensor_rule(ours, monkeypatch):
 
 @pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
 def test_sparse_tensor_with_values_and_edge_dim_matches_pyg(ours, theirs):
-    """PyG's test_gat_conv_with_edge_attr with torch-sparse installed: a SparseTensor carrying edge weights in a
-    layer with edge_dim=1 is refused with self-loops and, without them, equals the edge_index + edge_attr path."""
+    """PyG's test_gat_conv_with_edge_attr with torch-sparse installed: a SparseTensor carrying values in a layer with
+    edge_dim=1 is refused with self-loops; without them PyG reads [E, 1] values as edge_attr (the edge_index +
+    edge_attr result) and ignores [E] values (edge weights: the result without edge features), and so do we."""
     pytest.importorskip("torch_sparse", reason="a torch_sparse.SparseTensor needs torch-sparse: pip install torch-sparse")
     from torch_geometric.typing import SparseTensor
 
     x, ei, _ = _graph()
-    w = torch.randn(ei.size(1))
-    adj = SparseTensor.from_edge_index(ei, w, (7, 7))
+    w = torch.randn(ei.size(1), 1)
     for cls in (ours, theirs):
         with pytest.raises(NotImplementedError):
-            cls(5, 4, heads=2, edge_dim=1, fill_value=0.5)(x, adj.t())
+            cls(5, 4, heads=2, edge_dim=1, fill_value=0.5)(x, SparseTensor.from_edge_index(ei, w, (7, 7)).t())
     torch.manual_seed(0)
     pyg = theirs(5, 4, heads=2, edge_dim=1, add_self_loops=False)
     conv = ours(5, 4, heads=2, edge_dim=1, add_self_loops=False, backend="reference")
     conv.load_state_dict(pyg.state_dict())
-    expected = pyg(x, ei, w)
-    torch.testing.assert_close(pyg(x, adj.t()), expected, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(conv(x, adj.t()), expected, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(conv(x, ei, w), expected, rtol=1e-5, atol=1e-6)
+    for values, expected in ((w, pyg(x, ei, w)), (w.view(-1), pyg(x, ei))):
+        adj_t = SparseTensor.from_edge_index(ei, values, (7, 7)).t()
+        torch.testing.assert_close(pyg(x, adj_t), expected, rtol=1e-5, atol=1e-6)  # PyG's own semantics
+        torch.testing.assert_close(conv(x, adj_t), expected, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(conv(x, ei, w), pyg(x, ei, w), rtol=1e-5, atol=1e-6)
 
 
 # --- a PyG EdgeIndex reaches the kernels as plain tensors ---------------------------------------------------------
