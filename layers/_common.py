@@ -130,6 +130,24 @@ def check_sparse_loop_edge_attr(edge_index: Any, has_edge_attr: bool) -> None:
         )
 
 
+def check_no_sparse_edge_features(name: str, edge_index: Any) -> None:
+    """Refuse a sparse ``edge_index`` whose values are ``[E, D]`` for a layer built without ``edge_dim`` that, as
+    PyG's ``GATv2Conv``, refuses edge features then: PyG's ``MessagePassing`` collect reads such values as
+    ``edge_attr`` (1-D ones are edge weights, which it passes on as no edge features) and its ``edge_update`` asserts
+    ``lin_edge``. Shapes only (a host fact), no values read."""
+    if is_sparse_tensor(edge_index):
+        value = edge_index.storage.value()
+        shape = None if value is None or value.dim() < 2 else tuple(value.shape)
+    elif isinstance(edge_index, Tensor) and edge_index.layout in _TORCH_SPARSE_LAYOUTS and edge_index.dense_dim() > 0:
+        shape = (edge_index._nnz(), *edge_index.shape[edge_index.sparse_dim():])
+    else:
+        return
+    if shape is not None:
+        raise ValueError(f"edge_index's values must be absent or 1-D (edge weights) for a {name} built without "
+                         f"edge_dim (PyG reads [num_edges, D] values as edge_attr), got values of shape {shape}; build the "
+                         f"layer with edge_dim={shape[1]} or pass values of shape ({shape[0]},)")
+
+
 def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None, edge_dim: int | None,
                             add_self_loops: bool) -> Tensor | None:
     """The edge features a layer with ``edge_dim`` uses when ``edge_index`` carries values PyG reads as

@@ -20,6 +20,7 @@ from ._common import (
     check_knobs,
     check_layer_args,
     check_message_passing_kwargs,
+    check_no_sparse_edge_features,
     check_node_features,
     check_sparse_loop_edge_attr,
     sparse_tensor_edge_attr,
@@ -181,6 +182,8 @@ class GATv2Conv(MessagePassing):
                                             self.add_self_loops)
         if edge_attr is not None and self.lin_edge is None:
             raise ValueError("edge_attr must be None for a GATv2Conv built without edge_dim, got a Tensor")
+        if edge_attr is None and self.lin_edge is None:
+            check_no_sparse_edge_features(type(self).__name__, edge_index)
         if edge_attr is not None and self.edge_dim is not None:
             check_edge_attr(edge_attr, self.edge_dim, edge_index)  # the user's shape, before any projection
         num_loops: int | None = None

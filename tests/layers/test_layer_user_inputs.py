@@ -311,6 +311,38 @@ def test_torch_sparse_values_read_as_edge_attr_like_pyg(ours, theirs, layout):
         ours(5, 4, heads=2, edge_dim=2)(x, adj)
 
 
+@pytest.mark.parametrize("loops", [False, True])
+@pytest.mark.parametrize("form", ["csr", "coo", "sparse_tensor"])
+def test_gatv2_without_edge_dim_refuses_2d_sparse_values_like_pyg(form, loops):
+    """GATv2Conv built without edge_dim: PyG reads a sparse edge_index's [E, D] values as edge_attr and its
+    edge_update asserts lin_edge, so it raises for them (1-D values are edge weights: no edge features, it runs);
+    ours refused no values and ran without them."""
+    x, ei, ea = _graph()
+    if form == "sparse_tensor":
+        pytest.importorskip("torch_sparse", reason="a torch_sparse.SparseTensor needs torch-sparse: pip install "
+                                                   "torch-sparse")
+        from torch_geometric.typing import SparseTensor
+
+        def make(values):
+            return SparseTensor.from_edge_index(ei, values, (7, 7)).t()
+    else:
+        def make(values):
+            coo = torch.sparse_coo_tensor(ei.flip(0), values, (7, 7, *values.shape[1:])).coalesce()
+            return coo.to_sparse_csr() if form == "csr" else coo
+    torch.manual_seed(0)
+    pyg = PygGATv2Conv(5, 4, heads=2, add_self_loops=loops)
+    conv = GATv2Conv(5, 4, heads=2, add_self_loops=loops, backend="reference")
+    conv.load_state_dict(pyg.state_dict())
+    with pytest.raises((AssertionError, RuntimeError)):  # RuntimeError: torch_sparse's set_diag on [E, D] values
+        pyg(x, make(ea))
+    with pytest.raises(ValueError, match=r"^edge_index's values must be absent or 1-D \(edge weights\) for a "
+                                         r"GATv2Conv built without edge_dim .* got values of shape \(8, 3\); build "
+                                         r"the layer with edge_dim=3"):
+        conv(x, make(ea))
+    w = ea[:, 0]
+    torch.testing.assert_close(conv(x, make(w)), pyg(x, make(w)), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(("ours", "theirs"), PAIRS, ids=IDS)
 @pytest.mark.parametrize("layout", ["csr", "csc", "coo"])
 def test_edge_attr_is_counted_against_a_sparse_adjacencys_entries(ours, theirs, layout):
