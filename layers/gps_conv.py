@@ -107,7 +107,9 @@ class GPSConv(Module):
         act, act_kwargs: the MLP's activation (PyG's resolver).
         norm, norm_kwargs: the three normalizations (PyG's resolver, ``"batch_norm"`` by default).
         attn_type: ``"multihead"``; ``"performer"`` raises NotImplementedError (use PyG's GPSConv for it).
-        attn_kwargs: passed to ``torch.nn.MultiheadAttention`` (``dropout``, ``bias``).
+        attn_kwargs: passed to ``torch.nn.MultiheadAttention`` (``dropout``, ``bias``, ...); ``add_bias_kv=True``,
+            ``add_zero_attn=True`` and ``kdim`` / ``vdim`` other than ``channels`` raise NotImplementedError (PyG
+            runs the first two; its forward fails on the third).
         attention_backend: ``"auto" | "cudnn" | "flash" | "reference"`` (keyword only).
 
     Shapes:

@@ -21,7 +21,8 @@ _ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {"relu": F.relu, "gelu": F
 def check_packed_mha(attn: MultiheadAttention) -> None:
     """Refuse ``nn.MultiheadAttention`` options the packed path does not implement."""
     if attn.bias_k is not None or attn.add_zero_attn:
-        raise NotImplementedError("attn_kwargs add_bias_kv=True / add_zero_attn=True are not supported by the packed attention")
+        raise NotImplementedError("attn_kwargs add_bias_kv=True / add_zero_attn=True are not supported by the packed attention; "
+                                  "use torch_geometric.nn.GPSConv for them")
     if not attn._qkv_same_embed_dim:
         raise NotImplementedError("attn_kwargs kdim/vdim different from channels are not supported by the packed attention")
 

@@ -124,8 +124,12 @@ def test_gps_repr_reset_and_errors():
         GPSConv(C, None, heads=3)
     with pytest.raises(ValueError, match="^attention_backend must be one of"):
         GPSConv(C, None, attention_backend="xformers")
-    with pytest.raises(NotImplementedError, match="add_bias_kv"):
-        GPSConv(C, None, attn_kwargs={"add_bias_kv": True})
+    for attn_kwargs in ({"add_bias_kv": True}, {"add_zero_attn": True}):  # PyG runs these; refused, not ignored
+        pyg_nn.GPSConv(C, None, attn_kwargs=attn_kwargs)
+        with pytest.raises(NotImplementedError, match="add_bias_kv=True / add_zero_attn=True are not supported"):
+            GPSConv(C, None, attn_kwargs=attn_kwargs)
+    with pytest.raises(NotImplementedError, match="kdim/vdim different from channels"):
+        GPSConv(C, None, attn_kwargs={"kdim": C // 2, "vdim": C // 2})
 
 
 # ----------------------------------------------------------------------------------------------- transformer block
