@@ -138,7 +138,7 @@ def check_no_sparse_edge_features(name: str, edge_index: Any) -> None:
     if is_sparse_tensor(edge_index):
         value = edge_index.storage.value()
         shape = None if value is None or value.dim() < 2 else tuple(value.shape)
-    elif isinstance(edge_index, Tensor) and edge_index.layout in _TORCH_SPARSE_LAYOUTS and edge_index.dense_dim() > 0:
+    elif _torch_sparse_with_features(edge_index):
         shape = (edge_index._nnz(), *edge_index.shape[edge_index.sparse_dim():])
     else:
         return
@@ -165,8 +165,7 @@ def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None
     if is_sparse_tensor(edge_index):
         return sparse_tensor_edge_attr_rule(name, edge_attr, edge_index.storage.value(), edge_dim=edge_dim,
                                             add_self_loops=add_self_loops, form="SparseTensor")
-    if (isinstance(edge_index, Tensor) and edge_index.layout in _TORCH_SPARSE_LAYOUTS
-            and edge_index.dense_dim() > 0 and edge_attr is None):
+    if edge_attr is None and _torch_sparse_with_features(edge_index):
         readable = edge_index.layout != torch.sparse_coo or edge_index.is_coalesced()
         values = _unviewed(edge_index.values()) if readable else None
         return sparse_tensor_edge_attr_rule(name, None, values, edge_dim=edge_dim, add_self_loops=add_self_loops,
@@ -175,6 +174,12 @@ def sparse_tensor_edge_attr(name: str, edge_index: Any, edge_attr: Tensor | None
 
 
 _TORCH_SPARSE_LAYOUTS = (torch.sparse_coo, torch.sparse_csr, torch.sparse_csc)
+
+
+def _torch_sparse_with_features(edge_index: Any) -> bool:
+    """Whether ``edge_index`` is a torch sparse COO / CSR / CSC tensor with ``[E, D]`` values (dense dims), the
+    values PyG's ``MessagePassing`` reads as ``edge_attr``. Shapes only."""
+    return isinstance(edge_index, Tensor) and edge_index.layout in _TORCH_SPARSE_LAYOUTS and edge_index.dense_dim() > 0
 
 
 class _Unviewed(torch.autograd.Function):
