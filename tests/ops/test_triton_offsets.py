@@ -68,6 +68,40 @@ def test_rule_pads_by_a_launch_overrides_block_where_larger():
     assert tuning.int64_offsets([(_last_int32_rows(width, block) + 1, width)], big)
 
 
+# ------------------------------------------------------------------------------ the per-kernel rule
+def _tile(kernel: str, heads: int, c: int, elem_bytes: int) -> tuple[int, int, int]:
+    """``(width, c, block_c)`` of ``kernel``'s tile as its launcher takes it, for ``heads`` heads of width ``c``
+    gathering rows of ``elem_bytes`` bytes an element."""
+    if kernel in ("scores", "scores_bwd"):
+        _, hg, block_c, _, _ = tuning.node_score_shape(kernel, heads, c)
+    else:
+        _, hg, block_c, _ = tuning.launch_shape(kernel, heads, c, False, elem_bytes)
+    return hg * block_c, c, block_c
+
+
+INT64_ANYWAY = {("gat_src", 8, 32), ("gat_src", 1, 256), ("scores_bwd", 8, 8), ("scores_bwd", 1, 40),
+                ("scores_bwd", 2, 32)}
+"""``(kernel, heads, c)`` that take int64 offsets where int32 fits: GAT's one-gather source pass on full 256-wide
+tiles (8 x 32, one head of 256), its node-score backward on 64-wide ones (8 x 8, 1 x 40 padded, 2 x 32)."""
+
+
+@pytest.mark.parametrize("elem_bytes", [4, 2], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("heads, c", [
+    (8, 32), (1, 256), (8, 8), (1, 40), (2, 32),
+    (4, 47),  # 256 wide with padded lanes (4 x 64): not "full_256"
+    (2, 8),  # 16 wide: narrower than the measured tiles
+    (3, 3),  # the bit tests' shape
+    (4, 128),  # 512 wide
+], ids=lambda v: str(v))
+def test_kernel_rule_takes_int64_on_the_measured_tiles_only(heads, c, elem_bytes):
+    """Every kernel on each tile: int64 where :data:`INT64_ANYWAY` lists it and the sizes allow int32, int32
+    elsewhere; int64 everywhere where the sizes need it."""
+    for kernel in tuning.KERNELS:
+        tile = _tile(kernel, heads, c, elem_bytes)
+        assert tuning.kernel_int64_offsets(kernel, False, *tile) is ((kernel, heads, c) in INT64_ANYWAY), kernel
+        assert tuning.kernel_int64_offsets(kernel, True, *tile) is True, kernel
+
+
 # ------------------------------------------------------------------------------ what build_call gives the rule
 @pytest.fixture
 def rule(monkeypatch):
