@@ -78,8 +78,9 @@ class Case:
     block: rebuilt every call with short rows, CSC order, ``x_dst`` the first rows of ``x_src``). ``edge``: ``""``,
     ``"projected"`` (GAT's edge scores; GATv2's ``[E, H*C]`` rows) or ``"fused"`` (GATv2's raw ``[E, De]`` with
     ``lin_edge_weight``). ``dropout``: ``""``, ``"kernel"`` (counter-based, drawn in the kernels) or ``"mask"``.
-    ``offsets``: the kernels' offset width (their ``I64``): ``"int32"``, what calls below 2**31 elements a tensor run,
-    or ``"int64"`` (forced: the int32 bound, ``tuning.INT32_OFFSETS_BELOW``, set to 1 for the call)."""
+    ``offsets``: the call's offset width (the kernels' ``I64``): ``"int32"``, what calls below 2**31 elements a tensor
+    run (but where ``tuning.kernel_int64_offsets`` gives a kernel int64 on its tile), or ``"int64"`` (forced: the int32
+    bound, ``tuning.INT32_OFFSETS_BELOW``, set to 1 for the call)."""
 
     v2: bool
     dtype: str

@@ -9,8 +9,9 @@ the spill bytes and the global loads by width, at :func:`launch_shape`'s shape (
 Pointer arguments and the head width are marked divisible by 16, as Triton's JIT specialises them for torch's
 allocations and widths such as 32. ``--i64``: the offset width the kernels are compiled for (their ``I64``
 constexpr, :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`): ``false`` (the default), int32, what a call
-below 2**31 elements a tensor runs; ``true``, int64; ``both``. ``compile_check.py`` compiles the variants that
-launches take instead.
+below 2**31 elements a tensor runs (but on the tiles where
+:func:`~cudnn_gnn.backends.triton.tuning.kernel_int64_offsets` gives a kernel int64); ``true``, int64; ``both``.
+``compile_check.py`` compiles the variants that launches take instead.
 
 The device's Triton matters (torch 2.11 ships 3.6; this repository's CPU CI 3.9): register allocation differs
 between versions, so run it with the Triton the GPU runs, e.g. in a venv with ``pip install torch==2.13.0

@@ -568,8 +568,9 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
 @pytest.mark.parametrize("side", ["under", "over"])
 @pytest.mark.parametrize("op", ["gat", "gatv2"])
 def test_int64_offsets_past_2_31_elements(op, side, monkeypatch):
-    """``x_src [Ns, 2 x 32]`` bfloat16 just under 2**31 elements with the rule's pad (the kernels' int32 offsets) and
-    just over (int64; about 10 GiB a case), bipartite to 8 destinations, each reading 16 sources among the top 1,000
+    """``x_src [Ns, 4 x 32]`` bfloat16 just under 2**31 elements with the rule's pad (the kernels' int32 offsets: no
+    kernel takes int64 on a 128-wide tile anyway, ``tuning.kernel_int64_offsets``) and just over (int64 in every
+    kernel; about 10 GiB a case), bipartite to 8 destinations, each reading 16 sources among the top 1,000
     rows (the highest offsets) and 8 anywhere: the rule's answer; the output, the returned attention and the
     gradients of ``x_dst`` and ``attn_weights``, and ``x_src``'s on the rows the edges read, against the float64
     reference on those rows alone; ``x_src``'s gradient zero on the top rows no edge reads (written by GAT's
@@ -577,10 +578,10 @@ def test_int64_offsets_past_2_31_elements(op, side, monkeypatch):
     free, _ = torch.cuda.mem_get_info()
     if free < 16 * 2**30:
         pytest.skip("needs ~16 GiB of free GPU memory")
-    v2, heads, c, nd = op == "gatv2", 2, 32, 8
+    v2, heads, c, nd = op == "gatv2", 4, 32, 8
     d = heads * c
     limit, pad = tuning.INT32_OFFSETS_BELOW, tuning.OFFSET_PAD_ROWS
-    if side == "under":  # a multiple of GAT's node-score backward's rows a program (8 x 1,024): none past Ns
+    if side == "under":  # 4,096 programs of GAT's node-score backward's rows (4 x 1,023 each): none past Ns
         ns = ((limit - 1) // d - pad) // 8192 * 8192
     else:
         ns = limit // d + 1

@@ -1,17 +1,21 @@
 """The kernels' offset width: int32 where every tensor a call's kernels index stays below 2**31 elements with a pad of
 rows for masked lanes, else int64 (:func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`, decided once a call in
-:func:`~cudnn_gnn.backends.triton.call.build_call` and passed to every launch as the constexpr ``I64``). On CPU under
-Triton's interpreter, set as in ``test_triton_backend.py`` (whose helpers this file takes); with CUDA present it
-skips unless ``TRITON_INTERPRET=1`` was set from the start. Sizes past 2**31 elements run on the GPU
+:func:`~cudnn_gnn.backends.triton.call.build_call` and passed to every launch as the constexpr ``I64``), but GAT's
+one-gather source pass and node-score backward take int64 on the tiles where it measured faster
+(:func:`~cudnn_gnn.backends.triton.tuning.kernel_int64_offsets`). On CPU under Triton's interpreter, set as in
+``test_triton_backend.py`` (whose helpers this file takes); with CUDA present it skips unless ``TRITON_INTERPRET=1``
+was set from the start. Sizes past 2**31 elements run on the GPU
 (``tests/gpu/test_triton_gpu.py::test_int64_offsets_past_2_31_elements``).
 
 What is checked: the rule at its boundary for each kind of tensor (node rows, ``[E, H]`` and ``[E, H*C]`` edge
 tensors, raw edge features, GAT's destination record, work lists, index arrays), the pad and a launch override's
-larger block; the shapes ``build_call`` gives the rule (GAT, GATv2 projected and fused, bipartite, with and without a
-backward) and that its answer reaches every launch; and outputs, attention and every gradient bitwise equal with the
-offsets forced to int64 and to int32, on GAT's one- and two-gather backward (with and without an attention gradient),
-GATv2 with projected and fused edge features, counter-based dropout drawn in-kernel, hub rows and sources in chunks,
-and bipartite graphs."""
+larger block; the per-kernel rule for every kernel on the measured tiles and others, and that sizes needing int64 give
+every kernel int64; the shapes ``build_call`` gives the rule (GAT, GATv2 projected and fused, bipartite, with and
+without a backward) and that its answer reaches every launch; and outputs, attention and every gradient bitwise equal
+with the offsets forced to int64 and to int32, on GAT's one- and two-gather backward (with and without an attention
+gradient), GATv2 with projected and fused edge features, counter-based dropout drawn in-kernel, hub rows and sources
+in chunks, and bipartite graphs; and, at GAT's 8 x 32, 8 x 8 and 1 x 40, the per-kernel rule's launches (int64 in the
+source pass or the node-score backward, int32 elsewhere) against all-int64, bitwise."""
 
 from __future__ import annotations
 
@@ -66,6 +70,40 @@ def test_rule_pads_by_a_launch_overrides_block_where_larger():
     assert tuning.int64_offsets([(rows, width)], small + big)
     assert not tuning.int64_offsets([(_last_int32_rows(width, block), width)], small + big)
     assert tuning.int64_offsets([(_last_int32_rows(width, block) + 1, width)], big)
+
+
+# ------------------------------------------------------------------------------ the per-kernel rule
+def _tile(kernel: str, heads: int, c: int, elem_bytes: int) -> tuple[int, int, int]:
+    """``(width, c, block_c)`` of ``kernel``'s tile as its launcher takes it, for ``heads`` heads of width ``c``
+    gathering rows of ``elem_bytes`` bytes an element."""
+    if kernel in ("scores", "scores_bwd"):
+        _, hg, block_c, _, _ = tuning.node_score_shape(kernel, heads, c)
+    else:
+        _, hg, block_c, _ = tuning.launch_shape(kernel, heads, c, False, elem_bytes)
+    return hg * block_c, c, block_c
+
+
+INT64_ANYWAY = {("gat_src", 8, 32), ("gat_src", 1, 256), ("scores_bwd", 8, 8), ("scores_bwd", 1, 40),
+                ("scores_bwd", 2, 32)}
+"""``(kernel, heads, c)`` that take int64 offsets where int32 fits: GAT's one-gather source pass on full 256-wide
+tiles (8 x 32, one head of 256), its node-score backward on 64-wide ones (8 x 8, 1 x 40 padded, 2 x 32)."""
+
+
+@pytest.mark.parametrize("elem_bytes", [4, 2], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("heads, c", [
+    (8, 32), (1, 256), (8, 8), (1, 40), (2, 32),
+    (4, 47),  # 256 wide with padded lanes (4 x 64): not "full_256"
+    (2, 8),  # 16 wide: narrower than the measured tiles
+    (3, 3),  # the bit tests' shape
+    (4, 128),  # 512 wide
+], ids=lambda v: str(v))
+def test_kernel_rule_takes_int64_on_the_measured_tiles_only(heads, c, elem_bytes):
+    """Every kernel on each tile: int64 where :data:`INT64_ANYWAY` lists it and the sizes allow int32, int32
+    elsewhere; int64 everywhere where the sizes need it."""
+    for kernel in tuning.KERNELS:
+        tile = _tile(kernel, heads, c, elem_bytes)
+        assert tuning.kernel_int64_offsets(kernel, False, *tile) is ((kernel, heads, c) in INT64_ANYWAY), kernel
+        assert tuning.kernel_int64_offsets(kernel, True, *tile) is True, kernel
 
 
 # ------------------------------------------------------------------------------ what build_call gives the rule
@@ -204,11 +242,11 @@ CASES = {
 }
 
 
-def _step(v2: bool, i64: bool, rule, *, gat_backward: str = "auto", att_grad: bool = True, drop: bool = False,
-          bipartite: bool = False, fused: bool = False):
-    """Forward and backward of one case with the offsets forced to ``i64``: output, attention (where returned) and
-    every gradient. The power-law graph (shuffled COO), hub rows and sources in chunks of 4, 3 heads of width 3,
-    edge features, a dropout mask or counter-based dropout."""
+def _step(v2: bool, i64: bool | None, rule, *, gat_backward: str = "auto", att_grad: bool = True, drop: bool = False,
+          bipartite: bool = False, fused: bool = False, heads: int = 3, c: int = 3):
+    """Forward and backward of one case with the call's offsets forced to ``i64`` (None: the real rule's answer):
+    output, attention (where returned) and every gradient. The power-law graph (shuffled COO), hub rows and sources
+    in chunks of 4, ``heads`` heads of width ``c`` (3 x 3), edge features, a dropout mask or counter-based dropout."""
     rule.answer = i64
     ei, ns, nd = GRAPHS["power_law"]()
     if bipartite:
@@ -216,17 +254,17 @@ def _step(v2: bool, i64: bool, rule, *, gat_backward: str = "auto", att_grad: bo
         ei = ei[:, ei[1] < nd]
     graph = CscGraph.from_edge_index(ei, size=(ns, nd), index_dtype=torch.int32)
     e = ei.shape[1]
-    xs, xd, w, ea, m = _inputs(v2, ns, nd, e, 3, 3, edge=True, mask=not drop, bipartite=bipartite, seed=3)
+    xs, xd, w, ea, m = _inputs(v2, ns, nd, e, heads, c, edge=True, mask=not drop, bipartite=bipartite, seed=3)
     ew = None
     if fused:
-        ea, ew = _raw_edges(e, 3, 3, 4)
-    kw = dict(v2=v2, heads=3, concat=not v2, ew=ew, gat_backward=gat_backward)
+        ea, ew = _raw_edges(e, heads, c, 4)
+    kw = dict(v2=v2, heads=heads, concat=not v2, ew=ew, gat_backward=gat_backward)
     if drop:
         kw["drop"] = (0.4, torch.tensor([987654321], dtype=torch.int64))
     if att_grad:
         out, att, grads = _run("triton", graph, xs, xd, w, ea, m, **kw)
         return [out, att, *grads]
-    spec = call_spec(graph, xs, xs if xd is None and ns == nd else xd, w, ea, m, v2=v2, heads=3, concat=not v2,
+    spec = call_spec(graph, xs, xs if xd is None and ns == nd else xd, w, ea, m, v2=v2, heads=heads, concat=not v2,
                      lin_edge_weight=ew)
     out, att = tb.triton_gat(spec, options=tb.TritonOptions(gat_backward=gat_backward))
     assert att is None
@@ -242,7 +280,7 @@ DEFAULT_RUN = ("gat_one_gather", "gatv2_fused")
 @pytest.mark.parametrize("case", [c if c in DEFAULT_RUN else pytest.param(c, marks=pytest.mark.slow) for c in sorted(CASES)])
 def test_int32_and_int64_offsets_give_the_same_bits(case, rule, launches, monkeypatch):
     """Every output and gradient bitwise equal with the offsets forced to int64 and to int32; every launch of each
-    step got the forced ``I64``, the hub merges' included."""
+    step got the forced ``I64``, the hub merges' included (3 x 3 tiles: no kernel takes int64 on its tile anyway)."""
     _chunks_of(monkeypatch, 4)
     v2, kw = CASES[case]
     if kw.get("fused"):
@@ -259,4 +297,32 @@ def test_int32_and_int64_offsets_give_the_same_bits(case, rule, launches, monkey
         assert "_bwd_edge_kernel" in {name for name, _ in kernels_wide}
     assert len(wide) == len(narrow)
     for k, (a, b) in enumerate(zip(wide, narrow, strict=True)):
+        assert torch.equal(a, b), k
+
+
+@pytest.mark.parametrize("heads, c, drop, int64_kernel", [
+    (8, 32, False, "_bwd_gat_src_kernel"),  # the arxiv preset's layer
+    (8, 8, True, "_node_scores_bwd_kernel"),  # the arxiv step's hidden layer
+    pytest.param(1, 40, True, "_node_scores_bwd_kernel", marks=pytest.mark.slow),  # its output layer
+], ids=["8x32", "8x8_dropout", "1x40_dropout"])
+def test_the_rule_gives_two_kernels_int64_with_the_same_bits(heads, c, drop, int64_kernel, rule, launches,
+                                                             monkeypatch):
+    """GAT's one-gather backward at the arxiv shapes' head widths on a small graph, where int32 fits: every launch
+    takes int32 but ``int64_kernel``'s (the source pass on 8 x 32, the node-score backward on 8 x 8 and 1 x 40),
+    which takes int64; with the sizes' answer forced to int64, every launch int64; output, attention and every
+    gradient bitwise equal between the two."""
+    _chunks_of(monkeypatch, 4)
+    kw = dict(gat_backward="one_gather", drop=drop, heads=heads, c=c)
+    wide = _step(False, True, rule, **kw)
+    kernels_wide = set(launches)
+    launches.clear()
+    ruled = _step(False, None, rule, **kw)
+    kernels_ruled = set(launches)
+    assert {flag for _, flag in kernels_wide} == {True}
+    assert {name for name, flag in kernels_ruled if flag} == {int64_kernel}
+    other = ({"_bwd_gat_src_kernel", "_node_scores_bwd_kernel"} - {int64_kernel}).pop()
+    assert (other, False) in kernels_ruled and ("_merge_sum_kernel", False) in kernels_ruled
+    assert {name for name, _ in kernels_wide} == {name for name, _ in kernels_ruled}
+    assert len(wide) == len(ruled)
+    for k, (a, b) in enumerate(zip(wide, ruled, strict=True)):
         assert torch.equal(a, b), k

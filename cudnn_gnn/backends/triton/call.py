@@ -173,8 +173,10 @@ class GatCall(NamedTuple):
     (:attr:`kernel_dropout`).
     Knobs: ``heads``, ``concat``, ``activation`` (a name of :data:`~cudnn_gnn.backends.triton.kernels.ACTIVATION_CODES`)
     and ``activation_alpha``; ``gat_backward`` and ``launch``, :class:`TritonOptions`' (see there); ``i64``, whether
-    the kernels compute offsets in int64 (their ``I64``; int32 otherwise), decided once a call by
-    :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets` (:func:`build_call`)."""
+    the call's sizes need int64 offsets (every kernel's ``I64``; int32 otherwise), decided once a call by
+    :func:`~cudnn_gnn.backends.triton.tuning.int64_offsets` (:func:`build_call`); where False, GAT's one-gather
+    source pass and node-score backward still take int64 on the tiles where it measured faster
+    (:func:`~cudnn_gnn.backends.triton.tuning.kernel_int64_offsets`, in their launchers)."""
 
     offsets: Tensor
     indices: Tensor

@@ -17,12 +17,13 @@ from types import MappingProxyType
 
 from torch import Tensor
 
-__all__ = ["DST_SUM_TILE", "EDGE_PROGRAMS", "INT32_OFFSETS_BELOW", "KERNELS", "FUSED_EXTRA_SHARE", "MAX_CHUNK_E",
-           "MAX_FUSED_EDGE_DIM", "MAX_FUSED_TILE", "MAX_FUSED_WIDTH", "MAX_TILE_D", "MAX_WARPS", "MIN_CHUNK_E",
-           "MIN_EDGE_SPAN", "OFFSET_PAD_ROWS", "SCORE_BWD_PROGRAMS", "SCORE_BWD_TILE", "SCORE_TILE", "TUNED_SHAPES",
-           "cdiv", "check_launch", "chunk_size", "default_launch_shape", "dst_sum_shape", "edge_kernel_shape",
-           "edge_span", "fuse_edge_projection", "int64_offsets", "launch_config", "launch_override", "launch_shape",
-           "next_pow2", "node_score_shape", "score_bwd_programs", "tile_classes"]
+__all__ = ["DST_SUM_TILE", "EDGE_PROGRAMS", "INT32_OFFSETS_BELOW", "INT64_FASTER_TILES", "KERNELS",
+           "FUSED_EXTRA_SHARE", "MAX_CHUNK_E", "MAX_FUSED_EDGE_DIM", "MAX_FUSED_TILE", "MAX_FUSED_WIDTH",
+           "MAX_TILE_D", "MAX_WARPS", "MIN_CHUNK_E", "MIN_EDGE_SPAN", "OFFSET_PAD_ROWS", "SCORE_BWD_PROGRAMS",
+           "SCORE_BWD_TILE", "SCORE_TILE", "TUNED_SHAPES", "cdiv", "check_launch", "chunk_size",
+           "default_launch_shape", "dst_sum_shape", "edge_kernel_shape", "edge_span", "fuse_edge_projection",
+           "int64_offsets", "kernel_int64_offsets", "launch_config", "launch_override", "launch_shape", "next_pow2",
+           "node_score_shape", "score_bwd_programs", "tile_classes"]
 
 
 def cdiv(a: int, b: int) -> int:
@@ -367,15 +368,37 @@ dense delta pass at one head of width 1; edge blocks 2048 at most, padded heads 
 
 
 def int64_offsets(shapes: Iterable[tuple[int, int]], launch: Sequence[int] = ()) -> bool:
-    """Whether a call's kernels compute offsets in int64 (their ``I64``): True where one of the tensors they index,
-    ``shapes``, each ``(rows, row width)`` in elements, reaches :data:`INT32_OFFSETS_BELOW` elements with
-    :data:`OFFSET_PAD_ROWS` rows more, or more still where the call's ``launch`` overrides (flat ``(kernel index,
-    BLOCK_E, num_warps, HG or 0)`` quadruples, :meth:`~cudnn_gnn.backends.triton.TritonOptions.launch_codes`) ask
-    for a larger block: a masked lane reaches a block past the last row. Else int32, which every offset then fits:
-    int64 offsets cost a thread registers (two a lane, and multiplies of several instructions) that its occupancy
-    pays for (figures: docs/performance.md, "int32 offsets"). Decided once a call
-    (:func:`~cudnn_gnn.backends.triton.call.build_call`)."""
+    """Whether a call's sizes need int64 offsets: True where one of the tensors its kernels index, ``shapes``, each
+    ``(rows, row width)`` in elements, reaches :data:`INT32_OFFSETS_BELOW` elements with :data:`OFFSET_PAD_ROWS` rows
+    more, or more still where the call's ``launch`` overrides (flat ``(kernel index, BLOCK_E, num_warps, HG or 0)``
+    quadruples, :meth:`~cudnn_gnn.backends.triton.TritonOptions.launch_codes`) ask for a larger block: a masked lane
+    reaches a block past the last row. Else int32, which every offset then fits: int64 offsets cost a thread
+    registers (two a lane, and multiplies of several instructions) that its occupancy pays for (figures:
+    docs/performance.md, "int32 offsets"). Decided once a call (:func:`~cudnn_gnn.backends.triton.call.build_call`):
+    the call's ``I64``, every kernel's but where :func:`kernel_int64_offsets` gives one int64 anyway."""
     pad = OFFSET_PAD_ROWS
     for i in range(1, len(launch), 4):
         pad = max(pad, launch[i])
     return any((rows + pad) * width >= INT32_OFFSETS_BELOW for rows, width in shapes)
+
+
+INT64_FASTER_TILES: Mapping[str, frozenset[str]] = MappingProxyType({
+    "gat_src": frozenset({"full_256"}),
+    "scores_bwd": frozenset({"full_64", "pad_64"}),
+})
+"""The kernels (:data:`KERNELS` names) that take int64 offsets on these tile classes (:func:`tile_classes`) even
+where int32 fits, read by :func:`kernel_int64_offsets`: where int32 offsets measured slower. The measurement: an
+A/B of the two widths in one call on an H100 (``benchmarks/floor_table.py --case step preset --dtype fp32 bf16``:
+the arxiv step's 8 x 8 and 1 x 40 layers with dropout, the arxiv preset's 8 x 32 without; twice, within 1%). GAT's
+one-gather source pass took 18% longer with int32 on full 256-wide tiles (8 x 32) in float32, 8% in bfloat16, and 3%
+less on the 64-wide ones (8 x 8, 1 x 40); its node-score backward on the 64-wide tiles, full and padded (the step's
+8 x 8 and 1 x 40 together), 20% longer in float32 and 47% in bfloat16, and 11% less on 8 x 32. Every other kernel ran
+as fast or faster with int32. Figures: docs/performance.md ("int32 offsets", "Kernels against their floor")."""
+
+
+def kernel_int64_offsets(kernel: str, i64: bool, width: int, c: int, block_c: int) -> bool:
+    """``kernel``'s ``I64`` (a :data:`KERNELS` name) in a call whose sizes answer ``i64`` (:func:`int64_offsets`),
+    launched on a tile ``width = HG * BLOCK_C`` wide for heads of width ``c`` padded to ``block_c``: int64 where the
+    sizes need it, else where :data:`INT64_FASTER_TILES` lists one of the tile's classes for the kernel (measured
+    faster there), else int32."""
+    return i64 or not INT64_FASTER_TILES.get(kernel, frozenset()).isdisjoint(tile_classes(width, c, block_c))

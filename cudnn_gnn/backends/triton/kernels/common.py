@@ -40,7 +40,9 @@ def _idx(x, I64: tl.constexpr):
     offsets in: int64 where ``I64``, else int32. ``I64`` is the call's
     (:func:`~cudnn_gnn.backends.triton.tuning.int64_offsets`): int32 offsets wherever every tensor a kernel indexes,
     with a pad of rows for masked lanes, stays below 2**31 elements, so no offset of any lane overflows; they take half
-    the registers of int64 ones (an int64 offset is two registers a lane, its multiply several instructions)."""
+    the registers of int64 ones (an int64 offset is two registers a lane, its multiply several instructions). Two
+    kernels take int64 anyway on the tiles where it measured faster
+    (:func:`~cudnn_gnn.backends.triton.tuning.kernel_int64_offsets`)."""
     if I64:
         y = x.to(tl.int64)
     else:

@@ -317,7 +317,10 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
     Launch shapes: the source pass and the attention-gradient delta pass take :func:`launch_shape` of
     ``"gat_src"`` and ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide; ``call.launch``
     where it names them); the dense delta pass holds :data:`DENSE_TILE` elements a program; the destination sum
-    takes :func:`~cudnn_gnn.backends.triton.tuning.dst_sum_shape` (``call.launch``'s ``"gat_dst"`` where named)."""
+    takes :func:`~cudnn_gnn.backends.triton.tuning.dst_sum_shape` (``call.launch``'s ``"gat_dst"`` where named).
+    Offsets: every launch takes the call's ``I64`` but the source pass, which takes
+    :func:`~cudnn_gnn.backends.triton.tuning.kernel_int64_offsets` of ``"gat_src"`` on its tile (int64 on full
+    256-wide tiles)."""
     offsets, indices, map_csc_to_coo, x_src, score_edge = (call.offsets, call.indices, call.map_csc_to_coo,
                                                           call.x_src, call.score_edge)
     row_work, row_hub_work, row_hubs = call.row_work, call.row_hub_work, call.row_hubs
@@ -327,13 +330,13 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
     heads, alpha, drop = call.heads, call.activation_alpha, call.kernel_dropout
     nd, e, n_src, n_rows = offsets.shape[0] - 1, indices.shape[0], n_items(src_work), n_items(row_work)
     c, groups, cfg = tuning.launch_config(x_src, heads, False, "gat_src", dout, call.launch)
+    src_i64 = tuning.kernel_int64_offsets("gat_src", call.i64, cfg["HG"] * cfg["BLOCK_C"], c, cfg["BLOCK_C"])
     d = heads * c
     f32: dict[str, Any] = dict(device=x_src.device, dtype=torch.float32)
     dz_buf = torch.empty(e, heads, **f32)
     has_map, has_edge = map_csc_to_coo is not None, score_edge is not None
     dropout = drop_args(drop, lse)
-    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[call.activation],
-                 I64=call.i64)
+    flags = dict(HAS_MAP=has_map, HAS_EDGE=has_edge, DROP=drop_mode(drop), ACT=ACTIVATION_CODES[call.activation])
     # what the source pass reads per out-edge of destination i, score_dst_i, lse_i and delta_i: one record
     # [Nd, 4, H] (three used, padded to four so that a record never straddles a 32-byte sector at H = 1 or a 128-byte
     # line at H = 8) or, with datt, three [Nd, H] tensors
@@ -353,7 +356,7 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
             _bwd_gat_delta_att_kernel[(n_rows, delta_groups)](
                 row_work, offsets, indices, _or(map_csc_to_coo, indices), score_src, score_dst,
                 _or(score_edge, lse), *dropout, lse, dout, out, datt, delta, delta_part,
-                heads, c, alpha, WHOLE=row_work.dim() == 1, **flags, **delta_cfg)
+                heads, c, alpha, WHOLE=row_work.dim() == 1, I64=call.i64, **flags, **delta_cfg)
             _merge_sum(row_hubs, delta_part, delta, heads, call.i64)
         per_dst, rs = (score_dst, lse, delta), heads
     if n_src:
@@ -364,7 +367,7 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
             x_src, score_src, per_dst[0], _or(score_edge, lse), *dropout,
             per_dst[1], per_dst[2], dout, _or(datt, lse), dz_buf, dx_src, dscore_src, _or(dscore_edge, lse), dx_part,
             dss_part, heads, c, alpha, REV_DST=rev_dst is not None, WHOLE=src_work.dim() == 1, HAS_DATT=datt is not None,
-            RS=rs, **flags, **cfg)
+            RS=rs, I64=src_i64, **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d, call.i64)
         _merge_sum(src_hubs, dss_part, dscore_src, heads, call.i64)
     dscore_dst.zero_()  # rows with no edge; the others are written below

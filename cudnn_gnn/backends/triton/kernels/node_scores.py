@@ -130,7 +130,9 @@ def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, 
     a_src | d a_dst``: ``sum_n g[n, h] x[n, h*C + c]``, per-program partials summed in a fixed order). ``g_src [Ns,
     H]``, ``g_dst [Nd, H]``: float32, contiguous; ``dx_src`` contiguous, written by this call's kernels.
     Launch shape: :func:`~cudnn_gnn.backends.triton.tuning.node_score_shape` of ``"scores_bwd"`` (``launch``: the
-    call's overrides); ``i64`` as for :func:`launch_node_scores`."""
+    call's overrides). ``i64``: the call's offset width (``GatCall.i64``; int64 by default, right for any size); the
+    kernel's ``I64`` is :func:`~cudnn_gnn.backends.triton.tuning.kernel_int64_offsets` of ``"scores_bwd"`` on its tile
+    (int64 on 64-wide tiles: 8 x 8, one head of 40)."""
     n, d = x_src.shape
     n_dst = n if x_dst is None else x_dst.shape[0]
     c = d // max(heads, 1)
@@ -142,6 +144,6 @@ def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, 
     part = torch.empty(programs, 2, d, device=x_src.device, dtype=torch.float32)
     _node_scores_bwd_kernel[(programs, groups)](
         x_src, _or(x_dst, x_src), a, g_src, g_dst, dx_src, _or(dx_dst, dx_src), part, n, n_dst, heads, c,
-        per * block_n, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg, BLOCK_C=block_c, I64=i64,
-        num_warps=num_warps)
+        per * block_n, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg, BLOCK_C=block_c,
+        I64=tuning.kernel_int64_offsets("scores_bwd", i64, hg * block_c, c, block_c), num_warps=num_warps)
     return part.view(programs, 2 * d).sum(0)
