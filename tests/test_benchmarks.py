@@ -281,6 +281,31 @@ def test_op_host_times_the_wiring_with_the_launchers_stubbed(tmp_path) -> None:
     assert all(len(r["rounds_us"]) == 2 and 0 < r["best_us"] <= r["median_us"] for r in rows), rows
 
 
+def test_offsets_rule_probe_swaps_the_rule_and_restores_it() -> None:
+    """offsets_rule.py's three rules reach the kernels' I64 answers they name (the source pass on an 8 x 32 tile,
+    the node-score backward on an 8 x 8 one, sizes that allow int32), and the library's rule is back afterwards."""
+    sys.path.insert(0, INVESTIGATIONS)
+    try:
+        import offsets_rule
+    finally:
+        sys.path.remove(INVESTIGATIONS)
+    from cudnn_gnn.backends.triton import tuning
+
+    def answers() -> tuple[bool, bool]:
+        i64 = tuning.int64_offsets([(1000, 256)])
+        return (tuning.kernel_int64_offsets("gat_src", i64, 256, 32, 32),
+                tuning.kernel_int64_offsets("scores_bwd", i64, 64, 8, 8))
+
+    shipped = answers()
+    assert shipped == (True, True)
+    for rule, want in (("rule", (True, True)), ("int32", (False, False)), ("int64", (True, True))):
+        with offsets_rule.offsets_rule(rule):
+            assert answers() == want, rule
+            assert tuning.kernel_int64_offsets("fwd", tuning.int64_offsets([(1000, 256)]), 256, 32, 32) == \
+                (rule == "int64"), rule
+        assert answers() == shipped
+
+
 @pytest.mark.slow
 def test_kernel_registers_compiles_for_the_gpu_on_this_cpu(tmp_path) -> None:
     """kernel_registers.py compiles a kernel for sm_90a with the installed Triton and its bundled ptxas (no GPU) and
