@@ -320,6 +320,17 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def run_device(ap: ArgumentParser, quick: bool) -> torch.device:
+    """The GPU, or with ``quick`` the CPU under Triton's interpreter (``TRITON_INTERPRET=1``, else a usage error)."""
+    if quick:
+        if os.environ.get("TRITON_INTERPRET") != "1":
+            ap.error("--quick runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        ap.error("a CUDA GPU is needed (or --quick for the CPU smoke run)")
+    return torch.device("cuda")
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = ArgumentParser(prog="floor_table.py", description=__doc__.split("\n\n")[0])
     ap.add_argument("--case", nargs="+", default=["step"], choices=sorted(CASES))
@@ -330,14 +341,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--md", default=None, help="markdown output path")
     args = ap.parse_args(argv)
     check_outputs(ap, {"--out": args.out, "--md": args.md})
-    if args.quick:
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            ap.error("--quick runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1")
-        device = torch.device("cpu")
-    elif not torch.cuda.is_available():
-        ap.error("a CUDA GPU is needed (or --quick for the CPU smoke run)")
-    else:
-        device = torch.device("cuda")
+    device = run_device(ap, args.quick)
     rates = gather_rates(device, args.quick)
     graph = case_graph(device, args.quick)
     rates["graph"] = graph_rates(graph, args.quick)

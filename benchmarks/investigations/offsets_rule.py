@@ -31,8 +31,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
@@ -53,13 +51,13 @@ def offsets_rule(rule: str) -> Iterator[None]:
 
     table, sizes = tuning.INT64_FASTER_TILES, tuning.int64_offsets
     if rule == "int32":
-        tuning.INT64_FASTER_TILES = {}  # type: ignore[misc]
+        tuning.INT64_FASTER_TILES = {}
     elif rule == "int64":
-        tuning.int64_offsets = lambda shapes, launch=(): True  # type: ignore[assignment]
+        tuning.int64_offsets = lambda shapes, launch=(): True
     try:
         yield
     finally:
-        tuning.INT64_FASTER_TILES, tuning.int64_offsets = table, sizes  # type: ignore[misc]
+        tuning.INT64_FASTER_TILES, tuning.int64_offsets = table, sizes
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
@@ -93,14 +91,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--md", default=None, help="markdown output path")
     args = ap.parse_args(argv)
     check_outputs(ap, {"--out": args.out, "--md": args.md})
-    if args.quick:
-        if os.environ.get("TRITON_INTERPRET") != "1":
-            ap.error("--quick runs the kernels in Triton's interpreter: set TRITON_INTERPRET=1")
-        device = torch.device("cpu")
-    elif not torch.cuda.is_available():
-        ap.error("a CUDA GPU is needed (or --quick for the CPU smoke run)")
-    else:
-        device = torch.device("cuda")
+    device = floor_table.run_device(ap, args.quick)
     graph = floor_table.case_graph(device, args.quick)
     steps = 1 if args.quick else args.steps
     rows = []
