@@ -320,6 +320,17 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def add_case_arguments(ap: ArgumentParser, *, cases: list[str], dtypes: list[str]) -> None:
+    """The flags of a script that times the cases' kernels: ``--case`` and ``--dtype`` (defaults ``cases``,
+    ``dtypes``), ``--steps``, ``--quick`` (:func:`run_device`), ``--out`` (JSON) and ``--md``."""
+    ap.add_argument("--case", nargs="+", default=cases, choices=sorted(CASES))
+    ap.add_argument("--dtype", nargs="+", default=dtypes, choices=sorted(DTYPES))
+    ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--quick", action="store_true", help="CPU smoke run: tiny sizes, Triton's interpreter")
+    ap.add_argument("--out", default=None, help="JSON output path")
+    ap.add_argument("--md", default=None, help="markdown output path")
+
+
 def run_device(ap: ArgumentParser, quick: bool) -> torch.device:
     """The GPU, or with ``quick`` the CPU under Triton's interpreter (``TRITON_INTERPRET=1``, else a usage error)."""
     if quick:
@@ -333,12 +344,7 @@ def run_device(ap: ArgumentParser, quick: bool) -> torch.device:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = ArgumentParser(prog="floor_table.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--case", nargs="+", default=["step"], choices=sorted(CASES))
-    ap.add_argument("--dtype", nargs="+", default=["fp32"], choices=sorted(DTYPES))
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="CPU smoke run: tiny sizes, Triton's interpreter")
-    ap.add_argument("--out", default=None, help="JSON output path")
-    ap.add_argument("--md", default=None, help="markdown output path")
+    add_case_arguments(ap, cases=["step"], dtypes=["fp32"])
     args = ap.parse_args(argv)
     check_outputs(ap, {"--out": args.out, "--md": args.md})
     device = run_device(ap, args.quick)

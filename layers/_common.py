@@ -136,8 +136,8 @@ def check_no_sparse_edge_features(name: str, edge_index: Any) -> None:
     ``edge_attr`` (1-D ones are edge weights, which it passes on as no edge features) and its ``edge_update`` asserts
     ``lin_edge``. Shapes only (a host fact), no values read."""
     if is_sparse_tensor(edge_index):
-        value = edge_index.storage.value()
-        shape = None if value is None or value.dim() < 2 else tuple(value.shape)
+        value = _edge_feature_values(edge_index.storage.value())
+        shape = None if value is None else tuple(value.shape)
     elif _torch_sparse_with_features(edge_index):
         shape = (edge_index._nnz(), *edge_index.shape[edge_index.sparse_dim():])
     else:
@@ -232,4 +232,10 @@ def sparse_tensor_edge_attr_rule(name: str, edge_attr: Tensor | None, values: Te
         )
     if edge_attr is not None:
         return edge_attr
+    return _edge_feature_values(values)
+
+
+def _edge_feature_values(values: Tensor | None) -> Tensor | None:
+    """``values`` where they are ``[E, D]``, the sparse values PyG's generated ``MessagePassing`` collect reads as
+    ``edge_attr``; None for ``[E]`` values (edge weights, passed on as no edge features) or none."""
     return values if values is not None and values.dim() > 1 else None

@@ -82,13 +82,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = ArgumentParser(prog="offsets_rule.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--case", nargs="+", default=["step", "preset"], choices=sorted(floor_table.CASES))
-    ap.add_argument("--dtype", nargs="+", default=["fp32", "bf16"], choices=sorted(floor_table.DTYPES))
+    floor_table.add_case_arguments(ap, cases=["step", "preset"], dtypes=["fp32", "bf16"])
     ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=5)
-    ap.add_argument("--quick", action="store_true", help="CPU smoke run: tiny sizes, Triton's interpreter")
-    ap.add_argument("--out", default=None, help="JSON output path")
-    ap.add_argument("--md", default=None, help="markdown output path")
     args = ap.parse_args(argv)
     check_outputs(ap, {"--out": args.out, "--md": args.md})
     device = floor_table.run_device(ap, args.quick)
