@@ -22,7 +22,7 @@ from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph, adj_t_to_coo, csc_offsets, csc_value_bounds, storage_index_dtype
 
-from ._graph_plan import GraphPlan, clamped_ids, compressed_ids, eager_plan, static_plan
+from ._graph_plan import GraphPlan, clamped_ids, compressed_ids, eager_plan, pair_order, static_plan
 
 __all__ = ["FORMS", "build_plan", "graph_sizes", "is_sparse_form", "is_sparse_tensor", "plain"]
 
@@ -230,8 +230,7 @@ def _duplicates_as_self_loops(src: Tensor, dst: Tensor, n_src: int) -> Tensor:
     """``src`` ``[nnz]`` with every repeat of an earlier entry's ``(src, dst)`` pair made a self-loop of its
     destination, which the static plan's self-loop rule then drops: the edges coalescing would leave, with
     fixed-shape ops (a stable sort, no ``unique``). Ids already in range."""
-    key = dst.long() * max(n_src, 1) + src.long()
-    sorted_key, perm = torch.sort(key, stable=True)
+    sorted_key, perm = pair_order(dst, src, n_src)
     repeat = torch.cat([sorted_key.new_zeros(1, dtype=torch.bool), sorted_key[1:] == sorted_key[:-1]])
     repeat = torch.empty_like(repeat).scatter_(0, perm, repeat)  # back to the stored order
     return torch.where(repeat, dst.to(src.dtype), src)

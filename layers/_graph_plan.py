@@ -28,7 +28,7 @@ from torch import Tensor
 
 from cudnn_gnn.graph import CscGraph, csc_offsets, storage_index_dtype
 
-__all__ = ["GraphPlan", "clamped_ids", "compressed_ids", "eager_plan", "static_plan"]
+__all__ = ["GraphPlan", "clamped_ids", "compressed_ids", "eager_plan", "pair_order", "static_plan"]
 
 
 @dataclass(eq=False)
@@ -166,6 +166,14 @@ def static_plan(ei: Tensor, num_src: int, num_dst: int, num_loops: int | None, f
     graph = _static_csc(torch.cat([src, ar]), torch.cat([dst_pad, ar]), num_src, num_dst + 1)
     return GraphPlan(graph, num_dst, pad_dst=True, num_loops=num_loops, form=form, source=source, coo=(src, dst),
                      poison=poison)
+
+
+def pair_order(major: Tensor, minor: Tensor, num_minor: int) -> tuple[Tensor, Tensor]:
+    """``(key, perm)``: the pairs ``(major, minor)`` ``[n]`` (ids in range) sorted by ``major``, then ``minor``,
+    equal pairs in their given order (a stable sort of one int64 key ``major * num_minor + minor``, which cannot
+    overflow for ids below 2^31); ``key`` is the sorted key, so equal neighbours are repeated pairs."""
+    key = major.long() * max(num_minor, 1) + minor.long()
+    return torch.sort(key, stable=True)
 
 
 def clamped_ids(src: Tensor, dst: Tensor, num_src: int, num_dst: int) -> tuple[Tensor, Tensor, Tensor]:

@@ -12,7 +12,7 @@ from cudnn_gnn._bias import bias_add
 from cudnn_gnn.graph import CscGraph, csc_offsets
 
 from ._graph_inputs import plain
-from ._graph_plan import GraphPlan, loops
+from ._graph_plan import GraphPlan, loops, pair_order
 
 __all__ = ["finish", "attention_result"]
 
@@ -107,7 +107,7 @@ def _sorted_sparse(layout: torch.layout, src: Tensor, dst: Tensor, alpha: Tensor
     (the tensor is marked coalesced), but where a NaN plan's clamped ids made one, whose values are NaN anyway."""
     row_major = layout != torch.sparse_csc
     major, minor, n_major, n_minor = (dst, src, num_dst, num_src) if row_major else (src, dst, num_src, num_dst)
-    perm = torch.sort(major.long() * max(n_minor, 1) + minor.long(), stable=True)[1]
+    perm = pair_order(major, minor, n_minor)[1]
     major, minor, a = major.long().index_select(0, perm), minor.long().index_select(0, perm), alpha.index_select(0, perm)
     size = (num_dst, num_src, *alpha.shape[1:])
     if layout == torch.sparse_coo:
@@ -123,7 +123,7 @@ def _as_sparse_tensor(ei: Tensor, alpha: Tensor, num_dst: int, num_src: int) -> 
     from torch_geometric.typing import SparseTensor
 
     col, row = ei[0], ei[1]
-    perm = torch.sort(row * max(num_src, 1) + col, stable=True)[1]
+    perm = pair_order(row, col, num_src)[1]
     return SparseTensor(row=row[perm], col=col[perm], value=alpha[perm], sparse_sizes=(num_dst, num_src),
                         is_sorted=True, trust_data=True)
 
