@@ -265,7 +265,9 @@ class GATConv(MessagePassing):
         ea = None
         att_dst = self.att_dst if x_dst is not None else torch.zeros_like(self.att_dst)
         att_edge = None
-        if edge_attr is not None and self.lin_edge is not None:
+        # PyG's edge_update returns before the edge term when the graph (with its self-loops) has no edge, so
+        # lin_edge and att_edge then get no gradient (None, not zeros): the same here
+        if edge_attr is not None and self.lin_edge is not None and plan.graph.num_edges > 0:
             # Edge features enter GAT only through the per-head logit att_edge . lin_edge(e): fold att_edge into
             # lin_edge's weight, [H, edge_dim], so each edge carries H numbers instead of PyG's [H, C] (on the
             # ogbn-proteins graph with 4 heads x 112 that projection alone is 132 GiB in float32).
