@@ -95,9 +95,12 @@ def test_captured_replays_equal_eager_steps_across_batches(dtype: torch.dtype | 
         # scatter_add_, the attention backward's dq), magnified where the attention runs in bf16. On the H100: 20
         # of 8,192 embedding entries, 3-7 of the 64 of a layer's att_src after 8 steps, and the attention's key
         # bias, whose true gradient is exactly zero (softmax ignores a constant added to a whole row of scores: each
-        # step is noise, ~1e-7 in bf16 against Adam's eps 1e-8), moved in 62 of its 64 entries. A replay on stale
-        # state moves every entry: so, the key biases aside, at most 1% of the model's entries beyond
-        # 1e-4 + 1e-3 |p| and at most a quarter of any one tensor's; none beyond 2 lr a step.
+        # step is noise, ~1e-7 in bf16 against Adam's eps 1e-8), moved in 62 of its 64 entries. The attention's
+        # output bias is near it: the batch norm after the residual removes a constant added to a channel's rows,
+        # so its gradient is what the dropout mask leaves of a cancelling sum (on the H200: 20 of a layer's 64
+        # entries). A replay on stale state moves every entry: so, the key biases aside, at most 1% of the model's
+        # entries beyond 1e-4 + 1e-3 |p| and, the output biases aside too, at most a quarter of any one tensor's;
+        # none beyond 2 lr a step.
         bound = 2 * 1e-3 * len(batches)
         total = differing = 0
         for (name, a), b in zip(eager_model.named_parameters(), step_model.parameters()):
@@ -108,7 +111,8 @@ def test_captured_replays_equal_eager_steps_across_batches(dtype: torch.dtype | 
                 a, diff = torch.cat([a[:c], a[2 * c:]]), torch.cat([diff[:c], diff[2 * c:]])
             off = diff > 1e-4 + 1e-3 * a.abs()
             total, differing = total + a.numel(), differing + int(off.sum())
-            assert float(off.float().mean()) <= 0.25, f"{name}: {int(off.sum())} of {a.numel()} entries differ"
+            if not name.endswith("attn.out_proj.bias"):
+                assert float(off.float().mean()) <= 0.25, f"{name}: {int(off.sum())} of {a.numel()} entries differ"
         assert differing <= 0.01 * total, f"{differing} of the model's {total} entries differ"
 
 
