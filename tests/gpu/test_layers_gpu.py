@@ -153,8 +153,8 @@ def test_torch_sparse_adjacencies_on_cuda(kind: str, backend: str) -> None:
     crow = csr.crow_indices().clone()
     crow[5] = crow[-1] + 7  # offsets that rise past nnz
     bad_csr = torch.sparse_csr_tensor(crow, csr.col_indices(), csr.values(), (200, 200), check_invariants=False)
-    # left uncoalesced: CUDA's coalesce() rebuilds the indices from their flattened form, which wraps source ids
-    # past the size into the next row's range (a well-formed tensor that PyG takes too); CPU's keeps them
+    # left uncoalesced: CUDA's coalesce() rebuilds the indices from their flattened form, each modulo its size, which
+    # makes these well-formed (a tensor PyG takes too); CPU's keeps them as given
     bad_coo = torch.sparse_coo_tensor(torch.stack([coo.indices()[0], coo.indices()[1] + 150]), coo.values(),
                                       (200, 200), check_invariants=False)
     for adj in (bad_csr, bad_coo):

@@ -154,7 +154,8 @@ def run_parity(
     for k in gp:
         # a parameter PyG leaves out of the graph has no gradient (None, which optimizers skip, AdamW's decay too);
         # ours must leave it out as well, not give zeros
-        assert (gp[k] is None) == (go[k] is None), f"grad {k}: PyG {gp[k] is None and 'None'}, ours {go[k] is None and 'None'}"
+        kinds = ["None" if g[k] is None else "a tensor" for g in (gp, go)]
+        assert kinds[0] == kinds[1], f"grad {k}: PyG's is {kinds[0]}, ours {kinds[1]}"
         if gp[k] is None:
             continue
         torch.testing.assert_close(go[k], gp[k], msg=lambda m, k=k: f"grad {k}: {m}", **TOL)
