@@ -24,12 +24,17 @@ step whose time far exceeds its kernels' is host-bound, and the host ops with th
 ``--compiled`` adds, per case, our layer through ``torch.compile`` (``dynamic=False``), to measure what Inductor's
 fusion of the non-attention work (the projections' bias epilogues, residual adds, batch norms, the MLP's bias and
 activation) saves against the eager layer (``ours_compiled`` columns, timed in the same run; a compile that fails is
-recorded as the case's ``compiled_error``). PyG's attention runs under
+recorded as the case's ``compiled_error``). ``--graphed`` adds our layer's forward+backward through
+``torch.cuda.make_graphed_callables`` (its forward and its backward each one CUDA graph, replayed; the loss outside),
+what taking the host away gives a layer whose step is host-bound (``ours_graphed`` columns; ``graphed_error`` where
+the capture fails). PyG's ``GPSConv`` has no such column: its ``to_dense_batch`` reads the graph sizes on the host,
+which a CUDA graph cannot hold. PyG's attention runs under
 ``sdpa_kernel([FLASH_ATTENTION, EFFICIENT_ATTENTION, MATH])``: torch's cuDNN attention backend is kept out of this
 process because it breaks later cuDNN calls on the project's H200 (``shared/device/README.md``).
 
     python benchmarks/bench_graph_transformer.py --out out/gt.json --md out/gt.md --plot out/gt.png  # GPU
     python benchmarks/bench_graph_transformer.py --compiled --out out/gt_compiled.json   # + torch.compile of ours
+    python benchmarks/bench_graph_transformer.py --graphed --out out/gt_graphed.json     # + ours in CUDA graphs
     python benchmarks/bench_graph_transformer.py --attention-backend cudnn --out out/gt_cudnn.json  # our SDPA graphs
     python benchmarks/bench_graph_transformer.py --quick --out /tmp/q.json  # CPU smoke, tiny, no timing claims
 
@@ -44,7 +49,7 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
-from typing import Any
+from typing import Any, cast
 
 import os
 
@@ -143,7 +148,8 @@ def host_profile(fn: Callable[[], Any], device: torch.device, steps: int = 5, to
 
 
 def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device, warmup: int, reps: int,
-             compiled: bool = False, attention_backend: str = "auto", profile: bool = False) -> dict[str, Any]:
+             compiled: bool = False, attention_backend: str = "auto", profile: bool = False,
+             graphed: bool = False) -> dict[str, Any]:
     p = PRESETS[preset]
     data = make_batch(p, device)
     x = data["x"].to(dtype)
@@ -205,6 +211,10 @@ def run_case(preset: str, variant: str, dtype: torch.dtype, device: torch.device
         row["profile_layer"] = host_profile(fwd_bwd(ours_call, ours), device)
     if compiled:
         row.update(compiled_columns(ours_call, ours, x, fwd, fwd_bwd, device, warmup, reps))
+    if graphed and variant == "gps_pyg_gat":  # a failed capture can leave the process's CUDA state unusable
+        row["graphed_error"] = "not captured: PyG's GATConv drops self-loops by boolean-mask indexing (a host sync)"
+    elif graphed:
+        row.update(graphed_columns(ours_call, ours, x, fwd_bwd, device, warmup, reps))
     return row
 
 
@@ -259,13 +269,50 @@ def compiled_columns(ours_call: Callable[[torch.Tensor], torch.Tensor], ours: to
     return out
 
 
+class _Bound(torch.nn.Module):
+    """``call(x)`` as a module over ``layer``'s parameters: what ``make_graphed_callables`` takes (tensor
+    arguments only; the batch's graph, offsets and sizes stay bound)."""
+
+    def __init__(self, call: Callable[[torch.Tensor], torch.Tensor], layer: torch.nn.Module) -> None:
+        super().__init__()
+        self.call, self.layer = call, layer
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.call(x)
+
+
+def graphed_columns(ours_call: Callable[[torch.Tensor], torch.Tensor], ours: torch.nn.Module, x: torch.Tensor,
+                    fwd_bwd: Callable[..., Callable[[], Any]], device: torch.device, warmup: int,
+                    reps: int) -> dict[str, Any]:
+    """Our layer's forward+backward through ``torch.cuda.make_graphed_callables``, timed as the eager one:
+    ``fwd_bwd_ms_ours_graphed``, ``fwd_bwd_graphed_speedup`` (eager ours / graphed ours),
+    ``fwd_bwd_graphed_vs_pyg`` and the graphed forward's error against our eager one; ``graphed_error`` where the
+    capture fails or there is no CUDA. No memory column: the graphs' memory is their private pool, taken at capture,
+    not above the inputs per call."""
+    if device.type != "cuda":
+        return {"graphed_error": "needs CUDA (torch.cuda.make_graphed_callables)"}
+    try:
+        graphed = cast(Callable[[torch.Tensor], torch.Tensor], torch.cuda.make_graphed_callables(
+            _Bound(ours_call, ours), (x.detach().requires_grad_(),), allow_unused_input=True))
+        with torch.no_grad():
+            want = ours_call(x).float()
+        got = graphed(x.detach().requires_grad_()).detach().float()
+        out: dict[str, Any] = {"graphed_rel_err_vs_ours": float((got - want).norm() / want.norm().clamp_min(1e-12))}
+        out["fwd_bwd_ms_ours_graphed"] = time_fn(fwd_bwd(graphed, ours), device=device, warmup=warmup,
+                                                 repeats=reps)["median_ms"]
+    except Exception as exc:  # noqa: BLE001 - a failed capture is a result of the case, not the end of the run
+        return {"graphed_error": " ".join(f"{type(exc).__name__}: {exc}".split())[:300]}
+    return out
+
+
 def add_compiled_ratios(row: dict[str, Any]) -> None:
-    """The compiled columns' ratios, from the row's eager times."""
+    """The compiled and graphed columns' ratios, from the row's eager times."""
     for label, _ in PASSES:
-        t = row.get(f"{label}_ms_ours_compiled")
-        if t:
-            row[f"{label}_compiled_speedup"] = row[f"{label}_ms_ours"] / t
-            row[f"{label}_compiled_vs_pyg"] = row[f"{label}_ms_pyg"] / t
+        for kind in ("compiled", "graphed"):
+            t = row.get(f"{label}_ms_ours_{kind}")
+            if t:
+                row[f"{label}_{kind}_speedup"] = row[f"{label}_ms_ours"] / t
+                row[f"{label}_{kind}_vs_pyg"] = row[f"{label}_ms_pyg"] / t
 
 
 def summary(rows: list[dict[str, Any]], attention_backend: str) -> list[dict[str, Any]]:
@@ -277,6 +324,8 @@ def summary(rows: list[dict[str, Any]], attention_backend: str) -> list[dict[str
             sides = [("", r[f"{label}_ms_ours"], r[f"{label}_mib_ours"])]
             if r.get(f"{label}_ms_ours_compiled") is not None:
                 sides.append((" compiled", r[f"{label}_ms_ours_compiled"], r[f"{label}_mib_ours_compiled"]))
+            if r.get(f"{label}_ms_ours_graphed") is not None:
+                sides.append((" graphed", r[f"{label}_ms_ours_graphed"], None))
             for suffix, ms, mib in sides:
                 pyg_mib = r[f"{label}_mib_pyg"]
                 out.append({"preset": r["preset"], "layer": r["variant"] + suffix, "dtype": r["dtype"],
@@ -289,11 +338,12 @@ def summary(rows: list[dict[str, Any]], attention_backend: str) -> list[dict[str
 
 def markdown(result: dict[str, Any]) -> str:
     """One row per case: both sides' forward and forward+backward medians, the ratios, peak memory, the share of our
-    layer's forward+backward outside the attention, and (with ``--compiled``) our compiled layer."""
+    layer's forward+backward outside the attention, and (with ``--compiled`` / ``--graphed``) our compiled layer and
+    our layer in CUDA graphs."""
     lines = ["| preset | variant | dtype | nodes | fwd PyG / ours (ms) | fwd x | fwd+bwd PyG / ours (ms) | fwd+bwd x | "
              "peak PyG / ours (MiB) | not attention, ours fwd+bwd | ours compiled fwd / fwd+bwd (ms) | "
-             "compiled vs eager ours (fwd+bwd) | rel. err. |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "compiled vs eager ours (fwd+bwd) | ours graphed fwd+bwd (ms) | graphed vs PyG (fwd+bwd) | rel. err. |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in result["rows"]:
         mib = "-" if r["fwd_bwd_mib_pyg"] is None else f"{r['fwd_bwd_mib_pyg']:.1f} / {r['fwd_bwd_mib_ours']:.1f}"
         if r.get("fwd_ms_ours_compiled") is not None:
@@ -301,10 +351,15 @@ def markdown(result: dict[str, Any]) -> str:
             comp_x = f"{r['fwd_bwd_compiled_speedup']:.2f}x"
         else:
             comp, comp_x = r.get("compiled_error", "-")[:60], "-"
+        if r.get("fwd_bwd_ms_ours_graphed") is not None:
+            graph, graph_x = f"{r['fwd_bwd_ms_ours_graphed']:.3f}", f"{r['fwd_bwd_graphed_vs_pyg']:.2f}x"
+        else:
+            graph, graph_x = r.get("graphed_error", "-")[:60], "-"
         share = "-" if r.get("non_attention_share_fwd_bwd") is None else f"{100 * r['non_attention_share_fwd_bwd']:.0f}%"
         lines.append(f"| {r['preset']} | {r['variant']} | {r['dtype']} | {r['num_nodes']} | {r['fwd_ms_pyg']:.3f} / "
                      f"{r['fwd_ms_ours']:.3f} | {r['fwd_speedup']:.2f}x | {r['fwd_bwd_ms_pyg']:.3f} / "
                      f"{r['fwd_bwd_ms_ours']:.3f} | {r['fwd_bwd_speedup']:.2f}x | {mib} | {share} | {comp} | {comp_x} | "
+                     f"{graph} | {graph_x} | "
                      f"{r['rel_err_vs_pyg']:.1e} |")
     note = "" if result["timing_claims"] else "\n(--quick CPU smoke run: not timing claims)\n"
     return "\n".join(lines) + "\n" + note
@@ -329,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="CPU smoke run on a tiny batch; no timing claims")
     ap.add_argument("--compiled", action="store_true",
                     help="also time our layer through torch.compile(dynamic=False) (the non-attention work fused)")
+    ap.add_argument("--graphed", action="store_true",
+                    help="also time our layer's forward+backward through torch.cuda.make_graphed_callables (CUDA)")
     ap.add_argument("--profile", action="store_true",
                     help="also profile our layer's and our attention's forward+backward (kernels, GPU-busy time, host "
                          "ops)")
@@ -354,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         for dtype in dtypes:
             for variant in variants:
                 row = run_case(preset, variant, dtype, device, warmup, reps, compiled=args.compiled,
-                               attention_backend=args.attention_backend, profile=args.profile)
+                               attention_backend=args.attention_backend, profile=args.profile,
+                               graphed=args.graphed)
                 add_compiled_ratios(row)
                 rows.append(row)
                 print(

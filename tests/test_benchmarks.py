@@ -828,6 +828,28 @@ def test_graph_transformer_summary_and_table_with_compiled_columns() -> None:
     assert "BackendCompilerFailed: boom" in table and "not timing claims" not in table
 
 
+def test_graph_transformer_graphed_columns() -> None:
+    """The CUDA-graph columns: ratios against our eager layer and PyG, a ``graphed`` series in the plot rows (no
+    memory: the graphs' pool is taken at capture), the table's two columns, and on a CPU the reason instead."""
+    with _bench_on_path():
+        import bench_graph_transformer as gt
+    row = _gt_row(fwd_bwd_ms_ours_graphed=1.2)
+    gt.add_compiled_ratios(row)
+    assert row["fwd_bwd_graphed_speedup"] == 2.5 and row["fwd_bwd_graphed_vs_pyg"] == 7.5
+    assert "fwd_graphed_speedup" not in row and "fwd_bwd_compiled_speedup" not in row
+    rows = gt.summary([row], "flash")
+    assert [(r["layer"], r["pass"]) for r in rows] == [
+        ("gps_gat", "fwd"), ("gps_gat", "fwd+bwd"), ("gps_gat graphed", "fwd+bwd")]
+    assert rows[2]["speedup_vs_pyg"] == 7.5 and rows[2]["ours_mem"] is None and rows[2]["mem_ratio_pyg_over_ours"] is None
+    table = gt.markdown({"rows": [row], "timing_claims": True})
+    assert "| - | - | 1.200 | 7.50x | 1.0e-03 |" in table
+    import torch
+
+    out = gt.graphed_columns(lambda t: t, torch.nn.Linear(2, 2), torch.zeros(3, 2), lambda *a: None,
+                             torch.device("cpu"), 1, 1)
+    assert out == {"graphed_error": "needs CUDA (torch.cuda.make_graphed_callables)"}
+
+
 @pytest.mark.slow
 def test_bench_graph_transformer_quick_writes_json_markdown_and_plot(tmp_path) -> None:
     pytest.importorskip("matplotlib")
