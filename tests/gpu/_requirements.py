@@ -28,3 +28,8 @@ def compiled_triton_skip_reason() -> str | None:
     if importlib.util.find_spec("triton") is None:
         return "the triton backend needs the triton package: pip install triton"
     return None
+
+
+DRY_RUN = os.environ.get("CUDNN_GNN_GPU_TESTS_ON_CPU") == "1"
+"""``CUDNN_GNN_GPU_TESTS_ON_CPU=1``: suites that support it run their harness on the CPU (the reference backend
+where they would run the kernels), to check the tests themselves on a machine without a GPU."""
