@@ -8,8 +8,6 @@ reference backend (to check the tests themselves on a machine without a GPU).
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
 import torch_geometric.nn as pyg_nn
@@ -18,12 +16,9 @@ from torch import Tensor
 from cudnn_gnn import CscGraph
 from cudnn_gnn.layers import GATConv, GATv2Conv, convert
 
-from ._requirements import compiled_triton_skip_reason, cudnn_skip_reason
+from ._requirements import DRY_RUN, compiled_triton_skip_reason, cudnn_skip_reason
 
 pytestmark = pytest.mark.gpu
-
-DRY_RUN = os.environ.get("CUDNN_GNN_GPU_TESTS_ON_CPU") == "1"
-
 
 if not DRY_RUN and (_reason := cudnn_skip_reason()) is not None:
     pytest.skip(_reason, allow_module_level=True)
