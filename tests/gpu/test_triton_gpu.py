@@ -230,6 +230,37 @@ def test_wide_heads(op, heads, c):
         assert _rel(a, b) < 3e-4
 
 
+def _training_call(backend: str, graph, xs, w, dtype, *, v2, heads):
+    """Output and gradients of a training call (no attention returned: GAT's dense delta pass)."""
+    x, ww = (t.detach().to(dtype).requires_grad_() for t in (xs, w))
+    spec = call_spec(graph, x, x, ww, v2=v2, heads=heads, concat=True)
+    out, _ = tb.triton_gat(spec) if backend == "triton" else reference.mha_gat(spec)
+    go = torch.randn(out.shape, device=DEV, generator=torch.Generator(device=DEV).manual_seed(0))
+    (out.float() * go).sum().backward()
+    return out, x.grad, ww.grad
+
+
+@pytest.mark.parametrize("op", ["gat", "gatv2"])
+def test_head_shapes_of_one_tile_take_their_own_variants(op):
+    """Head shapes of one padded tile whose sizes are of one integer class (1 x 7 and 1 x 6, 2 x 6 and 3 x 6) run one
+    after another in one process, each against the float64 reference, with and without returned attention: each
+    takes the variant compiled for its own ``heads`` and ``c`` (a launch keyed by their class alone ran the earlier
+    shape's: CiteSeer's 1 x 6 layer after Cora's 1 x 7, wrong gradients)."""
+    v2 = op == "gatv2"
+    graph = _power_law_graph(3000, 30_000, seed=5, index_dtype=torch.int32)
+    for heads, c in [(1, 7), (1, 6), (2, 6), (3, 6), (1, 7)]:
+        xs, w, _, _ = _inputs(v2, graph, heads, c, edge=False, mask=False, seed=10 * heads + c)
+        ref = _training_call("reference", graph, xs.double(), w.double(), torch.float64, v2=v2, heads=heads)
+        got = _training_call("triton", graph, xs, w, torch.float32, v2=v2, heads=heads)
+        for name, a, b in zip(("output", "grad x", "grad attn_weights"), got, ref):
+            assert _rel(a, b) < 3e-4, (heads, c, name, _rel(a, b))
+        ref = _run("reference", graph, xs.double(), w.double(), None, None, torch.float64, v2=v2, heads=heads,
+                   concat=True)
+        got = _run("triton", graph, xs, w, None, None, torch.float32, v2=v2, heads=heads, concat=True)
+        for a, b in zip([got[0], got[1], *got[2]], [ref[0], ref[1], *ref[2]]):
+            assert _rel(a, b) < 3e-4, (heads, c)
+
+
 def test_compile_fullgraph():
     graph = _power_law_graph(2000, 20_000, seed=3, index_dtype=torch.int32)
     xs, w, ea, _ = _inputs(True, graph, 4, 16, edge=True, mask=False)

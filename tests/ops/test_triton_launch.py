@@ -47,10 +47,16 @@ class _Compiled:
         self.calls.append(("run", args))
 
 
+def _params(names: str, constexprs: str) -> list[SimpleNamespace]:
+    """A JITFunction's ``params``: each parameter's ``is_constexpr``."""
+    return [SimpleNamespace(name=n, is_constexpr=n in constexprs.split()) for n in names.split()]
+
+
 class _Jitted:
     """A stand-in for a JITFunction of parameters ``(a, b, n, BLOCK, WIDE)``, the last two constexprs."""
 
     arg_names = ["a", "b", "n", "BLOCK", "WIDE"]
+    params = _params("a b n BLOCK WIDE", "BLOCK WIDE")
 
     def __init__(self):
         self.calls, self.pre_run_hooks = [], []
@@ -95,6 +101,28 @@ def test_a_new_variant_goes_through_triton(kernel):
     assert [c[0] for c in kernel.fn.calls] == ["triton"] * 5 and kernel.variants() == 5
     kernel[(1,)](a, a, 23, BLOCK=64, WIDE=False)
     assert kernel.fn.calls[-1][0] == "run"
+
+
+class _JittedWidth(_Jitted):
+    """A stand-in for a JITFunction of parameters ``(a, n, C, BLOCK)``, ``C`` a constexpr that launches pass
+    positionally (as GAT's backward passes ``heads, c``)."""
+
+    arg_names = ["a", "n", "C", "BLOCK"]
+    params = _params("a n C BLOCK", "C BLOCK")
+
+
+def test_a_positional_constexpr_is_keyed_by_its_value(kernel):
+    """6 and 7 are one integer class (neither 1 nor a multiple of 16) and one padded tile: as a constexpr each is its
+    own variant (keyed by class, a 6-wide call would launch the kernel compiled for 7)."""
+    width = tl_launch.CachedLaunch(_JittedWidth())
+    a = torch.zeros(64)
+    width[(1,)](a, 100, 7, BLOCK=8)
+    width[(1,)](a, 100, 6, BLOCK=8)
+    assert [c[0] for c in width.fn.calls] == ["triton", "triton"] and width.variants() == 2
+    width[(1,)](a, 200, 6, BLOCK=8)
+    width[(1,)](a, 300, 7, BLOCK=8)
+    assert [c[0] for c in width.fn.calls[2:]] == ["run", "run"]
+    assert width.fn.calls[2][1][-4:] == (a, 200, 6, 8) and width.fn.calls[3][1][-4:] == (a, 300, 7, 8)
 
 
 def test_where_the_shortcut_does_not_apply(kernel, monkeypatch):

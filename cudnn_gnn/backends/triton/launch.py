@@ -8,12 +8,16 @@ kernel with our ~30 arguments: measured in docs/performance.md, "Launch cost"). 
 call syntax and does Triton's first call for each variant, then launches the ``CompiledKernel`` it returned
 directly, through the same launcher Triton calls (``CompiledKernel.run``), on the current device's current stream.
 
-A variant is looked up by a key at least as fine as Triton's own (:func:`args_key`): per tensor its dtype and
-whether its address is 16-byte aligned, per integer whether it is 1, whether it is a multiple of 16 and its width
-class (int32, int64, uint64), per float, bool and None the type; plus every keyword argument (constexprs and
-launch options) and the current device. Triton specializes on exactly those properties (its ``BaseBackend``:
+A variant is looked up by a key at least as fine as Triton's own: for the positional arguments that are not
+constexprs (:func:`args_key`), per tensor its dtype and whether its address is 16-byte aligned, per integer whether
+it is 1, whether it is a multiple of 16 and its width class (int32, int64, uint64), per float, bool and None the
+type; the value of every constexpr, positional (GAT's backward passes ``heads, c`` so) or keyword; the launch
+options and the current device. Triton specializes on exactly those properties (its ``BaseBackend``:
 ``tt.divisibility`` 16 for aligned pointers and multiples of 16; integers of 1 as constants; the integer types by
-range), so two calls with one key run the same compiled kernel under Triton's own dispatch too.
+range; a constexpr by its value), so two calls with one key run the same compiled kernel under Triton's own dispatch
+too. A positional constexpr keyed by its integer class alone would send a layer of 6 channels a head to the variant
+compiled for 7 (both neither 1 nor a multiple of 16, one padded tile): rows read at the wrong width, wrong
+gradients.
 
 Where the shortcut's assumptions do not hold, the call takes Triton's own path, unchanged:
 - a Triton version whose launch convention was not read and measured here (:data:`TESTED_TRITON`: the compiled
@@ -137,6 +141,8 @@ class CachedLaunch:
         self.__name__ = getattr(fn, "__name__", type(fn).__name__)
         self.__doc__ = getattr(fn, "__doc__", None)
         self._arg_names: tuple[str, ...] = tuple(fn.arg_names)
+        # the positions of the constexpr parameters: a call that passes one positionally is keyed by its value
+        self._constexpr_at: tuple[int, ...] = tuple(i for i, p in enumerate(fn.params) if p.is_constexpr)
         self._variants: dict[tuple[Any, ...], _Variant] = {}
 
     def __getitem__(self, grid: Sequence[int] | Callable[..., Any]) -> Callable[..., None]:
@@ -160,7 +166,8 @@ class CachedLaunch:
             self.fn[grid](*args, **kwargs)
             return
         device = driver.active.get_current_device()
-        key = (device, akey, *kwargs.items())
+        n_args = len(args)
+        key = (device, akey, tuple(args[i] for i in self._constexpr_at if i < n_args), *kwargs.items())
         variant = self._variants.get(key)
         if variant is None:  # Triton's own dispatch: compiles (or finds) the variant and launches it
             compiled = self.fn[grid](*args, **kwargs)
