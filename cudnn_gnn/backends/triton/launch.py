@@ -155,19 +155,26 @@ class CachedLaunch:
         """How many variants the shortcut holds (each built by one call through Triton's own dispatch)."""
         return len(self._variants)
 
+    def key(self, args: tuple[Any, ...], kwargs: dict[str, Any], device: Any) -> tuple[Any, ...] | None:
+        """The variant key of a launch with ``args`` and ``kwargs`` on ``device`` (see the module docstring), or
+        None where an argument's type is unknown to the shortcut (Triton's own dispatch then)."""
+        akey = args_key(args)
+        if akey is None:
+            return None
+        n_args = len(args)
+        return (device, akey, tuple(args[i] for i in self._constexpr_at if i < n_args), *kwargs.items())
+
     def launch(self, grid: Sequence[int] | Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """Launch ``fn`` over ``grid`` (up to three dimensions) with ``args`` and ``kwargs``."""
         if not _SUPPORTED or callable(grid) or getattr(self.fn, "pre_run_hooks", True) \
                 or _hooks_active():
             self.fn[grid](*args, **kwargs)
             return
-        akey = args_key(args)
-        if akey is None:
+        device = driver.active.get_current_device()
+        key = self.key(args, kwargs, device)
+        if key is None:
             self.fn[grid](*args, **kwargs)
             return
-        device = driver.active.get_current_device()
-        n_args = len(args)
-        key = (device, akey, tuple(args[i] for i in self._constexpr_at if i < n_args), *kwargs.items())
         variant = self._variants.get(key)
         if variant is None:  # Triton's own dispatch: compiles (or finds) the variant and launches it
             compiled = self.fn[grid](*args, **kwargs)
