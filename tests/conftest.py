@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
@@ -69,6 +69,31 @@ def interpret_triton_on_cpu(gpu_suite: str | None = None) -> bool:
         pytest.skip(f"CUDA is present and TRITON_INTERPRET is not 1: {gpu_suite} runs the compiled kernels; set "
                     "TRITON_INTERPRET=1 to run this file on the interpreter", allow_module_level=True)
     return on
+
+
+@pytest.fixture
+def kernel_launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, tuple, dict]]:
+    """``(kernel name, kernel, args, kwargs)`` of every launch of the Triton kernel modules' kernels, in order (each
+    kernel wrapped by a recording spy that launches it)."""
+    from cudnn_gnn.backends.triton import kernels
+
+    seen: list[tuple[str, Any, tuple, dict]] = []
+
+    class _Spy:
+        def __init__(self, real: Any, name: str) -> None:
+            self.real, self.name = real, name
+
+        def __getitem__(self, grid: Any) -> Callable[..., Any]:
+            def launch(*args: Any, **kwargs: Any) -> Any:
+                seen.append((self.name, self.real, args, kwargs))
+                return self.real[grid](*args, **kwargs)
+            return launch
+
+    for module in kernels.KERNEL_MODULES:
+        for name, real in list(vars(module).items()):
+            if name.endswith("_kernel") and hasattr(real, "__getitem__"):
+                monkeypatch.setattr(module, name, _Spy(real, name))
+    return seen
 
 
 def syncs_outside(found: list[str], check: Callable[..., object]) -> list[str]:

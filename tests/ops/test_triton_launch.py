@@ -195,47 +195,30 @@ print("ok", len(launched), len(helpers))
 
 @pytest.mark.slow
 @pytest.mark.skipif(not INTERPRETED, reason="records launches under Triton's interpreter (tests/gpu runs the compiled)")
-def test_training_launches_of_two_widths_of_one_tile_are_two_variants(monkeypatch):
+def test_training_launches_of_two_widths_of_one_tile_are_two_variants(kernel_launches):
     """A GAT training call (no attention returned, counter-based dropout) at 1 x 7 and one at 1 x 6 on one graph (the
     GAT paper's second layer on Cora and on CiteSeer: one padded tile, 7 and 6 of one integer class), their launches
-    recorded: every kernel compiled for its ``C`` (a constexpr) gets keys that differ (the source pass and the delta pass pass it
-    positionally; keyed by its class they shared one variant, and CiteSeer's layer ran Cora's kernels)."""
+    recorded: every kernel compiled for its ``C`` (a constexpr) gets keys that differ. The forward, the delta pass and
+    the source pass take ``C`` positionally; keyed by its class, each shared one variant between the two widths."""
     import inspect
 
     from cudnn_gnn import CscGraph
     from cudnn_gnn.backends import triton as tb
-    from cudnn_gnn.backends.triton import kernels as tk
 
-    launched: list[tuple[str, object, tuple, dict]] = []
-
-    class _Recording:
-        def __init__(self, fn, name):
-            self.fn, self.name = fn, name
-
-        def __getitem__(self, grid):
-            def run(*args, **kwargs):
-                launched.append((self.name, self.fn, args, kwargs))
-                return self.fn[grid](*args, **kwargs)
-            return run
-
-    for module in tk.KERNEL_MODULES:
-        for name, fn in list(vars(module).items()):
-            if name.endswith("_kernel") and hasattr(fn, "arg_names"):
-                monkeypatch.setattr(module, name, _Recording(fn, name))
     gen = torch.Generator().manual_seed(3)
     n, e = 37, 150  # sizes of no special class (not 1, not multiples of 16)
     ei = torch.cat([torch.randint(0, n, (2, e - n), generator=gen), torch.arange(n).repeat(2, 1)], 1)
     graph = CscGraph.from_edge_index(ei, num_nodes=n)
 
     def keys(c: int) -> dict[str, tuple]:
-        launched.clear()
+        kernel_launches.clear()
         x = torch.randn(n, c, generator=gen).requires_grad_()
         w = (torch.randn(2 * c, generator=gen) * 0.3).requires_grad_()
         spec = call_spec(graph, x, x, w, v2=False, heads=1, concat=True, dropout=0.6, dropout_seed=torch.tensor([7]))
         out, _ = tb.triton_gat(spec)
         out.sum().backward()
         got = {}
-        for name, fn, args, kwargs in launched:
+        for name, fn, args, kwargs in kernel_launches:
             params = inspect.signature(fn.fn).parameters.values()
             stand_in = SimpleNamespace(arg_names=[p.name for p in params], pre_run_hooks=[],
                                        params=[SimpleNamespace(is_constexpr="constexpr" in str(p.annotation))

@@ -128,28 +128,9 @@ def rule(monkeypatch):
     return _Rule
 
 
-@pytest.fixture
-def launches(monkeypatch):
-    """``(kernel name, I64)`` of every kernel launched (the kernels of the kernel modules wrapped by a spy)."""
-    from cudnn_gnn.backends.triton import kernels
-
-    seen: list[tuple[str, bool]] = []
-
-    class _Spy:
-        def __init__(self, real, name):
-            self.real, self.name = real, name
-
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                seen.append((self.name, kwargs["I64"]))
-                return self.real[grid](*args, **kwargs)
-            return launch
-
-    for module in kernels.KERNEL_MODULES:
-        for name, real in list(vars(module).items()):
-            if name.endswith("_kernel") and hasattr(real, "__getitem__"):
-                monkeypatch.setattr(module, name, _Spy(real, name))
-    return seen
+def _offset_widths(launched: list) -> set[tuple[str, bool]]:
+    """``(kernel name, I64)`` of the launches :func:`~tests.conftest.kernel_launches` recorded."""
+    return {(name, kwargs["I64"]) for name, _, _, kwargs in launched}
 
 
 @pytest.mark.parametrize("v2, edges, needs_grad", [
@@ -278,7 +259,7 @@ DEFAULT_RUN = ("gat_one_gather", "gatv2_fused")
 
 
 @pytest.mark.parametrize("case", [c if c in DEFAULT_RUN else pytest.param(c, marks=pytest.mark.slow) for c in sorted(CASES)])
-def test_int32_and_int64_offsets_give_the_same_bits(case, rule, launches, monkeypatch):
+def test_int32_and_int64_offsets_give_the_same_bits(case, rule, kernel_launches, monkeypatch):
     """Every output and gradient bitwise equal with the offsets forced to int64 and to int32; every launch of each
     step got the forced ``I64``, the hub merges' included (3 x 3 tiles: no kernel takes int64 on its tile anyway)."""
     _chunks_of(monkeypatch, 4)
@@ -286,10 +267,10 @@ def test_int32_and_int64_offsets_give_the_same_bits(case, rule, launches, monkey
     if kw.get("fused"):
         monkeypatch.setattr(tuning, "FUSED_EXTRA_SHARE", 1e9)
     wide = _step(v2, True, rule, **kw)
-    kernels_wide = set(launches)
-    launches.clear()
+    kernels_wide = _offset_widths(kernel_launches)
+    kernel_launches.clear()
     narrow = _step(v2, False, rule, **kw)
-    kernels_narrow = set(launches)
+    kernels_narrow = _offset_widths(kernel_launches)
     assert {flag for _, flag in kernels_wide} == {True} and {flag for _, flag in kernels_narrow} == {False}
     assert {name for name, _ in kernels_wide} == {name for name, _ in kernels_narrow}
     assert "_merge_sum_kernel" in {name for name, _ in kernels_wide}  # hubs in chunks: the merges ran
@@ -305,7 +286,7 @@ def test_int32_and_int64_offsets_give_the_same_bits(case, rule, launches, monkey
     (8, 8, True, "_node_scores_bwd_kernel"),  # the arxiv step's hidden layer
     pytest.param(1, 40, True, "_node_scores_bwd_kernel", marks=pytest.mark.slow),  # its output layer
 ], ids=["8x32", "8x8_dropout", "1x40_dropout"])
-def test_the_rule_gives_two_kernels_int64_with_the_same_bits(heads, c, drop, int64_kernel, rule, launches,
+def test_the_rule_gives_two_kernels_int64_with_the_same_bits(heads, c, drop, int64_kernel, rule, kernel_launches,
                                                              monkeypatch):
     """GAT's one-gather backward at the arxiv shapes' head widths on a small graph, where int32 fits: every launch
     takes int32 but ``int64_kernel``'s (the source pass on 8 x 32, the node-score backward on 8 x 8 and 1 x 40),
@@ -314,10 +295,10 @@ def test_the_rule_gives_two_kernels_int64_with_the_same_bits(heads, c, drop, int
     _chunks_of(monkeypatch, 4)
     kw = dict(gat_backward="one_gather", drop=drop, heads=heads, c=c)
     wide = _step(False, True, rule, **kw)
-    kernels_wide = set(launches)
-    launches.clear()
+    kernels_wide = _offset_widths(kernel_launches)
+    kernel_launches.clear()
     ruled = _step(False, None, rule, **kw)
-    kernels_ruled = set(launches)
+    kernels_ruled = _offset_widths(kernel_launches)
     assert {flag for _, flag in kernels_wide} == {True}
     assert {name for name, flag in kernels_ruled if flag} == {int64_kernel}
     other = ({"_bwd_gat_src_kernel", "_node_scores_bwd_kernel"} - {int64_kernel}).pop()
