@@ -8,16 +8,15 @@ kernel with our ~30 arguments: measured in docs/performance.md, "Launch cost"). 
 call syntax and does Triton's first call for each variant, then launches the ``CompiledKernel`` it returned
 directly, through the same launcher Triton calls (``CompiledKernel.run``), on the current device's current stream.
 
-A variant is looked up by a key at least as fine as Triton's own: for the positional arguments that are not
-constexprs (:func:`args_key`), per tensor its dtype and whether its address is 16-byte aligned, per integer whether
-it is 1, whether it is a multiple of 16 and its width class (int32, int64, uint64), per float, bool and None the
-type; the value of every constexpr, positional (GAT's backward passes ``heads, c`` so) or keyword; the launch
-options and the current device. Triton specializes on exactly those properties (its ``BaseBackend``:
-``tt.divisibility`` 16 for aligned pointers and multiples of 16; integers of 1 as constants; the integer types by
-range; a constexpr by its value), so two calls with one key run the same compiled kernel under Triton's own dispatch
-too. A positional constexpr keyed by its integer class alone would send a layer of 6 channels a head to the variant
-compiled for 7 (both neither 1 nor a multiple of 16, one padded tile): rows read at the wrong width, wrong
-gradients.
+A variant is looked up by a key at least as fine as Triton's own: per positional argument (:func:`args_key`), per
+tensor its dtype and whether its address is 16-byte aligned, per integer whether it is 1, whether it is a multiple
+of 16 and its width class (int32, int64, uint64), per float, bool and None the type; the value of every constexpr,
+positional (GAT's backward passes ``heads, c`` so) or keyword; the launch options and the current device. Triton
+specializes on exactly those properties (its ``BaseBackend``: ``tt.divisibility`` 16 for aligned pointers and
+multiples of 16; integers of 1 as constants; the integer types by range; a constexpr by its value), so two calls
+with one key run the same compiled kernel under Triton's own dispatch too. A positional constexpr keyed by its
+integer class alone would send a layer of 6 channels a head to the variant compiled for 7 (both neither 1 nor a
+multiple of 16, one padded tile): rows read at the wrong width, wrong gradients.
 
 Where the shortcut's assumptions do not hold, the call takes Triton's own path, unchanged:
 - a Triton version whose launch convention was not read and measured here (:data:`TESTED_TRITON`: the compiled
