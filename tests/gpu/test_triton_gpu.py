@@ -4,7 +4,8 @@ Outputs, returned attention and every gradient (a gradient through the returned 
 GATv2, float32 and bfloat16, int32 and int64 indices, on a power-law graph with a hub (cut into chunks) and with a
 20,000-edge hub row and hub source (in one block size and in big blocks); bitwise repeats of outputs and gradients;
 counter-based dropout's keep flags (the forward's equal the materialised mask; a step reading them gives the bits of
-the explicit factors); head widths that are not powers of two (3 x 250, 2 x 375); ``torch.compile(fullgraph=True)``;
+the explicit factors); head widths that are not powers of two (3 x 250, 2 x 375); head shapes of one padded tile one
+after another in one process (each its own compiled variant); ``torch.compile(fullgraph=True)``;
 GATv2's fused edge
 projection (raw edge features and ``lin_edge_weight``) on a 1.6M-edge graph, its forward+backward peak at least one
 ``[E, H*C]`` buffer below the projected path's; GAT's node-score kernels under autocast at 200,000 rows, and GAT
