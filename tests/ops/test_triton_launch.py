@@ -167,8 +167,9 @@ def test_interpreted_and_untested_tritons_keep_the_kernel(monkeypatch):
 @pytest.mark.slow
 def test_every_launched_kernel_takes_the_cached_launch():
     """Outside the interpreter (a fresh process: Triton decides when it decorates), every kernel that the kernel
-    module launches as ``name[grid](...)`` is a CachedLaunch, and the helpers it calls from inside kernels stay
-    plain ``JITFunction`` objects (Triton inlines those)."""
+    module launches as ``name[grid](...)`` is a CachedLaunch, whose constexpr positions (keyed by value) are the
+    kernel's constexpr parameters, and the helpers it calls from inside kernels stay plain ``JITFunction`` objects
+    (Triton inlines those)."""
     import os
     import subprocess
     import sys
@@ -185,6 +186,12 @@ helpers = {n for m in modules for n, v in vars(m).items() if isinstance(v, trito
 if fast_path_supported():
     assert wrapped == launched, (sorted(launched - wrapped), sorted(wrapped - launched))
     assert not helpers & launched, sorted(helpers & launched)
+    for m in modules:  # each launch keys its constexprs by value: their positions, read from Triton's params
+        for n, v in vars(m).items():
+            if isinstance(v, CachedLaunch):
+                sig = inspect.signature(v.fn.fn).parameters.values()
+                assert v._constexpr_at == tuple(i for i, p in enumerate(sig) if "constexpr" in str(p.annotation)), n
+                assert v._constexpr_at, n
 print("ok", len(launched), len(helpers))
 """
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
