@@ -25,24 +25,25 @@ if not DRY_RUN and (_reason := compiled_triton_skip_reason()) is not None:
 DEV, KERNELS = (torch.device("cpu"), "reference") if DRY_RUN else (torch.device("cuda"), "triton")
 
 
-def _citeseer():
+def _planetoid(name: str):
     from torch_geometric.data import Data
 
     from cudnn_gnn.datasets import load_planetoid
     from cudnn_gnn.layers import ToCscGraph
 
-    data = load_planetoid("CiteSeer", None, normalize_features=True)[0].to(DEV)
+    data = load_planetoid(name, None, normalize_features=True)[0].to(DEV)
     graph = ToCscGraph()(Data(edge_index=data.edge_index, num_nodes=data.num_nodes)).csc_graph
     return data, graph, data.train_mask.nonzero().view(-1)
 
 
-def _train(backend: str, steps: int) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """``steps`` Adam steps of the paper's model from seed 0: the losses and the first step's gradients."""
+def _train(backend: str, steps: int, dataset: str = "CiteSeer") -> tuple[list[float], dict[str, torch.Tensor]]:
+    """``steps`` Adam steps of the paper's model on ``dataset`` from seed 0: the losses and the first step's
+    gradients."""
     from torch_geometric import seed_everything
 
     from cudnn_gnn.apps.train import build_gat
 
-    data, graph, train_idx = _citeseer()
+    data, graph, train_idx = _planetoid(dataset)
     seed_everything(0)
     model = build_gat("gat", data.num_features, int(data.y.max()) + 1, hidden=8, heads=8, out_heads=1, dropout=0.6,
                       backend=backend).to(DEV)
@@ -59,30 +60,12 @@ def _train(backend: str, steps: int) -> tuple[list[float], dict[str, torch.Tenso
     return losses, first
 
 
-def _cora_steps(steps: int) -> None:
-    """``steps`` training steps of the paper's model on Cora (1 x 7 in the second layer: the same padded tile and
-    integer classes as CiteSeer's 1 x 6), so that the kernels' variants for Cora's shapes exist in this process."""
-    from torch_geometric import seed_everything
-
-    from cudnn_gnn.apps.train import build_gat
-    from cudnn_gnn.datasets import load_planetoid
-
-    data = load_planetoid("Cora", None, normalize_features=True)[0].to(DEV)
-    seed_everything(0)
-    model = build_gat("gat", data.num_features, int(data.y.max()) + 1, backend=KERNELS).to(DEV)
-    opt = torch.optim.Adam(model.parameters(), lr=0.005)
-    for _ in range(steps):
-        opt.zero_grad()
-        F.cross_entropy(model(data.x, data.edge_index), data.y).backward()
-        opt.step()
-
-
 @pytest.mark.parametrize("after_cora", [False, True], ids=["alone", "after-cora"])
 def test_citeseer_steps_track_the_reference(after_cora: bool) -> None:
     """With ``after_cora``, Cora's model trains first in the process (as ``bench_accuracy.py`` runs them): CiteSeer's
     kernels must still be its own (a launch cache keyed too coarsely gave its 1 x 6 layer Cora's 1 x 7 kernels)."""
-    if after_cora:
-        _cora_steps(2)
+    if after_cora:  # Cora's second layer is 1 x 7: its kernels' variants now exist in this process
+        _train(KERNELS, 2, "Cora")
     steps = 3 if DRY_RUN else 20
     ours, ours_grads = _train(KERNELS, steps)
     ref, ref_grads = _train("reference", steps)
