@@ -5,7 +5,7 @@ process, stay finite, and the captured run trains.
 
 Cora's second layer is 1 x 7 and CiteSeer's 1 x 6: one padded tile, and sizes of one integer class for Triton's
 specialization. A kernel launch cache that keyed GAT backward's positional constexprs ``heads, c`` by that class
-gave CiteSeer Cora's kernels when both ran in one process (``bench_accuracy.py``): wrong gradients, a NaN loss.
+would give CiteSeer Cora's kernels when both run in one process (as in ``bench_accuracy.py``): wrong gradients.
 ``CUDNN_GNN_GPU_TESTS_ON_CPU=1`` runs the harness on the CPU with the reference backend on both sides."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ def _train(backend: str, steps: int, dataset: str = "CiteSeer") -> tuple[list[fl
 @pytest.mark.parametrize("after_cora", [False, True], ids=["alone", "after-cora"])
 def test_citeseer_steps_track_the_reference(after_cora: bool) -> None:
     """With ``after_cora``, Cora's model trains first in the process (as ``bench_accuracy.py`` runs them): CiteSeer's
-    kernels must still be its own (a launch cache keyed too coarsely gave its 1 x 6 layer Cora's 1 x 7 kernels)."""
+    kernels must still be its own (a launch cache keyed too coarsely would give its 1 x 6 layer Cora's 1 x 7 kernels)."""
     if after_cora:  # Cora's second layer is 1 x 7: its kernels' variants now exist in this process
         _train(KERNELS, 2, "Cora")
     steps = 3 if DRY_RUN else 20

@@ -241,8 +241,8 @@ def test_wide_heads(op, heads, c):
 def test_head_shapes_of_one_tile_take_their_own_variants(op):
     """Head shapes of one padded tile whose sizes are of one integer class (1 x 7 and 1 x 6, 2 x 6 and 3 x 6) run one
     after another in one process, each against the float64 reference, with and without returned attention: each
-    takes the variant compiled for its own ``heads`` and ``c`` (a launch keyed by their class alone ran the earlier
-    shape's: CiteSeer's 1 x 6 layer after Cora's 1 x 7, wrong gradients)."""
+    takes the variant compiled for its own ``heads`` and ``c`` (a launch keyed by their class alone would run the
+    earlier shape's: CiteSeer's 1 x 6 layer after Cora's 1 x 7, wrong gradients)."""
     v2 = op == "gatv2"
     graph = _power_law_graph(3000, 30_000, seed=5, index_dtype=torch.int32)
     for heads, c in [(1, 7), (1, 6), (2, 6), (3, 6), (1, 7)]:

@@ -206,7 +206,7 @@ def test_training_launches_of_two_widths_of_one_tile_are_two_variants(kernel_lau
     """A GAT training call (no attention returned, counter-based dropout) at 1 x 7 and one at 1 x 6 on one graph (the
     GAT paper's second layer on Cora and on CiteSeer: one padded tile, 7 and 6 of one integer class), their launches
     recorded: every kernel compiled for its ``C`` (a constexpr) gets keys that differ. The forward, the delta pass and
-    the source pass take ``C`` positionally; keyed by its class, each shared one variant between the two widths."""
+    the source pass take ``C`` positionally; keyed by its class, each would share one variant between the widths."""
     import inspect
 
     from cudnn_gnn import CscGraph
