@@ -1,16 +1,22 @@
 """Which part of train_planetoid's path turns CiteSeer NaN on CUDA. env: DATA=lib|mine GRAPH=csc|raw EVAL=0|1
 MODEL=lib|mine BACKEND=triton|reference; argv: seeds steps"""
-import json, math, os, sys, time
+import json
+import math
+import os
+import sys
+
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch_geometric import seed_everything
 from torch_geometric.data import Data
-from cudnn_gnn.layers import GATConv, ToCscGraph
-from cudnn_gnn.datasets import load_planetoid
-from cudnn_gnn.apps.train import build_gat
 
-E = {k: os.environ.get(k, d) for k, d in (("DATA", "lib"), ("GRAPH", "csc"), ("EVAL", "1"), ("MODEL", "lib"), ("BACKEND", "triton"))}
+from cudnn_gnn.apps.train import build_gat
+from cudnn_gnn.datasets import load_planetoid
+from cudnn_gnn.layers import GATConv, ToCscGraph
+
+E = {k: os.environ.get(k, d)
+     for k, d in (("DATA", "lib"), ("GRAPH", "csc"), ("EVAL", "1"), ("MODEL", "lib"), ("BACKEND", "triton"))}
 seeds, steps = [int(s) for s in sys.argv[1].split(",")], int(sys.argv[2])
 dev = torch.device("cuda")
 if E["DATA"] == "lib":
@@ -47,7 +53,7 @@ def run(seed):
     m = (build_gat("gat", x.shape[1], 6, backend=E["BACKEND"]) if E["MODEL"] == "lib" else Net(E["BACKEND"])).to(dev)
     opt = torch.optim.Adam(m.parameters(), lr=0.005, weight_decay=5e-4)
     losses, vls = [], []
-    for i in range(steps):
+    for _ in range(steps):
         m.train()
         opt.zero_grad()
         loss = F.cross_entropy(m(x, g)[tr], y[tr])
@@ -61,7 +67,7 @@ def run(seed):
     m.eval()
     with torch.no_grad():
         acc = float((m(x, g)[te].argmax(1) == y[te]).float().mean())
-    nan = next((i for i, l in enumerate(losses) if not math.isfinite(l)), None)
+    nan = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
     pick = {str(i): round(losses[i - 1], 4) for i in (1, 2, 3, 5, 10, 20, 50, 100, 200) if i <= len(losses)}
     return {"seed": seed, "first_nan": nan, "loss": pick, "val_loss_last": vls[-1] if vls else None, "test_acc": round(acc, 4)}
 

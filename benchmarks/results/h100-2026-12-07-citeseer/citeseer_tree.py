@@ -1,9 +1,15 @@
 """CiteSeer GAT-paper model on CUDA for one library tree: eager and captured losses per step, version-robust.
 usage: python cs.py MODE SEEDS STEPS   (MODE: eager | captured | ref | eval_cmp)"""
-import json, math, os, sys, time
+import json
+import math
+import os
+import sys
+import time
+
 import numpy as np
 import torch
 import torch.nn.functional as F
+
 import cudnn_gnn
 from cudnn_gnn.layers import GATConv
 
@@ -44,7 +50,7 @@ def run(seed):
         m.train()
         step = CapturedStep(lambda x, y, graph: F.cross_entropy(m(x, graph)[tr], y[tr]), optimizer=opt,
                             inputs={"x": x, "y": y, "graph": ei}, model=m)
-        for i in range(steps):
+        for _ in range(steps):
             out = step()
             losses.append(float(out) if isinstance(out, torch.Tensor) else float("nan"))
     else:
@@ -59,7 +65,8 @@ def run(seed):
             if mode == "eval_cmp" and i % 10 == 0:  # eval-mode forward+grads against the reference on the same params
                 r = Net("reference").to(dev)
                 r.load_state_dict(m.state_dict())
-                m.eval(); r.eval()
+                m.eval()
+                r.eval()
                 outs = []
                 for mm in (m, r):
                     mm.zero_grad()
@@ -67,12 +74,13 @@ def run(seed):
                     F.cross_entropy(o[tr], y[tr]).backward()
                     outs.append((o.detach(), {k: p.grad.clone() for k, p in mm.named_parameters()}))
                 d = float((outs[0][0] - outs[1][0]).abs().max())
-                gd = {k: float((outs[0][1][k] - outs[1][1][k]).abs().max() / outs[1][1][k].abs().max().clamp(min=1e-30)) for k in outs[1][1]}
+                gd = {k: float((outs[0][1][k] - outs[1][1][k]).abs().max() / outs[1][1][k].abs().max().clamp(min=1e-30))
+                      for k in outs[1][1]}
                 print(json.dumps({"step": i, "out_diff": d, "grad_rel": {k: round(v, 6) for k, v in gd.items()}}), flush=True)
     m.eval()
     with torch.no_grad():
         acc = float((m(x, ei)[te].argmax(1) == y[te]).float().mean())
-    nan = next((i for i, l in enumerate(losses) if not math.isfinite(l)), None)
+    nan = next((i for i, loss in enumerate(losses) if not math.isfinite(loss)), None)
     pick = {str(i): round(losses[i - 1], 4) for i in (1, 2, 3, 5, 10, 20, 50, 100, 200, 400) if i <= len(losses)}
     return {"seed": seed, "first_nan": nan, "loss": pick, "test_acc": round(acc, 4), "s": round(time.time() - t0, 1)}
 

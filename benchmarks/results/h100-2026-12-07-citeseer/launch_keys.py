@@ -1,18 +1,22 @@
 """Under Triton's interpreter: the launches of one GAT training call (no attention returned, dropout 0.6) on Cora's
 and CiteSeer's self-loop graphs at their second layer's shapes (1 x 7, 1 x 6); the CachedLaunch key of each kernel's
 launch before the fix (args_key + keywords) and after it (+ positional constexpr values)."""
+import inspect
 import os
+
 os.environ["TRITON_INTERPRET"] = "1"
 import sys
+
 sys.path.insert(0, "tests")
 import torch
+from conftest import call_spec
 from torch_geometric.utils import add_self_loops
+
 from cudnn_gnn import CscGraph
-from cudnn_gnn.datasets import load_planetoid
 from cudnn_gnn.backends import triton as tb
 from cudnn_gnn.backends.triton import kernels as tk
 from cudnn_gnn.backends.triton.launch import args_key
-from conftest import call_spec
+from cudnn_gnn.datasets import load_planetoid
 
 rec = []
 class Rec:
@@ -40,7 +44,7 @@ def launches(name, c):
     out.sum().backward()
     return list(rec)
 
-import inspect
+
 def constexpr_positions(name):
     for m in tk.KERNEL_MODULES:
         if hasattr(m, name):
