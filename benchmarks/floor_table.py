@@ -69,7 +69,8 @@ CASES: dict[str, tuple[tuple[Layer, ...], float]] = {
 KERNELS = ("_node_scores_kernel", "_fwd_kernel", "_bwd_gat_delta_kernel", "_bwd_gat_src_kernel",
            "_bwd_gat_dst_kernel", "_node_scores_bwd_kernel")
 FOLLOWERS = {"_bwd_gat_dst_kernel": ("_bwd_gat_dst_join_kernel",)}
-"""Kernels whose time counts in a row's: the destination sum's join of the rows that cross its blocks."""
+"""Kernels whose time counts in a row's: the destination sum's join of the rows that cross its blocks, a launch of
+its own in the profiles recorded before the node scores' backward took it over."""
 
 
 def _sectors(row_bytes: float) -> float:

@@ -517,14 +517,14 @@ def test_cached_launch_matches_tritons_dispatch(monkeypatch):
     bitwise what Triton's own dispatch gives: GAT with its one-gather and its two-gather backward and GATv2 with its
     fused edge projection, on a graph with a 3,000-edge hub row and hub source (so the merge kernels run too), with
     edge features, a dropout mask and returned attention, and GAT's training call (no attention returned: the dense
-    delta pass), and graph attention's packed-offsets check; every one of the fourteen kernels holds a variant after
+    delta pass), and graph attention's packed-offsets check; every one of the thirteen kernels holds a variant after
     the first run, and the third run launches none through Triton's dispatch (all through the shortcut)."""
     from cudnn_gnn.backends.triton.launch import CachedLaunch
 
     # (module, name) -> the CachedLaunch a launcher finds in its own module's globals
     kernels = {(module, name): k for module in tk.KERNEL_MODULES for name, k in vars(module).items()
                if isinstance(k, CachedLaunch)}
-    assert len(kernels) == 14, sorted(name for _, name in kernels)
+    assert len(kernels) == 13, sorted(name for _, name in kernels)
     n = 3000
     graph = _hub_graph(n, 30_000, 3000, seed=11)
     assert graph.num_edges > 4 * tuning.chunk_size(graph.num_edges)

@@ -729,11 +729,11 @@ def launched(monkeypatch):
     return names
 
 
-GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat_dst_kernel", "_bwd_gat_dst_join_kernel"],
+GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat_dst_kernel"],
                 False: ["_bwd_dst_kernel", "_bwd_src_kernel"]}
 """The backward launches of a static graph without hubs: GAT's one-gather backward (delta, source pass, destination
-sum and its join), or the two-gather one. With a gradient on the returned attention the delta pass is
-``_bwd_gat_delta_att_kernel`` (see :func:`_gat_backward_launches`)."""
+sum, whose rows that cross its blocks the node scores' backward joins), or the two-gather one. With a gradient on
+the returned attention the delta pass is ``_bwd_gat_delta_att_kernel`` (see :func:`_gat_backward_launches`)."""
 
 
 def _gat_backward_launches(one_gather: bool, attention_grad: bool) -> list[str]:
@@ -781,8 +781,7 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
             assert "_fwd_merge_kernel" in rows and "_merge_sum_kernel" in rows, launched
             if one_gather:
                 assert rows[2:] == ["_bwd_gat_delta_att_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
-                                        "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel",
-                                        "_bwd_gat_dst_join_kernel"], launched
+                                        "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel"], launched
     for a, b in zip(*results):
         if a is not None:
             torch.testing.assert_close(a, b)
@@ -824,7 +823,7 @@ def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, til
     blocks (16 edges, ``launch={"gat_dst": (16, 4)}`` through :func:`use_options`, with the delta pass's tile moved
     down to 64) cut a 70-edge hub over five blocks, rows end on block edges and inside them, rows with no edge get
     zero; heads padded (3 -> 4). Gradients equal the float64 reference's; launches are the dense delta pass, the
-    source pass, the destination sum and its join."""
+    source pass and the destination sum (its crossing and empty rows completed by the node scores' backward)."""
     from cudnn_gnn import gat
     from cudnn_gnn.backends.triton.kernels import gat_backward
 
@@ -864,7 +863,7 @@ LIGHT_SHAPES = {
     "wide_blocks": {"gat_dst": (4096, 8), "scores": (128, 8), "scores_bwd": (64, 4)},
 }
 """GAT's light passes' launch overrides the tests run: blocks of 2 edges (a 70-edge hub over 35 destination-sum
-blocks, so nearly every row crosses a block edge and the join walks long runs) and one or two rows a node-score
+blocks, so nearly every row crosses a block edge and its reader joins long runs) and one or two rows a node-score
 block; one head a node-score program; blocks wider than the graph (one destination-sum program, no crossing)."""
 
 
@@ -1308,13 +1307,50 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
     assert w_grad.shape == w.shape and (edge or torch.count_nonzero(w_grad[2 * h * c:]) == 0)
 
 
+def _as_dst_sum(gd: torch.Tensor, gen: torch.Generator, block: int = 4):
+    """``(d score_dst, gd')``: ``gd [Nd, H]`` as GAT's destination sum leaves it
+    (:class:`~cudnn_gnn.backends.triton.kernels.gat_backward.DstScoreGrad`) on a graph whose rows have 0 to 9 edges
+    in blocks of ``block``: a row within one block in ``rows``; a row that crosses blocks as random runs in ``part``
+    (its first block's slot 1, the following blocks' slot 0) that add up to it; a row with no edge nowhere. NaN
+    everywhere the reader must not look. ``gd'``: ``gd`` with the rows that have no edge zeroed (what it reads)."""
+    from cudnn_gnn.backends.triton.kernels.gat_backward import DstScoreGrad
+
+    nd, h = gd.shape
+    lengths = torch.randint(0, 10, (nd,), generator=gen)
+    lengths[1::4] = 0
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+    e = int(offsets[-1])
+    rows, part = torch.full_like(gd, float("nan")), torch.full((max(1, -(-e // block)), 2, h), float("nan"))
+    want = gd.clone()
+    kinds = set()
+    for r in range(nd):
+        start, end = int(offsets[r]), int(offsets[r + 1])
+        b0, b1 = start // block, (end - 1) // block
+        if start == end:
+            want[r] = 0.0
+            kinds.add("empty")
+        elif b0 == b1:
+            rows[r] = gd[r]
+            kinds.add("one block")
+        else:
+            runs = torch.randn(b1 - b0, h, generator=gen)  # the last block's run makes up the rest
+            part[b0, 1] = runs[0]
+            for k in range(b0 + 1, b1):
+                part[k, 0] = runs[k - b0]
+            part[b1, 0] = gd[r] - runs.sum(0)
+            kinds.add("crosses")
+    assert kinds == {"empty", "one block", "crosses"}
+    return DstScoreGrad(rows, part, offsets, block), want
+
+
 @pytest.mark.parametrize("bipartite", [False, True], ids=["homogeneous", "bipartite"])
 @pytest.mark.parametrize("heads, c", [(3, 5), (2, 550)], ids=["3x5", "2x550"])
 def test_node_scores_backward_kernel_against_float64(heads, c, bipartite, monkeypatch):
     """``launch_node_scores_backward`` alone against float64 sums: ``d_x`` updated in place (both score terms where
     ``x_dst`` is ``x_src``), ``d_x_dst`` written where it is its own tensor, the head vectors' gradient; rows walked
     by 3 programs of several blocks each (the last one past the rows), and at 2 x 550 one head a program (two head
-    groups)."""
+    groups). ``d score_dst`` comes as the destination sum leaves it (:func:`_as_dst_sum`: rows within a block, rows
+    that cross blocks as runs, rows with no edge), which the kernel completes per row."""
     from cudnn_gnn.backends.triton import kernels
 
     monkeypatch.setattr(tuning, "SCORE_BWD_PROGRAMS", 3)
@@ -1324,10 +1360,11 @@ def test_node_scores_backward_kernel_against_float64(heads, c, bipartite, monkey
     x = torch.randn(n, d, generator=gen)
     xd = torch.randn(nd, d, generator=gen) if bipartite else None
     a = torch.randn(2 * d, generator=gen)
-    gs, gd = torch.randn(n, heads, generator=gen), torch.randn(nd, heads, generator=gen)
+    gs = torch.randn(n, heads, generator=gen)
+    g_dst, gd = _as_dst_sum(torch.randn(nd, heads, generator=gen), gen)
     base = torch.randn(n, d, generator=gen)
     dx, dxd = base.clone(), None if xd is None else torch.full((nd, d), float("nan"))
-    da = kernels.launch_node_scores_backward(x, xd, a, heads, gs, gd, dx, dxd)
+    da = kernels.launch_node_scores_backward(x, xd, a, heads, gs, g_dst, dx, dxd)
     a64 = a.double().view(2, heads, c)
     src = (gs.double()[:, :, None] * a64[0]).reshape(n, d)
     dst = (gd.double()[:, :, None] * a64[1]).reshape(nd, d)

@@ -18,7 +18,7 @@ Everything here trusts its caller: :mod:`cudnn_gnn.ops` validates shapes, dtypes
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
@@ -41,6 +41,9 @@ from cudnn_gnn.backends.triton._op_common import (
 )
 from cudnn_gnn.backends.triton._runtime import check_runnable, kernels
 from cudnn_gnn.backends.triton.call import GatCall, SourceWalk
+
+if TYPE_CHECKING:  # the kernel package is imported at first use (Triton reads TRITON_INTERPRET when it decorates)
+    from cudnn_gnn.backends.triton.kernels.gat_backward import DstScoreGrad
 
 __all__ = ["GatAttention", "gat_one_gather"]
 
@@ -116,7 +119,11 @@ def _backward(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
     """The backward op: ``(d_x_src, d_x_dst, d_att_node, d_score_edge)`` (empty where an input has none). ``out``:
     what :class:`GatAttention` kept; given, :func:`_gat_backward`, else the two-gather backward (GATv2's passes).
     ``scores``: what the forward computed; the node-score gradients are folded into the features' and the head
-    vectors' (:func:`_gat_grads`)."""
+    vectors': by the score kernel (:func:`_fold_node_scores`) after the one-gather backward (:func:`gat_one_gather`'s
+    regime: static graphs, tiles at most 256 wide, where the kernel was measured faster), else by GEMMs
+    (:func:`_fold_node_scores_gemm`, measured faster on sampled-shape bipartite blocks, 4 x 128; docs/performance.md,
+    "The fold as a kernel"). ``att_node`` is ``att_src | att_dst`` (:func:`~cudnn_gnn.backends.triton.call.build_call`
+    took ``att_edge`` into the edge scores, whose gradient is the op's last output)."""
     c, walk = GatCall(*args[:len(GatCall._fields)]), SourceWalk(*args[len(GatCall._fields):])
     check_runnable(c.x_src.device)
     scores2 = _split_scores(c, scores)
@@ -128,8 +135,9 @@ def _backward(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
     datt = None if grad_attention is None else grad_attention.float().contiguous()
     k = kernels()
     if out is not None:
-        k.launch_gat_backward(c, walk, scores2, lse, out, dout, datt, d_x_src, d_score_src, d_score_dst,
-                              d_score_edge if c.score_edge is not None else None)
+        dst = k.launch_gat_backward(c, walk, scores2, lse, out, dout, datt, d_x_src, d_score_src, d_score_dst,
+                                    d_score_edge if c.score_edge is not None else None)
+        d_x_src, d_x_dst, d_a = _fold_node_scores(c, d_x_src, d_score_src, dst)
     else:
         nd, e, h, _ = sizes(c)
         f32: dict[str, Any] = dict(device=c.x_src.device, dtype=torch.float32)
@@ -137,27 +145,16 @@ def _backward(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor, out:
         k.launch_backward_dst(c, scores2, lse, dout, datt, alpha_buf, ds_buf, None, None, None, d_score_dst,
                               d_score_edge if c.score_edge is not None else None)
         k.launch_backward_src(c, walk, dout, alpha_buf, ds_buf, d_x_src, d_score_src)
-    return _gat_grads(c, d_x_src, d_score_src, d_score_dst, d_score_edge, out is not None)
-
-
-def _gat_grads(c: GatCall, d_x_src: Tensor, d_score_src: Tensor, d_score_dst: Tensor, d_score_edge: Tensor,
-               one_gather: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The op's input gradients, the node scores' folded in: by the score kernel (:func:`_fold_node_scores`) after
-    the one-gather backward (``one_gather``; :func:`gat_one_gather`'s regime: static graphs, tiles at most 256 wide,
-    where the kernel was measured faster), else by GEMMs (:func:`_fold_node_scores_gemm`, measured faster on
-    sampled-shape bipartite blocks, 4 x 128; docs/performance.md, "The fold as a kernel"). ``att_node`` is
-    ``att_src | att_dst`` (:func:`~cudnn_gnn.backends.triton.call.build_call` took ``att_edge`` into the edge scores,
-    whose gradient is the op's last output)."""
-    fold = _fold_node_scores if one_gather else _fold_node_scores_gemm
-    d_x_src, d_x_dst, d_a = fold(c, d_x_src, d_score_src, d_score_dst)
+        d_x_src, d_x_dst, d_a = _fold_node_scores_gemm(c, d_x_src, d_score_src, d_score_dst)
     return d_x_src, d_x_dst, d_a.to(c.att_node.dtype), d_score_edge
 
 
 def _fold_node_scores(c: GatCall, d_x_src: Tensor, d_score_src: Tensor,
-                      d_score_dst: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+                      d_score_dst: DstScoreGrad) -> tuple[Tensor, Tensor, Tensor]:
     """``(d_x_src, d_x_dst, d_a)`` from the kernels' ``d_x_src`` (the attention's share, a buffer of this call,
-    updated in place) and the float32 node-score gradients ``[Ns, H]``, ``[Nd, H]``; ``d_a [2*H*C]`` float32, the
-    gradient of ``att_src | att_dst``.
+    updated in place) and the float32 node-score gradients ``[Ns, H]`` and ``[Nd, H]``, the latter as the one-gather
+    backward's destination sum leaves it (:class:`~cudnn_gnn.backends.triton.kernels.gat_backward.DstScoreGrad`,
+    completed by the kernel that reads it); ``d_a [2*H*C]`` float32, the gradient of ``att_src | att_dst``.
 
     ``score_s[n, h] = a_s[h] . x_s[n, h]``, so ``d x_s[n, h, :] += d score_s[n, h] a_s[h]`` and ``d a_s[h] = sum_n
     d score_s[n, h] x_s[n, h]``: one launch of :func:`~cudnn_gnn.backends.triton.kernels.

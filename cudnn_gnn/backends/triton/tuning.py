@@ -254,12 +254,12 @@ DST_SUM_TILE = 2048
 
 def dst_sum_shape(heads: int, launch: Sequence[int] = ()) -> tuple[int, int, int]:
     """``(BLOCK, HG, num_warps)`` of GAT's destination sum (``_bwd_gat_dst_kernel``, a segmented scan of ``dz [E,
-    H]`` in CSC order, one block of ``BLOCK`` edges a program, and ``_bwd_gat_dst_join_kernel``, the rows that
-    cross blocks, one warp): every head in one program (``HG = next_pow2(H)``), ``BLOCK = max(16, DST_SUM_TILE /
+    H]`` in CSC order, one block of ``BLOCK`` edges a program, whose rows that cross blocks the node scores' backward
+    joins as it reads them): every head in one program (``HG = next_pow2(H)``), ``BLOCK = max(16, DST_SUM_TILE /
     HG)`` edges (2048 at one head, 256 at 8), a warp per 256 edges of the block (8 warps at one head, 1 at 8; swept
     on the arxiv step's layers: docs/performance.md, "Launch shapes"). ``launch``: a call's overrides (see
-    :func:`launch_override`); ``"gat_dst"``'s, where there, replaces ``BLOCK`` (the scan's and the join's, which
-    reads the blocks' edges) and the scan's ``num_warps`` (the join keeps one warp)."""
+    :func:`launch_override`); ``"gat_dst"``'s, where there, replaces ``BLOCK`` (the scan's and its reader's) and the
+    scan's ``num_warps``."""
     hg = next_pow2(max(heads, 1))
     block = max(16, DST_SUM_TILE // hg)
     block, num_warps, _ = launch_override("gat_dst", launch, block, max(1, block // 256), hg)

@@ -1,11 +1,11 @@
 """GAT's backward with one feature-row gather per edge: a delta pass over the destinations (dense over their rows),
 the source pass (the only one that gathers rows: ``dout_i`` per out-edge), and a destination sum over the ``[E, H]``
-buffer it wrote (a segmented sum in CSC order). No program reads back what it stored itself: no barriers needed."""
-
+buffer it wrote (a segmented sum in CSC order), which its reader completes per row (:class:`DstScoreGrad`). No
+program reads back what it stored itself: no barriers needed."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import triton
@@ -36,7 +36,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
 )
 from cudnn_gnn.backends.triton.launch import cached_launch
 
-__all__ = ["launch_gat_backward"]
+__all__ = ["DstScoreGrad", "launch_gat_backward"]
 
 DENSE_TILE = 4096
 """Elements of one input a program of the dense delta pass holds (its ``dout`` and ``out`` rows; the destination
@@ -251,8 +251,8 @@ def _bwd_gat_dst_kernel(dz_buf_ptr, dst_index_ptr, dsdst_ptr, part_ptr, E, H: tl
     whole sectors), sums each row's run of edges with one segmented scan, and stores a row that begins and ends in
     the block to ``dsdst [Nd, H]``. A row that crosses the block's edge leaves its run's sum in ``part [B, 2, H]``:
     slot 0 the block's first run where its row began before the block (the whole block when one row covers it),
-    slot 1 its last run where its row began in the block and goes on past it; :func:`_bwd_gat_dst_join_kernel`
-    adds them up. Rows with no edge are not touched (the launcher zeroes ``dsdst`` first)."""
+    slot 1 its last run where its row began in the block and goes on past it; the reader adds them up
+    (:func:`_dst_score_rows`). Rows with no edge are not touched (zero: the reader knows them by their offsets)."""
     b = _idx(tl.program_id(0), I64)
     e = b * BLOCK + tl.arange(0, BLOCK)
     h = tl.arange(0, HG)
@@ -275,30 +275,53 @@ def _bwd_gat_dst_kernel(dz_buf_ptr, dst_index_ptr, dsdst_ptr, part_ptr, E, H: tl
     tl.store(part_ptr + at, run, mask=(is_head | is_tail)[:, None] & eh_mask)
 
 
-@cached_launch
+class DstScoreGrad(NamedTuple):
+    """``d score_dst [Nd, H]`` float32 as GAT's destination sum (:func:`_bwd_gat_dst_kernel`) leaves it, for a kernel
+    that reads it per row to complete (:func:`_dst_score_rows`): ``rows [Nd, H]``, set for the rows whose in-edges lie
+    in one block of ``block`` edges (CSC order); ``part [B, 2, H]``, the runs of the rows that cross blocks (or a
+    stand-in where the graph has no edge); ``offsets [Nd+1]``, the graph's, which tell the reader a row's blocks.
+    Rows with no edge are zero and written nowhere. Completed by its one reader, the node scores' backward
+    (:func:`~cudnn_gnn.backends.triton.kernels.node_scores.launch_node_scores_backward`), instead of by a launch of
+    its own that would first zero the empty rows and add up the crossing rows' runs."""
+
+    rows: Tensor
+    part: Tensor
+    offsets: Tensor
+    block: int
+
+
 @triton.jit
-def _bwd_gat_dst_join_kernel(dst_index_ptr, dsdst_ptr, part_ptr, E, n_blocks, H: tl.constexpr, HG: tl.constexpr,
-                             BLOCK: tl.constexpr, I64: tl.constexpr):
-    """For each row that crosses block edges, begun in block ``b`` (this program's): ``dsdst[row] = part[b, 1] +
-    part[k, 0]`` over the following blocks ``k`` it covers, in block order (float32 sums, no atomics)."""
-    b = _idx(tl.program_id(0), I64)
-    h = tl.arange(0, HG)
-    hm = h < H
-    _, tail, _, last = _crossing_runs(dst_index_ptr, b, E, h * 0, BLOCK, I64)
-    acc = tl.load(part_ptr + b * (2 * H) + H + h, mask=hm & tail, other=0.0)
-    row = _max(tl.where(tail, last, -1), 0)  # the row begun here that goes on (-1: none)
-    k = b + 1
-    while (row >= 0) & (k < n_blocks) & (_row_at(dst_index_ptr, k * BLOCK, E, I64) == row):
-        acc += tl.load(part_ptr + k * (2 * H) + h, mask=hm, other=0.0)
-        k += 1
-    tl.store(dsdst_ptr + last * H + h, acc, mask=hm & tail)
+def _dst_score_rows(rows, r_mask, h_off, hm, dsdst_ptr, part_ptr, offsets_ptr, H,
+                    BLOCK: tl.constexpr, I64: tl.constexpr):
+    """``d score_dst [BLOCK_N, HG]`` (float32) of the destination ``rows [BLOCK_N]`` (``r_mask``: those that exist)
+    and the heads ``h_off [HG]`` (``hm``), from :class:`DstScoreGrad`'s tensors: a row whose in-edges lie in one
+    block of ``BLOCK`` edges from ``dsdst``; a row that crosses blocks, its run in its first block ``b0`` (slot 1)
+    plus the following blocks' first runs (slot 0) up to its last block ``b1``, added in block order (the same float32
+    sums, in the same order, for every call); a row with no edge, zero."""
+    start = _idx(tl.load(offsets_ptr + rows, mask=r_mask, other=0), I64)
+    end = _idx(tl.load(offsets_ptr + rows + 1, mask=r_mask, other=0), I64)
+    has = r_mask & (end > start)
+    b0 = start // BLOCK
+    b1 = tl.maximum(end - 1, start) // BLOCK
+    cross = has & (b1 > b0)
+    g = tl.load(dsdst_ptr + rows[:, None] * H + h_off[None, :], mask=(has & (b1 == b0))[:, None] & hm[None, :],
+                other=0.0)
+    acc = tl.load(part_ptr + b0[:, None] * (2 * H) + H + h_off[None, :], mask=cross[:, None] & hm[None, :], other=0.0)
+    for k in range(1, _max(tl.where(cross, b1 - b0, 0), 0) + 1):
+        more = cross & (b0 + k <= b1)
+        run = tl.load(part_ptr + (b0 + k)[:, None] * (2 * H) + h_off[None, :], mask=more[:, None] & hm[None, :],
+                      other=0.0)
+        acc = tl.where(more[:, None], acc + run, acc)
+    return tl.where(cross[:, None], acc, g)
 
 
 def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, Tensor], lse: Tensor, out: Tensor,
                         dout: Tensor, datt: Tensor | None, dx_src: Tensor, dscore_src: Tensor, dscore_dst: Tensor,
-                        dscore_edge: Tensor | None) -> None:
-    """GAT's backward with one feature-row gather per edge: fills ``dx_src [Ns, H*C]``, ``dscore_src [Ns, H]``,
-    ``dscore_dst [Nd, H]`` and, with edge scores, ``dscore_edge [E, H]`` (COO; float32 scores).
+                        dscore_edge: Tensor | None) -> DstScoreGrad:
+    """GAT's backward with one feature-row gather per edge: fills ``dx_src [Ns, H*C]``, ``dscore_src [Ns, H]``
+    and, with edge scores, ``dscore_edge [E, H]`` (COO; float32 scores), and returns ``d score_dst [Nd, H]`` as
+    :class:`DstScoreGrad`: ``dscore_dst`` (float32, contiguous) holds the rows whose in-edges lie in one block of the
+    destination sum, its reader completes the others.
 
     ``scores``: the forward's ``(score_src [Ns, H], score_dst [Nd, H])``; ``out [Nd, H*C]``: its per-head output (any
     float dtype); ``dout [Nd, H*C]``: its gradient (any float dtype); ``datt [E, H]`` float32 COO, the returned
@@ -311,8 +334,8 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
        :func:`_bwd_gat_delta_att_kernel` over the row work list (plus a ``_merge_sum`` of its hub chunks);
     2. the source pass: :func:`_bwd_gat_src_kernel` over the source work list, the only one that gathers feature
        rows (``dout_i`` per out-edge; a ``_merge_sum`` each for ``dx_src`` and ``dscore_src`` where it holds hubs);
-    3. the destination sum: ``dscore_dst`` zeroed, :func:`_bwd_gat_dst_kernel` (a segmented sum of ``dz`` in CSC
-       order, blocks of edges) and :func:`_bwd_gat_dst_join_kernel` (the rows that cross blocks).
+    3. the destination sum: :func:`_bwd_gat_dst_kernel`, a segmented sum of ``dz`` in CSC order over blocks of
+       edges; the rows that cross blocks and the rows with no edge are left to the reader (:class:`DstScoreGrad`).
 
     Launch shapes: the source pass and the attention-gradient delta pass take :func:`launch_shape` of
     ``"gat_src"`` and ``"gat_delta"`` (:data:`TUNED_SHAPES` where the tile is at most 256 wide; ``call.launch``
@@ -370,12 +393,11 @@ def launch_gat_backward(call: GatCall, walk: SourceWalk, scores: tuple[Tensor, T
             RS=rs, I64=src_i64, **flags, **cfg)
         _merge_sum(src_hubs, dx_part, dx_src, d, call.i64)
         _merge_sum(src_hubs, dss_part, dscore_src, heads, call.i64)
-    dscore_dst.zero_()  # rows with no edge; the others are written below
-    if e:  # the segmented sum over dz_buf in CSC order, then the rows that cross blocks
-        block, hg, num_warps = tuning.dst_sum_shape(heads, call.launch)
+    block, hg, num_warps = tuning.dst_sum_shape(heads, call.launch)
+    part = dscore_dst  # a stand-in where the graph has no edge: every row is then empty, no part is read
+    if e:  # the segmented sum over dz_buf in CSC order; the reader joins the rows that cross blocks
         n_blocks = tuning.cdiv(e, block)
         part = torch.empty(n_blocks, 2, heads, **f32)
         _bwd_gat_dst_kernel[(n_blocks,)](dz_buf, dst_index, dscore_dst, part, e, heads, HG=hg, BLOCK=block,
                                          I64=call.i64, num_warps=num_warps)
-        _bwd_gat_dst_join_kernel[(n_blocks,)](dst_index, dscore_dst, part, e, n_blocks, heads, HG=hg, BLOCK=block,
-                                              I64=call.i64, num_warps=1)
+    return DstScoreGrad(dscore_dst, part, offsets, block)

@@ -1,5 +1,5 @@
 """GAT's per-node scores ``[N, H]`` (``a_src . x_j``, ``a_dst . x_i``) in one launch, and their backward folded into
-the feature and head-vector gradients."""
+the feature and head-vector gradients (which also completes ``d score_dst`` as GAT's destination sum leaves it)."""
 
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from cudnn_gnn.backends.triton.kernels.common import (
     _or,
     _sum,
 )
+from cudnn_gnn.backends.triton.kernels.gat_backward import DstScoreGrad, _dst_score_rows
 from cudnn_gnn.backends.triton.launch import cached_launch
 
 __all__ = ["launch_node_scores", "launch_node_scores_backward"]
@@ -52,12 +53,15 @@ def _node_scores_kernel(x0_ptr, x1_ptr, a_ptr, s0_ptr, s1_ptr, N0, N1, H, C,
 
 @cached_launch
 @triton.jit(do_not_specialize=["N0", "N1", "ROWS"])
-def _node_scores_bwd_kernel(x0_ptr, x1_ptr, a_ptr, g0_ptr, g1_ptr, dx0_ptr, dx1_ptr, part_ptr, N0, N1, H, C, ROWS,
+def _node_scores_bwd_kernel(x0_ptr, x1_ptr, a_ptr, g0_ptr, g1_ptr, g1_part_ptr, offsets_ptr, dx0_ptr, dx1_ptr, part_ptr,
+                            N0, N1, H, C, ROWS,
                             SEPARATE: tl.constexpr, BLOCK_N: tl.constexpr, HG: tl.constexpr,
-                            BLOCK_C: tl.constexpr, I64: tl.constexpr):
+                            BLOCK_C: tl.constexpr, G1_BLOCK: tl.constexpr, I64: tl.constexpr):
     """The backward of :func:`_node_scores_kernel` for the rows ``p * ROWS .. (p + 1) * ROWS`` of program ``p`` (in
-    blocks of ``BLOCK_N``) and the program's head group, from the float32 score gradients ``g0 [N0, H]``, ``g1 [N1,
-    H]``: the features' share, ``dx0[n, h*C + c] += g0[n, h] a0[h*C + c]`` (a read-modify-write of the buffer the
+    blocks of ``BLOCK_N``) and the program's head group, from the float32 score gradients ``g0 [N0, H]`` and ``g1
+    [N1, H]``, the latter as GAT's destination sum leaves it (``g1``, ``g1_part`` and the graph's ``offsets``, its
+    blocks of ``G1_BLOCK`` edges: :class:`~cudnn_gnn.backends.triton.kernels.gat_backward.DstScoreGrad`, completed
+    per row here): the features' share, ``dx0[n, h*C + c] += g0[n, h] a0[h*C + c]`` (a read-modify-write of the buffer the
     attention kernels wrote, in its dtype, float32 arithmetic) and ``dx1[n, :] = g1[n, h] a1`` (``SEPARATE``: a
     write of its own); with ``SEPARATE`` False (``x1`` is ``x0``, ``dx1`` is ``dx0``) both terms in the one
     read-modify-write of ``dx0``. The head vectors' share, as the program's partial sums ``part[p, 0, h*C + c] =
@@ -78,7 +82,7 @@ def _node_scores_bwd_kernel(x0_ptr, x1_ptr, a_ptr, g0_ptr, g1_ptr, dx0_ptr, dx1_
         t0 = m0[:, None, None] & hc_mask[None, :, :]
         t1 = m1[:, None, None] & hc_mask[None, :, :]
         g0 = tl.load(g0_ptr + nh, mask=m0[:, None] & hm[None, :], other=0.0)
-        g1 = tl.load(g1_ptr + nh, mask=m1[:, None] & hm[None, :], other=0.0)
+        g1 = _dst_score_rows(rows, m1, h_off, hm, g1_ptr, g1_part_ptr, offsets_ptr, H, G1_BLOCK, I64)
         x0 = tl.load(x0_ptr + at, mask=t0, other=0.0).to(tl.float32)
         p0 += _sum(g0[:, :, None] * x0, 0)
         d0 = g0[:, :, None] * a0[None, :, :]
@@ -121,14 +125,16 @@ def launch_node_scores(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: in
 
 
 def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, heads: int, g_src: Tensor,
-                                g_dst: Tensor, dx_src: Tensor, dx_dst: Tensor | None,
+                                g_dst: DstScoreGrad, dx_src: Tensor, dx_dst: Tensor | None,
                                 launch: Sequence[int] = (), i64: bool = True) -> Tensor:
     """The node scores' backward (see :func:`_node_scores_kernel`), in one launch of
     :func:`_node_scores_bwd_kernel`: adds ``g_src a_src`` to ``dx_src [Ns, H*C]`` in place (and, with ``x_dst``
     None, ``g_dst a_dst`` too: ``dx_src`` is then the one feature gradient), writes ``dx_dst [Nd, H*C] = g_dst
     a_dst`` where ``x_dst`` is its own tensor, and returns the head vectors' gradient ``[2*H*C]`` float32 (``d
     a_src | d a_dst``: ``sum_n g[n, h] x[n, h*C + c]``, per-program partials summed in a fixed order). ``g_src [Ns,
-    H]``, ``g_dst [Nd, H]``: float32, contiguous; ``dx_src`` contiguous, written by this call's kernels.
+    H]``: float32, contiguous; ``g_dst``: ``d score_dst [Nd, H]`` as GAT's one-gather backward returns it
+    (:class:`~cudnn_gnn.backends.triton.kernels.gat_backward.DstScoreGrad`: whole rows, the runs of rows that cross
+    its blocks, empty rows), completed per row by the kernel; ``dx_src`` contiguous, written by this call's kernels.
     Launch shape: :func:`~cudnn_gnn.backends.triton.tuning.node_score_shape` of ``"scores_bwd"`` (``launch``: the
     call's overrides). ``i64``: the call's offset width (``GatCall.i64``; int64 by default, right for any size); the
     kernel's ``I64`` is :func:`~cudnn_gnn.backends.triton.tuning.kernel_int64_offsets` of ``"scores_bwd"`` on its tile
@@ -143,7 +149,8 @@ def launch_node_scores_backward(x_src: Tensor, x_dst: Tensor | None, a: Tensor, 
     programs, per = tuning.score_bwd_programs(rows, block_n)
     part = torch.empty(programs, 2, d, device=x_src.device, dtype=torch.float32)
     _node_scores_bwd_kernel[(programs, groups)](
-        x_src, _or(x_dst, x_src), a, g_src, g_dst, dx_src, _or(dx_dst, dx_src), part, n, n_dst, heads, c,
-        per * block_n, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg, BLOCK_C=block_c,
-        I64=tuning.kernel_int64_offsets("scores_bwd", i64, hg * block_c, c, block_c), num_warps=num_warps)
+        x_src, _or(x_dst, x_src), a, g_src, g_dst.rows, g_dst.part, g_dst.offsets, dx_src, _or(dx_dst, dx_src), part,
+        n, n_dst, heads, c, per * block_n, SEPARATE=x_dst is not None, BLOCK_N=block_n, HG=hg, BLOCK_C=block_c,
+        G1_BLOCK=g_dst.block, I64=tuning.kernel_int64_offsets("scores_bwd", i64, hg * block_c, c, block_c),
+        num_warps=num_warps)
     return part.view(programs, 2 * d).sum(0)
