@@ -90,8 +90,11 @@ def _backward(grad_out: Tensor, grad_attention: Tensor | None, lse: Tensor,
     ds_buf = torch.empty(e, h, **f32)
     d_x_src = like(c.x_src, c.x_src)
     fused = c.lin_edge_weight is not None
-    # one row per whole destination and one per hub chunk (zeros: hub rows' own rows and unused slots add 0)
-    d_w_part = torch.zeros(nd + c.row_hub_work.shape[0], h * ch, **f32)
+    # one row per whole destination and one per hub chunk: zeros where the row list holds chunk slots (a hub row's own
+    # row and the unused slots are not written, and add 0); without, every destination is a whole item, which writes
+    # its row (zeros for a row with no edge), so nothing is zeroed first
+    n_slots = c.row_hub_work.shape[0]
+    d_w_part = (torch.zeros if n_slots else torch.empty)(nd + n_slots, h * ch, **f32)
     d_x_dst, d_edge = like(c.x_dst, c.x_src), _edge_grad(c, 1, c.edge_attr)
     k = kernels()
     k.launch_backward_dst(c, None, lse, dout, None if grad_attention is None else grad_attention.float().contiguous(),

@@ -207,8 +207,9 @@ def launch_backward_dst(call: GatCall | Gatv2Call, scores: tuple[Tensor, Tensor]
     """Destination pass of ``call`` (GAT's two-gather backward with its node ``scores``, or GATv2's); fills
     ``alpha_buf``/``ds_buf`` ``[E, H]`` fp32 (CSC order) for the source pass and the destination-side outputs
     (GATv2: ``dx_dst``, ``dedge`` (projected edges only: with ``lin_edge_weight`` the edge gradients come from
-    :func:`launch_backward_edge`), ``dattw_part [Nd + S, H*C]`` fp32 zeros on entry, whose rows sum to the
-    attention-vector gradient; GAT: ``dscore_dst``, ``dscore_edge``).
+    :func:`launch_backward_edge`), ``dattw_part [Nd + S, H*C]`` fp32, whose rows sum to the attention-vector
+    gradient (every whole row's and used chunk slot's written here; zeros on entry where ``S > 0``: the hub rows' own
+    rows and the unused slots are not); GAT: ``dscore_dst``, ``dscore_edge``).
 
     With hub rows: a pass-1 launch over the chunks (``row_hub_work``), their ``delta`` merged per row, then the main
     launch over every item and the merges of the chunks' destination-side sums."""
