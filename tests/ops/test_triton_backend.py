@@ -816,6 +816,78 @@ def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, m
         torch.testing.assert_close(a, b, **TOL[torch.float32])
 
 
+_NO_KERNEL = {"empty", "empty_strided", "new_empty", "new_empty_strided", "view", "_unsafe_view", "as_strided",
+              "slice", "select", "unbind", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze", "reshape",
+              "detach", "alias", "split", "narrow", "diagonal"}
+"""aten ops that launch no kernel on a GPU (allocations and views): what :func:`_backward_launches` leaves out."""
+
+
+def _backward_launches(out: torch.Tensor, inputs: list[torch.Tensor]) -> list[str]:
+    """Every launch a backward makes from ``out`` (gradient: random, contiguous) into ``inputs``, in order: the
+    Triton kernels by name (each wrapped by a spy) and the torch ops by their aten name (``aten.sum``), recorded by a
+    dispatch mode outside the kernels' launches (the interpreter's own tensor copies are not launches)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from cudnn_gnn.backends.triton import kernels
+
+    seen: list[str] = []
+    inside = [False]
+
+    class _Spy:
+        def __init__(self, real, name):
+            self.real, self.name = real, name
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                seen.append(self.name)
+                inside[0] = True
+                try:
+                    return self.real[grid](*args, **kwargs)
+                finally:
+                    inside[0] = False
+            return launch
+
+    class _Ops(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not inside[0] and name not in _NO_KERNEL:
+                seen.append(f"aten.{name}")
+            return func(*args, **(kwargs or {}))
+
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out.dtype)
+    with pytest.MonkeyPatch.context() as mp:
+        for module in kernels.KERNEL_MODULES:
+            for name, real in list(vars(module).items()):
+                if name.endswith("_kernel") and hasattr(real, "__getitem__"):
+                    mp.setattr(module, name, _Spy(real, name))
+        with _Ops():
+            torch.autograd.grad(out, inputs, g)
+    return seen
+
+
+@pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
+def test_training_backward_on_a_static_graph_launches_its_passes_and_one_sum(v2):
+    """The backward of a training call (attention dropout, no attention returned) on a static hub-free graph with
+    rows of no edge, whole: GAT's three passes, the node scores' backward (which completes ``d score_dst``: no zeroing
+    launch before the destination sum, no join after it) and the sum of the head vectors' partials; GATv2's two
+    passes, the sum of its attention vector's per-row partials (no zeroing launch: every row writes its own) and the
+    sum of the two gradients of ``x``."""
+    from cudnn_gnn import gat, gatv2
+
+    gen = torch.Generator().manual_seed(3)
+    n, heads, c = 30, 2, 4
+    ei = torch.stack([torch.randint(0, n, (120,), generator=gen), torch.randint(3, n, (120,), generator=gen)])
+    graph = CscGraph.from_edge_index(ei, num_nodes=n)  # rows 0-2: no edge
+    x = torch.randn(n, heads * c, generator=gen).requires_grad_()
+    w = torch.randn((1 if v2 else 2) * heads * c, generator=gen).requires_grad_()
+    op = gatv2 if v2 else gat
+    out = op(graph, x, w, heads=heads, dropout=0.5, training=True, backend="triton")
+    # GATv2's x is its x_src and its x_dst: the op adds the two gradients (input_grads)
+    want = (["_bwd_dst_kernel", "_bwd_src_kernel", "aten.sum", "aten.add"] if v2
+            else [*GAT_BACKWARD[True], "_node_scores_bwd_kernel", "aten.sum"])
+    assert _backward_launches(out, [x, w]) == want
+
+
 @pytest.mark.parametrize("heads", [2, 3])
 @pytest.mark.parametrize("tile", [64, None], ids=["blocks_of_16_edges", "default_blocks"])
 def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, tile, monkeypatch, launched):
