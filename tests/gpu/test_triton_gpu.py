@@ -32,6 +32,7 @@ from cudnn_gnn.backends import triton as tb  # noqa: E402
 from cudnn_gnn.backends.triton import gat_op as triton_op  # noqa: E402
 from cudnn_gnn.backends.triton import kernels as tk  # noqa: E402
 from cudnn_gnn.backends.triton import packed_offsets, tuning  # noqa: E402
+from cudnn_gnn.backends.triton.kernels.gat_backward import DstScoreGrad  # noqa: E402
 
 DEV = torch.device("cuda")
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}
@@ -332,7 +333,8 @@ def test_node_scores_under_autocast_at_size(heads, c, bipartite, fold):
     destination rows of their own where bipartite) under ``torch.autocast``: float32 scores within float32
     rounding of the float64 sums; their gradients folded into ``d_x`` (added in place to the attention's share,
     zeros here; stored in bfloat16, so within its rounding) and the head vectors' gradient: by the kernel
-    (``_fold_node_scores``: float32 sums of the bfloat16 rows, per-program partials) within float32 rounding, by
+    (``_fold_node_scores``: float32 sums of the bfloat16 rows, per-program partials; the destination gradients as
+    the one-gather backward's destination sum leaves them, every row whole in one block) within float32 rounding, by
     the GEMMs (``_fold_node_scores_gemm``: the score gradients rounded to bfloat16) within bfloat16 rounding;
     bitwise repeats."""
     n, nd, d = 200_000, 120_000 if bipartite else 200_000, heads * c
@@ -346,12 +348,15 @@ def test_node_scores_under_autocast_at_size(heads, c, bipartite, fold):
     call, _ = tb.build_call(call_spec(graph, x0, x0 if xd is None else xd.detach(), w.detach(), v2=False, heads=heads,
                                       concat=True), tb.kernel_graph(graph), needs_grad=True)
     assert (call.x_dst is None) == (xd is None)
+    dst_whole = DstScoreGrad(gd, gd, torch.arange(nd + 1, device=DEV), 256)
 
     def run():
         with torch.autocast("cuda", torch.bfloat16):
             s, t = tk.launch_node_scores(x0, None if xd is None else xd.detach(), w.detach(), heads)
-        fold_fn = triton_op._fold_node_scores if fold == "kernel" else triton_op._fold_node_scores_gemm
-        d_x, d_xd, d_w = fold_fn(call, torch.zeros_like(x), gs, gd)
+        if fold == "kernel":  # gd as the destination sum leaves it: one edge a row, every row whole in its block
+            d_x, d_xd, d_w = triton_op._fold_node_scores(call, torch.zeros_like(x), gs, dst_whole)
+        else:
+            d_x, d_xd, d_w = triton_op._fold_node_scores_gemm(call, torch.zeros_like(x), gs, gd)
         return (s, t, d_x, d_w) if xd is None else (s, t, d_x, d_xd, d_w)
 
     got = run()
