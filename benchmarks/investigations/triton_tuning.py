@@ -109,9 +109,12 @@ LIGHT_GRIDS = {"gat_dst": tuple((b, nw) for b in (64, 128, 256, 512, 1024, 2048,
 KERNEL_NAMES = {"fwd": ("_fwd_kernel",), "dst": ("_bwd_dst_kernel",), "src": ("_bwd_src_kernel",),
                 "bwd": ("_bwd_dst_kernel", "_bwd_src_kernel"), "gat_src": ("_bwd_gat_src_kernel",),
                 "gat_delta": ("_bwd_gat_delta_kernel",),
-                "gat_dst": ("_bwd_gat_dst_kernel", "_bwd_gat_dst_join_kernel"),
+                "gat_dst": ("_bwd_gat_dst_kernel", "_node_scores_bwd_kernel"),
                 "scores": ("_node_scores_kernel",), "scores_bwd": ("_node_scores_bwd_kernel",)}
-"""Pass -> the Triton kernels whose own GPU time ``kernel_ms`` sums (the swept ones; the op's time adds the rest)."""
+"""Pass -> the Triton kernels whose own GPU time ``kernel_ms`` sums (the swept ones; the op's time adds the rest).
+``gat_dst``: the destination sum and its reader, the node scores' backward, which joins the rows that cross the
+sum's blocks (so the block size moves work between the two; results before ``5dec360`` summed a join launch of the
+sum's own instead)."""
 PASSES = ("fwd", "dst", "src", "bwd", "gat_src", "gat_delta", "gat_dst", "scores", "scores_bwd")
 GAT_ONLY = ("gat_src", "gat_delta", "gat_dst", "scores", "scores_bwd")
 """Passes of GAT's kernels alone: a GATv2 row of them would time a call that never launches the swept kernel."""
