@@ -71,13 +71,21 @@ def interpret_triton_on_cpu(gpu_suite: str | None = None) -> bool:
     return on
 
 
+class KernelLaunches(list[tuple[str, Any, tuple, dict]]):
+    """What :func:`kernel_launches` records: ``(kernel name, kernel, args, kwargs)`` a launch, in order.
+    ``launching``: True while a recorded kernel runs (under the interpreter its own torch ops run then, which a
+    recorder of torch ops leaves out: they are no launch on a GPU)."""
+
+    launching = False
+
+
 @pytest.fixture
-def kernel_launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, tuple, dict]]:
-    """``(kernel name, kernel, args, kwargs)`` of every launch of the Triton kernel modules' kernels, in order (each
-    kernel wrapped by a recording spy that launches it)."""
+def kernel_launches(monkeypatch: pytest.MonkeyPatch) -> KernelLaunches:
+    """Every launch of the Triton kernel modules' kernels, in order (each kernel wrapped by a recording spy that
+    launches it): :class:`KernelLaunches`."""
     from cudnn_gnn.backends.triton import kernels
 
-    seen: list[tuple[str, Any, tuple, dict]] = []
+    seen = KernelLaunches()
 
     class _Spy:
         def __init__(self, real: Any, name: str) -> None:
@@ -86,7 +94,11 @@ def kernel_launches(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, tup
         def __getitem__(self, grid: Any) -> Callable[..., Any]:
             def launch(*args: Any, **kwargs: Any) -> Any:
                 seen.append((self.name, self.real, args, kwargs))
-                return self.real[grid](*args, **kwargs)
+                seen.launching = True
+                try:
+                    return self.real[grid](*args, **kwargs)
+                finally:
+                    seen.launching = False
             return launch
 
     for module in kernels.KERNEL_MODULES:

@@ -822,51 +822,30 @@ _NO_KERNEL = {"empty", "empty_strided", "new_empty", "new_empty_strided", "view"
 """aten ops that launch no kernel on a GPU (allocations and views): what :func:`_backward_launches` leaves out."""
 
 
-def _backward_launches(out: torch.Tensor, inputs: list[torch.Tensor]) -> list[str]:
+def _backward_launches(out: torch.Tensor, inputs: list[torch.Tensor], kernel_launches) -> list[str]:
     """Every launch a backward makes from ``out`` (gradient: random, contiguous) into ``inputs``, in order: the
-    Triton kernels by name (each wrapped by a spy) and the torch ops by their aten name (``aten.sum``), recorded by a
-    dispatch mode outside the kernels' launches (the interpreter's own tensor copies are not launches)."""
+    Triton kernels by name (recorded by :func:`~tests.conftest.kernel_launches`) and the torch ops by their aten name
+    (``aten.sum``), recorded by a dispatch mode outside the kernels' launches (the interpreter's own tensor copies are
+    not launches)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from cudnn_gnn.backends.triton import kernels
-
-    seen: list[str] = []
-    inside = [False]
-
-    class _Spy:
-        def __init__(self, real, name):
-            self.real, self.name = real, name
-
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                seen.append(self.name)
-                inside[0] = True
-                try:
-                    return self.real[grid](*args, **kwargs)
-                finally:
-                    inside[0] = False
-            return launch
+    kernel_launches.clear()
 
     class _Ops(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             name = func.overloadpacket.__name__
-            if not inside[0] and name not in _NO_KERNEL:
-                seen.append(f"aten.{name}")
+            if not kernel_launches.launching and name not in _NO_KERNEL:
+                kernel_launches.append((f"aten.{name}", func, (), {}))
             return func(*args, **(kwargs or {}))
 
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out.dtype)
-    with pytest.MonkeyPatch.context() as mp:
-        for module in kernels.KERNEL_MODULES:
-            for name, real in list(vars(module).items()):
-                if name.endswith("_kernel") and hasattr(real, "__getitem__"):
-                    mp.setattr(module, name, _Spy(real, name))
-        with _Ops():
-            torch.autograd.grad(out, inputs, g)
-    return seen
+    with _Ops():
+        torch.autograd.grad(out, inputs, g)
+    return [name for name, *_ in kernel_launches]
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
-def test_training_backward_on_a_static_graph_launches_its_passes_and_one_sum(v2):
+def test_training_backward_on_a_static_graph_launches_its_passes_and_one_sum(v2, kernel_launches):
     """The backward of a training call (attention dropout, no attention returned) on a static hub-free graph with
     rows of no edge, whole: GAT's three passes, the node scores' backward (which completes ``d score_dst``: no zeroing
     launch before the destination sum, no join after it) and the sum of the head vectors' partials; GATv2's two
@@ -885,7 +864,7 @@ def test_training_backward_on_a_static_graph_launches_its_passes_and_one_sum(v2)
     # GATv2's x is its x_src and its x_dst: the op adds the two gradients (input_grads)
     want = (["_bwd_dst_kernel", "_bwd_src_kernel", "aten.sum", "aten.add"] if v2
             else [*GAT_BACKWARD[True], "_node_scores_bwd_kernel", "aten.sum"])
-    assert _backward_launches(out, [x, w]) == want
+    assert _backward_launches(out, [x, w], kernel_launches) == want
 
 
 @pytest.mark.parametrize("heads", [2, 3])
