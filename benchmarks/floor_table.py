@@ -68,9 +68,6 @@ CASES: dict[str, tuple[tuple[Layer, ...], float]] = {
 }
 KERNELS = ("_node_scores_kernel", "_fwd_kernel", "_bwd_gat_delta_kernel", "_bwd_gat_src_kernel",
            "_bwd_gat_dst_kernel", "_node_scores_bwd_kernel")
-FOLLOWERS = {"_bwd_gat_dst_kernel": ("_bwd_gat_dst_join_kernel",)}
-"""Kernels whose time counts in a row's: the destination sum's join of the rows that cross its blocks, a launch of
-its own in the profiles recorded before the node scores' backward took it over."""
 
 
 def _sectors(row_bytes: float) -> float:
@@ -129,7 +126,9 @@ def layer_bytes(layer: Layer, nodes: int, edges: int, elem: int, index: int = 4,
     # the segmented sum reads each edge's row index beside dz (the offsets would do: rows, not edges, compulsory)
     dst = KernelBytes(streamed=e * index + e * h * f + scores, compulsory=rows + e * h * f + scores)
     score = KernelBytes(streamed=x + 2 * scores, compulsory=x + 2 * scores)
-    score_bwd = KernelBytes(streamed=x + 2 * scores + 2 * x, compulsory=x + 2 * scores + 2 * x)
+    # the node scores' backward also reads the offsets, to complete the destination sum's rows (its crossing rows'
+    # runs: a few per block of the sum, left out)
+    score_bwd = KernelBytes(streamed=rows + x + 2 * scores + 2 * x, compulsory=x + 2 * scores + 2 * x)
     return dict(zip(KERNELS, (score, fwd, delta, src, dst, score_bwd)))
 
 
@@ -287,7 +286,7 @@ def table_rows(case: str, dtype: str, us: dict[str, float], nodes: int, edges: i
     rows = []
     for name in KERNELS:
         kb = total[name]
-        times = [v for k, v in us.items() if any(k.startswith(part) for part in (name, *FOLLOWERS.get(name, ())))]
+        times = [v for k, v in us.items() if k.startswith(name)]
         t = sum(times) if times else None
         floor = floor_us(kb, rates)
         graph_floor = floor_us(kb, rates, graph_order=True) if "graph" in rates else None
