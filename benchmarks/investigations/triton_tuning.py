@@ -113,8 +113,7 @@ KERNEL_NAMES = {"fwd": ("_fwd_kernel",), "dst": ("_bwd_dst_kernel",), "src": ("_
                 "scores": ("_node_scores_kernel",), "scores_bwd": ("_node_scores_bwd_kernel",)}
 """Pass -> the Triton kernels whose own GPU time ``kernel_ms`` sums (the swept ones; the op's time adds the rest).
 ``gat_dst``: the destination sum and its reader, the node scores' backward, which joins the rows that cross the
-sum's blocks (so the block size moves work between the two; results before ``5dec360`` summed a join launch of the
-sum's own instead)."""
+sum's blocks (the block size moves work between the two)."""
 PASSES = ("fwd", "dst", "src", "bwd", "gat_src", "gat_delta", "gat_dst", "scores", "scores_bwd")
 GAT_ONLY = ("gat_src", "gat_delta", "gat_dst", "scores", "scores_bwd")
 """Passes of GAT's kernels alone: a GATv2 row of them would time a call that never launches the swept kernel."""
