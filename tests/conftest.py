@@ -78,6 +78,11 @@ class KernelLaunches(list[tuple[str, Any, tuple, dict]]):
 
     launching = False
 
+    @property
+    def names(self) -> list[str]:
+        """The launched kernels' names, in order."""
+        return [name for name, *_ in self]
+
 
 @pytest.fixture
 def kernel_launches(monkeypatch: pytest.MonkeyPatch) -> KernelLaunches:

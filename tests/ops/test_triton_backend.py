@@ -340,7 +340,7 @@ def test_opcheck(v2):
     torch.library.opcheck(getattr(torch.ops.cudnn_gnn, f"{name}_bwd").default, (*lead, *call, *walk))
 
 
-def test_triton_options_launch_replaces_a_kernels_shape(launched, monkeypatch):
+def test_triton_options_launch_replaces_a_kernels_shape(monkeypatch):
     """``TritonOptions(launch=...)`` replaces the named kernel's ``BLOCK_E`` / ``num_warps`` / ``HG`` for that call
     only (what the tuning sweeps run; no module patched), the result unchanged; bad overrides are refused."""
     from cudnn_gnn.backends.triton import tuning
@@ -706,29 +706,6 @@ def test_whole_rows_list_and_a_short_rows_graph_with_a_long_row(chunk, monkeypat
     assert srcs.hub_work.shape[0] == 0 and srcs.work is graph.reverse_csc()[0]
 
 
-@pytest.fixture
-def launched(monkeypatch):
-    """The names of the Triton kernels launched, in order: every kernel of the kernel module (a jitted function,
-    or under the interpreter its stand-in: anything launched by ``kernel[grid](...)``) wrapped by a spy."""
-    from cudnn_gnn.backends.triton import kernels
-
-    names: list[str] = []
-
-    class _Spy:
-        def __init__(self, real, name):
-            self.real, self.name = real, name
-
-        def __getitem__(self, grid):
-            names.append(self.name)
-            return self.real[grid]
-
-    for module in kernels.KERNEL_MODULES:  # a launcher finds its kernels in its own module
-        for name, real in list(vars(module).items()):
-            if name.endswith("_kernel") and hasattr(real, "__getitem__"):
-                monkeypatch.setattr(module, name, _Spy(real, name))
-    return names
-
-
 GAT_BACKWARD = {True: ["_bwd_gat_delta_kernel", "_bwd_gat_src_kernel", "_bwd_gat_dst_kernel"],
                 False: ["_bwd_dst_kernel", "_bwd_src_kernel"]}
 """The backward launches of a static graph without hubs: GAT's one-gather backward (delta, source pass, destination
@@ -748,13 +725,13 @@ whether ``x_dst`` is ``x_src`` or another tensor."""
 
 
 def _attention_launches(launched: list[str]) -> list[str]:
-    """``launched`` without the node-score kernels."""
+    """The kernel names ``launched`` without the node-score kernels."""
     return [k for k in launched if k not in SCORE_KERNELS]
 
 
 @pytest.mark.parametrize("one_gather", [True, False], ids=["one_gather", "two_gather"])
 @pytest.mark.slow
-def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, monkeypatch):
+def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, kernel_launches, monkeypatch):
     """A static CscGraph whose degrees fit a chunk: forward + backward launch the row kernels and nothing else (no
     merge, no pass-1 launch): the forward, then GAT's three backward passes (delta, source, destination sum), or
     the two-gather backward's two, besides the node scores' kernels (forward, and the one-gather backward's fold);
@@ -771,24 +748,24 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, launched, 
         if rebuilt:
             graph = graph.as_rebuilt_every_call()
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
-        launched.clear()
+        kernel_launches.clear()
         results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb))
-        assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
-        rows = _attention_launches(launched)
+        assert [k for k in kernel_launches.names if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
+        rows = _attention_launches(kernel_launches.names)
         if not rebuilt:
-            assert rows == ["_fwd_kernel", *_gat_backward_launches(one_gather, True)], launched
+            assert rows == ["_fwd_kernel", *_gat_backward_launches(one_gather, True)], kernel_launches.names
         else:
-            assert "_fwd_merge_kernel" in rows and "_merge_sum_kernel" in rows, launched
+            assert "_fwd_merge_kernel" in rows and "_merge_sum_kernel" in rows, kernel_launches.names
             if one_gather:
                 assert rows[2:] == ["_bwd_gat_delta_att_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
-                                        "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel"], launched
+                                        "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel"], kernel_launches.names
     for a, b in zip(*results):
         if a is not None:
             torch.testing.assert_close(a, b)
 
 
 @pytest.mark.slow
-def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, monkeypatch):
+def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(kernel_launches, monkeypatch):
     """Two GATConv layers of Cora's shape (8 heads x 8 concatenated, then one head averaged; attention dropout 0.6,
     self-loops) on a static hub-free graph, on the one-gather backward: it launches GAT's three passes per layer and
     the node scores' backward, nothing else, and every gradient equals the reference layers'. The one-gather
@@ -807,10 +784,10 @@ def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(launched, m
         xl = x.clone().requires_grad_()
         torch.manual_seed(5)
         out = convs[1](torch.nn.functional.elu(convs[0](xl, ei)), ei)
-        launched.clear()
+        kernel_launches.clear()
         out.square().sum().backward()
         if backend == "triton":
-            assert launched == [*GAT_BACKWARD[True], "_node_scores_bwd_kernel"] * 2, launched
+            assert kernel_launches.names == [*GAT_BACKWARD[True], "_node_scores_bwd_kernel"] * 2, kernel_launches.names
         grads.append([xl.grad, *(p.grad for conv in convs for p in conv.parameters())])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
@@ -841,7 +818,7 @@ def _backward_launches(out: torch.Tensor, inputs: list[torch.Tensor], kernel_lau
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(0)).to(out.dtype)
     with _Ops():
         torch.autograd.grad(out, inputs, g)
-    return [name for name, *_ in kernel_launches]
+    return kernel_launches.names
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
@@ -869,7 +846,7 @@ def test_training_backward_on_a_static_graph_launches_its_passes_and_one_sum(v2,
 
 @pytest.mark.parametrize("heads", [2, 3])
 @pytest.mark.parametrize("tile", [64, None], ids=["blocks_of_16_edges", "default_blocks"])
-def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, tile, monkeypatch, launched):
+def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, tile, monkeypatch, kernel_launches):
     """GAT's training backward (no attention returned, so the dense delta pass): the destination sum's segmented
     blocks (16 edges, ``launch={"gat_dst": (16, 4)}`` through :func:`use_options`, with the delta pass's tile moved
     down to 64) cut a 70-edge hub over five blocks, rows end on block edges and inside them, rows with no edge get
@@ -899,11 +876,11 @@ def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, til
             xs, ws = x.clone().requires_grad_(), w.clone().requires_grad_()
         with tb.use_options(options):
             out = gat(graph, xs, ws, heads=heads, backend=backend)
-            launched.clear()
+            kernel_launches.clear()
             (out.double() * g_out).sum().backward()
         grads.append((xs.grad.double(), ws.grad.double()))
         if backend == "triton":
-            assert _attention_launches(launched) == GAT_BACKWARD[True], launched
+            assert _attention_launches(kernel_launches.names) == GAT_BACKWARD[True], kernel_launches.names
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
@@ -933,7 +910,7 @@ def _light_cases() -> list:
 
 
 @pytest.mark.parametrize("heads, shapes, bipartite", _light_cases())
-def test_light_pass_launch_overrides_match_the_reference(heads, shapes, bipartite, launched, monkeypatch):
+def test_light_pass_launch_overrides_match_the_reference(heads, shapes, bipartite, kernel_launches, monkeypatch):
     """``TritonOptions(launch=...)`` for GAT's destination sum (``"gat_dst"``) and node-score kernels (``"scores"``,
     ``"scores_bwd"``) reaches their launchers (the shapes :func:`tuning.dst_sum_shape` and
     :func:`tuning.node_score_shape` return are the overrides), and the one-gather backward's gradients equal the
@@ -969,11 +946,11 @@ def test_light_pass_launch_overrides_match_the_reference(heads, shapes, bipartit
         if options is None:
             out, _ = reference.mha_gat(spec)
         else:
-            launched.clear()
+            kernel_launches.clear()
             out, _ = tb.triton_gat(spec, options=options)
         grads.append(torch.autograd.grad((out * g_out).sum(), leaves))
-    assert _attention_launches(launched) == ["_fwd_kernel", *GAT_BACKWARD[True]], launched
-    assert [k for k in launched if k in SCORE_KERNELS] == list(SCORE_KERNELS), launched
+    assert _attention_launches(kernel_launches.names) == ["_fwd_kernel", *GAT_BACKWARD[True]], kernel_launches.names
+    assert [k for k in kernel_launches.names if k in SCORE_KERNELS] == list(SCORE_KERNELS), kernel_launches.names
     for kernel, (block, warps, *hg) in LIGHT_SHAPES[shapes].items():
         got = seen[kernel]
         if kernel == "gat_dst":
@@ -1023,12 +1000,12 @@ def test_light_pass_shapes_default_to_todays_rule():
     ({"gat_dst": (16.0, 4)}, r"launch\['gat_dst'\] must be .* positive ints, got \(16.0, 4\)"),
     ({"score": (16, 4)}, r"launch must name kernels of .*'gat_dst', 'scores', 'scores_bwd', got 'score'"),
 ], ids=["gat_dst_hg", "not_pow2", "hg_not_pow2", "zero", "too_many_warps", "float", "unknown_name"])
-def test_light_pass_bad_overrides_refused_before_any_kernel(bad, error, launched):
+def test_light_pass_bad_overrides_refused_before_any_kernel(bad, error, kernel_launches):
     """A light pass's bad override is refused where the options are made (``ValueError``, "X must Y, got Z"), before
     any kernel runs."""
     with pytest.raises(ValueError, match=error):
         tb.TritonOptions(launch=bad)
-    assert launched == []
+    assert kernel_launches.names == []
 
 
 @pytest.mark.parametrize("concat", [True, False], ids=["concat", "mean"])
@@ -1315,7 +1292,7 @@ def test_score_matrix_is_the_block_diagonal_of_the_head_vectors():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("one_gather", [True, False], ids=["fold_kernel", "fold_gemm"])
 @pytest.mark.slow
-def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edge, dtype, one_gather, launched,
+def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edge, dtype, one_gather, kernel_launches,
                                                                    monkeypatch):
     """GAT's op computes its node scores itself (one ``_node_scores_kernel`` launch, ``SCORE_TILE`` moved down so
     that its programs end inside both tensors; 3 heads of width 5, padded) and folds their gradients into those of
@@ -1339,7 +1316,7 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
     graph = CscGraph.from_edge_index(ei, size=(ns, nd))
     xs, xd, w, ea, m = _inputs(False, ns, nd, ei.shape[1], h, c, edge=edge, mask=True, bipartite=bipartite,
                                dtype=dtype, seed=13)
-    launched.clear()
+    kernel_launches.clear()
     if dtype == torch.float32:
         out, _, grads = _compare(graph, xs, xd, w, ea, m, v2=False, heads=h, concat=True, gat_backward=gb)
     else:  # bfloat16: against the float64 reference, within 8x the bfloat16 reference's own error (norm-wise)
@@ -1351,8 +1328,8 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
             assert a.dtype == lp.dtype
             rel = float((a.double() - b).norm() / b.norm())
             assert rel <= 8 * max(float((lp.double() - b).norm() / b.norm()), 2**-8), rel
-    assert launched.count("_node_scores_kernel") == 1, launched
-    assert launched.count("_node_scores_bwd_kernel") == int(one_gather), launched
+    assert kernel_launches.names.count("_node_scores_kernel") == 1, kernel_launches.names
+    assert kernel_launches.names.count("_node_scores_bwd_kernel") == int(one_gather), kernel_launches.names
     assert out.grad_fn is not None and type(out.grad_fn).__name__ == "GatAttentionBackward"
     w_grad = grads[2 if bipartite else 1]
     assert w_grad.shape == w.shape and (edge or torch.count_nonzero(w_grad[2 * h * c:]) == 0)
@@ -1822,7 +1799,7 @@ def test_source_pass_reads_destinations_either_way_with_the_same_bits(one_gather
     (8, 40, False, False),  # a tile wider than 256 (8 x 64 padded): two
 ], ids=["static", "rebuilt_every_call", "wide_tile"])
 @pytest.mark.slow
-def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, rebuilt, one_gather, launched):
+def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, rebuilt, one_gather, kernel_launches):
     """With ``TritonOptions.gat_backward`` at its default (``"auto"``), ``gat_one_gather`` decides: the one-gather backward
     on a static graph with a tile at most 256 wide, the two-gather one on a graph rebuilt every call and on wider
     tiles; the launches say which ran, and the gradients match the reference either way."""
@@ -1833,14 +1810,14 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
     if rebuilt:
         graph = graph.as_rebuilt_every_call()
     xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], heads, c, edge=False, mask=True, bipartite=False, seed=2)
-    launched.clear()
+    kernel_launches.clear()
     out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
-    ran = set(_attention_launches(launched))
+    ran = set(_attention_launches(kernel_launches.names))
     r_out, _, r_grads = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
     for a, b in zip((out, *grads), (r_out, *r_grads)):  # sums of up to 30 x 320 terms in another order
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
     expected = _gat_backward_launches(one_gather, True)
-    assert set(expected) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, launched
+    assert set(expected) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, kernel_launches.names
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
