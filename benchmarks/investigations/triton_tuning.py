@@ -135,20 +135,33 @@ def default_shape(pass_: str, heads: int, c: int, v2: bool, elem: int) -> tuple[
     return block_e, warps, hg
 
 
+def dataset_graph(name: str, device: torch.device) -> cudnn_gnn.CscGraph:
+    """The bundled Planetoid graph ``name`` (offline) with one self-loop a node, as ``GATConv`` runs it."""
+    from torch_geometric.utils import add_self_loops, remove_self_loops
+
+    from cudnn_gnn.datasets import load_planetoid
+
+    data = load_planetoid(name, None)[0]
+    edge_index, _ = add_self_loops(remove_self_loops(data.edge_index)[0], num_nodes=data.num_nodes)
+    return cudnn_gnn.CscGraph.from_edge_index(edge_index.to(device), num_nodes=data.num_nodes)
+
+
 def _parse_grid(text: str) -> tuple[tuple[int, int], ...]:
     """``"4,8,16x1,2"`` -> every ``(BLOCK_E, num_warps)`` of the two lists."""
     edges, warps = text.split("x")
     return tuple((int(b), int(w)) for b in edges.split(",") for w in warps.split(","))
 
 
-def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *, graph: GraphSpec = ARXIV,
+def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: list[str], *,
+                 graph: GraphSpec | cudnn_gnn.CscGraph = ARXIV,
                  heads: int = 8, c: int = 32,
                  grid: tuple[tuple[int, int], ...] | None = None,
                  dtypes: tuple[torch.dtype, ...] = (torch.float32, torch.bfloat16),
                  head_groups: tuple[int, ...] | None = None, dropout: float = 0.0) -> list[dict[str, Any]]:
-    """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on ``graph`` with ``heads`` x ``c``
-    (arxiv's, 8 x 32, by default), fp32 and bf16, and the swept kernels' own GPU time (``kernel_ms``, from
-    ``torch.profiler`` over three more calls: the op's time adds every other kernel and the host).
+    """Question 2: the op's time per launch shape ``(BLOCK_E, num_warps)`` on ``graph`` (a synthetic graph's spec,
+    or a :class:`~cudnn_gnn.CscGraph` on ``device``) with ``heads`` x ``c`` (arxiv's, 8 x 32, by default), fp32 and
+    bf16, and the swept kernels' own GPU time (``kernel_ms``, from ``torch.profiler`` over three more calls: the op's
+    time adds every other kernel and the host).
 
     ``fwd``: the forward (no grad), its shape (:func:`launch_shape` of ``"fwd"``) swept; ``dst`` / ``src``:
     forward + backward with that backward kernel's shape swept and every other kernel at its default; ``bwd``: both
@@ -164,8 +177,11 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
     default's (``gat_dst`` has none: its rows say ``HG`` None). ``dropout``: attention dropout drawn in the kernels
     (a training step's layer: the forward and the source pass draw a Philox number an edge and head group)."""
     from cudnn_gnn.backends import triton as tb
-    g = make_graph(graph, seed=0, device=device)
-    csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
+    if isinstance(graph, cudnn_gnn.CscGraph):
+        csc = graph
+    else:
+        g = make_graph(graph, seed=0, device=device)
+        csc = cudnn_gnn.CscGraph.from_edge_index(g.edge_index, num_nodes=graph.num_nodes)
     rows: list[dict[str, Any]] = []
     for op, pass_, dtype in ((o, p, d) for o in ops for p in passes for d in dtypes):
         v2 = op == "gatv2"
@@ -176,7 +192,7 @@ def launch_sweep(device: torch.device, repeats: int, ops: list[str], passes: lis
         elem = torch.empty((), dtype=dtype).element_size()
         first = default_shape(pass_, heads, c, v2, elem)
         swept = ("dst", "src") if pass_ == "bwd" else (pass_,)
-        x = torch.randn(graph.num_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ not in NO_GRAD)
+        x = torch.randn(csc.num_src_nodes, heads * c, device=device, dtype=dtype, requires_grad=pass_ not in NO_GRAD)
         att = torch.randn((1 if v2 else 2) * heads * c, device=device, dtype=dtype) * 0.1
         floor = gather_floor_bytes(csc.num_edges, csc.num_dst_nodes, heads * c, x.element_size()) / 4.3e12 * 1e3
         groups = (first[2],) if first[2] is None or not head_groups else head_groups
@@ -241,6 +257,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--preset", default="arxiv",
                     help="bench_layers preset whose graph and first layer's heads x width the sweep takes (arxiv, "
                          "proteins, products; edge features are not passed)")
+    ap.add_argument("--dataset", default=None, choices=("Cora", "CiteSeer"),
+                    help="sweep on this bundled graph with a self-loop a node (as GATConv adds them) instead of the "
+                         "preset's synthetic one: on small graphs one long row sets a kernel's time")
     ap.add_argument("--heads", type=int, default=None, help="heads of the swept layer (default: the preset's)")
     ap.add_argument("--channels", type=int, default=None, help="a head's width (default: the preset's)")
     ap.add_argument("--dropout", type=float, default=0.0,
@@ -258,8 +277,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         dtypes = tuple({"fp32": torch.float32, "bf16": torch.bfloat16}[d] for d in args.dtypes.split(","))
         preset = PRESETS[args.preset]
         payload["preset"] = args.preset
+        graph: GraphSpec | cudnn_gnn.CscGraph = preset.graph
+        if args.dataset is not None:
+            graph = dataset_graph(args.dataset, device)
+            payload["dataset"] = args.dataset
         payload["launch_sweep"] = launch_sweep(device, args.repeats, args.ops.split(","), args.passes.split(","),
-                                               grid=grid, dtypes=dtypes, graph=preset.graph,
+                                               grid=grid, dtypes=dtypes, graph=graph,
                                                heads=args.heads or preset.heads, c=args.channels or preset.channels,
                                                head_groups=None if args.head_groups is None else
                                                tuple(int(v) for v in args.head_groups.split(",")),
