@@ -404,6 +404,22 @@ def test_compile_check_reports_a_kernel_that_runs_interpreted_but_does_not_compi
         assert "Mismatched type for y" in row["error"] and "FAILED cast_kernel" in proc.stdout, row["error"]
 
 
+def test_triton_tuning_dataset_is_the_bundled_graph_with_a_self_loop_a_node() -> None:
+    """triton_tuning's ``--dataset``: the bundled Cora graph as ``GATConv`` runs it (its 10,556 edges and a
+    self-loop a node: 13,264; the longest row 169 edges)."""
+    code = f"""
+import runpy, torch
+ns = runpy.run_path({os.path.join(INVESTIGATIONS, "triton_tuning.py")!r}, run_name="not_main")
+g = ns["dataset_graph"]("Cora", torch.device("cpu"))
+assert (g.num_src_nodes, g.num_dst_nodes, g.num_edges) == (2708, 2708, 13264), g
+assert int(g.offsets.diff().max()) == 169 and int(g.offsets.diff().min()) >= 1
+print("ok")
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, text=True, capture_output=True, timeout=600,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr[-3000:]
+
+
 @pytest.mark.slow
 def test_triton_launch_sweep_replaces_the_swept_kernels_shape_only() -> None:
     """triton_tuning's sweep on Triton's interpreter (a 40-node graph): one row per shape and a single default per

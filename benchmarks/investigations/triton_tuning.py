@@ -10,7 +10,8 @@
    :func:`cudnn_gnn.backends.triton.tuning.launch_shape`'s shape replaced (``TritonOptions(launch=...)``), or
    (``--passes dst,src``) forward+backward with one backward kernel's shape replaced; GAT and GATv2; on arxiv's
    graph or (``--preset products``, ``proteins``) another preset's graph and first layer's heads x width, since a
-   block size chosen on arxiv's short rows (mean degree 14) need not suit products' (50) or proteins' (597). GAT's
+   block size chosen on arxiv's short rows (mean degree 14) need not suit products' (50) or proteins' (597); or
+   (``--dataset Cora``) a bundled graph, where one long row among short ones may set a kernel's time. GAT's
    light passes too (``--passes gat_dst,scores,scores_bwd``): the destination sum's edges a block and warps, the
    node-score kernels' rows a block and warps (each on a grid of its own unless ``--grid`` names one).
 
@@ -19,7 +20,7 @@ Usage (from the repository root, on a CUDA GPU with Triton)::
     python benchmarks/investigations/triton_tuning.py --out triton_tuning.json [--ops gat,gatv2]
         [--passes fwd,dst,src,bwd,gat_src,gat_delta,gat_dst,scores,scores_bwd]
         [--grid 4,8,16,32x1,2,4] [--skip-host] [--preset arxiv|products|proteins] [--dtypes fp32,bf16]
-        [--heads H --channels C] [--dropout P]
+        [--heads H --channels C] [--dropout P] [--dataset Cora|CiteSeer]
 """
 
 from __future__ import annotations
