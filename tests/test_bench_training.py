@@ -229,3 +229,15 @@ def test_graph_level_variants_train_the_same_model_on_the_same_batches() -> None
             losses[variant] = [float(step.run(b)) for b in w["batches"][:3]]
     assert losses["ours-eager"] == losses["ours-captured"]
     assert len(set(losses["ours-eager"])) == 3
+
+
+def test_summary_line_names_the_slowest_prebuilt_variant() -> None:
+    """With ``--prebuild`` a record keeps each variant's build (``epoch1_prebuild_builds``) and the printed line names
+    the slowest, which bounds the parallel builds; a record without the list (older JSON) prints as before."""
+    rec = {"workload": "papers100m-sampled", "variant": "ours-captured", "precision": "bf16", "median_ms": 7.9,
+           "epoch_seconds": [16.3, 10.2], "epoch1_prebuild_variants": 2, "epoch1_prebuild_seconds": 3.04,
+           "epoch1_prebuild_builds": [{"kernel": "_fwd_kernel", "seconds": 1.1, "in_process": False},
+                                      {"kernel": "_bwd_dst_kernel", "seconds": 2.9, "in_process": False}]}
+    assert "2 kernel variants prebuilt in 3.04 s, the slowest _bwd_dst_kernel 2.90 s)" in bench_training.summary_line(rec)
+    del rec["epoch1_prebuild_builds"]
+    assert bench_training.summary_line(rec).endswith("2 kernel variants prebuilt in 3.04 s)")
