@@ -96,8 +96,8 @@ variant on our layers builds them and the later ones find them built; a build fo
 the step's first call builds them one after another), in its clock: ``epoch1_prebuild_seconds``,
 ``epoch1_prebuild_variants`` and ``epoch1_prebuild_in_process`` (built by this process where its build process
 failed), ``epoch1_prebuild_builds`` (each variant's kernel, seconds and whether built in-process: the slowest one
-bounds the parallel builds), and ``epoch1_triton_builds`` then counts their loads from the disk cache. The per-batch timing
-then continues on the same warm step (its ``first_call_ms`` is then a warm step's).
+bounds the parallel builds), and ``epoch1_triton_builds`` then counts their loads from the disk cache. The
+per-batch timing then continues on the same warm step (its ``first_call_ms`` is then a warm step's).
 
 **Time budget** (``--time-budget``, seconds from the start of the run, after the imports; default 510 on CUDA, so
 that a 10-minute device call ends with its results: the imports and a per-batch timing begun just before the budget
@@ -721,10 +721,12 @@ def summary_line(rec: dict[str, Any]) -> str:
     if rec.get("epoch_seconds"):
         line += "  epochs " + ", ".join(f"{s:.2f}" for s in rec["epoch_seconds"]) + " s"
         if rec.get("epoch1_prebuild_variants") is not None:
-            slowest = max(rec.get("epoch1_prebuild_builds") or [{}], key=lambda b: b.get("seconds", 0.0))
+            slowest = max(rec.get("epoch1_prebuild_builds") or (), key=lambda b: b["seconds"], default=None)
             line += (f" (epoch 1: {rec['epoch1_prebuild_variants']} kernel variants prebuilt in "
-                     f"{rec['epoch1_prebuild_seconds']:.2f} s"
-                     + (f", the slowest {slowest['kernel']} {slowest['seconds']:.2f} s" if slowest else "") + ")")
+                     f"{rec['epoch1_prebuild_seconds']:.2f} s")
+            if slowest is not None:
+                line += f", the slowest {slowest['kernel']} {slowest['seconds']:.2f} s"
+            line += ")"
     if rec.get("epochs_skipped"):
         line += f"  (epochs: {rec['epochs_skipped']})"
     return line

@@ -750,15 +750,16 @@ def test_static_graph_without_hubs_skips_the_hub_launches(one_gather, kernel_lau
         xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], 2, 3, edge=False, mask=False, bipartite=False)
         kernel_launches.clear()
         results.append(_run("triton", graph, xs, xd, w, ea, m, v2=False, heads=2, concat=True, gat_backward=gb))
-        assert [k for k in kernel_launches.names if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
-        rows = _attention_launches(kernel_launches.names)
+        names = kernel_launches.names
+        assert [k for k in names if k in SCORE_KERNELS] == list(SCORE_KERNELS[:2 if one_gather else 1])
+        rows = _attention_launches(names)
         if not rebuilt:
-            assert rows == ["_fwd_kernel", *_gat_backward_launches(one_gather, True)], kernel_launches.names
+            assert rows == ["_fwd_kernel", *_gat_backward_launches(one_gather, True)], names
         else:
-            assert "_fwd_merge_kernel" in rows and "_merge_sum_kernel" in rows, kernel_launches.names
+            assert "_fwd_merge_kernel" in rows and "_merge_sum_kernel" in rows, names
             if one_gather:
                 assert rows[2:] == ["_bwd_gat_delta_att_kernel", "_merge_sum_kernel", "_bwd_gat_src_kernel",
-                                        "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel"], kernel_launches.names
+                                        "_merge_sum_kernel", "_merge_sum_kernel", "_bwd_gat_dst_kernel"], names
     for a, b in zip(*results):
         if a is not None:
             torch.testing.assert_close(a, b)
@@ -787,7 +788,8 @@ def test_cora_shaped_gat_step_launches_four_backward_kernels_a_layer(kernel_laun
         kernel_launches.clear()
         out.square().sum().backward()
         if backend == "triton":
-            assert kernel_launches.names == [*GAT_BACKWARD[True], "_node_scores_bwd_kernel"] * 2, kernel_launches.names
+            names = kernel_launches.names
+            assert names == [*GAT_BACKWARD[True], "_node_scores_bwd_kernel"] * 2, names
         grads.append([xl.grad, *(p.grad for conv in convs for p in conv.parameters())])
     for a, b in zip(*grads, strict=True):
         torch.testing.assert_close(a, b, **TOL[torch.float32])
@@ -880,7 +882,8 @@ def test_light_passes_over_rows_that_cross_blocks_match_the_reference(heads, til
             (out.double() * g_out).sum().backward()
         grads.append((xs.grad.double(), ws.grad.double()))
         if backend == "triton":
-            assert _attention_launches(kernel_launches.names) == GAT_BACKWARD[True], kernel_launches.names
+            names = kernel_launches.names
+            assert _attention_launches(names) == GAT_BACKWARD[True], names
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4)
 
@@ -949,8 +952,9 @@ def test_light_pass_launch_overrides_match_the_reference(heads, shapes, bipartit
             kernel_launches.clear()
             out, _ = tb.triton_gat(spec, options=options)
         grads.append(torch.autograd.grad((out * g_out).sum(), leaves))
-    assert _attention_launches(kernel_launches.names) == ["_fwd_kernel", *GAT_BACKWARD[True]], kernel_launches.names
-    assert [k for k in kernel_launches.names if k in SCORE_KERNELS] == list(SCORE_KERNELS), kernel_launches.names
+    names = kernel_launches.names
+    assert _attention_launches(names) == ["_fwd_kernel", *GAT_BACKWARD[True]], names
+    assert [k for k in names if k in SCORE_KERNELS] == list(SCORE_KERNELS), names
     for kernel, (block, warps, *hg) in LIGHT_SHAPES[shapes].items():
         got = seen[kernel]
         if kernel == "gat_dst":
@@ -1328,8 +1332,9 @@ def test_gat_node_scores_inside_the_op_and_their_gradients_folded(bipartite, edg
             assert a.dtype == lp.dtype
             rel = float((a.double() - b).norm() / b.norm())
             assert rel <= 8 * max(float((lp.double() - b).norm() / b.norm()), 2**-8), rel
-    assert kernel_launches.names.count("_node_scores_kernel") == 1, kernel_launches.names
-    assert kernel_launches.names.count("_node_scores_bwd_kernel") == int(one_gather), kernel_launches.names
+    names = kernel_launches.names
+    assert names.count("_node_scores_kernel") == 1, names
+    assert names.count("_node_scores_bwd_kernel") == int(one_gather), names
     assert out.grad_fn is not None and type(out.grad_fn).__name__ == "GatAttentionBackward"
     w_grad = grads[2 if bipartite else 1]
     assert w_grad.shape == w.shape and (edge or torch.count_nonzero(w_grad[2 * h * c:]) == 0)
@@ -1812,12 +1817,13 @@ def test_gat_backward_rule_picks_one_gather_on_static_narrow_graphs(heads, c, re
     xs, xd, w, ea, m = _inputs(False, ns, ns, ei.shape[1], heads, c, edge=False, mask=True, bipartite=False, seed=2)
     kernel_launches.clear()
     out, _, grads = _run("triton", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
-    ran = set(_attention_launches(kernel_launches.names))
+    names = kernel_launches.names
+    ran = set(_attention_launches(names))
     r_out, _, r_grads = _run("reference", graph, xs, xd, w, ea, m, v2=False, heads=heads, concat=True)
     for a, b in zip((out, *grads), (r_out, *r_grads)):  # sums of up to 30 x 320 terms in another order
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
     expected = _gat_backward_launches(one_gather, True)
-    assert set(expected) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, kernel_launches.names
+    assert set(expected) <= ran and not set(GAT_BACKWARD[not one_gather]) & ran, names
 
 
 @pytest.mark.parametrize("v2", [False, True], ids=["gat", "gatv2"])
